@@ -1,0 +1,1 @@
+"""linkgrad coordinator: web-log ingestion, spectral link-gradient estimation and the CLI."""

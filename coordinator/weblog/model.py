@@ -1,0 +1,55 @@
+"""The parsed form of a web log: one row per request, times in seconds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MalformedLines:
+    """Lines that did not parse: how many, and the first few with their line numbers."""
+
+    count: int
+    total: int
+    examples: tuple[tuple[int, str], ...] = ()  # (line number, reason)
+
+    @property
+    def fraction(self) -> float:
+        return self.count / self.total if self.total else 0.0
+
+
+@dataclass(frozen=True)
+class RequestLog:
+    """Requests from a web log, sorted by start time.
+
+    `start_s` is the unix time the request *started* (nginx end stamps are moved back by the
+    response time), `response_s` its response time, `url` the path with query string.
+    """
+
+    start_s: np.ndarray  # float64, seconds since the epoch, sorted ascending
+    response_s: np.ndarray  # float64, seconds
+    url: np.ndarray  # object array of str, path + query
+    source: str = ""
+    malformed: MalformedLines = field(default_factory=lambda: MalformedLines(0, 0))
+    time_resolution_s: float = 0.0  # coarsest stamp resolution seen (1.0 for $time_local / %t)
+
+    def __post_init__(self) -> None:
+        n = len(self.start_s)
+        if len(self.response_s) != n or len(self.url) != n:
+            raise ValueError("start_s, response_s and url must have the same length")
+
+    def __len__(self) -> int:
+        return len(self.start_s)
+
+    def select(self, mask: np.ndarray) -> RequestLog:
+        """The requests where `mask` is true (order kept)."""
+        return RequestLog(
+            self.start_s[mask],
+            self.response_s[mask],
+            self.url[mask],
+            self.source,
+            self.malformed,
+            self.time_resolution_s,
+        )
