@@ -1,0 +1,111 @@
+"""Link gradient of every transaction of a web log under one square-wave injection.
+
+The glue between the pure pieces: the training phase on the requests before the injection
+(thesis §3.2: bin size, baseline spectrum, periodic noise), the thesis's eq. 2.6 as the
+reference, and our phase-locked estimate with its interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from coordinator.spectral.binning import (
+    bin_series,
+    bins_for_window,
+    fill_empty,
+    sampling_interval_s,
+)
+from coordinator.spectral.lockin import LockinEstimate, LockinSettings, lockin_gradient
+from coordinator.spectral.periodic import periodic_noise_hz
+from coordinator.spectral.square_wave import SquareWave
+from coordinator.spectral.thesis import thesis_gradient
+from coordinator.spectral.training import BaselineSpectrum, baseline_spectrum
+
+
+@dataclass(frozen=True)
+class GradientSettings:
+    k: int = 8  # requests per bin for the thesis's sampling interval (§3.2 step 1)
+    chunks: int = 9  # M training chunks (§3.2 step 2)
+    n_bins: int | None = None  # N; by default from the record, else from k
+    detect_periodic: bool = True
+    min_requests: int = 20
+    lockin: LockinSettings = field(default_factory=LockinSettings)
+
+
+@dataclass(frozen=True)
+class ThesisResult:
+    gradient: float
+    n_bins: int
+    bin_s: float
+    chunks: int  # training chunks used for FFT⁰; 0 means FFT⁰ was taken as 0
+
+
+@dataclass(frozen=True)
+class TransactionGradient:
+    name: str
+    requests: int  # in the measurement window
+    baseline_requests: int
+    lockin: LockinEstimate | None
+    thesis: ThesisResult | None
+    periodic_hz: tuple[float, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def thesis_bins(
+    t_base: np.ndarray, t_window: np.ndarray, wave: SquareWave, settings: GradientSettings,
+    record_n_bins: int | None,
+) -> tuple[int, float]:
+    """N and ΔTs: the record's (or the user's) N, else the most bins that hold ~k requests."""
+    window_s = wave.cycles * wave.period_s
+    n_bins = settings.n_bins or record_n_bins
+    if n_bins is None:
+        source = t_base if len(t_base) > settings.k + 1 else t_window
+        n_bins = bins_for_window(window_s, wave.cycles, sampling_interval_s(source, settings.k))
+    if n_bins % (2 * wave.cycles):
+        raise ValueError(f"{n_bins=} must be a multiple of 2·cycles = {2 * wave.cycles}")
+    return n_bins, window_s / n_bins
+
+
+def _training_spectrum(
+    t: np.ndarray, y: np.ndarray, wave: SquareWave, n_bins: int, bin_s: float, chunks: int
+) -> BaselineSpectrum | None:
+    base = t < wave.start_s
+    try:
+        return baseline_spectrum(t[base], y[base], wave.start_s, bin_s, n_bins, chunks)
+    except ValueError:
+        return None
+
+
+def transaction_gradient(
+    name: str, t: np.ndarray, y: np.ndarray, wave: SquareWave, settings: GradientSettings,
+    record_n_bins: int | None = None,
+) -> TransactionGradient:
+    """Both estimates for one transaction's requests (start times `t`, responses `y`, seconds)."""
+    base = t < wave.start_s
+    window = (t >= wave.start_s) & (t < wave.end_s)
+    n_window, n_base = int(window.sum()), int(base.sum())
+    if n_window < settings.min_requests:
+        note = f"{n_window} requests during the injection; need {settings.min_requests}"
+        return TransactionGradient(name, n_window, n_base, None, None, (), (note,))
+    notes: list[str] = []
+    n_bins, bin_s = thesis_bins(t[base], t[window], wave, settings, record_n_bins)
+    spectrum = _training_spectrum(t, y, wave, n_bins, bin_s, settings.chunks)
+    periodic: tuple[float, ...] = ()
+    if spectrum is None:
+        notes.append("under 2 training chunks before the injection: thesis FFT⁰ taken as 0")
+    elif settings.detect_periodic:
+        periodic = periodic_noise_hz(spectrum, t[base], y[base], wave.start_s)
+    means, counts = bin_series(t, y, wave.start_s, bin_s, n_bins)
+    if (empty := int(np.sum(counts == 0))) > 0:
+        notes.append(f"{empty} of {n_bins} thesis bins empty (filled with the mean)")
+    fft0 = spectrum.mean[wave.cycles] if spectrum is not None else 0j
+    g0 = thesis_gradient(fill_empty(means), wave.cycles, wave.magnitude_s, fft0)
+    thesis = ThesisResult(g0, n_bins, bin_s, spectrum.chunks if spectrum else 0)
+    try:
+        estimate = lockin_gradient(t, y, wave, periodic, settings.lockin)
+    except ValueError as e:
+        estimate = None
+        notes.append(f"lockin: {e}")
+    return TransactionGradient(name, n_window, n_base, estimate, thesis, periodic, tuple(notes))

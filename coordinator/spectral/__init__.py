@@ -1,0 +1,1 @@
+"""Spectral link-gradient estimation: pure functions over numpy arrays (thesis ch. 2–4)."""

@@ -1,0 +1,52 @@
+"""Turning irregular requests into a uniformly sampled response-time series (thesis §3.2 step 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def sampling_interval_s(start_s: np.ndarray, k: int) -> float:
+    """ΔTs = mean + 3·std of the time spanned by `k` consecutive requests (§3.2 step 1).
+
+    The span of k requests is `t[i+k] - t[i]` (k inter-arrival gaps), over every i, so a bin of
+    ΔTs holds at least k requests with high probability.
+    """
+    if k < 1:
+        raise ValueError(f"{k=} must be at least 1")
+    t = np.sort(np.asarray(start_s, dtype=float))
+    if len(t) <= k + 1:
+        raise ValueError(f"need more than {k + 1} requests to size bins, got {len(t)}")
+    spans = t[k:] - t[:-k]
+    return float(spans.mean() + 3.0 * spans.std())
+
+
+def bin_series(
+    t_s: np.ndarray, y: np.ndarray, first_s: float, bin_s: float, n_bins: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of `y` in each of `n_bins` bins of `bin_s` from `first_s`; returns (means, counts).
+
+    Empty bins get NaN; `fill_empty` decides what the FFT sees there.
+    """
+    index = np.floor((np.asarray(t_s) - first_s) / bin_s).astype(np.int64)
+    keep = (index >= 0) & (index < n_bins)
+    counts = np.bincount(index[keep], minlength=n_bins)
+    sums = np.bincount(index[keep], weights=np.asarray(y)[keep], minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = sums / counts
+    return means, counts
+
+
+def fill_empty(means: np.ndarray) -> np.ndarray:
+    """Replace empty bins (NaN) by the mean of the others: adds nothing at any frequency > 0."""
+    filled = means.copy()
+    empty = np.isnan(filled)
+    if empty.all():
+        raise ValueError("every bin is empty")
+    filled[empty] = np.nanmean(means)
+    return filled
+
+
+def bins_for_window(window_s: float, cycles: int, min_bin_s: float) -> int:
+    """The most bins at least `min_bin_s` wide, a multiple of 2·cycles (edges on bin borders)."""
+    per_half = int(np.floor(window_s / (2 * cycles * min_bin_s)))
+    return 2 * cycles * max(per_half, 1)

@@ -1,0 +1,1 @@
+"""Testbeds with known answers: a synthetic workload now, namespaces and real servers later."""
