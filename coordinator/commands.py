@@ -16,7 +16,12 @@ from rich.console import Console
 from rich.table import Table
 
 from coordinator.errors import InputError, Problem
-from coordinator.gradient import GradientSettings, TransactionGradient, transaction_gradient
+from coordinator.gradient import (
+    GradientSettings,
+    TransactionGradient,
+    shared_periodic_noise_hz,
+    transaction_gradient,
+)
 from coordinator.injection_record import InjectionRecord, load_injection_record
 from coordinator.spectral.binning import sampling_interval_s
 from coordinator.spectral.planner import probe_noise
@@ -91,9 +96,11 @@ def gradient_command(args: argparse.Namespace) -> int:
     settings = GradientSettings(k=args.k, chunks=args.chunks, n_bins=args.n_bins)
     settings = replace(settings, lockin=replace(
         settings.lockin, time_resolution_s=log.time_resolution_s))
+    periodic = shared_periodic_noise_hz(log.start_s, log.response_s, groups, wave.start_s,
+                                        settings)
     results = {
         name: transaction_gradient(name, log.start_s[rows], log.response_s[rows], wave, settings,
-                                   record.n_bins)
+                                   record.n_bins, periodic)
         for name, rows in groups.items()
     }
     if args.json:

@@ -29,7 +29,7 @@ class GradientSettings:
     k: int = 8  # requests per bin for the thesis's sampling interval (§3.2 step 1)
     chunks: int = 9  # M training chunks (§3.2 step 2)
     n_bins: int | None = None  # N; by default from the record, else from k
-    detect_periodic: bool = True
+    periodic_terms: int = 4  # most periodic-noise frequencies to model (0: none)
     min_requests: int = 20
     lockin: LockinSettings = field(default_factory=LockinSettings)
 
@@ -78,11 +78,41 @@ def _training_spectrum(
         return None
 
 
+def shared_periodic_noise_hz(
+    t: np.ndarray, y: np.ndarray, groups: dict[str, np.ndarray], before_s: float,
+    settings: GradientSettings,
+) -> tuple[float, ...]:
+    """Periodic noise common to every transaction (GC pauses, cron), in the training data.
+
+    Such noise comes from shared servers, so it is sought in all requests pooled, each centred
+    on its transaction's median: several times the data of one transaction.
+    """
+    if settings.periodic_terms == 0:
+        return ()
+    centred = np.full(len(y), np.nan)
+    for rows in groups.values():
+        train = rows[t[rows] < before_s]
+        if len(train):
+            centred[rows] = y[rows] - np.median(y[train])
+    base = (t < before_s) & ~np.isnan(centred)
+    if base.sum() < 16 * settings.k:
+        return ()
+    bin_s = sampling_interval_s(t[base], settings.k)
+    n_bins = int((before_s - t[base].min()) / (settings.chunks * bin_s))
+    if n_bins < 16:
+        return ()
+    spectrum = baseline_spectrum(t[base], centred[base], before_s, bin_s, n_bins, settings.chunks)
+    return periodic_noise_hz(spectrum, t[base], centred[base], before_s, settings.periodic_terms)
+
+
 def transaction_gradient(
     name: str, t: np.ndarray, y: np.ndarray, wave: SquareWave, settings: GradientSettings,
-    record_n_bins: int | None = None,
+    record_n_bins: int | None = None, periodic: tuple[float, ...] = (),
 ) -> TransactionGradient:
-    """Both estimates for one transaction's requests (start times `t`, responses `y`, seconds)."""
+    """Both estimates for one transaction's requests (start times `t`, responses `y`, seconds).
+
+    `periodic` are periodic-noise frequencies (Hz) to model, from `shared_periodic_noise_hz`.
+    """
     base = t < wave.start_s
     window = (t >= wave.start_s) & (t < wave.end_s)
     n_window, n_base = int(window.sum()), int(base.sum())
@@ -92,17 +122,19 @@ def transaction_gradient(
     notes: list[str] = []
     n_bins, bin_s = thesis_bins(t[base], t[window], wave, settings, record_n_bins)
     spectrum = _training_spectrum(t, y, wave, n_bins, bin_s, settings.chunks)
-    periodic: tuple[float, ...] = ()
     if spectrum is None:
         notes.append("under 2 training chunks before the injection: thesis FFT⁰ taken as 0")
-    elif settings.detect_periodic:
-        periodic = periodic_noise_hz(spectrum, t[base], y[base], wave.start_s)
     means, counts = bin_series(t, y, wave.start_s, bin_s, n_bins)
     if (empty := int(np.sum(counts == 0))) > 0:
         notes.append(f"{empty} of {n_bins} thesis bins empty (filled with the mean)")
     fft0 = spectrum.mean[wave.cycles] if spectrum is not None else 0j
     g0 = thesis_gradient(fill_empty(means), wave.cycles, wave.magnitude_s, fft0)
     thesis = ThesisResult(g0, n_bins, bin_s, spectrum.chunks if spectrum else 0)
+    notes += [
+        f"periodic noise at {f:.4g} Hz is within the window's resolution of the injection "
+        f"frequency {wave.frequency_hz:.4g} Hz: they cannot be told apart; inject at another period"
+        for f in periodic if abs(f - wave.frequency_hz) < 1 / (wave.cycles * wave.period_s)
+    ]
     try:
         estimate = lockin_gradient(t, y, wave, periodic, settings.lockin)
     except ValueError as e:

@@ -34,9 +34,9 @@ class NoiseSpec:
     spike_range_s: tuple[float, float] = (1.0, 6.0)
     pause_period_s: float = 0.0  # stop-the-world pauses (0 = none)
     pause_length_s: float = 0.0
-    drift_amplitude_s: float = 0.0  # slow sinusoidal drift of every response time
+    drift_amplitude_s: float = 0.0  # slow drift of every response time, between 0 and this
     drift_period_s: float = 3600.0
-    drift_slope_s_per_h: float = 0.0
+    drift_slope_s_per_h: float = 0.0  # a steady rise (never negative: times stay positive)
 
     @classmethod
     def production(cls) -> NoiseSpec:
@@ -125,7 +125,7 @@ def _shared_noise(
         extra[paused] += noise.pause_length_s - into_pause[paused]
     extra += noise.drift_slope_s_per_h * (start - origin_s) / 3600.0
     drift_angle = 2 * np.pi * (start / noise.drift_period_s + drift_phase)
-    extra += noise.drift_amplitude_s * np.sin(drift_angle)
+    extra += noise.drift_amplitude_s * (1 + np.sin(drift_angle)) / 2
     return extra
 
 
