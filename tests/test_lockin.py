@@ -1,0 +1,118 @@
+"""Our phase-locked estimate: exact where the answer is analytic, honest where it is noisy."""
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from coordinator.spectral.lockin import LockinSettings, lockin_gradient, outlier_fence
+from coordinator.spectral.square_wave import SquareWave
+from testbed.synthetic import NoiseSpec, TransactionSpec, Workload, generate, standard_workload
+
+WAVE = SquareWave(start_s=1000.0, period_s=20.0, cycles=4, magnitude_s=0.02)
+
+
+def uniform_requests(wave: SquareWave, rate_per_s: float = 20.0, offset_s: float = 0.013):
+    """Evenly spaced requests over the window and the off half-period before it."""
+    return np.arange(wave.start_s - wave.half_s + offset_s, wave.end_s, 1 / rate_per_s)
+
+
+@pytest.mark.parametrize("offset_s", [0.0, 0.011, 0.031, 0.049])
+@pytest.mark.parametrize("gradient", [0.0, 0.5, 1.0, 6.0])
+def test_noise_free_wave_gives_the_gradient_exactly(gradient, offset_s):
+    t = uniform_requests(WAVE, offset_s=offset_s)
+    y = 0.1 + gradient * WAVE.delay_s(t)
+    est = lockin_gradient(t, y, WAVE)
+    assert_allclose(est.gradient, gradient, atol=1e-9)
+    assert est.ci[0] - 1e-9 <= gradient <= est.ci[1] + 1e-9  # no noise: a zero-width interval
+
+
+def test_effect_is_signed():
+    t = uniform_requests(WAVE)
+    est = lockin_gradient(t, 0.1 - 0.5 * WAVE.delay_s(t), WAVE)
+    assert_allclose(est.gradient, -0.5, atol=1e-9)
+
+
+def test_drift_does_not_leak_into_the_gradient():
+    t = uniform_requests(WAVE)
+    x = (t - t.mean()) / 60.0
+    drift = 0.05 * x + 0.04 * x**2  # 10 ms/min trend and a curve, larger than the effect
+    est = lockin_gradient(t, 0.1 + drift + 1.0 * WAVE.delay_s(t), WAVE)
+    assert_allclose(est.gradient, 1.0, atol=1e-6)
+    plain = lockin_gradient(t, 0.1 + drift + 1.0 * WAVE.delay_s(t), WAVE,
+                            settings=LockinSettings(drift_degree=0))
+    assert abs(plain.gradient - 1.0) > 0.01  # the drift terms are what fixes it
+
+
+def test_periodic_noise_term_removes_a_known_sinusoid():
+    t = uniform_requests(WAVE)
+    hum = 0.03 * np.sin(2 * np.pi * t / 13.7 + 0.4)
+    y = 0.1 + hum + 1.0 * WAVE.delay_s(t)
+    with_term = lockin_gradient(t, y, WAVE, periodic_hz=(1 / 13.7,))
+    assert_allclose(with_term.gradient, 1.0, atol=0.01)
+    assert with_term.periodic_hz == (pytest.approx(1 / 13.7),)
+
+
+def test_a_request_straddling_an_edge_is_left_out():
+    t = uniform_requests(WAVE)
+    y = np.full(len(t), 0.2)  # 0.9 quantile: the guard is 0.2 s before every edge
+    est = lockin_gradient(t, y, WAVE)
+    assert est.guard_s == pytest.approx(0.2)
+    n_edges = 2 * WAVE.cycles
+    assert est.requests == len(t) - n_edges * 4  # 4 requests (0.2 s at 20/s) per edge
+
+
+def test_spikes_are_fenced_and_the_shift_is_corrected():
+    rng = np.random.default_rng(3)
+    t = uniform_requests(WAVE, rate_per_s=50)
+    y = 0.1 + 0.01 * rng.standard_normal(len(t)) + WAVE.delay_s(t)
+    y[rng.choice(len(t), 30, replace=False)] += rng.uniform(2, 8, 30)  # 0.4% multi-second
+    fenced = lockin_gradient(t, y, WAVE)
+    raw = lockin_gradient(t, y, WAVE, settings=LockinSettings(outlier_margin=None))
+    assert abs(fenced.gradient - 1.0) < 0.1
+    assert fenced.ci[1] - fenced.ci[0] < (raw.ci[1] - raw.ci[0]) / 5
+    assert 0.98 < fenced.inside_fraction < 1.0
+
+
+def test_fence_keeps_a_slow_minority_mode():
+    # 10% cache misses at 100 ms among 5 ms hits: they are the signal, never outliers
+    rng = np.random.default_rng(4)
+    y = np.where(rng.random(10_000) < 0.1, 0.1, 0.005) + 0.001 * rng.standard_normal(10_000)
+    clipped, inside = outlier_fence(y, 0.99, 0.5)
+    assert inside > 0.995
+    assert np.mean(clipped > 0.05) == pytest.approx(np.mean(y > 0.05), abs=0.002)
+
+
+def _estimates(workload: Workload, seeds: range, wave: SquareWave):
+    out: dict[str, list] = {}
+    for seed in seeds:
+        req = generate(workload, wave.start_s - 30, wave.cycles * wave.period_s + 40, wave, seed)
+        for spec in workload.transactions:
+            t, y = req.of(spec.name)
+            out.setdefault(spec.name, []).append(lockin_gradient(t, y, wave))
+    return out
+
+
+@pytest.mark.slow
+def test_mixture_gives_the_gradient_of_the_mean():
+    # a cache missed 30% of the time, misses 60 ms slower: must read 0.3, not 0 or 1
+    wave = SquareWave(1000.0, 30.0, 6, 0.03)
+    spec = TransactionSpec("cache", 0.3, rate_per_s=10, service_median_s=0.005,
+                           service_sigma=0.3, per_crossing_s=0.06)
+    ests = _estimates(Workload((spec,), NoiseSpec(spike_probability=0)), range(60), wave)
+    g = np.array([e.gradient for e in ests["cache"]])
+    assert abs(g.mean() - 0.3) < 3 * g.std() / np.sqrt(len(g))
+
+
+@pytest.mark.slow
+def test_ci_covers_the_truth_90_to_98_percent_under_production_noise():
+    wave = SquareWave(1000.0, 40.0, 4, 0.02)
+    workload = standard_workload(NoiseSpec.production())
+    ests = _estimates(workload, range(80), wave)
+    hits, total = 0, 0
+    for spec in workload.transactions:
+        for e in ests[spec.name]:
+            hits += e.ci[0] <= spec.gradient <= e.ci[1]
+            total += 1
+        g = np.array([e.gradient for e in ests[spec.name]])
+        assert abs(g.mean() - spec.gradient) < 3.5 * g.std() / np.sqrt(len(g)), spec.name
+    assert 0.90 <= hits / total <= 0.99
