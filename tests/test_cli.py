@@ -105,4 +105,5 @@ def test_shipped_example_runs_through_the_console_script():
 def test_help_lists_the_subcommands():
     result = subprocess.run([sys.executable, "-m", "coordinator.cli", "--help"],
                             capture_output=True, text=True, timeout=60, check=True)
-    assert "gradient" in result.stdout and "plan" in result.stdout
+    assert "gradient" in result.stdout
+    assert "plan" in result.stdout

@@ -77,7 +77,9 @@ def test_bin_series_means_counts_and_empty_bins():
     means, counts = bin_series(np.array([0.1, 0.2, 2.5, 9.0]), np.array([1.0, 3.0, 5.0, 7.0]),
                                0.0, 1.0, 4)
     assert counts.tolist() == [2, 0, 1, 0]
-    assert means[0] == 2.0 and means[2] == 5.0 and np.isnan(means[1])
+    assert means[0] == 2.0
+    assert means[2] == 5.0
+    assert np.isnan(means[1])
     assert fill_empty(means).tolist() == [2.0, 3.5, 5.0, 3.5]
 
 
