@@ -1,0 +1,164 @@
+"""read_log: format choice, gzip, sorting, malformed-line threshold and file errors."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+
+from coordinator.errors import InputError
+from coordinator.weblog import read_log
+
+T0 = 1_795_341_601  # 22/Nov/2026:10:00:01 +0000
+MSEC = '$msec $request_time "$request"'
+
+
+def nginx_line(end_s: float, response_s: float, url: str) -> str:
+    return f'{end_s:.3f} {response_s:.3f} "GET {url} HTTP/1.1"\n'
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_default_nginx_format(tmp_path: Path) -> None:
+    line = '1.2.3.4 - - [22/Nov/2026:10:00:01 +0000] "GET /x HTTP/1.1" 200 9 "-" "ua" 0.500\n'
+    log = read_log(write(tmp_path / "access.log", line))
+    assert_allclose(log.start_s, [T0 - 0.5], rtol=0, atol=1e-9)
+    assert log.source == str(tmp_path / "access.log")
+
+
+def test_sorted_by_start_time_stably(tmp_path: Path) -> None:
+    # nginx writes in end order; starts are end - response time.
+    text = (
+        nginx_line(10.0, 1.0, "/a")  # start 9.0
+        + nginx_line(10.5, 3.0, "/b")  # start 7.5
+        + nginx_line(11.0, 2.0, "/c")  # start 9.0, after /a in the file
+        + nginx_line(11.0, 0.5, "/d")  # start 10.5
+    )
+    log = read_log(write(tmp_path / "a.log", text), "nginx", MSEC)
+    assert_array_equal(log.url, ["/b", "/a", "/c", "/d"])
+    assert_allclose(log.start_s, [7.5, 9.0, 9.0, 10.5], rtol=0, atol=1e-9)
+    assert_allclose(log.response_s, [3.0, 1.0, 2.0, 0.5], rtol=0, atol=1e-12)
+
+
+def test_apache_stamp_is_the_start(tmp_path: Path) -> None:
+    text = (
+        'h - - [22/Nov/2026:10:00:02 +0000] "GET /late HTTP/1.1" 200 1 1000\n'
+        'h - - [22/Nov/2026:10:00:01 +0000] "GET /early HTTP/1.1" 200 1 2500000\n'
+    )
+    log = read_log(write(tmp_path / "access_log", text), "apache")
+    assert_array_equal(log.start_s, [T0, T0 + 1])
+    assert_allclose(log.response_s, [2.5, 0.001], rtol=1e-12)
+    assert_array_equal(log.url, ["/early", "/late"])
+
+
+def test_gzip_nginx_and_csv_by_name(tmp_path: Path) -> None:
+    with gzip.open(tmp_path / "access.log.1.gz", "wt") as f:
+        f.write(nginx_line(5.0, 1.0, "/gz"))
+    log = read_log(tmp_path / "access.log.1.gz", log_format=MSEC)
+    assert_array_equal(log.url, ["/gz"])
+    assert log.start_s[0] == 4.0
+    with gzip.open(tmp_path / "requests.CSV.gz", "wt") as f:
+        f.write("start_unix_s,response_ms,url\n3.5,100,/c\n")
+    log = read_log(tmp_path / "requests.CSV.gz")
+    assert_array_equal(log.url, ["/c"])
+    assert log.start_s[0] == 3.5
+
+
+def test_csv_chosen_by_suffix_and_crlf(tmp_path: Path) -> None:
+    log = read_log(write(tmp_path / "r.csv", "2,1,/b\r\n1,1,/a\r\n"))
+    assert_array_equal(log.url, ["/a", "/b"])
+    crlf = tmp_path / "crlf.log"
+    crlf.write_bytes(nginx_line(2.0, 1.0, "/n").replace("\n", "\r\n").encode())
+    assert_array_equal(read_log(crlf, log_format=MSEC).url, ["/n"])
+
+
+def test_malformed_lines_counted_below_threshold(tmp_path: Path) -> None:
+    lines = [nginx_line(float(i), 0.0, f"/{i}") for i in range(1, 100)]
+    lines.insert(41, "garbage\n")
+    lines.insert(10, "\n")  # blank: ignored, not malformed
+    log = read_log(write(tmp_path / "a.log", "".join(lines)), log_format=MSEC)
+    assert len(log) == 99
+    assert log.malformed.count == 1
+    assert log.malformed.total == 100
+    assert log.malformed.examples == ((43, "does not match the log format"),)
+
+
+def test_first_five_examples_in_line_order(tmp_path: Path) -> None:
+    lines = [nginx_line(1.0, 0.0, "/") for _ in range(20)]
+    for n in (3, 5, 7):
+        lines[n - 1] = "bad\n"
+    lines[1] = nginx_line(1.0, 0.0, "/").replace("0.000", "-1.000")
+    lines[8] = lines[9] = "also bad\n"
+    log = read_log(write(tmp_path / "a.log", "".join(lines)), log_format=MSEC, max_bad_fraction=1)
+    assert log.malformed.count == 6
+    assert [n for n, _ in log.malformed.examples] == [2, 3, 5, 7, 9]
+    assert log.malformed.examples[0] == (2, "negative response time '-1.000' in $request_time")
+
+
+def test_too_many_malformed_lines_is_input_error(tmp_path: Path) -> None:
+    lines = [nginx_line(1.0, 0.0, "/") for _ in range(10)]
+    lines[3] = "not a log line\n"
+    path = write(tmp_path / "wrongformat.log", "".join(lines))
+    with pytest.raises(InputError) as info:
+        read_log(path, log_format=MSEC, max_bad_fraction=0.05)
+    message = str(info.value)
+    assert "wrongformat.log" in message
+    assert "first bad lines: 4" in message
+    assert "1 of 10 lines (10.0%)" in message
+    assert "--format/--log-format may be wrong" in message
+    assert "nginx log_format '$msec $request_time \"$request\"'" in message
+    assert info.value.problems[1].line == 4
+    assert info.value.problems[1].file == str(path)
+
+
+def test_wrong_format_refused(tmp_path: Path) -> None:
+    apache = 'h - - [22/Nov/2026:10:00:01 +0000] "GET / HTTP/1.1" 200 1 1000\n' * 3
+    with pytest.raises(InputError, match=r"do not parse as nginx log_format") as info:
+        read_log(write(tmp_path / "access.log", apache))  # read as nginx by default
+    assert "3 of 3 lines" in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["", "\n\n  \n"])
+def test_empty_log_is_input_error(tmp_path: Path, text: str) -> None:
+    with pytest.raises(InputError, match=r"no requests in the log \(the file is empty\)"):
+        read_log(write(tmp_path / "empty.log", text))
+
+
+def test_all_lines_bad_with_threshold_one_is_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no line parsed"):
+        read_log(write(tmp_path / "a.log", "x\n"), max_bad_fraction=1.0)
+
+
+def test_missing_file_is_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as info:
+        read_log(tmp_path / "nope.log")
+    assert info.value.problems[0].file == str(tmp_path / "nope.log")
+    assert info.value.exit_code == 2
+
+
+def test_truncated_gzip_is_input_error(tmp_path: Path) -> None:
+    data = gzip.compress(nginx_line(1.0, 0.0, "/").encode() * 100)
+    (tmp_path / "cut.log.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match="cannot read the log"):
+        read_log(tmp_path / "cut.log.gz", log_format=MSEC)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"fmt": "iis"}, "--format"),
+        ({"fmt": "csv", "log_format": "$msec"}, "--log-format"),
+        ({"max_bad_fraction": 1.5}, "--max-bad-fraction"),
+        ({"fmt": "apache", "log_format": "%h %t"}, "--log-format"),
+    ],
+)
+def test_bad_arguments_are_input_errors(tmp_path: Path, kwargs: dict, field: str) -> None:
+    path = write(tmp_path / "a.log", nginx_line(1.0, 0.0, "/"))
+    with pytest.raises(InputError) as info:
+        read_log(path, **kwargs)
+    assert info.value.problems[0].field == field
