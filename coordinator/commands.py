@@ -16,12 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coordinator.errors import InputError, Problem
-from coordinator.gradient import (
-    GradientSettings,
-    TransactionGradient,
-    shared_periodic_noise_hz,
-    transaction_gradient,
-)
+from coordinator.gradient import GradientSettings, TransactionGradient, log_gradients
 from coordinator.injection_record import InjectionRecord, load_injection_record
 from coordinator.spectral.binning import sampling_interval_s
 from coordinator.spectral.planner import probe_noise
@@ -80,11 +75,11 @@ def gradient_json(r: TransactionGradient) -> dict[str, Any]:
 
 def _check_record(record: InjectionRecord, n_bins: int | None, path: str) -> None:
     n = n_bins or record.n_bins
-    if n is not None and n % (2 * record.cycles):
+    if n is not None and n <= 2 * record.cycles:
         field = "--n-bins" if n_bins else "n_bins"
         raise InputError(Problem(
-            f"{n} bins must be a multiple of 2·cycles = {2 * record.cycles} so every "
-            "half-period is whole bins", path if not n_bins else None, field=field))
+            f"{n} bins cannot resolve {record.cycles} cycles: need more than "
+            f"{2 * record.cycles} (the Nyquist limit)", path if not n_bins else None, field=field))
 
 
 def gradient_command(args: argparse.Namespace) -> int:
@@ -96,13 +91,7 @@ def gradient_command(args: argparse.Namespace) -> int:
     settings = GradientSettings(k=args.k, chunks=args.chunks, n_bins=args.n_bins)
     settings = replace(settings, lockin=replace(
         settings.lockin, time_resolution_s=log.time_resolution_s))
-    periodic = shared_periodic_noise_hz(log.start_s, log.response_s, groups, wave.start_s,
-                                        settings)
-    results = {
-        name: transaction_gradient(name, log.start_s[rows], log.response_s[rows], wave, settings,
-                                   record.n_bins, periodic)
-        for name, rows in groups.items()
-    }
+    results = log_gradients(log.start_s, log.response_s, groups, wave, settings, record.n_bins)
     if args.json:
         print(json.dumps({
             "log": {"path": args.log, "requests": len(log), "malformed": _malformed_json(log)},

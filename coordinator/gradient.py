@@ -63,8 +63,6 @@ def thesis_bins(
     if n_bins is None:
         source = t_base if len(t_base) > settings.k + 1 else t_window
         n_bins = bins_for_window(window_s, wave.cycles, sampling_interval_s(source, settings.k))
-    if n_bins % (2 * wave.cycles):
-        raise ValueError(f"{n_bins=} must be a multiple of 2·cycles = {2 * wave.cycles}")
     return n_bins, window_s / n_bins
 
 
@@ -141,3 +139,16 @@ def transaction_gradient(
         estimate = None
         notes.append(f"lockin: {e}")
     return TransactionGradient(name, n_window, n_base, estimate, thesis, periodic, tuple(notes))
+
+
+def log_gradients(
+    t: np.ndarray, y: np.ndarray, groups: dict[str, np.ndarray], wave: SquareWave,
+    settings: GradientSettings, record_n_bins: int | None = None,
+) -> dict[str, TransactionGradient]:
+    """Every transaction's gradients; `groups` maps a transaction to its rows of `t` and `y`."""
+    periodic = shared_periodic_noise_hz(t, y, groups, wave.start_s, settings)
+    return {
+        name: transaction_gradient(name, t[rows], y[rows], wave, settings, record_n_bins,
+                                   periodic)
+        for name, rows in groups.items()
+    }

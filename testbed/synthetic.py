@@ -22,7 +22,9 @@ class TransactionSpec:
     gradient: float  # mean number of link crossings on the critical path
     rate_per_s: float = 4.0
     service_median_s: float = 0.08
-    service_sigma: float = 0.6  # lognormal shape: 0 = constant, 1 = very long tail
+    service_sigma: float = 0.6  # lognormal shape (0 = constant, 1 = very long tail); for
+    # "normal", the standard deviation relative to the mean
+    service_kind: str = "lognormal"  # or "normal" (thesis ch. 4: mean 100 ms, sd 30 ms)
     per_crossing_s: float = 0.0  # work of the remote tier per crossing (a cache miss is slower)
 
 
@@ -88,6 +90,15 @@ def standard_workload(noise: NoiseSpec | None = None, rate_per_s: float = 4.0) -
     return Workload(specs, noise or NoiseSpec())
 
 
+def _service_s(rng: np.random.Generator, spec: TransactionSpec, n: int) -> np.ndarray:
+    z = rng.standard_normal(n)
+    if spec.service_kind == "normal":
+        return np.maximum(spec.service_median_s * (1 + spec.service_sigma * z), 0.001)
+    if spec.service_kind == "lognormal":
+        return spec.service_median_s * np.exp(spec.service_sigma * z)
+    raise ValueError(f"unknown {spec.service_kind=}")
+
+
 def _crossings(rng: np.random.Generator, gradient: float, n: int) -> np.ndarray:
     """floor(g) crossings always, one more with probability frac(g): mean exactly g."""
     whole = int(np.floor(gradient))
@@ -139,7 +150,7 @@ def generate(
     for index, spec in enumerate(workload.transactions):
         n = rng.poisson(spec.rate_per_s * duration_s)
         start = np.sort(rng.uniform(start_s, start_s + duration_s, n))
-        service = spec.service_median_s * np.exp(spec.service_sigma * rng.standard_normal(n))
+        service = _service_s(rng, spec, n)
         crossings = _crossings(rng, spec.gradient, n)
         service += spec.per_crossing_s * crossings
         response = service + _link_delay(rng, start, service, crossings, wave)

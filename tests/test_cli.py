@@ -75,7 +75,7 @@ def test_plan_from_training_data(capsys, measured_log):
 
 def test_bad_n_bins_is_exit_2_naming_the_option(capsys, measured_log):
     code = main(["gradient", "--log", str(measured_log / "access.log"),
-                 "--injection", str(measured_log / "injection.json"), "--n-bins", "50"])
+                 "--injection", str(measured_log / "injection.json"), "--n-bins", "12"])
     assert code == 2
     assert "--n-bins" in capsys.readouterr().err
 

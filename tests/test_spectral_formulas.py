@@ -46,9 +46,16 @@ def test_eq_2_6_is_unsigned():
     assert_allclose(thesis_gradient(perturbed, 2, 0.01), 0.5, rtol=1e-12)
 
 
-def test_eq_2_6_refuses_bins_that_split_a_half_period():
-    with pytest.raises(ValueError, match="whole half-periods"):
-        thesis_gradient(np.zeros(60), 4, 0.01)
+def test_eq_2_6_refuses_a_wave_beyond_nyquist():
+    with pytest.raises(ValueError, match="need more than 16 bins"):
+        thesis_gradient(np.zeros(16), 8, 0.01)
+
+
+def test_eq_2_6_smooths_when_bins_straddle_edges():
+    # 64 bins over 14 cycles: half-periods of 2.29 bins; the modulus of the smoothed wave is low
+    fine = square(64 * 14, 14, 0.03)
+    straddled = fine.reshape(64, 14).mean(axis=1)
+    assert 0.6 < thesis_gradient(straddled, 14, 0.03) < 0.95
 
 
 def test_magnitude_from_scale_factor_puts_the_spike_at_d_sigma():

@@ -18,9 +18,11 @@ def thesis_gradient(
     `series` is the binned response time during injection (N bins covering k_d whole cycles),
     `fft0_at_kd` the unperturbed coefficient (the training mean, step 2), `magnitude` the delay
     Δl in the series' unit. Unsigned: the modulus discards the phase the injector knows.
+    When N is not a multiple of 2·k_d, bins straddle the wave's edges and the result is
+    smoothed, as thesis §4.2 discusses; the formula is applied as written all the same.
     """
     n = len(series)
-    if n % (2 * k_d):
-        raise ValueError(f"N={n} bins must hold k_d={k_d} whole cycles of whole half-periods")
+    if not 0 < k_d < n / 2:
+        raise ValueError(f"k_d={k_d} cycles need more than {2 * k_d} bins, got N={n}")
     fft_d = np.fft.fft(np.asarray(series, dtype=float))[k_d]
     return float(abs(fft_d - fft0_at_kd) * np.sin(np.pi * k_d / n) / (magnitude * k_d))

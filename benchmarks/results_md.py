@@ -1,0 +1,23 @@
+"""Keeps benchmarks/RESULTS.md as sections, one per benchmark script, each rewritten by its own."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+HEADER = """# Benchmark results
+
+Each section is written by the script it names (run it to refresh it). Numbers are measured on
+the machine named in the section, never estimated; papers' numbers are quoted beside ours.
+"""
+
+
+def update_section(name: str, markdown: str) -> None:
+    """Replace (or append) the section `name` of RESULTS.md."""
+    text = RESULTS.read_text() if RESULTS.exists() else HEADER
+    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+    block = f"{begin}\n{markdown.strip()}\n{end}"
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text}\n{block}\n"
+    RESULTS.write_text(text)
