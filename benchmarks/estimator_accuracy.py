@@ -39,6 +39,7 @@ from testbed.synthetic import (
 
 T0 = 1_795_000_000.0
 CHUNKS = 9
+ORIGIN = T0 - 3600.0  # where the shared trend starts: an hour before the injection
 OUT = Path(__file__).with_name("out")
 
 THESIS_MICRO = Workload(
@@ -63,7 +64,8 @@ class Scenario:
 
 
 def _training(workload: Workload, seed: int, duration_s: float) -> SyntheticRequests:
-    return generate(workload, T0 - duration_s, duration_s, None, seed)
+    return generate(workload, T0 - duration_s, duration_s, None, seed, noise_seed=seed,
+                    origin_s=ORIGIN)
 
 
 def _concat(a: SyntheticRequests, b: SyntheticRequests) -> tuple[np.ndarray, ...]:
@@ -104,7 +106,8 @@ def run_once(sc: Scenario, seed: int) -> dict[str, tuple[float, float, float, fl
         if who == "ours" and factor == 1.0:
             break  # the same run serves both
         w = replace(wave, magnitude_s=wave.magnitude_s * factor)
-        meas = generate(sc.workload, T0, wave.cycles * wave.period_s + 30, w, seed + 10**6)
+        meas = generate(sc.workload, T0, wave.cycles * wave.period_s + 30, w, seed + 10**6,
+                        noise_seed=seed, origin_s=ORIGIN)
         t, y, kind = _concat(train, meas)
         order = np.argsort(t, kind="stable")
         t, y, kind = t[order], y[order], kind[order]

@@ -141,11 +141,18 @@ def _shared_noise(
 
 
 def generate(
-    workload: Workload, start_s: float, duration_s: float, wave: SquareWave | None, seed: int
+    workload: Workload, start_s: float, duration_s: float, wave: SquareWave | None, seed: int,
+    noise_seed: int | None = None, origin_s: float | None = None,
 ) -> SyntheticRequests:
-    """Poisson arrivals of every transaction over [start_s, start_s + duration_s)."""
+    """Poisson arrivals of every transaction over [start_s, start_s + duration_s).
+
+    Two calls with the same `noise_seed` and `origin_s` continue the same shared noise (pause
+    and drift phases, the trend's origin), as one system's log would: training data and
+    measurement can then be generated separately without a jump between them.
+    """
+    noise_rng = np.random.default_rng(seed if noise_seed is None else noise_seed)
+    phases = (float(noise_rng.random()), float(noise_rng.random()))
     rng = np.random.default_rng(seed)
-    phases = (float(rng.random()), float(rng.random()))
     starts, responses, kinds = [], [], []
     for index, spec in enumerate(workload.transactions):
         n = rng.poisson(spec.rate_per_s * duration_s)
@@ -154,7 +161,8 @@ def generate(
         crossings = _crossings(rng, spec.gradient, n)
         service += spec.per_crossing_s * crossings
         response = service + _link_delay(rng, start, service, crossings, wave)
-        response += _shared_noise(rng, start, workload.noise, phases, start_s)
+        response += _shared_noise(
+            rng, start, workload.noise, phases, start_s if origin_s is None else origin_s)
         starts.append(start)
         responses.append(response)
         kinds.append(np.full(n, index))

@@ -220,24 +220,45 @@ def lockin_gradient(
     in_window = (t >= wave.start_s - wave.half_s) & (t < wave.end_s)
     guard = _edge_guard_s(y[in_window], wave, settings)
     rel, y_w, h, offset = _window_requests(t, y, wave, guard)
-    y_w, inside = outlier_fence(y_w, settings.outlier_quantile, settings.outlier_margin)
+    fence = (settings.outlier_quantile, settings.outlier_margin)
+    # pass 1: fence the raw responses, choose batches and nuisance model, first effect
+    clipped, inside = outlier_fence(y_w, *fence)
+    fit, per_half, degree, terms, n_batches = _choose_and_fit(
+        rel, clipped, h, offset, wave, settings, periodic_hz)
+    first = fit.beta / inside
+    # pass 2: fence with that effect taken out, so on and off halves are clipped alike and a
+    # large effect is not pushed over the fence; only the small remainder needs the correction
+    on = (h % 2 == 1).astype(float)
+    clipped, inside = outlier_fence(y_w - first * on, *fence)
+    b = _batch(rel, clipped, h, offset, wave.half_s, per_half)
     window_s = (2 * wave.cycles + 1) * wave.half_s
-    per_half = _initial_batches_per_half(len(y_w), 2 * wave.cycles + 1, settings)
+    rest = _weighted_fit(b, _design(b, window_s, degree, terms))
+    if rest is not None:
+        fit = _Fit(first * inside + rest.beta, rest.se, rest.dof, rest.lag1)
+    return _estimate(fit, wave, settings, inside, len(y_w), n_batches, per_half, degree,
+                     terms, guard)
+
+
+def _choose_and_fit(
+    rel: np.ndarray, y: np.ndarray, h: np.ndarray, offset: np.ndarray, wave: SquareWave,
+    settings: LockinSettings, periodic_hz: tuple[float, ...],
+) -> tuple[_Fit, int, int, tuple[float, ...], int]:
+    """Batches per half-cycle and nuisance model; returns (fit, per_half, degree, terms, G)."""
+    window_s = (2 * wave.cycles + 1) * wave.half_s
+    per_half = _initial_batches_per_half(len(y), 2 * wave.cycles + 1, settings)
     while True:
-        b = _batch(rel, y_w, h, offset, wave.half_s, per_half)
+        b = _batch(rel, y, h, offset, wave.half_s, per_half)
         chosen = _fit_batches(b, window_s, settings, periodic_hz)
         if chosen is None:
             if per_half > 1:
                 per_half //= 2
                 continue
-            raise ValueError(f"{len(y_w)} requests in the window are too few to fit the wave")
+            raise ValueError(f"{len(y)} requests in the window are too few to fit the wave")
         fit, degree, terms = chosen
         if per_half > 1 and fit.lag1 > 2.0 / np.sqrt(len(b.count)):
             per_half //= 2  # correlated batches: merge them so the interval stays honest
             continue
-        break
-    return _estimate(fit, wave, settings, inside, len(y_w), len(b.count), per_half, degree,
-                     terms, guard)
+        return fit, per_half, degree, terms, len(b.count)
 
 
 def _edge_guard_s(y: np.ndarray, wave: SquareWave, settings: LockinSettings) -> float:
