@@ -4,7 +4,7 @@ Writes synthetic logs (1,000,000 lines by default) to a temporary directory: ngi
 default format (`$time_local`), nginx with `$msec`, Apache common + `%D`, and CSV. Prints a
 table and writes `benchmarks/out/weblog_parse_speed.json`. Timing lives here, not in pytest.
 
-    .venv/bin/python benchmarks/weblog_parse_speed.py [--lines N]
+    .venv/bin/python -m benchmarks.weblog_parse_speed [--lines N]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benchmarks.results_md import update_section
 from coordinator.weblog import read_log
 from coordinator.weblog.apache_format import DEFAULT_LOG_FORMAT as APACHE_FORMAT
 from coordinator.weblog.nginx_format import DEFAULT_LOG_FORMAT as NGINX_FORMAT
@@ -109,6 +110,23 @@ def main() -> None:
     meta = {"python": platform.python_version(), "machine": platform.machine(), "best_of": 3}
     OUT.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
     print(f"wrote {OUT}")
+    update_section("weblog_parse_speed", _markdown(results, meta))
+
+
+def _markdown(results: dict[str, dict[str, float]], meta: dict[str, object]) -> str:
+    lines = [
+        "## Web-log parsing speed (`benchmarks/weblog_parse_speed.py`)",
+        "",
+        f"`read_log` on synthetic logs, best of {meta['best_of']}, one core, Python "
+        f"{meta['python']} on {meta['machine']}. Issue goal: a million lines in seconds "
+        "(the papers give no figure).",
+        "",
+        "| format | lines | best time (s) | lines/s |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {name} | {r['lines']:,} | {r['best_s']:.2f} | {r['lines_per_s']:,} |"
+              for name, r in results.items()]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
