@@ -55,26 +55,28 @@ def build_parser() -> argparse.ArgumentParser:
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    g = sub.add_parser(
-        "gradient", help="link gradient per transaction from a web log and an injection record",
-        description="Estimate each transaction's link gradient from a web log recorded during "
-                    "a square-wave injection. Requests before the record's start are the "
-                    "training data. Prints our estimate with its 95%% CI and the thesis's eq. 2.6.",
-        epilog=LOG_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_log_options(g)
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=summary, description=description, epilog=LOG_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        _add_log_options(p)
+        return p
+
+    g = command(
+        "gradient", "link gradient per transaction from a web log and an injection record",
+        "Estimate each transaction's link gradient from a web log recorded during a "
+        "square-wave injection. Requests before the record's start are the training data. "
+        "Prints our estimate with its 95% CI and the thesis's eq. 2.6.")
     g.add_argument("--injection", required=True, metavar="INJECTION.json",
                    help="injection record: start, period_s, cycles, magnitude_ms [, n_bins, link]")
     g.add_argument("--n-bins", type=int, default=None, metavar="N",
                    help="bins for the thesis estimate (default: the record's, else from -k)")
     g.set_defaults(run=gradient_command)
 
-    p = sub.add_parser(
-        "plan", help="plan an injection from training data: frequency, delay, duration",
-        description="From unperturbed requests alone: the thesis's training phase (bin size, "
-                    "quietest frequency, delay A_d = d·σ(FFT⁰)) and, for our estimator, the "
-                    "delay or the number of cycles a wanted CI half-width needs.",
-        epilog=LOG_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_log_options(p)
+    p = command(
+        "plan", "plan an injection from training data: frequency, delay, duration",
+        "From unperturbed requests alone: the thesis's training phase (bin size, quietest "
+        "frequency, delay A_d = d·σ(FFT⁰)) and, for our estimator, the delay or the number "
+        "of cycles a wanted CI half-width needs.")
     p.add_argument("--before", type=float, default=None, metavar="UNIX_S",
                    help="use requests before this time (default: the whole log)")
     p.add_argument("--n-bins", type=int, default=64, metavar="N",

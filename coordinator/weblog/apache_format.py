@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import re
 
-from coordinator.errors import InputError, Problem
 from coordinator.weblog.linespec import (
     CLF_TIME,
     DURATION,
     GENERIC,
-    LOG_FORMAT_FIELD,
     REQUEST,
     STATUS,
     Field,
@@ -23,6 +21,7 @@ from coordinator.weblog.linespec import (
     Var,
     compile_spec,
     group_name,
+    literal_between,
 )
 
 # Apache "common" plus the response time in microseconds, which "common" lacks.
@@ -110,13 +109,7 @@ def _pieces(text: str) -> list[str | Var]:
 
 def _literal(text: str, start: int, end: int) -> str:
     """Text between directives; a `%` there starts no valid directive."""
-    literal = text[start:end]
-    if "%" in literal:
-        column = start + literal.index("%") + 1
-        raise InputError(
-            Problem(f"'%' at column {column} of {text!r} is no directive", field=LOG_FORMAT_FIELD)
-        )
-    return literal
+    return literal_between(text, start, end, "%", "is no directive")
 
 
 def _unwrap(text: str) -> str:

@@ -225,3 +225,14 @@ def clf_to_s(text: str) -> float:
 def iso8601_to_s(text: str) -> float:
     """`2026-11-22T10:00:01+01:00` (nginx $time_iso8601) to unix seconds."""
     return datetime.fromisoformat(text).timestamp()
+
+
+def literal_between(text: str, start: int, end: int, sigil: str, meaning: str) -> str:
+    """Format text between two placeholders; a stray `sigil` there is an InputError."""
+    literal = text[start:end]
+    if sigil in literal:
+        column = start + literal.index(sigil) + 1
+        raise InputError(
+            Problem(f"'{sigil}' at column {column} of {text!r} {meaning}", field=LOG_FORMAT_FIELD)
+        )
+    return literal

@@ -26,6 +26,7 @@ from coordinator.weblog.linespec import (
     Var,
     compile_spec,
     group_name,
+    literal_between,
 )
 
 # nginx "combined" plus the response time, which "combined" lacks.
@@ -82,13 +83,7 @@ def _pieces(text: str) -> list[str | Var]:
 
 def _literal(text: str, start: int, end: int) -> str:
     """Text between variables; a `$` there is not followed by a variable name."""
-    literal = text[start:end]
-    if "$" in literal:
-        column = start + literal.index("$") + 1
-        raise InputError(
-            Problem(f"'$' at column {column} of {text!r} is not a variable", field=LOG_FORMAT_FIELD)
-        )
-    return literal
+    return literal_between(text, start, end, "$", "is not a variable")
 
 
 def _unwrap(text: str) -> str:
