@@ -116,3 +116,14 @@ def test_ci_covers_the_truth_90_to_98_percent_under_production_noise():
         g = np.array([e.gradient for e in ests[spec.name]])
         assert abs(g.mean() - spec.gradient) < 3.5 * g.std() / np.sqrt(len(g)), spec.name
     assert 0.90 <= hits / total <= 0.99
+
+
+def test_few_batches_fall_back_to_the_plainest_model():
+    # 2 cycles, a request every 2 s: 5 half-period batches; quadratic drift would leave 1 dof
+    wave = SquareWave(1000.0, 20.0, 2, 0.02)
+    t = np.arange(wave.start_s - wave.half_s + 0.5, wave.end_s, 2.0)
+    rng = np.random.default_rng(8)
+    est = lockin_gradient(t, 0.1 + 0.005 * rng.standard_normal(len(t)) + wave.delay_s(t), wave)
+    assert est.batches == 5
+    assert est.drift_degree == 0
+    assert est.dof == 3

@@ -187,7 +187,7 @@ def _fit_batches(
             continue
         if fit.dof >= settings.min_dof:
             return fit, degree, terms
-        fallback = fallback or (fit, degree, terms)
+        fallback = (fit, degree, terms)  # the plainest that fits has the most dof
     return fallback
 
 
