@@ -1,0 +1,197 @@
+"""The NFQUEUE delay engine: several links, each with its own queue, rule and schedule.
+
+Threads: one receiver drains every link's queue (netfilterqueue releases the GIL in recv) and
+hands packets to their `HoldingLine`; one releaser lets them go at their due time, waiting on
+an event until `spin_s` before it and spinning (yielding the GIL) the rest, so releases land
+within tens of microseconds. Stopping removes the rules first, drains what is still in the
+kernel's queues, and lets every held packet go: stopping never drops traffic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import selectors
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.errors import InputError, Problem, RuntimeFailure
+from injector.holding import HoldingLine
+from injector.link import Link
+from injector.nfq import bind_queue
+from injector.rules import Firewall, chain_name, queue_rule
+from injector.schedule import Schedule
+
+
+@dataclass
+class _Slot:
+    line: HoldingLine
+    queue: Any  # netfilterqueue.NetfilterQueue
+    rule: list[str]
+    fd: int
+
+
+class Engine:
+    """Delays packets of links by schedule until `close()`; use as a context manager."""
+
+    def __init__(self, queue_base: int = 4200, max_links: int = 16, spin_s: float = 3e-4,
+                 iptables: str = "iptables") -> None:
+        self.queue_base = queue_base
+        self.max_links = max_links
+        self.spin_s = spin_s
+        self.firewall = Firewall(chain_name(queue_base), iptables)
+        self.slots: dict[int, _Slot] = {}
+        self.callback_errors = 0
+        self.stale_removed = False
+        self._ids = itertools.count(1)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._idle = False
+        self._target = float("inf")
+        self._queue_lock = threading.Lock()  # a queue is never run while being unbound
+        self._selector = selectors.DefaultSelector()
+        self._pipe_r, self._pipe_w = os.pipe()
+        self._threads: list[threading.Thread] = []
+        self._started = False
+
+    # lifecycle -------------------------------------------------------------------------
+    def start(self) -> Engine:
+        self.stale_removed = self.firewall.remove_stale()
+        self.firewall.create()
+        self._selector.register(self._pipe_r, selectors.EVENT_READ, None)
+        for target, name in ((self._receive_loop, "receiver"), (self._release_loop, "releaser")):
+            thread = threading.Thread(target=target, name=f"injector-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self._started = True
+        return self
+
+    def __enter__(self) -> Engine:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove rules, stop threads, hand back every packet, unbind. Safe to call twice."""
+        if not self._started:
+            return
+        self._started = False
+        first: Exception | None = None
+        try:
+            self.firewall.teardown()  # no new packets reach the queues
+        except RuntimeFailure as e:
+            first = e
+        self._stop.set()
+        self._wake.set()
+        os.write(self._pipe_w, b"x")
+        for thread in self._threads:
+            thread.join(timeout=5.0)
+        for slot in list(self.slots.values()):
+            self._drain_and_unbind(slot)
+        self.slots.clear()
+        self._selector.close()
+        os.close(self._pipe_r)
+        os.close(self._pipe_w)
+        if first is not None:
+            raise first
+
+    # links -----------------------------------------------------------------------------
+    def add_link(self, link: Link, schedule: Schedule) -> int:
+        if len(self.slots) >= self.max_links:
+            raise InputError(Problem(f"at most {self.max_links} links at once", field="link"))
+        if any(slot.line.link == link for slot in self.slots.values()):
+            raise InputError(Problem(f"link {link} is already being delayed", field="link"))
+        link_id = next(self._ids)
+        line = HoldingLine(link, schedule, time.monotonic, time.time)
+        queue_num = self.queue_base + link_id
+        queue = bind_queue(queue_num, lambda packet: self._arrive(line, packet))
+        rule = queue_rule(self.firewall.chain, link, queue_num)
+        slot = _Slot(line, queue, rule, queue.get_fd())
+        self.slots[link_id] = slot
+        self._selector.register(slot.fd, selectors.EVENT_READ, slot)
+        try:
+            self.firewall.add(rule)
+        except RuntimeFailure:
+            self._forget(link_id)
+            raise
+        return link_id
+
+    def set_schedule(self, link_id: int, schedule: Schedule) -> int:
+        return self._slot(link_id).line.set_schedule(schedule)
+
+    def remove_link(self, link_id: int) -> dict[str, Any]:
+        slot = self._slot(link_id)
+        self.firewall.remove(slot.rule)
+        stats = slot.line.stats_json()
+        self._forget(link_id)
+        return stats
+
+    def stats(self) -> dict[int, dict[str, Any]]:
+        return {link_id: slot.line.stats_json() for link_id, slot in self.slots.items()}
+
+    def _slot(self, link_id: int) -> _Slot:
+        if link_id not in self.slots:
+            raise InputError(Problem(f"no link with id {link_id}", field="link_id"))
+        return self.slots[link_id]
+
+    def _forget(self, link_id: int) -> None:
+        slot = self.slots.pop(link_id)
+        with self._queue_lock:
+            self._selector.unregister(slot.fd)
+        self._drain_and_unbind(slot)
+
+    def _drain_and_unbind(self, slot: _Slot) -> None:
+        with self._queue_lock:
+            slot.queue.run(block=False)  # packets already in the kernel queue
+            slot.line.release_all()
+            slot.queue.unbind()
+
+    # threads ---------------------------------------------------------------------------
+    def _arrive(self, line: HoldingLine, packet: Any) -> None:
+        try:
+            due = line.arrive(packet)
+        except Exception:
+            self.callback_errors += 1
+            packet.accept()  # fail open: a bug here must not eat traffic
+            return
+        if due is not None and (self._idle or due < self._target):
+            self._wake.set()
+
+    def _receive_loop(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self._selector.select(timeout=0.5):
+                if key.data is None:
+                    os.read(self._pipe_r, 64)
+                    continue
+                with self._queue_lock:
+                    if key.data in self.slots.values():
+                        key.data.queue.run(block=False)
+
+    def _release_once(self) -> float | None:
+        now = time.monotonic()
+        dues = [slot.line.release(now) for slot in list(self.slots.values())]
+        pending = [d for d in dues if d is not None]
+        return min(pending) if pending else None
+
+    def _release_loop(self) -> None:
+        while not self._stop.is_set():
+            next_due = self._release_once()
+            if next_due is None:
+                self._idle = True
+                if self._release_once() is None:  # a packet may have come in meanwhile
+                    self._wake.wait(0.5)
+                self._wake.clear()
+                self._idle = False
+                continue
+            self._target = next_due
+            wait = next_due - time.monotonic()
+            if wait > self.spin_s:
+                self._wake.wait(wait - self.spin_s)
+                self._wake.clear()
+            else:
+                while time.monotonic() < next_due:
+                    time.sleep(0)  # spin, letting the receiver thread run
+            self._target = float("inf")

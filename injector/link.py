@@ -1,0 +1,73 @@
+"""A link as the injector matches it: protocol plus source and destination address and port.
+
+Port 0 means any port (DESIGN.md writes an ephemeral port as 0). An address may be a host or a
+CIDR network. A link with neither address would delay a whole protocol: refused.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from coordinator.errors import InputError, Problem
+
+PROTOCOLS = ("tcp", "udp", "icmp")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    address: str | None = None  # "10.0.0.2" or "10.0.0.0/24"; None: any
+    port: int = 0  # 0: any
+
+    def __str__(self) -> str:
+        return f"{self.address or '*'}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Link:
+    proto: str
+    src: Endpoint
+    dst: Endpoint
+
+    def __post_init__(self) -> None:
+        problems = link_problems(self)
+        if problems:
+            raise InputError(problems)
+
+    def __str__(self) -> str:
+        return f"{self.proto} {self.src} -> {self.dst}"
+
+
+def link_problems(link: Link) -> list[Problem]:
+    """Cross-field checks, all of them, before anything reaches the kernel."""
+    problems = []
+    if link.proto not in PROTOCOLS:
+        problems.append(Problem(f"protocol {link.proto!r} is not one of {PROTOCOLS}",
+                                field="proto"))
+    if link.proto == "icmp" and (link.src.port or link.dst.port):
+        problems.append(Problem("icmp has no ports", field="proto"))
+    if link.src.address is None and link.dst.address is None:
+        problems.append(Problem("give a source or destination address: a link without one "
+                                "would delay the whole protocol", field="dst"))
+    for name, end in (("src", link.src), ("dst", link.dst)):
+        if not 0 <= end.port <= 65535:
+            problems.append(Problem(f"port {end.port} is outside 0-65535", field=name))
+    return problems
+
+
+def parse_endpoint(text: str, field: str) -> Endpoint:
+    """`IP`, `IP:PORT`, `NET/PREFIX` or `NET/PREFIX:PORT` (IPv4)."""
+    host, sep, port_text = text.rpartition(":") if ":" in text else (text, "", "")
+    port = 0
+    if sep:
+        if not port_text.isdigit():
+            raise InputError(Problem(f"port {port_text!r} in {text!r} is not a number",
+                                     field=field))
+        port = int(port_text)
+    try:
+        network = ipaddress.IPv4Network(host, strict=False)
+    except ValueError as e:
+        raise InputError(Problem(f"{host!r} is not an IPv4 address or network: {e}",
+                                 field=field)) from e
+    address = str(network.network_address) if network.prefixlen == 32 else str(network)
+    return Endpoint(address, port)
