@@ -37,10 +37,11 @@ class Engine:
     """Delays packets of links by schedule until `close()`; use as a context manager."""
 
     def __init__(self, queue_base: int = 4200, max_links: int = 16, spin_s: float = 3e-4,
-                 iptables: str = "iptables") -> None:
+                 iptables: str = "iptables", max_queue_len: int = 4096) -> None:
         self.queue_base = queue_base
         self.max_links = max_links
         self.spin_s = spin_s
+        self.max_queue_len = max_queue_len
         self.firewall = Firewall(chain_name(queue_base), iptables)
         self.slots: dict[int, _Slot] = {}
         self.callback_errors = 0
@@ -58,6 +59,10 @@ class Engine:
 
     # lifecycle -------------------------------------------------------------------------
     def start(self) -> Engine:
+        # Owning the base queue (no rule points at it) makes the chain ours: a second daemon
+        # on the same base fails here, before it could take our live rules for stale ones.
+        self._lock_queue = bind_queue(self.queue_base, lambda packet: packet.accept(),
+                                      max_len=1)
         self.stale_removed = self.firewall.remove_stale()
         self.firewall.create()
         self._selector.register(self._pipe_r, selectors.EVENT_READ, None)
@@ -95,6 +100,7 @@ class Engine:
         self._selector.close()
         os.close(self._pipe_r)
         os.close(self._pipe_w)
+        self._lock_queue.unbind()
         if first is not None:
             raise first
 
@@ -107,7 +113,8 @@ class Engine:
         link_id = next(self._ids)
         line = HoldingLine(link, schedule, time.monotonic, time.time)
         queue_num = self.queue_base + link_id
-        queue = bind_queue(queue_num, lambda packet: self._arrive(line, packet))
+        queue = bind_queue(queue_num, lambda packet: self._arrive(line, packet),
+                           self.max_queue_len)
         rule = queue_rule(self.firewall.chain, link, queue_num)
         slot = _Slot(line, queue, rule, queue.get_fd())
         self.slots[link_id] = slot

@@ -1,0 +1,5 @@
+import sys
+
+from injector.daemon import main
+
+sys.exit(main())

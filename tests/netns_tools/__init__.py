@@ -1,0 +1,1 @@
+"""Helpers for tests that build network namespaces (root only)."""

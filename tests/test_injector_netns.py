@@ -1,0 +1,204 @@
+"""The injector on real packets between network namespaces (root; CI runs them)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import time
+
+import pytest
+
+from tests.netns_tools.hosts import DaemonClient, Hosts, make_pair, make_routed
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and iptables need root"),
+    pytest.mark.skipif(shutil.which("iptables") is None, reason="iptables is not installed"),
+]
+
+TCP_DELAYED, TCP_OTHER, UDP_PORT = 7101, 7102, 7103
+
+
+@pytest.fixture
+def pair():
+    hosts = make_pair()
+    try:
+        hosts.echo_servers("b", [TCP_DELAYED, TCP_OTHER], [UDP_PORT])
+        yield hosts
+    finally:
+        hosts.remove()
+
+
+@pytest.fixture
+def daemon(pair):
+    client = DaemonClient(pair, "a", "--queue", "5200")
+    yield client
+    if client.proc.poll() is None:
+        client.proc.stdin.close()
+        client.proc.wait(timeout=15)
+
+
+def added_ms(probe: dict, base: dict) -> float:
+    return (statistics.median(probe["rtt"]) - statistics.median(base["rtt"])) * 1e3
+
+
+def constant(ms: float) -> dict:
+    return {"kind": "constant", "magnitude_ms": ms}
+
+
+def test_constant_delay_on_that_link_only(pair, daemon):
+    b = pair.addresses["b"]
+    base_tcp = pair.probe("a", "tcp", b, TCP_DELAYED, 20, 0.01)
+    base_udp = pair.probe("a", "udp", b, UDP_PORT, 20, 0.01)
+    daemon.ok("add", link={"proto": "tcp", "dst": f"{b}:{TCP_DELAYED}"}, schedule=constant(20))
+    daemon.ok("add", link={"proto": "udp", "dst": f"{b}:{UDP_PORT}"}, schedule=constant(10))
+    daemon.ok("add", link={"proto": "icmp", "dst": b}, schedule=constant(15))
+    assert added_ms(pair.probe("a", "tcp", b, TCP_DELAYED, 20, 0.01), base_tcp) == pytest.approx(
+        20, abs=1.0)
+    assert added_ms(pair.probe("a", "udp", b, UDP_PORT, 20, 0.01), base_udp) == pytest.approx(
+        10, abs=1.0)
+    other = pair.probe("a", "tcp", b, TCP_OTHER, 20, 0.01)  # same hosts, another port
+    assert statistics.median(other["rtt"]) * 1e3 < 1.0
+    ping = pair.exec("a", "ping", "-c", "5", "-i", "0.05", "-q", b).stdout
+    avg_ms = float(ping.strip().splitlines()[-1].split("=")[1].split("/")[1])
+    assert avg_ms == pytest.approx(15, abs=1.0)
+    stats = daemon.ok("stats", link_id=1)["links"]["1"]["schedules"]["0"]["constant"]
+    assert stats["actual"]["count"] >= 20  # at least the 20 data segments (ACKs piggyback)
+    assert stats["actual"]["mean_ms"] == pytest.approx(20, abs=0.5)
+
+
+def _edges(probe: dict, magnitude_s: float, base_s: float) -> tuple[list[float], list[float]]:
+    """Send times where the added delay switches on (first delayed) and off (last delayed)."""
+    delayed = [r - base_s > 0.9 * magnitude_s for r in probe["rtt"]]
+    rising = [probe["sent"][i] for i in range(1, len(delayed)) if delayed[i] and not delayed[i - 1]]
+    falling = [probe["sent"][i - 1] for i in range(1, len(delayed))
+               if delayed[i - 1] and not delayed[i]]
+    return rising, falling
+
+
+def test_square_wave_edges_are_on_schedule_and_order_holds(pair, daemon):
+    b = pair.addresses["b"]
+    base = statistics.median(pair.probe("a", "udp", b, UDP_PORT, 50, 0.002)["rtt"])
+    start = time.time() + 0.6
+    period, magnitude_ms = 0.4, 8.0
+    daemon.ok("add", link={"proto": "udp", "dst": f"{b}:{UDP_PORT}"},
+              schedule={"kind": "square", "start": start, "period_s": period,
+                        "magnitude_ms": magnitude_ms, "cycles": 3})
+    probe = pair.probe("a", "udp", b, UDP_PORT, 1000, 0.002)  # 2 s at 500/s
+    rising, falling = _edges(probe, magnitude_ms / 1e3, base)
+    want_rising = [start + i * period for i in range(3)]
+    want_falling = [start + i * period + period / 2 for i in range(3)]
+    assert len(rising) == 3
+    assert len(falling) == 3
+    # a probe every 2 ms: an edge shows within one interval after it; tolerance 1 ms beyond
+    for got, want in zip(rising + falling, want_rising + want_falling, strict=True):
+        assert want - 0.001 <= got <= want + 0.003, (got - want)
+    assert probe["seq"] == sorted(probe["seq"])  # in-flow order across every edge
+    assert len(probe["seq"]) == 1000  # nothing lost
+
+
+def _assert_clean(hosts: Hosts) -> None:
+    assert "LINKGRAD" not in hosts.iptables_rules("a")
+    b = hosts.addresses["b"]
+    assert statistics.median(hosts.probe("a", "tcp", b, TCP_DELAYED, 5, 0.0)["rtt"]) < 0.002
+
+
+@pytest.mark.parametrize("how", ["stop", "stdin", "sigterm", "sigkill"])
+def test_nothing_is_left_after_the_daemon_ends(pair, daemon, how):
+    b = pair.addresses["b"]
+    daemon.ok("add", link={"proto": "tcp", "dst": f"{b}:{TCP_DELAYED}"}, schedule=constant(50))
+    assert "LINKGRAD-Q5200" in pair.iptables_rules("a")
+    proc = daemon.proc
+    if how == "stop":
+        assert daemon.request("stop")["ok"]
+    elif how == "stdin":
+        proc.stdin.close()
+    else:
+        # the daemon is python under `ip netns exec` (which execs): the same pid
+        os.kill(proc.pid, signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+    proc.wait(timeout=15)
+    if how != "sigkill":
+        assert daemon.read()["event"] == "stopped"
+    deadline = time.monotonic() + 10
+    while "LINKGRAD" in pair.iptables_rules("a") and time.monotonic() < deadline:
+        time.sleep(0.05)  # after SIGKILL the reaper removes them; give it its moment
+    _assert_clean(pair)
+
+
+def test_stale_rules_of_a_killed_daemon_are_removed_at_start(pair):
+    pair.exec("a", "iptables", "-N", "LINKGRAD-Q5300")
+    pair.exec("a", "iptables", "-I", "OUTPUT", "1", "-j", "LINKGRAD-Q5300")
+    pair.exec("a", "iptables", "-A", "LINKGRAD-Q5300", "-p", "tcp", "-j", "NFQUEUE",
+              "--queue-num", "5301", "--queue-bypass")
+    client = DaemonClient(pair, "a", "--queue", "5300")
+    try:
+        assert client.ready["stale_removed"] is True
+        assert "5301" not in pair.iptables_rules("a")
+    finally:
+        client.proc.stdin.close()
+        client.proc.wait(timeout=15)
+
+
+def test_a_queue_in_use_is_a_clear_error(pair, daemon):
+    second = DaemonClient(pair, "a", "--queue", "5200")
+    assert second.ready["event"] == "error"
+    assert "in use" in second.ready["message"]
+    assert second.proc.wait(timeout=15) == 1
+    assert daemon.ok("health")["chain"] == "LINKGRAD-Q5200"  # the first is untouched
+
+
+def test_bad_requests_get_input_errors_and_the_daemon_lives_on(pair, daemon):
+    b = pair.addresses["b"]
+    reply = daemon.request("add", link={"proto": "tcp", "dst": f"{b}:{TCP_DELAYED}"},
+                           schedule={"kind": "square", "magnitude_ms": 900, "period_s": 1,
+                                     "cycles": 2})
+    assert reply["error"]["kind"] == "input"
+    assert "cap" in reply["error"]["message"]
+    reply = daemon.request("add", link={"proto": "tcp", "dst": "not-an-ip"},
+                           schedule=constant(5))
+    assert "not an IPv4 address" in reply["error"]["message"]
+    reply = daemon.request("add", link={"proto": "tcp", "dst": b},
+                           schedule={"kind": "constant", "magnitud_ms": 5})
+    assert "magnitud_ms" in reply["error"]["message"]
+    assert daemon.request("bogus")["error"]["kind"] == "input"
+    assert daemon.ok("health")["links"] == 0
+
+
+def test_forwarded_packets_are_delayed_by_a_daemon_on_the_router():
+    hosts = make_routed()
+    try:
+        hosts.echo_servers("b", [TCP_DELAYED], [])
+        b = hosts.addresses["b"]
+        base = hosts.probe("a", "tcp", b, TCP_DELAYED, 20, 0.01)
+        router = DaemonClient(hosts, "r", "--queue", "5400")
+        router.ok("add", link={"proto": "tcp", "src": hosts.addresses["a"],
+                               "dst": f"{b}:{TCP_DELAYED}"}, schedule=constant(12))
+        delayed = hosts.probe("a", "tcp", b, TCP_DELAYED, 20, 0.01)
+        assert added_ms(delayed, base) == pytest.approx(12, abs=1.0)
+        router.proc.stdin.close()
+        router.proc.wait(timeout=15)
+        assert "LINKGRAD" not in hosts.iptables_rules("r")
+    finally:
+        hosts.remove()
+
+
+def test_a_stalled_daemon_fails_open(pair):
+    """SIGSTOP the daemon: the kernel queue fills, then packets pass instead of dropping."""
+    b = pair.addresses["b"]
+    client = DaemonClient(pair, "a", "--queue", "5500", "--max-queue-len", "16")
+    try:
+        client.ok("add", link={"proto": "udp", "dst": f"{b}:{UDP_PORT}"}, schedule=constant(1))
+        os.kill(client.proc.pid, signal.SIGSTOP)
+        try:
+            probe = pair.probe("a", "udp", b, UDP_PORT, 200, 0.001)
+        finally:
+            os.kill(client.proc.pid, signal.SIGCONT)
+        answered = sum(1 for r in probe["rtt"] if r == r)  # not NaN
+        assert answered >= 200 - 16 - 5  # all but the queued ones came back while stalled
+    finally:
+        client.proc.stdin.close()
+        client.proc.wait(timeout=15)
+    assert subprocess.run(["true"], check=True)
