@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +205,24 @@ def test_a_stalled_daemon_fails_open(pair):
         client.proc.stdin.close()
         client.proc.wait(timeout=15)
     assert subprocess.run(["true"], check=True)
+
+
+def test_linkgrad_inject_runs_in_the_foreground_and_reports_on_sigterm(pair):
+    b = pair.addresses["b"]
+    linkgrad = str(Path(sys.executable).parent / "linkgrad")
+    proc = pair.popen("a", linkgrad, "inject", "--proto", "udp", "--dst", f"{b}:{UDP_PORT}",
+                      "--square", "0.2:6", "--duration", "30", "--queue", "5700", "--json",
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 10
+    while "LINKGRAD-Q5700" not in pair.iptables_rules("a"):
+        assert time.monotonic() < deadline, "rules never appeared"
+        time.sleep(0.05)
+    pair.probe("a", "udp", b, UDP_PORT, 200, 0.002)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+
+    stats = json.loads(out)["schedules"]["0"]
+    assert stats["on"]["actual"]["mean_ms"] == pytest.approx(6, abs=0.3)
+    assert stats["on"]["actual"]["count"] + stats["off"]["actual"]["count"] >= 200
+    assert "LINKGRAD" not in pair.iptables_rules("a")

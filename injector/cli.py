@@ -1,0 +1,118 @@
+"""`linkgrad inject`: the injector in the foreground for a person at a terminal.
+
+Runs one link's schedule until the duration ends, Ctrl-C or SIGTERM, then removes its rules and
+prints the delay it actually applied (calipers per phase).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import threading
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from coordinator.errors import InputError, Problem
+from injector.engine import Engine
+from injector.link import Endpoint, Link, parse_endpoint
+from injector.schedule import Caps, schedule_from_json
+
+EPILOG = """\
+examples:
+  linkgrad inject --dst 10.0.0.5:5432 --constant 20 --duration 60
+  linkgrad inject --src 10.0.0.4 --dst 10.0.0.5:5432 --square 30:15 --cycles 8
+  linkgrad inject --proto icmp --dst 10.0.0.5 --constant 5 --duration 10 --json"""
+
+
+def add_inject_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "inject", help="delay one link's packets now (foreground; stats on exit)",
+        description="Delay the packets of one link through NFQUEUE (needs root and iptables). "
+                    "A port of 0 or none matches any port. On exit prints the delay actually "
+                    "applied per phase.", epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dst", metavar="IP[:PORT]", help="destination address (and port)")
+    p.add_argument("--src", metavar="IP[:PORT]", help="source address (and port)")
+    p.add_argument("--proto", choices=["tcp", "udp", "icmp"], default="tcp")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--constant", type=float, metavar="MS", help="a constant delay")
+    how.add_argument("--square", metavar="PERIOD_S:MS", help="a square wave, on first")
+    p.add_argument("--cycles", type=int, help="square-wave cycles (default: fill --duration)")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("--loss", type=float, default=0.0, metavar="F",
+                   help="also drop this fraction of the link's packets while on")
+    p.add_argument("--queue", type=int, default=4100, help="base NFQUEUE number (default 4100)")
+    p.add_argument("--max-magnitude-ms", type=float, default=Caps.max_magnitude_ms)
+    p.add_argument("--max-duration-s", type=float, default=Caps.max_duration_s)
+    p.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    p.set_defaults(run=inject_command)
+
+
+def schedule_request(args: argparse.Namespace, caps: Caps) -> tuple[dict[str, Any], float]:
+    """The schedule JSON the daemon would get, and how long to run."""
+    if args.constant is not None:
+        duration = args.duration or caps.max_duration_s
+        spec = {"kind": "constant", "magnitude_ms": args.constant, "duration_s": duration}
+    else:
+        period_text, _, ms_text = args.square.partition(":")
+        try:
+            period, ms = float(period_text), float(ms_text)
+        except ValueError as e:
+            raise InputError(Problem(f"expected PERIOD_S:MS, got {args.square!r}",
+                                     field="--square")) from e
+        limit = args.duration or caps.max_duration_s
+        cycles = args.cycles or max(1, int(limit // period))
+        spec = {"kind": "square", "period_s": period, "magnitude_ms": ms, "cycles": cycles}
+        duration = min(limit, cycles * period)
+    if args.loss:
+        spec["loss_fraction"] = args.loss
+    return spec, duration
+
+
+def inject_command(args: argparse.Namespace) -> int:
+    if not args.dst and not args.src:
+        raise InputError(Problem("give --dst or --src", field="--dst"))
+    src = parse_endpoint(args.src, "--src") if args.src else None
+    dst = parse_endpoint(args.dst, "--dst") if args.dst else None
+    link = Link(args.proto, src or Endpoint(), dst or Endpoint())
+    caps = Caps(args.max_magnitude_ms, args.max_duration_s)
+    spec, duration = schedule_request(args, caps)
+    schedule = schedule_from_json(spec, time.time(), caps, where="--square"
+                                  if args.square else "--constant")
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        with Engine(queue_base=args.queue) as engine:
+            link_id = engine.add_link(link, schedule)
+            if not args.json:
+                Console(stderr=True).print(f"delaying {link} for {duration:g} s (Ctrl-C stops)")
+            with contextlib.suppress(KeyboardInterrupt):
+                stop.wait(duration)
+            stats = engine.remove_link(link_id)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _print_stats(stats, args.json)
+    return 0
+
+
+def _print_stats(stats: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(stats, indent=2))
+        return
+    table = Table("phase", "packets", "mean ms", "std ms", "min ms", "max ms", "mean error ms",
+                  title=f"delay actually applied: {stats['link']}")
+    for phases in stats["schedules"].values():
+        for phase, s in phases.items():
+            a = s["actual"]
+            if a["count"]:
+                table.add_row(phase, str(a["count"]), f"{a['mean_ms']:.3f}", f"{a['std_ms']:.3f}",
+                              f"{a['min_ms']:.3f}", f"{a['max_ms']:.3f}",
+                              f"{s['error']['mean_ms']:+.3f}")
+    Console().print(table)
+    if stats["dropped"]:
+        Console().print(f"dropped (loss mode): {stats['dropped']}")
