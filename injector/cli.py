@@ -20,6 +20,7 @@ from rich.table import Table
 from coordinator.errors import InputError, Problem
 from injector.engine import Engine
 from injector.link import Endpoint, Link, parse_endpoint
+from injector.netem import NetemDelay, NetemUnavailable
 from injector.schedule import Caps, schedule_from_json
 
 EPILOG = """\
@@ -46,6 +47,10 @@ def add_inject_parser(sub: Any) -> None:
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     p.add_argument("--loss", type=float, default=0.0, metavar="F",
                    help="also drop this fraction of the link's packets while on")
+    p.add_argument("--backend", choices=["nfqueue", "netem"], default="nfqueue",
+                   help="nfqueue (per link, measures every packet) or netem (everything "
+                        "leaving --dev; falls back to nfqueue where the kernel has no netem)")
+    p.add_argument("--dev", metavar="IFACE", help="interface for the netem backend")
     p.add_argument("--queue", type=int, default=4100, help="base NFQUEUE number (default 4100)")
     p.add_argument("--max-magnitude-ms", type=float, default=Caps.max_magnitude_ms)
     p.add_argument("--max-duration-s", type=float, default=Caps.max_duration_s)
@@ -75,6 +80,13 @@ def schedule_request(args: argparse.Namespace, caps: Caps) -> tuple[dict[str, An
 
 
 def inject_command(args: argparse.Namespace) -> int:
+    if args.backend == "netem":
+        if not args.dev:
+            raise InputError(Problem("the netem backend needs an interface", field="--dev"))
+        try:
+            return _netem(args)
+        except NetemUnavailable as e:
+            Console(stderr=True).print(f"{e}: falling back to the nfqueue backend")
     if not args.dst and not args.src:
         raise InputError(Problem("give --dst or --src", field="--dst"))
     src = parse_endpoint(args.src, "--src") if args.src else None
@@ -97,6 +109,22 @@ def inject_command(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     _print_stats(stats, args.json)
+    return 0
+
+
+def _netem(args: argparse.Namespace) -> int:
+    caps = Caps(args.max_magnitude_ms, args.max_duration_s)
+    spec, duration = schedule_request(args, caps)
+    schedule = schedule_from_json(spec, time.time(), caps)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        with NetemDelay(args.dev, schedule) as netem, contextlib.suppress(KeyboardInterrupt):
+            stop.wait(duration)
+        stats = netem.stats_json()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(json.dumps(stats, indent=2) if args.json else f"netem on {args.dev}: {stats}")
     return 0
 
 

@@ -28,6 +28,8 @@ class Schedule(Protocol):
     @property
     def end_s(self) -> float | None: ...  # None: never ends by itself
 
+    def next_change_s(self, now_s: float) -> float | None: ...  # next edge after now, if any
+
 
 @dataclass(frozen=True)
 class Off:
@@ -39,6 +41,9 @@ class Off:
 
     def delay_s(self, now_s: float) -> float:
         return 0.0
+
+    def next_change_s(self, now_s: float) -> float | None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,9 @@ class Constant:
 
     def delay_s(self, now_s: float) -> float:
         return self.magnitude_s if self.start_s <= now_s < self.end_s else 0.0
+
+    def next_change_s(self, now_s: float) -> float | None:
+        return next((t for t in (self.start_s, self.end_s) if t > now_s), None)
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,13 @@ class Square:
 
     def delay_s(self, now_s: float) -> float:
         return self.magnitude_s if self.phase(now_s) == ON else 0.0
+
+    def next_change_s(self, now_s: float) -> float | None:
+        if now_s < self.start_s:
+            return self.start_s
+        half = self.period_s / 2
+        edge = self.start_s + (int((now_s - self.start_s) // half) + 1) * half
+        return edge if edge <= self.end_s else None
 
 
 @dataclass(frozen=True)
@@ -125,10 +140,15 @@ def schedule_from_json(data: object, now_s: float, caps: Caps, where: str = "sch
     except ValidationError as e:
         raise InputError([
             Problem("unknown field" if err["type"] == "extra_forbidden" else err["msg"],
-                    field=".".join([where, *(str(p) for p in err["loc"])]))
+                    field=".".join([where, *(str(p) for p in _without_tag(err["loc"]))]))
             for err in e.errors()
         ]) from e
     return build_schedule(spec, now_s, caps, where)
+
+
+def _without_tag(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """pydantic puts the union's tag first in an error's path; a person reads the field."""
+    return loc[1:] if loc and loc[0] in ("off", "constant", "square") else loc
 
 
 def build_schedule(

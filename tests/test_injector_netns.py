@@ -226,3 +226,59 @@ def test_linkgrad_inject_runs_in_the_foreground_and_reports_on_sigterm(pair):
     assert stats["on"]["actual"]["mean_ms"] == pytest.approx(6, abs=0.3)
     assert stats["on"]["actual"]["count"] + stats["off"]["actual"]["count"] >= 200
     assert "LINKGRAD" not in pair.iptables_rules("a")
+
+
+def _kernel_has_netem(hosts: Hosts) -> bool:
+    probe = hosts.exec("a", "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms",
+                       check=False)
+    if probe.returncode == 0:
+        hosts.exec("a", "tc", "qdisc", "del", "dev", "lo", "root")
+        return True
+    assert "qdisc kind is unknown" in probe.stderr, probe.stderr
+    return False
+
+
+def _inject(hosts: Hosts, *args: str) -> subprocess.Popen[str]:
+    linkgrad = str(Path(sys.executable).parent / "linkgrad")
+    return hosts.popen("a", linkgrad, "inject", *args, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+
+
+def test_netem_backend_on_a_kernel_without_it_says_so_and_falls_back(pair):
+    if _kernel_has_netem(pair):
+        pytest.skip("this kernel has sch_netem; the fallback is for kernels without it")
+    b = pair.addresses["b"]
+    dev = f"{pair.tag}ab"
+    proc = _inject(pair, "--backend", "netem", "--dev", dev, "--proto", "udp", "--dst",
+                   f"{b}:{UDP_PORT}", "--constant", "7", "--duration", "30", "--queue", "5800",
+                   "--json")
+    deadline = time.monotonic() + 10
+    while "LINKGRAD-Q5800" not in pair.iptables_rules("a"):
+        assert time.monotonic() < deadline, "the nfqueue fallback never started"
+        time.sleep(0.05)
+    pair.probe("a", "udp", b, UDP_PORT, 20, 0.005)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=15)
+    assert "no sch_netem" in err
+    assert "falling back to the nfqueue backend" in err
+    assert json.loads(out)["schedules"]["0"]["constant"]["actual"]["mean_ms"] == pytest.approx(
+        7, abs=0.3)
+
+
+def test_netem_backend_square_wave_on_an_interface(pair):
+    if not _kernel_has_netem(pair):
+        pytest.skip("this kernel has no sch_netem (tc: 'Specified qdisc kind is unknown')")
+    b = pair.addresses["b"]
+    base = statistics.median(pair.probe("a", "udp", b, UDP_PORT, 50, 0.002)["rtt"])
+    proc = _inject(pair, "--backend", "netem", "--dev", f"{pair.tag}ab", "--square", "0.4:8",
+                   "--cycles", "3", "--json")
+    deadline = time.monotonic() + 10
+    while "netem" not in pair.exec("a", "tc", "qdisc", "show").stdout:
+        assert time.monotonic() < deadline, "netem qdisc never appeared"
+        time.sleep(0.01)
+    probe = pair.probe("a", "udp", b, UDP_PORT, 550, 0.002)  # 1.1 s of the 1.2 s wave
+    out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    delayed = [r - base > 0.007 for r in probe["rtt"]]
+    assert 0.3 < sum(delayed) / len(delayed) < 0.7
+    assert "qdisc netem" not in pair.exec("a", "tc", "qdisc", "show").stdout
