@@ -281,4 +281,5 @@ def test_netem_backend_square_wave_on_an_interface(pair):
     assert proc.returncode == 0, err
     delayed = [r - base > 0.007 for r in probe["rtt"]]
     assert 0.3 < sum(delayed) / len(delayed) < 0.7
+    assert json.loads(out)["edge_lateness"]["count"] == 5  # 6 edges; the first is the add
     assert "qdisc netem" not in pair.exec("a", "tc", "qdisc", "show").stdout
