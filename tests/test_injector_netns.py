@@ -59,8 +59,8 @@ def test_constant_delay_on_that_link_only(pair, daemon):
     daemon.ok("add", link={"proto": "tcp", "dst": f"{b}:{TCP_DELAYED}"}, schedule=constant(20))
     daemon.ok("add", link={"proto": "udp", "dst": f"{b}:{UDP_PORT}"}, schedule=constant(10))
     daemon.ok("add", link={"proto": "icmp", "dst": b}, schedule=constant(15))
-    assert added_ms(pair.probe("a", "tcp", b, TCP_DELAYED, 20, 0.01), base_tcp) == pytest.approx(
-        20, abs=1.0)
+    tcp_added = added_ms(pair.probe("a", "tcp", b, TCP_DELAYED, 20, 0.01), base_tcp)
+    assert tcp_added == pytest.approx(20, abs=1.0)
     assert added_ms(pair.probe("a", "udp", b, UDP_PORT, 20, 0.01), base_udp) == pytest.approx(
         10, abs=1.0)
     other = pair.probe("a", "tcp", b, TCP_OTHER, 20, 0.01)  # same hosts, another port
@@ -70,7 +70,8 @@ def test_constant_delay_on_that_link_only(pair, daemon):
     assert avg_ms == pytest.approx(15, abs=1.0)
     stats = daemon.ok("stats", link_id=1)["links"]["1"]["schedules"]["0"]["constant"]
     assert stats["actual"]["count"] >= 20  # at least the 20 data segments (ACKs piggyback)
-    assert stats["actual"]["mean_ms"] == pytest.approx(20, abs=0.5)
+    assert stats["actual"]["mean_ms"] == pytest.approx(tcp_added, abs=0.5)  # it tells the truth
+    assert stats["error"]["min_ms"] >= 0  # never released before its time
 
 
 def _edges(probe: dict, magnitude_s: float, base_s: float) -> tuple[list[float], list[float]]:
@@ -96,9 +97,16 @@ def test_square_wave_edges_are_on_schedule_and_order_holds(pair, daemon):
     want_falling = [start + i * period + period / 2 for i in range(3)]
     assert len(rising) == 3
     assert len(falling) == 3
-    # a probe every 2 ms: an edge shows within one interval after it; tolerance 1 ms beyond
-    for got, want in zip(rising + falling, want_rising + want_falling, strict=True):
-        assert want - 0.001 <= got <= want + 0.003, (got - want)
+    # A probe every 2 ms: the first delayed probe goes out within one interval after a rising
+    # edge, the last delayed one within one interval before a falling edge. Beyond that, the
+    # median edge is within 1 ms of schedule, and on a loaded machine none is off by 3 ms.
+    interval = 0.002
+    errors = [max(0.0, want - got, got - want - interval)
+              for got, want in zip(rising, want_rising, strict=True)]
+    errors += [max(0.0, want - interval - got, got - want)
+               for got, want in zip(falling, want_falling, strict=True)]
+    assert statistics.median(errors) <= 0.001, errors
+    assert max(errors) <= 0.003, errors
     assert probe["seq"] == sorted(probe["seq"])  # in-flow order across every edge
     assert len(probe["seq"]) == 1000  # nothing lost
 
