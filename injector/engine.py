@@ -66,6 +66,9 @@ class Engine:
 
     # lifecycle -------------------------------------------------------------------------
     def start(self) -> Engine:
+        if os.geteuid() != 0:
+            raise RuntimeFailure("the injector needs root (CAP_NET_ADMIN): it changes iptables "
+                                 "rules and reads NFQUEUE")
         # Owning the base queue (no rule points at it) makes the chain ours: a second daemon
         # on the same base fails here, before it could take our live rules for stale ones.
         self._lock_queue = bind_queue(self.queue_base, lambda packet: packet.accept(),

@@ -150,3 +150,21 @@ def test_fail_open_config_message_layout():
     assert struct.unpack("!H", msg[18:20]) == (4201,)
     assert msg[20:] == (struct.pack("=HH", 8, 4) + struct.pack("!I", 1)
                         + struct.pack("=HH", 8, 5) + struct.pack("!I", 1))
+
+
+def test_engine_refuses_to_start_without_root(monkeypatch):
+    from coordinator.errors import RuntimeFailure
+    from injector import engine
+
+    monkeypatch.setattr(engine.os, "geteuid", lambda: 1000)
+    eng = engine.Engine.__new__(engine.Engine)  # start() checks root before touching anything
+    with pytest.raises(RuntimeFailure, match="needs root"):
+        engine.Engine.start(eng)
+
+
+def test_missing_iptables_is_a_clear_error():
+    from coordinator.errors import RuntimeFailure
+    from injector.rules import Firewall
+
+    with pytest.raises(RuntimeFailure, match="iptables-nonexistent not found"):
+        Firewall("LINKGRAD-Q1", iptables="iptables-nonexistent")
