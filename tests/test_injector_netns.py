@@ -215,16 +215,17 @@ def test_a_stalled_daemon_fails_open(pair):
     assert subprocess.run(["true"], check=True)
 
 
+def _inject(hosts: Hosts, *args: str) -> subprocess.Popen[str]:
+    linkgrad = str(Path(sys.executable).parent / "linkgrad")
+    return hosts.popen("a", linkgrad, "inject", *args, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+
+
 def test_linkgrad_inject_runs_in_the_foreground_and_reports_on_sigterm(pair):
     b = pair.addresses["b"]
-    linkgrad = str(Path(sys.executable).parent / "linkgrad")
-    proc = pair.popen("a", linkgrad, "inject", "--proto", "udp", "--dst", f"{b}:{UDP_PORT}",
-                      "--square", "0.2:6", "--duration", "30", "--queue", "5700", "--json",
-                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 10
-    while "LINKGRAD-Q5700" not in pair.iptables_rules("a"):
-        assert time.monotonic() < deadline, "rules never appeared"
-        time.sleep(0.05)
+    proc = _inject(pair, "--proto", "udp", "--dst", f"{b}:{UDP_PORT}", "--square", "0.2:6",
+                   "--duration", "30", "--queue", "5700", "--json")
+    pair.wait_for_rules("a", "LINKGRAD-Q5700")
     pair.probe("a", "udp", b, UDP_PORT, 200, 0.002)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=15)
@@ -246,12 +247,6 @@ def _kernel_has_netem(hosts: Hosts) -> bool:
     return False
 
 
-def _inject(hosts: Hosts, *args: str) -> subprocess.Popen[str]:
-    linkgrad = str(Path(sys.executable).parent / "linkgrad")
-    return hosts.popen("a", linkgrad, "inject", *args, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE)
-
-
 def test_netem_backend_on_a_kernel_without_it_says_so_and_falls_back(pair):
     if _kernel_has_netem(pair):
         pytest.skip("this kernel has sch_netem; the fallback is for kernels without it")
@@ -260,10 +255,7 @@ def test_netem_backend_on_a_kernel_without_it_says_so_and_falls_back(pair):
     proc = _inject(pair, "--backend", "netem", "--dev", dev, "--proto", "udp", "--dst",
                    f"{b}:{UDP_PORT}", "--constant", "7", "--duration", "30", "--queue", "5800",
                    "--json")
-    deadline = time.monotonic() + 10
-    while "LINKGRAD-Q5800" not in pair.iptables_rules("a"):
-        assert time.monotonic() < deadline, "the nfqueue fallback never started"
-        time.sleep(0.05)
+    pair.wait_for_rules("a", "LINKGRAD-Q5800")  # the nfqueue fallback started
     pair.probe("a", "udp", b, UDP_PORT, 20, 0.005)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=15)

@@ -8,6 +8,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,13 @@ class Hosts:
 
     def iptables_rules(self, host: str) -> str:
         return self.exec(host, "iptables", "-S").stdout
+
+    def wait_for_rules(self, host: str, chain: str, timeout_s: float = 10.0) -> None:
+        """Until `chain` is in the host's rules (a daemon or `linkgrad inject` has started)."""
+        deadline = time.monotonic() + timeout_s
+        while chain not in self.iptables_rules(host):
+            assert time.monotonic() < deadline, f"{chain} never appeared on {host}"
+            time.sleep(0.05)
 
     def remove(self) -> None:
         for proc in self.procs:
