@@ -283,3 +283,24 @@ def test_netem_backend_square_wave_on_an_interface(pair):
     assert 0.3 < sum(delayed) / len(delayed) < 0.7
     assert json.loads(out)["edge_lateness"]["count"] == 5  # 6 edges; the first is the add
     assert "qdisc netem" not in pair.exec("a", "tc", "qdisc", "show").stdout
+
+
+def test_schedule_changes_at_run_time_and_loss_mode(pair, daemon):
+    b = pair.addresses["b"]
+    base = pair.probe("a", "udp", b, UDP_PORT, 20, 0.005)
+    link = daemon.ok("add", link={"proto": "udp", "dst": f"{b}:{UDP_PORT}"},
+                     schedule=constant(12))["link_id"]
+    assert added_ms(pair.probe("a", "udp", b, UDP_PORT, 20, 0.005), base) == pytest.approx(
+        12, abs=1.0)
+    assert daemon.ok("schedule", link_id=link, schedule={"kind": "off"})["schedule_id"] == 1
+    assert added_ms(pair.probe("a", "udp", b, UDP_PORT, 20, 0.005), base) < 0.5
+    daemon.ok("schedule", link_id=link,
+              schedule={"kind": "constant", "magnitude_ms": 3, "loss_fraction": 0.5})
+    lossy = pair.probe("a", "udp", b, UDP_PORT, 400, 0.002)
+    answered = [r for r in lossy["rtt"] if r == r]
+    assert 0.4 < len(answered) / 400 < 0.6
+    assert statistics.median(answered) - statistics.median(base["rtt"]) == pytest.approx(
+        0.003, abs=0.001)
+    stats = daemon.ok("stats", link_id=link)["links"][str(link)]
+    assert stats["dropped"] == 400 - len(answered)
+    assert set(stats["schedules"]) == {"0", "1", "2"}  # statistics kept per schedule
