@@ -1,0 +1,216 @@
+"""The testbed's application server: an ASGI app (Starlette) served by uvicorn on app hosts.
+
+Every backend connection is persistent (asyncpg pool, memcached client, HTTP keep-alive), so
+one call is one crossing of the link each way, and the expected gradients in
+`testbed.transactions` are the crossings on the critical path.
+
+S2 is a database call whose service time is N(s2_mean, s2_sd) (`SELECT pg_sleep`); S3 is the
+second app server's `/svc/work`, N(s3_mean, s3_sd) (thesis §4.7).
+
+    python -m testbed.app --listen IP --port 8000 --dsn DSN --cache IP --peer URL [...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiomcache
+import asyncpg
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.routing import Route
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    name: str
+    dsn: str
+    cache_host: str
+    peer_url: str  # the S3 server (the second app host)
+    s2_mean_s: float = 0.1
+    s2_sd_s: float = 0.03
+    s3_mean_s: float = 0.2
+    s3_sd_s: float = 0.06
+    cache_miss_p: float = 0.3
+    sequential_m: int = 2
+
+
+class Backends:
+    """The app's connections; opened at startup, closed at shutdown."""
+
+    def __init__(self, config: AppConfig) -> None:
+        self.config = config
+        self.rng = random.Random()
+        self.background: set[asyncio.Task[Any]] = set()  # fire-and-forget calls, kept alive
+        self.pool: asyncpg.Pool | None = None
+        self.cache: aiomcache.Client | None = None
+        self.http: httpx.AsyncClient | None = None
+
+    async def open(self) -> None:
+        self.pool = await asyncpg.create_pool(self.config.dsn, min_size=8, max_size=64)
+        self.cache = aiomcache.Client(self.config.cache_host, 11211, pool_size=16)
+        self.http = httpx.AsyncClient(base_url=self.config.peer_url, timeout=10.0,
+                                      limits=httpx.Limits(max_keepalive_connections=64))
+        await self.cache.set(b"linkgrad:item", b"cached item")
+
+    async def close(self) -> None:
+        for closing in (self.pool.close() if self.pool else None,
+                        self.cache.close() if self.cache else None,
+                        self.http.aclose() if self.http else None):
+            if closing is not None:
+                await closing
+
+    def _normal(self, mean: float, sd: float) -> float:
+        return max(0.0, self.rng.gauss(mean, sd))
+
+    async def query(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        assert self.pool is not None
+        return await self.pool.fetch(sql, *args)
+
+    async def s2(self) -> None:
+        """One database round trip that takes N(s2) at the server."""
+        await self.query("SELECT pg_sleep($1)", self._normal(self.config.s2_mean_s,
+                                                             self.config.s2_sd_s))
+
+    async def s3(self) -> None:
+        """One HTTP round trip to the peer app server's /svc/work."""
+        assert self.http is not None
+        response = await self.http.get("/svc/work")
+        response.raise_for_status()
+
+    def in_background(self, call: Any) -> None:
+        task = asyncio.create_task(call)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+
+def _id(request: Request, name: str = "id", default: int = 1) -> int:
+    return int(request.query_params.get(name, default))
+
+
+def build_app(config: AppConfig) -> Starlette:
+    b = Backends(config)
+
+    async def health(_: Request) -> PlainTextResponse:
+        return PlainTextResponse(f"ok {config.name}")
+
+    async def view_item(request: Request) -> JSONResponse:  # 2 round trips to db
+        item = await b.query("SELECT id, name, max_bid, nb_of_bids FROM items WHERE id = $1",
+                             _id(request))
+        bids = await b.query("SELECT count(*), max(bid) FROM bids WHERE item_id = $1",
+                             _id(request))
+        return JSONResponse({"item": item[0]["name"] if item else None, "bids": bids[0][0]})
+
+    async def put_bid_auth(request: Request) -> JSONResponse:  # 1 round trip
+        user = _id(request, "user")
+        rows = await b.query("SELECT id FROM users WHERE nickname = $1 AND password = $2",
+                             f"user{user}", f"password{user}")
+        return JSONResponse({"authenticated": bool(rows)})
+
+    async def put_bid(request: Request) -> JSONResponse:  # 3 round trips
+        user = _id(request, "user")
+        await b.query("SELECT id FROM users WHERE nickname = $1 AND password = $2",
+                      f"user{user}", f"password{user}")
+        item = await b.query("SELECT name, max_bid FROM items WHERE id = $1", _id(request))
+        top = await b.query("SELECT max(bid) FROM bids WHERE item_id = $1", _id(request))
+        return JSONResponse({"item": item[0]["name"] if item else None, "max": str(top[0][0])})
+
+    async def store_bid(request: Request) -> JSONResponse:  # BEGIN, INSERT, UPDATE, COMMIT
+        assert b.pool is not None
+        item, user = _id(request), _id(request, "user")
+        async with b.pool.acquire() as conn, conn.transaction():
+            await conn.execute("INSERT INTO bids (user_id, item_id, qty, bid, max_bid, date) "
+                               "VALUES ($1, $2, 1, 10, 10, now())", user, item)
+            await conn.execute("UPDATE items SET nb_of_bids = nb_of_bids + 1 WHERE id = $1",
+                               item)
+        return JSONResponse({"stored": True})
+
+    async def single(_: Request) -> PlainTextResponse:
+        await b.s2()
+        return PlainTextResponse("single")
+
+    async def sequential(_: Request) -> PlainTextResponse:
+        for _ in range(config.sequential_m):
+            await b.s2()
+        return PlainTextResponse("sequential")
+
+    async def cache(_: Request) -> PlainTextResponse:
+        assert b.cache is not None
+        await b.cache.get(b"linkgrad:item")
+        if b.rng.random() < config.cache_miss_p:  # a miss: to the database, refill later
+            await b.s2()
+            b.in_background(b.cache.set(b"linkgrad:item", b"cached item"))
+        return PlainTextResponse("cache")
+
+    async def parallel_all(_: Request) -> PlainTextResponse:
+        await asyncio.gather(b.s2(), b.s3())
+        return PlainTextResponse("parallel_all")
+
+    async def parallel_first(_: Request) -> PlainTextResponse:
+        calls = [asyncio.create_task(b.s2()), asyncio.create_task(b.s3())]
+        _, pending = await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:  # let it finish: cancelling mid-query would break the connection
+            b.background.add(task)
+            task.add_done_callback(b.background.discard)
+        return PlainTextResponse("parallel_first")
+
+    async def fire_and_forget(_: Request) -> PlainTextResponse:
+        b.in_background(b.s2())
+        return PlainTextResponse("async")
+
+    async def svc_work(_: Request) -> PlainTextResponse:  # S3, on the peer
+        await asyncio.sleep(b._normal(config.s3_mean_s, config.s3_sd_s))
+        return PlainTextResponse("work")
+
+    routes = [
+        Route("/health", health), Route("/svc/work", svc_work),
+        Route("/rubis/ViewItem", view_item), Route("/rubis/PutBidAuth", put_bid_auth),
+        Route("/rubis/PutBid", put_bid), Route("/rubis/StoreBid", store_bid),
+        Route("/pattern/single", single), Route("/pattern/sequential", sequential),
+        Route("/pattern/cache", cache), Route("/pattern/parallel_all", parallel_all),
+        Route("/pattern/parallel_first", parallel_first), Route("/pattern/async", fire_and_forget),
+        Route("/lb/single", single),
+    ]
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        await b.open()
+        try:
+            yield
+        finally:
+            await b.close()
+
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--listen", required=True)
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--cache", required=True)
+    parser.add_argument("--peer", required=True, help="base URL of the S3 server")
+    for knob in ("s2_mean_ms", "s2_sd_ms", "s3_mean_ms", "s3_sd_ms"):
+        parser.add_argument(f"--{knob.replace('_', '-')}", type=float, required=True)
+    parser.add_argument("--cache-miss-p", type=float, required=True)
+    parser.add_argument("--sequential-m", type=int, required=True)
+    args = parser.parse_args()
+    config = AppConfig(args.name, args.dsn, args.cache, args.peer,
+                       args.s2_mean_ms / 1e3, args.s2_sd_ms / 1e3, args.s3_mean_ms / 1e3,
+                       args.s3_sd_ms / 1e3, args.cache_miss_p, args.sequential_m)
+    uvicorn.run(build_app(config), host=args.listen, port=args.port, log_level="warning",
+                access_log=False, http="h11", loop="asyncio", timeout_keep_alive=75)
+
+
+if __name__ == "__main__":
+    main()

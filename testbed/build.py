@@ -1,0 +1,121 @@
+"""The thin executor for testbed plans: runs steps, starts services, tears everything down."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+
+from coordinator.errors import RuntimeFailure
+from testbed.netns import HostPlan, Step, TestbedPlan
+from testbed.state import State
+
+
+def sh(argv: Sequence[str], timeout_s: float = 30.0, **kw: object) -> str:
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
+                              check=False, **kw)  # type: ignore[call-overload]
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeFailure(f"{' '.join(argv)} timed out after {timeout_s} s") from e
+    if done.returncode != 0:
+        raise RuntimeFailure(f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout}")
+    return done.stdout
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeFailure(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def port_open(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class Builder:
+    """Applies steps with their undo saved first; starts services inside namespaces."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+    def apply(self, step: Step) -> None:
+        if step.undo is not None:
+            self.state.undo.append(list(step.undo))
+            self.state.save()
+        try:
+            sh(step.do)
+        except RuntimeFailure:
+            if step.undo is not None:
+                self.state.undo.pop()
+                self.state.save()
+            raise
+
+    def start(self, host: HostPlan, name: str, argv: Sequence[str],
+              env: dict[str, str] | None = None) -> int:
+        log = self.state.directory / "logs" / f"{host.name}-{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            proc = subprocess.Popen(["ip", "netns", "exec", host.namespace, *argv],
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, env={**os.environ, **(env or {})})
+        self.state.services[f"{host.name}/{name}"] = {"pid": proc.pid, "argv": list(argv),
+                                                       "log": str(log)}
+        self.state.save()
+        return proc.pid
+
+
+def namespace_pids(namespace: str) -> list[int]:
+    done = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True,
+                          timeout=10, check=False)
+    return [int(p) for p in done.stdout.split()] if done.returncode == 0 else []
+
+
+def kill_namespace(namespace: str, grace_s: float = 5.0) -> None:
+    """Every process in the namespace is ours (we made the namespace): TERM, then KILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in namespace_pids(namespace):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while namespace_pids(namespace) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not namespace_pids(namespace):
+            return
+
+
+def teardown(plan: TestbedPlan, state: State | None) -> list[str]:
+    """Remove processes, then undo in reverse; by generated names when no state survived.
+
+    Returns what failed (everything is attempted; a half-removed testbed is worse)."""
+    failures = []
+    for host in plan.hosts:
+        kill_namespace(host.namespace)
+    undo = state.undo if state else _undo_by_names(plan)
+    for argv in reversed(undo):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        if done.returncode != 0 and "Cannot find" not in done.stderr \
+                and "No such" not in done.stderr and "does not exist" not in done.stderr:
+            failures.append(f"{' '.join(argv)}: {done.stderr.strip()}")
+    if state is not None:
+        shutil.rmtree(state.directory, ignore_errors=True)
+    return failures
+
+
+def _undo_by_names(plan: TestbedPlan) -> list[list[str]]:
+    undo = [["ip", "link", "del", plan.bridge]]
+    for h in plan.hosts:
+        undo += [["ip", "netns", "del", h.namespace], ["ip", "link", "del", h.veth]]
+    return undo
+
+

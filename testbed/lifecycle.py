@@ -1,0 +1,162 @@
+"""`linkgrad testbed up|down|status`: bring a topology to life, describe it, remove it.
+
+`up` removes what a crashed earlier run of the same tag left, builds the network, starts sshd
+everywhere, then PostgreSQL (seeded), memcached, the app servers and nginx, waiting for each to
+answer. Any failure tears down everything made so far and re-raises the original error.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from coordinator.errors import RuntimeFailure
+from testbed import nginx, postgres, sshd
+from testbed.addressing import free_subnet, networks_in_use
+from testbed.build import Builder, namespace_pids, port_open, teardown, wait_until
+from testbed.netns import TestbedPlan, network_steps, plan_testbed
+from testbed.state import DEFAULT_ROOT, State, directory_for
+from testbed.topology import Topology
+from testbed.transactions import testbed_transactions
+
+
+def _check_root_and_tools() -> None:
+    if os.geteuid() != 0:
+        raise RuntimeFailure("the testbed needs root: it makes network namespaces")
+    missing = [tool for tool in ("ip", "nginx", "memcached", "psql", "ssh-keygen", "/usr/sbin/sshd",
+                                 "runuser") if not _which(tool)]
+    if missing:
+        raise RuntimeFailure(f"missing {', '.join(missing)}: run scripts/setup")
+
+
+def _which(tool: str) -> bool:
+    import shutil
+
+    return shutil.which(tool) is not None or Path(tool).exists()
+
+
+def _subnet(topology: Topology) -> ipaddress.IPv4Network:
+    if topology.subnet:
+        return ipaddress.IPv4Network(topology.subnet)
+    return free_subnet(networks_in_use())
+
+
+def recover(tag: str, topology: Topology, root: Path) -> bool:
+    """Remove what an earlier run of this tag left (state file, else generated names)."""
+    directory = directory_for(tag, root)
+    state = State.load(directory)
+    if state is not None and state.plan is not None:
+        teardown(TestbedPlan.from_json(state.plan), state)
+        return True
+    stale = plan_testbed(topology, tag, ipaddress.IPv4Network("10.201.0.0/24"))
+    if any(Path(f"/run/netns/{h.namespace}").exists() for h in stale.hosts):
+        teardown(stale, None)
+        return True
+    return False
+
+
+def up(topology: Topology, tag: str = "tb", root: Path = DEFAULT_ROOT) -> dict[str, Any]:
+    _check_root_and_tools()
+    recovered = recover(tag, topology, root)
+    plan = plan_testbed(topology, tag, _subnet(topology))
+    directory = directory_for(tag, root)
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o755)  # postgres and www-data must reach their files
+    state = State(directory, plan.as_json())
+    state.save()
+    builder = Builder(state)
+    try:
+        _build(builder, plan, topology, directory)
+        state.info = describe(plan, topology, directory, recovered)
+        state.save()
+    except BaseException:
+        teardown(plan, state)
+        raise
+    return state.info
+
+
+def _build(builder: Builder, plan: TestbedPlan, topology: Topology, directory: Path) -> None:
+    for step in network_steps(plan):
+        builder.apply(step)
+    sshd.prepare(plan, directory)
+    for h in plan.hosts:
+        builder.start(h, "sshd", sshd.sshd_argv(h, directory))
+    db, cache, web = (plan.with_role(r)[0] for r in ("db", "cache", "web"))
+    postgres.init_cluster(directory / "pg", plan.subnet)
+    builder.start(db, "postgres", postgres.postgres_argv(db, directory / "pg"))
+    builder.start(cache, "memcached", ["memcached", "-u", "memcache", "-l", cache.address,
+                                       "-p", "11211", "-U", "0", "-m", "64", "-c", "4096"])
+    wait_until(lambda: port_open(db.address, 5432), "PostgreSQL on the db host")
+    postgres.seed(db)
+    apps = plan.with_role("app")
+    for app in apps:
+        builder.start(app, "app", _app_argv(app.name, app.address, plan, topology))
+    nginx.write_conf(plan, directory)
+    builder.start(web, "nginx", nginx.nginx_argv(directory))
+    for h in plan.hosts:
+        wait_until(lambda h=h: port_open(h.address, 22), f"sshd on {h.name}")
+    for app in apps:
+        wait_until(lambda a=app: port_open(a.address, nginx.APP_PORT), f"the app on {app.name}")
+    wait_until(lambda: port_open(cache.address, 11211), "memcached")
+    wait_until(lambda: port_open(web.address, 80), "nginx")
+
+
+def _app_argv(name: str, address: str, plan: TestbedPlan, topology: Topology) -> list[str]:
+    s = topology.service
+    db, cache = plan.with_role("db")[0], plan.with_role("cache")[0]
+    peer = plan.with_role("app")[-1]
+    return [sys.executable, "-m", "testbed.app", "--name", name, "--listen", address,
+            "--port", str(nginx.APP_PORT), "--dsn", postgres.dsn(db), "--cache", cache.address,
+            "--peer", f"http://{peer.address}:{nginx.APP_PORT}",
+            "--s2-mean-ms", str(s.s2_mean_ms), "--s2-sd-ms", str(s.s2_sd_ms),
+            "--s3-mean-ms", str(s.s3_mean_ms), "--s3-sd-ms", str(s.s3_sd_ms),
+            "--cache-miss-p", str(s.cache_miss_p), "--sequential-m", str(s.sequential_m)]
+
+
+def describe(plan: TestbedPlan, topology: Topology, directory: Path,
+             recovered: bool = False) -> dict[str, Any]:
+    web = plan.with_role("web")[0]
+    url = f"http://{web.address}"
+    return {
+        "tag": plan.tag, "directory": str(directory), "subnet": plan.subnet,
+        "recovered_stale": recovered,
+        "hosts": [{"name": h.name, "namespace": h.namespace, "address": h.address,
+                   "ssh_port": 22, "roles": list(h.roles)} for h in plan.hosts],
+        "frontend_url": url,
+        "web_log": {"host": web.name, "path": str(directory / "access.log"), "format": "nginx",
+                    "log_format": nginx.LOG_FORMAT},
+        "ssh_config": str(directory / "ssh" / "ssh_config"),
+        "known_hosts": str(directory / "ssh" / "known_hosts"),
+        "transactions": [{**t.as_json(), "url": url + t.path}
+                         for t in testbed_transactions(topology)],
+    }
+
+
+def down(tag: str = "tb", topology: Topology | None = None, root: Path = DEFAULT_ROOT) -> dict:
+    """Remove everything of the testbed `tag`; safe to run twice."""
+    from testbed.topology import DEFAULT
+
+    state = State.load(directory_for(tag, root))
+    if state is None or state.plan is None:
+        removed = recover(tag, topology or DEFAULT, root)
+        return {"tag": tag, "removed": removed, "failures": []}
+    failures = teardown(TestbedPlan.from_json(state.plan), state)
+    if failures:
+        raise RuntimeFailure("could not remove: " + "; ".join(failures))
+    return {"tag": tag, "removed": True, "failures": []}
+
+
+def status(tag: str = "tb", root: Path = DEFAULT_ROOT) -> dict[str, Any]:
+    state = State.load(directory_for(tag, root))
+    if state is None or state.plan is None:
+        return {"tag": tag, "up": False}
+    plan = TestbedPlan.from_json(state.plan)
+    services = {}
+    for key, service in state.services.items():
+        host = plan.host(key.split("/")[0])
+        services[key] = service["pid"] in namespace_pids(host.namespace)
+    return {"tag": tag, "up": all(services.values()) and bool(services), "services": services,
+            **state.info}

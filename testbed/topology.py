@@ -1,0 +1,88 @@
+"""A testbed topology is a description: hosts, their roles, and the application's parameters.
+
+Validated from YAML (file:line: field errors) or the built-in default: client, web, app1, app2,
+db, cache. A separate builder (`testbed.netns`) turns it into live namespaces.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from coordinator.yamlconf import load_yaml
+
+Role = Literal["client", "web", "app", "db", "cache"]
+_NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
+
+
+class HostSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    roles: tuple[Role, ...]
+
+    @field_validator("name")
+    @classmethod
+    def _short_name(cls, name: str) -> str:
+        if not _NAME.match(name):
+            raise ValueError("1-8 lowercase letters or digits, starting with a letter")
+        return name
+
+
+class ServiceTimes(BaseModel):
+    """The application's knobs (thesis §4.7: S2 ~ N(100, 30) ms, S3 ~ N(200, 60) ms, p = 0.3)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    s2_mean_ms: float = Field(100.0, gt=0)  # the database call (pg_sleep)
+    s2_sd_ms: float = Field(30.0, ge=0)
+    s3_mean_ms: float = Field(200.0, gt=0)  # the second app server's /svc/work
+    s3_sd_ms: float = Field(60.0, ge=0)
+    cache_miss_p: float = Field(0.3, ge=0, le=1)
+    sequential_m: int = Field(2, ge=1, le=20)
+
+
+class Topology(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = "default"
+    hosts: tuple[HostSpec, ...]
+    subnet: str | None = None  # a /24; default: the first free one in 10.201.0.0/16
+    service: ServiceTimes = ServiceTimes()
+
+    @model_validator(mode="after")
+    def _roles(self) -> Topology:
+        names = [h.name for h in self.hosts]
+        if len(set(names)) != len(names):
+            raise ValueError(f"host names must be unique: {names}")
+        if not 2 <= len(self.hosts) <= 50:
+            raise ValueError("a topology has 2 to 50 hosts")
+        for role in ("client", "web", "app", "db", "cache"):
+            if not self.with_role(role):
+                raise ValueError(f"no host has the role {role!r}")
+        for role in ("client", "web", "db", "cache"):
+            if len(self.with_role(role)) > 1:
+                raise ValueError(f"only one host may have the role {role!r}")
+        if len(self.with_role("app")) > 2:
+            raise ValueError("at most two app hosts (app1 serves, app2 is also S3)")
+        return self
+
+    def with_role(self, role: str) -> list[HostSpec]:
+        return [h for h in self.hosts if role in h.roles]
+
+    def host(self, role: str) -> HostSpec:
+        return self.with_role(role)[0]
+
+
+DEFAULT = Topology(hosts=(
+    HostSpec(name="client", roles=("client",)),
+    HostSpec(name="web", roles=("web",)),
+    HostSpec(name="app1", roles=("app",)),
+    HostSpec(name="app2", roles=("app",)),
+    HostSpec(name="db", roles=("db",)),
+    HostSpec(name="cache", roles=("cache",)),
+))
+
+
+def load_topology(path: str | Path | None) -> Topology:
+    return DEFAULT if path is None else load_yaml(path, Topology)

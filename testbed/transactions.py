@@ -1,0 +1,79 @@
+"""The testbed's transactions and their expected link gradients (ground truth for tests and
+benchmarks), from the crossings of each link on the critical path (thesis §2.1, Table 2.1).
+
+Links are one-way and named `src->dst` by host. A request-response crosses each direction
+once, so both directions share the number. Every transaction crosses client->web once each
+way (keep-alive connections) and the web->app hop the number of times nginx routes it there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from testbed.topology import ServiceTimes, Topology
+
+
+@dataclass(frozen=True)
+class Transaction:
+    name: str
+    path: str
+    pattern: str  # thesis Table 2.1 row, or the RUBiS transaction
+    expected: dict[str, float]  # link "a->b" -> gradient (each direction listed)
+
+    def as_json(self) -> dict[str, object]:
+        return {"name": self.name, "path": self.path, "pattern": self.pattern,
+                "expected": self.expected}
+
+
+def _both(a: str, b: str, g: float) -> dict[str, float]:
+    return {f"{a}->{b}": g, f"{b}->{a}": g}
+
+
+def prob_slower(mean_a: float, sd_a: float, mean_b: float, sd_b: float) -> float:
+    """P[A > B] for independent normals: the chance A is on the critical path of wait-for-all."""
+    spread = math.hypot(sd_a, sd_b)
+    if spread == 0:
+        return 1.0 if mean_a > mean_b else 0.0 if mean_a < mean_b else 0.5
+    return 0.5 * (1 + math.erf((mean_a - mean_b) / (spread * math.sqrt(2))))
+
+
+def testbed_transactions(topology: Topology) -> list[Transaction]:
+    s: ServiceTimes = topology.service
+    client, web = topology.host("client").name, topology.host("web").name
+    apps = [h.name for h in topology.with_role("app")]
+    app, peer = apps[0], apps[-1]
+    db, cache = topology.host("db").name, topology.host("cache").name
+    front = {**_both(client, web, 1.0), **_both(web, app, 1.0)}
+
+    def on_app(pattern: str, name: str, path: str, **links: float) -> Transaction:
+        expected = dict(front)
+        for target, g in links.items():
+            expected.update(_both(app, {"db": db, "cache": cache, "peer": peer}[target], g))
+        return Transaction(name, path, pattern, expected)
+
+    s2_slowest = prob_slower(s.s2_mean_ms, s.s2_sd_ms, s.s3_mean_ms, s.s3_sd_ms)
+    found = [
+        on_app("RUBiS: item, then its bids", "ViewItem", "/rubis/ViewItem?id=42", db=2.0),
+        on_app("RUBiS: one authentication query", "PutBidAuth", "/rubis/PutBidAuth?user=7",
+               db=1.0),
+        on_app("RUBiS: user, item, top bid", "PutBid", "/rubis/PutBid?id=42&user=7", db=3.0),
+        on_app("RUBiS: BEGIN, INSERT, UPDATE, COMMIT", "StoreBid",
+               "/rubis/StoreBid?id=42&user=7", db=4.0),
+        on_app("single request-response", "single", "/pattern/single", db=1.0),
+        on_app(f"{s.sequential_m} sequential messages", "sequential", "/pattern/sequential",
+               db=float(s.sequential_m)),
+        on_app(f"cached, miss probability {s.cache_miss_p:g}", "cache", "/pattern/cache",
+               cache=1.0, db=s.cache_miss_p),
+        on_app("concurrent, wait for all", "parallel_all", "/pattern/parallel_all",
+               db=s2_slowest, peer=1 - s2_slowest),
+        on_app("concurrent, wait for first", "parallel_first", "/pattern/parallel_first",
+               db=1 - s2_slowest, peer=s2_slowest),
+        on_app("asynchronous (fire and forget)", "async", "/pattern/async", db=0.0),
+    ]
+    share = 1.0 / len(apps)
+    balanced = {**_both(client, web, 1.0)}
+    for a in apps:
+        balanced.update({**_both(web, a, share), **_both(a, db, share)})
+    found.append(Transaction("balanced", "/lb/single", "symmetric load balanced", balanced))
+    return found
