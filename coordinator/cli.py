@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from coordinator.commands import gradient_command, plan_command
 from coordinator.errors import InputError, LinkgradError, Problem
 from injector.cli import add_inject_parser
+from testbed.cli import add_testbed_parser
 
 DESCRIPTION = """\
 linkgrad measures how much each transaction's mean response time depends on the latency of
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="delay you are willing to inject (default: the thesis's A_d)")
     p.set_defaults(run=plan_command)
     add_inject_parser(sub)
+    add_testbed_parser(sub)
     return parser
 
 

@@ -63,16 +63,24 @@ class Builder:
 
     def start(self, host: HostPlan, name: str, argv: Sequence[str],
               env: dict[str, str] | None = None) -> int:
+        """Start a daemon in the host's namespace: detached (setsid --fork), its pid from a pid
+        file written by the shell that then execs it, so the caller keeps no child."""
         log = self.state.directory / "logs" / f"{host.name}-{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
+        pid_file = log.with_suffix(".pid")
+        pid_file.unlink(missing_ok=True)
         with log.open("ab") as out:
-            proc = subprocess.Popen(["ip", "netns", "exec", host.namespace, *argv],
-                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env={**os.environ, **(env or {})})
-        self.state.services[f"{host.name}/{name}"] = {"pid": proc.pid, "argv": list(argv),
+            subprocess.run(["setsid", "--fork", "sh", "-c", 'echo $$ > "$0"; exec "$@"',
+                            str(pid_file), "ip", "netns", "exec", host.namespace, *argv],
+                           stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                           env={**os.environ, **(env or {})}, check=True, timeout=30)
+        wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "",
+                   f"{name} on {host.name} to start", timeout_s=10)
+        pid = int(pid_file.read_text())
+        self.state.services[f"{host.name}/{name}"] = {"pid": pid, "argv": list(argv),
                                                        "log": str(log)}
         self.state.save()
-        return proc.pid
+        return pid
 
 
 def namespace_pids(namespace: str) -> list[int]:

@@ -1,0 +1,96 @@
+"""`linkgrad testbed up|down|status|load`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from coordinator.errors import InputError, Problem, RuntimeFailure
+from testbed.lifecycle import down, status, up
+from testbed.netns import TAG
+from testbed.state import DEFAULT_ROOT
+from testbed.topology import load_topology
+
+
+def add_testbed_parser(sub: Any) -> None:
+    p = sub.add_parser("testbed", help="a real multi-tier application on local namespaces",
+                       description="Hosts as network namespaces on a bridge, each with sshd; "
+                                   "nginx, app servers (uvicorn), PostgreSQL and memcached "
+                                   "started in them. Needs root.")
+    tb = p.add_subparsers(dest="testbed_command", required=True)
+    u = tb.add_parser("up", help="build the hosts and start the application")
+    u.add_argument("topology", nargs="?", type=Path, help="topology YAML (default: client, "
+                   "web, app1, app2, db, cache)")
+    d = tb.add_parser("down", help="remove everything the testbed made (safe twice)")
+    s = tb.add_parser("status", help="what is up")
+    ld = tb.add_parser("load", help="open-loop Poisson load from the client host")
+    ld.add_argument("--rate", type=float, default=20.0, help="requests/s (default 20)")
+    ld.add_argument("--duration", type=float, default=30.0, help="seconds (default 30)")
+    ld.add_argument("--mix", help="/PATH=WEIGHT,... (default: every transaction, equal weight)")
+    ld.add_argument("--out", type=Path, help="CSV of the client-side latencies")
+    for q in (u, d, s, ld):
+        q.add_argument("--tag", default="tb", help="testbed name, 1-4 letters/digits (default tb)")
+        q.add_argument("--root", type=Path, default=DEFAULT_ROOT, help=argparse.SUPPRESS)
+        q.add_argument("--json", action="store_true")
+    p.set_defaults(run=testbed_command)
+
+
+def testbed_command(args: argparse.Namespace) -> int:
+    if not TAG.match(args.tag):
+        raise InputError(Problem("1-4 lowercase letters or digits", field="--tag"))
+    if args.testbed_command == "up":
+        result = up(load_topology(args.topology), args.tag, args.root)
+    elif args.testbed_command == "down":
+        result = down(args.tag, root=args.root)
+    elif args.testbed_command == "status":
+        result = status(args.tag, args.root)
+    else:
+        result = _load(args)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print(args.testbed_command, result)
+    return 0
+
+
+def _load(args: argparse.Namespace) -> dict[str, Any]:
+    state = status(args.tag, args.root)
+    if not state.get("up"):
+        raise RuntimeFailure(f"testbed {args.tag!r} is not up: linkgrad testbed up")
+    mix = args.mix or ",".join(f"{t['path']}=1" for t in state["transactions"])
+    client = next(h for h in state["hosts"] if "client" in h["roles"])
+    argv = ["ip", "netns", "exec", client["namespace"], sys.executable, "-m", "testbed.loadgen",
+            "--url", state["frontend_url"], "--mix", mix, "--rate", str(args.rate),
+            "--duration", str(args.duration), "--json"]
+    if args.out:
+        argv += ["--out", str(args.out.resolve())]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=args.duration + 120,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeFailure(f"load generator failed: {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def _print(command: str, result: dict[str, Any]) -> None:
+    console = Console()
+    if command == "up" or (command == "status" and result.get("hosts")):
+        table = Table("host", "namespace", "address", "roles", title=f"testbed {result['tag']}")
+        for h in result["hosts"]:
+            table.add_row(h["name"], h["namespace"], h["address"], ", ".join(h["roles"]))
+        console.print(table)
+        console.print(f"front end: {result['frontend_url']}  web log: {result['web_log']['path']}"
+                      f"\nssh: ssh -F {result['ssh_config']} <host>")
+        if "services" in result:
+            down_ = [k for k, ok in result["services"].items() if not ok]
+            console.print("all services running" if not down_ else f"not running: {down_}")
+    elif command == "load":
+        console.print_json(data=result)
+    else:
+        console.print(result)

@@ -1,0 +1,156 @@
+"""The testbed for real: namespaces, sshd, nginx, the app servers, PostgreSQL, memcached (root)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from coordinator.weblog import read_log
+from testbed.lifecycle import down, status, up
+from testbed.topology import DEFAULT
+from tests.netns_tools.hosts import sh
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root (network namespaces)"),
+    pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed"),
+]
+
+
+def _root() -> Path:
+    """Under /var/tmp: the postgres and www-data users must reach the testbed's files, and
+    pytest's own temporary directories are private to root."""
+    root = Path(tempfile.mkdtemp(prefix="lgtest-", dir="/var/tmp"))
+    root.chmod(0o755)
+    return root
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    root = _root()
+    try:
+        info = up(DEFAULT, "tst", root)
+        yield info, root
+        down("tst", root=root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def load(info: dict, mix: str, rate: float, seconds: float) -> list[dict]:
+    """Run the load generator on the client host; rows of its latency CSV."""
+    client = next(h for h in info["hosts"] if "client" in h["roles"])
+    out = Path(info["directory"]) / "latencies.csv"
+    sh("ip", "netns", "exec", client["namespace"], sys.executable, "-m", "testbed.loadgen",
+       "--url", info["frontend_url"], "--mix", mix, "--rate", str(rate),
+       "--duration", str(seconds), "--out", str(out), "--json")
+    lines = out.read_text().splitlines()[1:]
+    return [dict(zip(("start", "ms", "url", "status"), line.split(","), strict=True))
+            for line in lines]
+
+
+def mean_ms(rows: list[dict], url: str) -> float:
+    values = [float(r["ms"]) for r in rows if r["url"] == url]
+    assert len(values) >= 10, url
+    return sum(values) / len(values)
+
+
+def test_every_transaction_answers_and_is_in_the_web_log(testbed):
+    info, _ = testbed
+    paths = [t["path"] for t in info["transactions"]]
+    rows = load(info, ",".join(f"{p}=1" for p in paths), rate=40, seconds=3)
+    assert {r["url"] for r in rows} == set(paths)
+    assert all(r["status"] == "200" for r in rows)
+    log = read_log(info["web_log"]["path"], "nginx", info["web_log"]["log_format"],
+                   max_bad_fraction=0.0)
+    assert set(paths) <= set(log.url)
+    assert len(log) >= len(rows)
+
+
+def test_every_host_takes_ssh_with_strict_host_key_checking(testbed, tmp_path):
+    info, _ = testbed
+    for h in info["hosts"]:
+        out = sh("ssh", "-F", info["ssh_config"], h["name"], "ip", "-br", "-4", "addr", "show",
+                 "eth0")
+        assert h["address"] in out.stdout
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    refused = subprocess.run(["ssh", "-F", info["ssh_config"], "-o",
+                              f"UserKnownHostsFile={empty}", "db", "true"],
+                             capture_output=True, text=True, timeout=30, check=False)
+    assert refused.returncode != 0
+    assert "verification failed" in refused.stderr or "No ED25519" in refused.stderr
+
+
+def test_the_database_holds_the_seeded_auction_data(testbed):
+    info, _ = testbed
+    db = next(h for h in info["hosts"] if "db" in h["roles"])
+    psql = ["psql", "-h", db["address"], "-U", "postgres", "-d", "rubis", "-Atc"]
+    assert sh(*psql, "SELECT count(*) FROM items").stdout.strip() == "5000"
+    assert sh(*psql, "SELECT count(*) FROM users").stdout.strip() == "1000"
+    assert int(sh(*psql, "SELECT count(*) FROM bids").stdout) >= 20000
+
+
+def test_a_constant_delay_moves_each_mean_by_gradient_times_delay(testbed):
+    """The smoke check of the known-gradient endpoints, with the injector on app1->db."""
+    info, _ = testbed
+    db = next(h for h in info["hosts"] if "db" in h["roles"])
+    app1 = next(h for h in info["hosts"] if h["name"] == "app1")
+    by_name = {t["name"]: t for t in info["transactions"]}
+    names = ("ViewItem", "PutBidAuth", "PutBid", "StoreBid", "async", "single")
+    mix = ",".join(f"{by_name[n]['path']}=1" for n in names)
+    before = load(info, mix, rate=60, seconds=5)
+    daemon = subprocess.Popen(["ip", "netns", "exec", app1["namespace"], sys.executable, "-m",
+                               "injector", "--queue", "6900"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(daemon.stdout.readline())["event"] == "ready"
+        daemon.stdin.write(json.dumps({"id": 1, "cmd": "add",
+                                       "link": {"proto": "tcp", "dst": f"{db['address']}:5432"},
+                                       "schedule": {"kind": "constant", "magnitude_ms": 20}})
+                           + "\n")
+        daemon.stdin.flush()
+        assert json.loads(daemon.stdout.readline())["ok"]
+        after = load(info, mix, rate=60, seconds=5)
+    finally:
+        daemon.stdin.close()
+        daemon.wait(timeout=15)
+        daemon.stdout.close()
+    for n in names:
+        expected = by_name[n]["expected"][f"app1->{db['name']}"] * 20
+        shift = mean_ms(after, by_name[n]["path"]) - mean_ms(before, by_name[n]["path"])
+        tolerance = 15 if n == "single" else 5  # single has N(100, 30) ms of its own noise
+        assert shift == pytest.approx(expected, abs=tolerance), (n, shift, expected)
+
+
+def test_status_reports_every_service(testbed):
+    _, root = testbed
+    s = status("tst", root)
+    assert s["up"] is True
+    assert {"web/nginx", "db/postgres", "cache/memcached", "app1/app", "app2/app",
+            "client/sshd"} <= set(s["services"])
+
+
+def test_down_leaves_nothing_and_up_recovers_from_a_crash():
+    root = _root()
+    sh("ip", "netns", "add", "lgtb-tcr-web")  # what a crashed run would have left
+    try:
+        info = up(DEFAULT, "tcr", root)
+        assert info["recovered_stale"] is True
+    finally:
+        down("tcr", root=root)
+    try:
+        assert down("tcr", root=root)["removed"] is False  # safe twice
+        assert "lgtb-tcr" not in sh("ip", "netns", "list").stdout
+        assert "lgbr-tcr" not in sh("ip", "link", "show").stdout
+        assert "lgvtcr" not in sh("ip", "link", "show").stdout
+        assert not (root / "linkgrad-testbed-tcr").exists()
+        assert "linkgrad-testbed-tcr" not in sh("ps", "-eo", "args").stdout
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
