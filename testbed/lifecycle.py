@@ -20,7 +20,7 @@ from testbed.build import Builder, namespace_pids, port_open, teardown, wait_unt
 from testbed.netns import TestbedPlan, network_steps, plan_testbed
 from testbed.state import DEFAULT_ROOT, State, directory_for
 from testbed.topology import Topology
-from testbed.transactions import testbed_transactions
+from testbed.transactions import transactions_of
 
 
 def _check_root_and_tools() -> None:
@@ -131,7 +131,7 @@ def describe(plan: TestbedPlan, topology: Topology, directory: Path,
         "ssh_config": str(directory / "ssh" / "ssh_config"),
         "known_hosts": str(directory / "ssh" / "known_hosts"),
         "transactions": [{**t.as_json(), "url": url + t.path}
-                         for t in testbed_transactions(topology)],
+                         for t in transactions_of(topology)],
     }
 
 

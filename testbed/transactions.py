@@ -38,7 +38,7 @@ def prob_slower(mean_a: float, sd_a: float, mean_b: float, sd_b: float) -> float
     return 0.5 * (1 + math.erf((mean_a - mean_b) / (spread * math.sqrt(2))))
 
 
-def testbed_transactions(topology: Topology) -> list[Transaction]:
+def transactions_of(topology: Topology) -> list[Transaction]:
     s: ServiceTimes = topology.service
     client, web = topology.host("client").name, topology.host("web").name
     apps = [h.name for h in topology.with_role("app")]

@@ -1,0 +1,81 @@
+"""The testbed's pure parts: topology validation, addressing, the plan, expected gradients."""
+
+import ipaddress
+
+import pytest
+
+from coordinator.errors import InputError
+from testbed.addressing import free_subnet
+from testbed.loadgen import arrival_times, parse_mix
+from testbed.netns import network_steps, plan_testbed
+from testbed.topology import DEFAULT, load_topology
+from testbed.transactions import prob_slower, transactions_of
+
+
+def test_topology_errors_name_file_line_and_field(tmp_path):
+    path = tmp_path / "topo.yaml"
+    path.write_text("name: x\nhosts:\n  - name: web\n    roles: [web, dbms]\n"
+                    "  - name: Client\n    roles: [client]\ncolour: blue\n")
+    with pytest.raises(InputError) as err:
+        load_topology(path)
+    text = str(err.value)
+    assert f"{path}:4: field 'hosts.0.roles.1'" in text
+    assert f"{path}:5: field 'hosts.1.name'" in text
+    assert f"{path}:7: field 'colour' unknown field" in text
+
+
+def test_topology_needs_every_role(tmp_path):
+    path = tmp_path / "topo.yaml"
+    path.write_text("hosts:\n  - {name: a, roles: [client, web, app, db]}\n"
+                    "  - {name: b, roles: [app]}\n")
+    with pytest.raises(InputError, match="no host has the role 'cache'"):
+        load_topology(path)
+
+
+def test_subnet_avoids_every_network_in_use():
+    used = [ipaddress.IPv4Network("10.201.0.0/16")]
+    with pytest.raises(Exception, match="no free /24"):
+        free_subnet(used)
+    used = [ipaddress.IPv4Network("10.201.0.0/23"), ipaddress.IPv4Network("10.201.2.7/32")]
+    assert free_subnet(used) == ipaddress.IPv4Network("10.201.3.0/24")
+
+
+def test_plan_names_are_owned_and_short():
+    plan = plan_testbed(DEFAULT, "tb", ipaddress.IPv4Network("10.201.9.0/24"))
+    assert [h.namespace for h in plan.hosts][:2] == ["lgtb-tb-client", "lgtb-tb-web"]
+    assert plan.host("db").address == "10.201.9.5"
+    assert plan.gateway == "10.201.9.254"
+    assert all(len(h.veth) <= 15 for h in plan.hosts)
+    steps = network_steps(plan)
+    undos = [s.undo for s in steps if s.undo]
+    assert ("ip", "link", "del", "lgbr-tb") in undos
+    assert ("ip", "netns", "del", "lgtb-tb-cache") in undos
+    with pytest.raises(ValueError, match="tag"):
+        plan_testbed(DEFAULT, "Bad-Tag", ipaddress.IPv4Network("10.201.9.0/24"))
+
+
+def test_expected_gradients_follow_the_crossings():
+    tx = {t.name: t.expected for t in transactions_of(DEFAULT)}
+    assert tx["ViewItem"]["app1->db"] == 2.0
+    assert tx["StoreBid"]["db->app1"] == 4.0
+    assert tx["cache"]["app1->db"] == pytest.approx(0.3)
+    assert tx["cache"]["app1->cache"] == 1.0
+    assert tx["async"]["app1->db"] == 0.0
+    assert tx["balanced"]["web->app1"] == 0.5
+    assert tx["balanced"]["app2->db"] == 0.5
+    # S2 ~ N(100, 30) vs S3 ~ N(200, 60): P[S2 slower] = Phi(-100 / sqrt(30^2 + 60^2))
+    assert tx["parallel_all"]["app1->db"] == pytest.approx(0.0680, abs=1e-3)
+    assert tx["parallel_first"]["app1->db"] == pytest.approx(0.9320, abs=1e-3)
+    assert all(t["client->web"] == 1.0 for t in tx.values())
+    assert prob_slower(1, 0, 1, 0) == 0.5
+
+
+def test_poisson_arrivals_have_the_rate_and_mix_parses():
+    import random
+
+    times = arrival_times(50.0, 200.0, random.Random(3))
+    assert len(times) == pytest.approx(10_000, rel=0.03)
+    assert times == sorted(times)
+    assert parse_mix("/a?x=1=2,/b=1") == [("/a?x=1", 2.0), ("/b", 1.0)]
+    with pytest.raises(ValueError, match="expected /PATH=WEIGHT"):
+        parse_mix("a=1")
