@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from coordinator.errors import RuntimeFailure
 from testbed.netns import HostPlan, Step, TestbedPlan
@@ -61,24 +62,27 @@ class Builder:
                 self.state.save()
             raise
 
-    def start(self, host: HostPlan, name: str, argv: Sequence[str],
+    def start(self, host: HostPlan | None, name: str, argv: Sequence[str],
               env: dict[str, str] | None = None) -> int:
-        """Start a daemon in the host's namespace: detached (setsid --fork), its pid from a pid
-        file written by the shell that then execs it, so the caller keeps no child."""
-        log = self.state.directory / "logs" / f"{host.name}-{name}.log"
+        """Start a daemon in the host's namespace (None: the root namespace): detached
+        (setsid --fork), its pid from a pid file written by the shell that then execs it, so
+        the caller keeps no child."""
+        where = host.name if host else "root"
+        log = self.state.directory / "logs" / f"{where}-{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         pid_file = log.with_suffix(".pid")
         pid_file.unlink(missing_ok=True)
         with log.open("ab") as out:
+            inside = ["ip", "netns", "exec", host.namespace] if host else []
             subprocess.run(["setsid", "--fork", "sh", "-c", 'echo $$ > "$0"; exec "$@"',
-                            str(pid_file), "ip", "netns", "exec", host.namespace, *argv],
+                            str(pid_file), *inside, *argv],
                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                            env={**os.environ, **(env or {})}, check=True, timeout=30)
         wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "",
-                   f"{name} on {host.name} to start", timeout_s=10)
+                   f"{name} on {where} to start", timeout_s=10)
         pid = int(pid_file.read_text())
-        self.state.services[f"{host.name}/{name}"] = {"pid": pid, "argv": list(argv),
-                                                       "log": str(log)}
+        self.state.services[f"{where}/{name}"] = {"pid": pid, "argv": list(argv),
+                                                   "log": str(log)}
         self.state.save()
         return pid
 
@@ -107,6 +111,9 @@ def teardown(plan: TestbedPlan, state: State | None) -> list[str]:
 
     Returns what failed (everything is attempted; a half-removed testbed is worse)."""
     failures = []
+    keeper = state.services.get("root/mininet") if state else None
+    if keeper is not None:  # first: it stops Mininet's own hosts, links and bridge on SIGTERM
+        _stop_pid(keeper["pid"], "mininet_keeper")
     for host in plan.hosts:
         kill_namespace(host.namespace)
     undo = state.undo if state else _undo_by_names(plan)
@@ -118,6 +125,22 @@ def teardown(plan: TestbedPlan, state: State | None) -> list[str]:
     if state is not None:
         shutil.rmtree(state.directory, ignore_errors=True)
     return failures
+
+
+def _stop_pid(pid: int, expected: str, grace_s: float = 20.0) -> None:
+    """TERM (then KILL) one process of ours, if `expected` is in its command line (a pid may
+    have been reused by now)."""
+    try:
+        if expected not in Path(f"/proc/{pid}/cmdline").read_text():
+            return
+    except OSError:
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _undo_by_names(plan: TestbedPlan) -> list[list[str]]:

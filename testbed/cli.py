@@ -28,6 +28,9 @@ def add_testbed_parser(sub: Any) -> None:
     u = tb.add_parser("up", help="build the hosts and start the application")
     u.add_argument("topology", nargs="?", type=Path, help="topology YAML (default: client, "
                    "web, app1, app2, db, cache)")
+    u.add_argument("--mininet", action="store_true", help="build the network with Mininet "
+                   "(Debian's mininet; LinuxBridge switch, no controller) instead of plain "
+                   "namespaces; the application and SSH are the same")
     d = tb.add_parser("down", help="remove everything the testbed made (safe twice)")
     s = tb.add_parser("status", help="what is up")
     ld = tb.add_parser("load", help="open-loop Poisson load from the client host")
@@ -46,7 +49,7 @@ def testbed_command(args: argparse.Namespace) -> int:
     if not TAG.match(args.tag):
         raise InputError(Problem("1-4 lowercase letters or digits", field="--tag"))
     if args.testbed_command == "up":
-        result = up(load_topology(args.topology), args.tag, args.root)
+        result = up(load_topology(args.topology), args.tag, args.root, mininet=args.mininet)
     elif args.testbed_command == "down":
         result = down(args.tag, root=args.root)
     elif args.testbed_command == "status":

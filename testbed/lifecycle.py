@@ -8,6 +8,7 @@ answer. Any failure tears down everything made so far and re-raises the original
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ from testbed.netns import TestbedPlan, network_steps, plan_testbed
 from testbed.state import DEFAULT_ROOT, State, directory_for
 from testbed.topology import Topology
 from testbed.transactions import transactions_of
+
+MININET_PYTHON = "/usr/bin/python3"  # Debian's python3-mininet lives there, not in the venv
 
 
 def _check_root_and_tools() -> None:
@@ -58,7 +61,8 @@ def recover(tag: str, topology: Topology, root: Path) -> bool:
     return False
 
 
-def up(topology: Topology, tag: str = "tb", root: Path = DEFAULT_ROOT) -> dict[str, Any]:
+def up(topology: Topology, tag: str = "tb", root: Path = DEFAULT_ROOT,
+       mininet: bool = False) -> dict[str, Any]:
     _check_root_and_tools()
     recovered = recover(tag, topology, root)
     plan = plan_testbed(topology, tag, _subnet(topology))
@@ -69,8 +73,10 @@ def up(topology: Topology, tag: str = "tb", root: Path = DEFAULT_ROOT) -> dict[s
     state.save()
     builder = Builder(state)
     try:
+        _network(builder, plan, directory, mininet)
         _build(builder, plan, topology, directory)
         state.info = describe(plan, topology, directory, recovered)
+        state.info["network"] = "mininet (LinuxBridge, no controller)" if mininet else "netns"
         state.save()
     except BaseException:
         teardown(plan, state)
@@ -78,9 +84,35 @@ def up(topology: Topology, tag: str = "tb", root: Path = DEFAULT_ROOT) -> dict[s
     return state.info
 
 
+def _network(builder: Builder, plan: TestbedPlan, directory: Path, mininet: bool) -> None:
+    if not mininet:
+        for step in network_steps(plan):
+            builder.apply(step)
+        return
+    if not Path(MININET_PYTHON).exists() or _fails([MININET_PYTHON, "-c", "import mininet"]):
+        raise RuntimeFailure(f"Mininet is not installed for {MININET_PYTHON}: "
+                             "apt-get install mininet")
+    prefix = ipaddress.IPv4Network(plan.subnet).prefixlen
+    spec = {"bridge": plan.bridge, "gateway": plan.gateway, "prefix": prefix,
+            "hosts": [{"name": h.name, "address": h.address, "namespace": h.namespace}
+                      for h in plan.hosts]}
+    (directory / "mininet.json").write_text(json.dumps(spec))
+    # undo by ownership if the keeper dies without cleaning: its names, its bridge
+    builder.state.undo.append(["ip", "link", "del", plan.bridge])
+    builder.state.undo += [["ip", "netns", "del", h.namespace] for h in plan.hosts]
+    ready = directory / "mininet.ready"
+    builder.start(None, "mininet", [MININET_PYTHON, str(Path(__file__).with_name(
+        "mininet_keeper.py")), str(directory / "mininet.json"), str(ready)])
+    wait_until(ready.exists, "Mininet to build the network", timeout_s=60)
+
+
+def _fails(argv: list[str]) -> bool:
+    import subprocess
+
+    return subprocess.run(argv, capture_output=True, timeout=30, check=False).returncode != 0
+
+
 def _build(builder: Builder, plan: TestbedPlan, topology: Topology, directory: Path) -> None:
-    for step in network_steps(plan):
-        builder.apply(step)
     sshd.prepare(plan, directory)
     for h in plan.hosts:
         builder.start(h, "sshd", sshd.sshd_argv(h, directory))
@@ -156,7 +188,10 @@ def status(tag: str = "tb", root: Path = DEFAULT_ROOT) -> dict[str, Any]:
     plan = TestbedPlan.from_json(state.plan)
     services = {}
     for key, service in state.services.items():
-        host = plan.host(key.split("/")[0])
-        services[key] = service["pid"] in namespace_pids(host.namespace)
+        where = key.split("/")[0]
+        if where == "root":  # the Mininet keeper runs in the root namespace
+            services[key] = Path(f"/proc/{service['pid']}").exists()
+        else:
+            services[key] = service["pid"] in namespace_pids(plan.host(where).namespace)
     return {"tag": tag, "up": all(services.values()) and bool(services), "services": services,
             **state.info}

@@ -76,8 +76,7 @@ def test_every_transaction_answers_and_is_in_the_web_log(testbed):
 def test_every_host_takes_ssh_with_strict_host_key_checking(testbed, tmp_path):
     info, _ = testbed
     for h in info["hosts"]:
-        out = sh("ssh", "-F", info["ssh_config"], h["name"], "ip", "-br", "-4", "addr", "show",
-                 "eth0")
+        out = sh("ssh", "-F", info["ssh_config"], h["name"], "ip", "-br", "-4", "addr")
         assert h["address"] in out.stdout
     empty = tmp_path / "known_hosts"
     empty.write_text("")
@@ -154,3 +153,26 @@ def test_down_leaves_nothing_and_up_recovers_from_a_crash():
         assert "linkgrad-testbed-tcr" not in sh("ps", "-eo", "args").stdout
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.skipif(subprocess.run(["/usr/bin/python3", "-c", "import mininet"],
+                                   capture_output=True, check=False).returncode != 0
+                    if Path("/usr/bin/python3").exists() else True,
+                    reason="Debian's mininet is not installed for /usr/bin/python3")
+def test_the_same_testbed_on_mininet():
+    root = _root()
+    try:
+        info = up(DEFAULT, "tmn", root, mininet=True)
+        assert info["network"].startswith("mininet")
+        assert status("tmn", root)["up"] is True
+        rows = load(info, "/rubis/ViewItem?id=3=1,/pattern/cache=1", rate=20, seconds=2)
+        assert rows
+        assert all(r["status"] == "200" for r in rows)
+        out = sh("ssh", "-F", info["ssh_config"], "db", "ip", "-br", "-4", "addr")
+        assert next(h["address"] for h in info["hosts"] if h["name"] == "db") in out.stdout
+    finally:
+        down("tmn", root=root)
+        shutil.rmtree(root, ignore_errors=True)
+    assert "lgtb-tmn" not in sh("ip", "netns", "list").stdout
+    assert "lgbr-tmn" not in sh("ip", "link", "show").stdout
+    assert "mininet_keeper" not in sh("ps", "-eo", "args").stdout
