@@ -79,3 +79,10 @@ def test_poisson_arrivals_have_the_rate_and_mix_parses():
     assert parse_mix("/a?x=1=2,/b=1") == [("/a?x=1", 2.0), ("/b", 1.0)]
     with pytest.raises(ValueError, match="expected /PATH=WEIGHT"):
         parse_mix("a=1")
+
+
+def test_the_shipped_topology_file_is_the_default():
+    from pathlib import Path
+
+    shipped = Path(__file__).parent.parent / "experiments" / "topology-default.yaml"
+    assert load_topology(shipped) == DEFAULT
