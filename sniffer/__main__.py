@@ -1,0 +1,5 @@
+import sys
+
+from sniffer.daemon import main
+
+sys.exit(main())

@@ -1,0 +1,102 @@
+"""From socket snapshots to links with message counts: pure functions (thesis §3.1.1).
+
+A node is (host address, process); a link is one direction of a conversation between two
+nodes: (protocol, src node, src port, dst node, dst port), with an ephemeral port (the host's
+`ip_local_port_range`) written 0 so one logical link is one record however often it is
+reconnected. A host sees only its own end of each socket, so the remote process is unknown
+here (pid None); the coordinator joins both ends' reports.
+
+Messages are data segments (`tcpi_data_segs_out` / `_in`): one socket contributes its
+sent segments to local->remote and its received ones to remote->local. Counts are deltas since
+the previous snapshot, per socket (keyed by inode and the 4-tuple, so a reused inode is a new
+socket).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SocketRecord:
+    proto: str  # "tcp" | "udp"
+    local_addr: str
+    local_port: int
+    remote_addr: str
+    remote_port: int
+    inode: int
+    segs_out: int | None  # data segments sent (TCP), None when the kernel gives no counter
+    segs_in: int | None
+    listening: bool = False
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return (self.proto, self.inode, self.local_addr, self.local_port, self.remote_addr,
+                self.remote_port)
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Link:
+    proto: str
+    src_addr: str
+    src_pid: int | None
+    src_process: str | None
+    src_port: int  # 0: ephemeral
+    dst_addr: str
+    dst_pid: int | None
+    dst_process: str | None
+    dst_port: int
+
+    def as_json(self) -> dict[str, object]:
+        return {"proto": self.proto,
+                "src": {"addr": self.src_addr, "pid": self.src_pid, "process": self.src_process,
+                        "port": self.src_port},
+                "dst": {"addr": self.dst_addr, "pid": self.dst_pid, "process": self.dst_process,
+                        "port": self.dst_port}}
+
+
+def logical_port(port: int, ephemeral: tuple[int, int]) -> int:
+    lo, hi = ephemeral
+    return 0 if lo <= port <= hi else port
+
+
+def link_counts(
+    previous: dict[tuple[object, ...], SocketRecord],
+    current: Iterable[SocketRecord],
+    owners: dict[int, Process],
+    ephemeral: tuple[int, int],
+) -> dict[Link, int | None]:
+    """Messages per link since `previous` (None for UDP: seen, but not counted by the kernel)."""
+    counts: dict[Link, int | None] = {}
+    for s in current:
+        if s.listening or s.remote_port == 0:
+            continue
+        owner = owners.get(s.inode)
+        pid, name = (owner.pid, owner.name) if owner else (None, None)
+        local_port = logical_port(s.local_port, ephemeral)
+        remote_port = logical_port(s.remote_port, ephemeral)
+        out = Link(s.proto, s.local_addr, pid, name, local_port, s.remote_addr, None, None,
+                   remote_port)
+        back = Link(s.proto, s.remote_addr, None, None, remote_port, s.local_addr, pid, name,
+                    local_port)
+        before = previous.get(s.key)
+        for link, now, then in ((out, s.segs_out, before.segs_out if before else 0),
+                                (back, s.segs_in, before.segs_in if before else 0)):
+            if now is None:
+                counts.setdefault(link, None)
+                continue
+            delta = max(0, now - (then or 0))
+            counts[link] = (counts.get(link) or 0) + delta
+    return counts
+
+
+def active(counts: dict[Link, int | None], threshold: int = 1) -> dict[Link, int | None]:
+    """Links that carried at least `threshold` messages (UDP links, uncounted, are kept)."""
+    return {link: n for link, n in counts.items() if n is None or n >= threshold}

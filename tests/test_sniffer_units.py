@@ -1,0 +1,60 @@
+"""Link records and message counts from socket snapshots (no root)."""
+
+from sniffer.daemon import Service, Sniffer, serve
+from sniffer.links import Link, Process, SocketRecord, active, link_counts
+
+EPHEMERAL = (32768, 60999)
+
+
+def tcp(local_port, remote_port, out, inn, inode=11, local="10.0.0.3", remote="10.0.0.5"):
+    return SocketRecord("tcp", local, local_port, remote, remote_port, inode, out, inn)
+
+
+def test_ephemeral_ports_become_0_and_counts_are_deltas():
+    before = {s.key: s for s in [tcp(40001, 5432, 10, 10)]}
+    now = [tcp(40001, 5432, 25, 24), tcp(40002, 5432, 3, 3, inode=12)]
+    owners = {11: Process(700, "uvicorn"), 12: Process(700, "uvicorn")}
+    counts = link_counts(before, now, owners, EPHEMERAL)
+    forward = Link("tcp", "10.0.0.3", 700, "uvicorn", 0, "10.0.0.5", None, None, 5432)
+    reverse = Link("tcp", "10.0.0.5", None, None, 5432, "10.0.0.3", 700, "uvicorn", 0)
+    assert counts == {forward: 15 + 3, reverse: 14 + 3}  # two connections, one logical link
+
+
+def test_listening_and_udp_sockets():
+    listening = SocketRecord("tcp", "0.0.0.0", 80, "0.0.0.0", 0, 5, 0, 0, listening=True)
+    udp = SocketRecord("udp", "10.0.0.3", 5353, "10.0.0.9", 53, 6, None, None)
+    counts = link_counts({}, [listening, udp], {}, EPHEMERAL)
+    assert len(counts) == 2
+    assert set(counts.values()) == {None}  # seen, not counted
+    assert len(active(counts, threshold=100)) == 2
+
+
+def test_threshold_keeps_busy_links_only():
+    counts = link_counts({}, [tcp(40001, 5432, 50, 1)], {}, EPHEMERAL)
+    busy = active(counts, threshold=10)
+    assert [link.dst_port for link in busy] == [5432]
+
+
+def test_a_reused_inode_with_a_new_peer_is_a_new_socket():
+    before = {s.key: s for s in [tcp(40001, 5432, 100, 100)]}
+    counts = link_counts(before, [tcp(40009, 6379, 4, 4)], {}, EPHEMERAL)
+    assert sorted(counts.values()) == [4, 4]  # not 4 - 100
+
+
+def test_the_protocol_answers_poll_and_stops():
+    import io
+
+    snapshots = iter([[tcp(40001, 5432, 0, 0)], [tcp(40001, 5432, 7, 6)]])
+    clock = iter([100.0, 101.5])
+    sniffer = Sniffer(lambda: next(snapshots), lambda: {}, EPHEMERAL, lambda: next(clock))
+    out = io.StringIO()
+    reason = serve(Service(sniffer, out),
+                   io.StringIO('{"id": 1, "cmd": "poll"}\n{"id": 2, "cmd": "bogus"}\n'
+                               '{"id": 3, "cmd": "stop"}\n'))
+    replies = [__import__("json").loads(line) for line in out.getvalue().splitlines()]
+    assert reason == "stop"
+    poll = replies[0]["result"]
+    assert (poll["from"], poll["to"]) == (100.0, 101.5)
+    assert sorted(link["messages"] for link in poll["links"]) == [6, 7]
+    assert replies[1]["error"]["kind"] == "input"
+    assert replies[2] == {"id": 3, "ok": True, "result": {}}
