@@ -52,7 +52,7 @@ def read_log(
         raise InputError(
             Problem(f"{max_bad_fraction=} must be within [0, 1]", field="--max-bad-fraction")
         )
-    parse, description = _parser(kind, log_format)
+    parse, description = line_parser(kind, log_format)
     log = _parse_file(path, parse)
     _check(log, description, max_bad_fraction)
     return log.select(np.argsort(log.start_s, kind="stable"))
@@ -78,7 +78,7 @@ def choose_format(path: Path, fmt: str | None, log_format: str | None) -> LogKin
     return fmt  # type: ignore[return-value]  # checked against FORMATS above
 
 
-def _parser(kind: LogKind, log_format: str | None) -> tuple[Parser, str]:
+def line_parser(kind: LogKind, log_format: str | None) -> tuple[Parser, str]:
     """The line parser for a log kind, and its description for error messages."""
     if kind == "csv":
         return parse_csv, CSV_DESCRIPTION

@@ -1,0 +1,104 @@
+"""The experiment file (YAML): hosts and how to reach them, the web log, the transactions, the
+measurement's parameters and limits. Validated whole, with file:line:field errors, before any
+host is touched.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from coordinator.yamlconf import load_yaml
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Host(_Strict):
+    name: str  # as in the ssh_config (Host NAME)
+    address: str | None = None  # default: the ssh_config's HostName
+
+
+class Ssh(_Strict):
+    config: Path  # an ssh_config with a Host entry per host
+    known_hosts: Path | None = None  # default: the ssh_config's UserKnownHostsFile
+    python: str = "python3"  # on the hosts: a python that has linkgrad's injector and sniffer
+    connect_timeout_s: float = Field(10.0, gt=0)
+
+
+class WebLog(_Strict):
+    host: str
+    path: str
+    format: str = "nginx"
+    log_format: str | None = None
+
+
+class Parameters(_Strict):
+    """Thesis §3.2's knobs and linkgrad's safety limits."""
+
+    training_s: float = Field(60.0, ge=10, description="passive phase: graph and baseline")
+    message_threshold: int = Field(20, ge=1, description="messages for a link to count")
+    k: int = Field(8, ge=1, description="requests per bin (ΔTs = mean + 3 std of k-spans)")
+    n_bins: int = Field(32, ge=8, description="N, bins per measurement window")
+    scale_d: float = Field(30.0, gt=0, description="delay scale factor d")
+    cycles: int = Field(6, ge=2, le=64, description="square-wave cycles per measurement")
+    period_s: float | None = Field(None, gt=0, description="fix the period (else training's)")
+    magnitude_ms: float | None = Field(None, gt=0, description="fix the delay (else d·σ rule)")
+    half_width: float = Field(0.2, gt=0, description="wanted 95% CI half-width of a gradient")
+    adaptive: bool = True  # one small cycle first to rescale the delay by a rough gradient
+    max_delay_ms: float = Field(100.0, gt=0)
+    max_duration_s: float = Field(900.0, gt=0, description="cap per measurement")
+    throughput_drop_limit: float = Field(0.3, gt=0, le=1, description="abort above this")
+    error_rate_limit: float = Field(0.05, ge=0, le=1, description="abort above this")
+    include: tuple[str, ...] = ()  # link patterns "src->dst" (regex) to measure; empty: all
+    exclude: tuple[str, ...] = ()
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _regexes(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for p in patterns:
+            re.compile(p)
+        return patterns
+
+
+class Experiment(_Strict):
+    name: str
+    hosts: tuple[Host, ...] = Field(min_length=1)
+    ssh: Ssh
+    web_log: WebLog
+    transactions: dict[str, str] = Field(min_length=1)  # name -> regex on path+query
+    parameters: Parameters = Parameters()
+    output: Path = Path("runs")
+
+    @field_validator("transactions")
+    @classmethod
+    def _transaction_regexes(cls, transactions: dict[str, str]) -> dict[str, str]:
+        for name, pattern in transactions.items():
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"transaction {name!r}: bad regex {pattern!r}: {e}") from e
+        return transactions
+
+    @model_validator(mode="after")
+    def _log_host_known(self) -> Experiment:
+        names = [h.name for h in self.hosts]
+        if self.web_log.host not in names:
+            raise ValueError(f"web_log.host {self.web_log.host!r} is not one of {names}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"host names must be unique: {names}")
+        return self
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Validate the experiment; relative paths in it are relative to the file."""
+    path = Path(path)
+    experiment = load_yaml(path, Experiment)
+    base = path.resolve().parent
+    ssh = experiment.ssh.model_copy(update={
+        "config": base / experiment.ssh.config,
+        "known_hosts": base / experiment.ssh.known_hosts if experiment.ssh.known_hosts else None})
+    return experiment.model_copy(update={"ssh": ssh, "output": base / experiment.output})

@@ -1,0 +1,48 @@
+"""The web log, followed over SSH from the moment the run starts (`tail -n 0 -F`).
+
+Lines are kept as they arrive (the raw samples go to the run's output, so `linkgrad gradient`
+can recompute any link offline) and parsed on demand with the same parser as files.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from coordinator.remote import Connection, LineReader
+from coordinator.weblog.model import RequestLog
+from coordinator.weblog.read import choose_format, line_parser
+
+
+class LogFollower:
+    def __init__(self, connection: Connection, path: str, fmt: str,
+                 log_format: str | None) -> None:
+        self.source = f"{connection.endpoint.name}:{path}"
+        self.parse, _ = line_parser(choose_format(Path(path), fmt, log_format), log_format)
+        self.lines: list[str] = []
+        self.last_line_at = 0.0
+        self._lock = threading.Lock()
+        self.channel = connection.open_lines(["tail", "-n", "0", "-F", path])
+        self.reader = LineReader(self.channel, self._take)
+
+    def _take(self, line: str) -> None:
+        with self._lock:
+            self.lines.append(line)
+            self.last_line_at = time.time()
+
+    def snapshot(self) -> RequestLog:
+        with self._lock:
+            lines = list(self.lines)
+        return self.parse(lines, self.source)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.lines)
+
+    def save(self, path: Path) -> None:
+        with self._lock:
+            path.write_text("".join(line + "\n" for line in self.lines))
+
+    def close(self) -> None:
+        self.channel.close()
