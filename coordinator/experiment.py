@@ -52,7 +52,6 @@ class Parameters(_Strict):
     max_delay_ms: float = Field(100.0, gt=0)
     max_duration_s: float = Field(900.0, gt=0, description="cap per measurement")
     throughput_drop_limit: float = Field(0.3, gt=0, le=1, description="abort above this")
-    error_rate_limit: float = Field(0.05, ge=0, le=1, description="abort above this")
     include: tuple[str, ...] = ()  # link patterns "src->dst" (regex) to measure; empty: all
     exclude: tuple[str, ...] = ()
 
@@ -64,14 +63,32 @@ class Parameters(_Strict):
         return patterns
 
 
+class Workload(_Strict):
+    """A command run on a host for the whole run (a testbed has no users of its own)."""
+
+    host: str
+    argv: tuple[str, ...] | None = None
+    rate_per_s: float | None = Field(None, gt=0)  # or: the testbed's load generator
+    mix: str | None = None  # /PATH=WEIGHT,... (default: every transaction)
+
+    @model_validator(mode="after")
+    def _one(self) -> Workload:
+        if (self.argv is None) == (self.rate_per_s is None):
+            raise ValueError("give either argv or rate_per_s")
+        return self
+
+
 class Experiment(_Strict):
     name: str
-    hosts: tuple[Host, ...] = Field(min_length=1)
-    ssh: Ssh
-    web_log: WebLog
+    testbed: str | None = None  # a `linkgrad testbed` tag: hosts, ssh and web_log from it
+    hosts: tuple[Host, ...] = ()
+    ssh: Ssh | None = None
+    web_log: WebLog | None = None
     transactions: dict[str, str] = Field(min_length=1)  # name -> regex on path+query
     parameters: Parameters = Parameters()
+    workload: Workload | None = None
     output: Path = Path("runs")
+    frontend_url: str | None = None  # for a workload's load generator (set from a testbed)
 
     @field_validator("transactions")
     @classmethod
@@ -85,6 +102,12 @@ class Experiment(_Strict):
 
     @model_validator(mode="after")
     def _log_host_known(self) -> Experiment:
+        if self.testbed is not None:
+            return self  # filled from the testbed when loaded
+        missing = [f for f in ("hosts", "ssh", "web_log") if not getattr(self, f)]
+        if missing:
+            raise ValueError(f"give {', '.join(missing)} (or testbed: TAG)")
+        assert self.web_log is not None
         names = [h.name for h in self.hosts]
         if self.web_log.host not in names:
             raise ValueError(f"web_log.host {self.web_log.host!r} is not one of {names}")
@@ -93,12 +116,38 @@ class Experiment(_Strict):
         return self
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    """Validate the experiment; relative paths in it are relative to the file."""
+def load_experiment(path: str | Path, testbed_root: Path | None = None) -> Experiment:
+    """Validate the experiment; relative paths in it are relative to the file; a `testbed:`
+    tag fills hosts, ssh and web_log from that running testbed."""
     path = Path(path)
     experiment = load_yaml(path, Experiment)
     base = path.resolve().parent
+    if experiment.testbed is not None:
+        experiment = _from_testbed(experiment, path, testbed_root)
+    assert experiment.ssh is not None
     ssh = experiment.ssh.model_copy(update={
         "config": base / experiment.ssh.config,
         "known_hosts": base / experiment.ssh.known_hosts if experiment.ssh.known_hosts else None})
     return experiment.model_copy(update={"ssh": ssh, "output": base / experiment.output})
+
+
+def _from_testbed(experiment: Experiment, path: Path, root: Path | None) -> Experiment:
+    import sys
+
+    from coordinator.errors import InputError, Problem
+    from testbed.lifecycle import status
+    from testbed.state import DEFAULT_ROOT
+
+    info = status(experiment.testbed or "", root or DEFAULT_ROOT)
+    if not info.get("up"):
+        raise InputError(Problem(f"testbed {experiment.testbed!r} is not up (linkgrad testbed "
+                                 "up)", str(path), field="testbed"))
+    log = info["web_log"]
+    return experiment.model_copy(update={
+        "hosts": tuple(Host(name=h["name"], address=h["address"]) for h in info["hosts"]),
+        # the testbed's hosts share this machine's files: the same python runs the daemons
+        "ssh": Ssh(config=Path(info["ssh_config"]), known_hosts=Path(info["known_hosts"]),
+                   python=sys.executable),
+        "web_log": WebLog(host=log["host"], path=log["path"], format=log["format"],
+                          log_format=log["log_format"]),
+        "frontend_url": info["frontend_url"]})

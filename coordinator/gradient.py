@@ -67,11 +67,11 @@ def thesis_bins(
 
 
 def _training_spectrum(
-    t: np.ndarray, y: np.ndarray, wave: SquareWave, n_bins: int, bin_s: float, chunks: int
+    t: np.ndarray, y: np.ndarray, end_s: float, n_bins: int, bin_s: float, chunks: int
 ) -> BaselineSpectrum | None:
-    base = t < wave.start_s
+    base = t < end_s
     try:
-        return baseline_spectrum(t[base], y[base], wave.start_s, bin_s, n_bins, chunks)
+        return baseline_spectrum(t[base], y[base], end_s, bin_s, n_bins, chunks)
     except ValueError:
         return None
 
@@ -106,12 +106,17 @@ def shared_periodic_noise_hz(
 def transaction_gradient(
     name: str, t: np.ndarray, y: np.ndarray, wave: SquareWave, settings: GradientSettings,
     record_n_bins: int | None = None, periodic: tuple[float, ...] = (),
+    baseline_end_s: float | None = None,
 ) -> TransactionGradient:
     """Both estimates for one transaction's requests (start times `t`, responses `y`, seconds).
 
     `periodic` are periodic-noise frequencies (Hz) to model, from `shared_periodic_noise_hz`.
+    The training data end at `baseline_end_s` (default: the first rising edge); a run that
+    measures links one after another passes the end of its passive phase, so earlier
+    injections never count as unperturbed.
     """
-    base = t < wave.start_s
+    baseline_end = wave.start_s if baseline_end_s is None else baseline_end_s
+    base = t < baseline_end
     window = (t >= wave.start_s) & (t < wave.end_s)
     n_window, n_base = int(window.sum()), int(base.sum())
     if n_window < settings.min_requests:
@@ -119,7 +124,7 @@ def transaction_gradient(
         return TransactionGradient(name, n_window, n_base, None, None, (), (note,))
     notes: list[str] = []
     n_bins, bin_s = thesis_bins(t[base], t[window], wave, settings, record_n_bins)
-    spectrum = _training_spectrum(t, y, wave, n_bins, bin_s, settings.chunks)
+    spectrum = _training_spectrum(t, y, baseline_end, n_bins, bin_s, settings.chunks)
     if spectrum is None:
         notes.append("under 2 training chunks before the injection: thesis FFT⁰ taken as 0")
     means, counts = bin_series(t, y, wave.start_s, bin_s, n_bins)
@@ -144,11 +149,13 @@ def transaction_gradient(
 def log_gradients(
     t: np.ndarray, y: np.ndarray, groups: dict[str, np.ndarray], wave: SquareWave,
     settings: GradientSettings, record_n_bins: int | None = None,
+    baseline_end_s: float | None = None,
 ) -> dict[str, TransactionGradient]:
     """Every transaction's gradients; `groups` maps a transaction to its rows of `t` and `y`."""
-    periodic = shared_periodic_noise_hz(t, y, groups, wave.start_s, settings)
+    baseline_end = wave.start_s if baseline_end_s is None else baseline_end_s
+    periodic = shared_periodic_noise_hz(t, y, groups, baseline_end, settings)
     return {
         name: transaction_gradient(name, t[rows], y[rows], wave, settings, record_n_bins,
-                                   periodic)
+                                   periodic, baseline_end)
         for name, rows in groups.items()
     }

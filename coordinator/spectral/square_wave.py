@@ -33,6 +33,10 @@ class SquareWave:
         return self.period_s / 2
 
     @property
+    def duration_s(self) -> float:
+        return self.cycles * self.period_s
+
+    @property
     def end_s(self) -> float:
         """When the last off-phase ends."""
         return self.start_s + self.cycles * self.period_s

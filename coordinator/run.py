@@ -1,0 +1,302 @@
+"""`linkgrad run experiment.yaml`: the measurement algorithm of thesis §3.2 on live hosts.
+
+1. Connect (SSH, verified keys); start a sniffer on every host and follow the web log.
+2. Training: the sniffers' reports make the communication graph; the requests of the passive
+   phase give the square wave (period from the quietest frequency, delay for the wanted
+   interval).
+3. For every link (each direction): an adaptive cycle to rescale the delay by a rough gradient,
+   then the measurement; the injector's actual mean delay and our estimator give every
+   transaction's gradient. Throughput watched throughout: a drop beyond the limit aborts.
+
+Everything measured is written as it is measured; Ctrl-C or SIGTERM ends every SSH channel (the
+daemons' lease: they stop injecting and remove their rules) and keeps what was measured. A run
+can be resumed, skipping finished links.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coordinator.commands import gradient_json
+from coordinator.errors import RuntimeFailure
+from coordinator.experiment import Experiment
+from coordinator.gradient import GradientSettings, log_gradients
+from coordinator.graph import GraphLink, build_graph, select
+from coordinator.logfollow import LogFollower
+from coordinator.remote import Connection, RemoteDaemon, resolve
+from coordinator.schedule_plan import WavePlan, plan_wave
+from coordinator.spectral.square_wave import SquareWave
+from coordinator.transactions import TransactionPattern, group_by_transaction
+from coordinator.weblog.model import RequestLog
+
+TAIL_S = 3.0  # after a wave ends, the requests that started in it are still being logged
+QUEUE_BASE = 4700
+
+
+class Aborted(RuntimeFailure):
+    """A safety limit was crossed; injection stopped."""
+
+
+@dataclass
+class Session:
+    """Every SSH connection and daemon of a run; `close()` ends every lease."""
+
+    experiment: Experiment
+    connections: dict[str, Connection] = field(default_factory=dict)
+    sniffers: dict[str, RemoteDaemon] = field(default_factory=dict)
+    injectors: dict[str, RemoteDaemon] = field(default_factory=dict)
+    reports: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    addresses: dict[str, str] = field(default_factory=dict)  # address -> host
+    log: LogFollower | None = None
+    workload: Any = None
+
+    def open(self) -> Session:
+        e = self.experiment
+        assert e.ssh is not None
+        assert e.web_log is not None
+        for host in e.hosts:
+            conn = Connection(resolve(host.name, e.ssh.config, e.ssh.known_hosts),
+                              e.ssh.connect_timeout_s)
+            self.connections[host.name] = conn
+            self.addresses[host.address or conn.endpoint.hostname] = host.name
+        for name, conn in self.connections.items():
+            self.sniffers[name] = RemoteDaemon(
+                conn, [e.ssh.python, "-m", "sniffer"], "sniffer",
+                on_event=lambda m, n=name: self.reports.append((n, m)))
+        self.log = LogFollower(self.connections[e.web_log.host], e.web_log.path,
+                               e.web_log.format, e.web_log.log_format)
+        if e.workload is not None:
+            self.workload = self.connections[e.workload.host].open_lines(self._workload_argv())
+        return self
+
+    def _workload_argv(self) -> list[str]:
+        w, e = self.experiment.workload, self.experiment
+        assert w is not None
+        assert e.ssh is not None
+        if w.argv is not None:
+            return list(w.argv)
+        mix = w.mix or ",".join(f"{_example_path(p)}=1" for p in e.transactions.values())
+        return [e.ssh.python, "-m", "testbed.loadgen", "--url", e.frontend_url or "",
+                "--mix", mix, "--rate", str(w.rate_per_s), "--duration", "86400", "--json"]
+
+    def injector(self, host: str) -> RemoteDaemon:
+        if host not in self.injectors:
+            e = self.experiment
+            assert e.ssh is not None
+            argv = [e.ssh.python, "-m", "injector", "--queue", str(QUEUE_BASE),
+                    "--max-magnitude-ms", str(e.parameters.max_delay_ms),
+                    "--max-duration-s", str(e.parameters.max_duration_s)]
+            self.injectors[host] = RemoteDaemon(self.connections[host], argv, "injector")
+        return self.injectors[host]
+
+    def close(self) -> None:
+        """Injectors first (the lease: they stop and remove their rules), then the rest."""
+        for daemon in [*self.injectors.values(), *self.sniffers.values()]:
+            try:
+                daemon.close()
+            except Exception:  # one host's trouble must not keep the others injecting
+                continue
+        if self.log is not None:
+            self.log.close()
+        if self.workload is not None:
+            self.workload.close()
+        for conn in self.connections.values():
+            conn.close()
+
+
+def _example_path(pattern: str) -> str:
+    """A URL a transaction regex matches, for the testbed's load generator (`^/a/b` -> /a/b)."""
+    return pattern.lstrip("^").rstrip("$").replace("\\?", "?").replace("\\", "")
+
+
+@dataclass
+class RunDir:
+    path: Path
+
+    def write(self, name: str, data: Any) -> None:
+        target = self.path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(target.suffix + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, default=str))
+        tmp.replace(target)
+
+    def read(self, name: str) -> Any:
+        target = self.path / name
+        return json.loads(target.read_text()) if target.exists() else None
+
+
+def _sleep(seconds: float, check: Callable[[], None] | None = None, step: float = 1.0) -> None:
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(step, left))
+        if check is not None:
+            check()
+
+
+def _patterns(experiment: Experiment) -> list[TransactionPattern]:
+    import re
+
+    return [TransactionPattern(n, re.compile(p)) for n, p in experiment.transactions.items()]
+
+
+def train(session: Session, say: Callable[[str], None]) -> tuple[list[GraphLink], float, float]:
+    p = session.experiment.parameters
+    start = time.time()
+    for sniffer in session.sniffers.values():
+        sniffer.request("watch", interval_s=2.0)
+    say(f"training: {p.training_s:.0f} s of passive observation")
+    _sleep(p.training_s)
+    for sniffer in session.sniffers.values():
+        sniffer.request("unwatch")
+    end = time.time()
+    graph = build_graph(session.reports, session.addresses, p.message_threshold)
+    return graph, start, end
+
+
+def training_requests(log: RequestLog, patterns: list[TransactionPattern], start: float,
+                      end: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    groups = group_by_transaction(log.url, patterns)
+    out = {}
+    for name, rows in groups.items():
+        t, y = log.start_s[rows], log.response_s[rows]
+        inside = (t >= start) & (t < end)
+        out[name] = (t[inside], y[inside])
+    return out
+
+
+def _throughput(log: LogFollower, window_s: float = 10.0) -> float:
+    snap = log.snapshot()
+    now = time.time()
+    return float(np.sum(snap.start_s >= now - window_s - TAIL_S) / window_s)
+
+
+def inject_and_estimate(session: Session, link: GraphLink, wave: SquareWave,
+                        baseline_end: float, base_rate: float) -> dict[str, Any]:
+    """One square wave on one link, then every transaction's gradient."""
+    p = session.experiment.parameters
+    injector = session.injector(link.src_host)
+    schedule = {"kind": "square", "start": wave.start_s, "period_s": wave.period_s,
+                "magnitude_ms": wave.magnitude_s * 1e3, "cycles": wave.cycles}
+    link_id = injector.request("add", link=link.injector_link(), schedule=schedule)["link_id"]
+    try:
+        assert session.log is not None
+        log = session.log
+
+        def safe() -> None:
+            if time.time() > wave.start_s + 10 and _throughput(log) < (
+                    1 - p.throughput_drop_limit) * base_rate:
+                raise Aborted(f"throughput fell below {1 - p.throughput_drop_limit:.0%} of "
+                              f"the training's {base_rate:.1f}/s while delaying {link.label}")
+
+        _sleep(wave.end_s - time.time(), safe)
+    finally:
+        stats = injector.request("remove", link_id=link_id)["stats"]
+    _sleep(TAIL_S)
+    on = stats["schedules"]["0"].get("on", {}).get("actual", {})
+    actual_ms = on.get("mean_ms") or wave.magnitude_s * 1e3  # no packet while on: as asked
+    measured = SquareWave(wave.start_s, wave.period_s, wave.cycles, actual_ms / 1e3)
+    assert session.log is not None
+    snap = session.log.snapshot()
+    groups = group_by_transaction(snap.url, _patterns(session.experiment))
+    settings = GradientSettings(k=p.k)
+    results = log_gradients(snap.start_s, snap.response_s, groups, measured, settings,
+                            baseline_end_s=baseline_end)
+    during = (snap.start_s >= wave.start_s) & (snap.start_s < wave.end_s)
+    return {
+        "record": {"start": wave.start_s, "period_s": wave.period_s, "cycles": wave.cycles,
+                   "magnitude_ms": actual_ms, "link": link.label},
+        "requested_ms": wave.magnitude_s * 1e3, "packets_delayed": on.get("count", 0),
+        "throughput_per_s": float(during.sum() / wave.duration_s) if wave.duration_s else 0.0,
+        "transactions": {n: gradient_json(r) for n, r in results.items()},
+    }
+
+
+def rough_rescale(result: dict[str, Any], planned_s: float, cap_s: float) -> float:
+    """Thesis §3.2.2: A' = A / (rough gradient), the largest over transactions, so the
+    response-time effect stays about A however many times the link is crossed."""
+    rough = [abs(t["gradient"]) for t in result["transactions"].values()
+             if t["gradient"] is not None]
+    g = max(rough, default=1.0)
+    return float(min(cap_s, max(0.001, planned_s / max(g, 0.25))))
+
+
+def measure_link(session: Session, link: GraphLink, plan: WavePlan, baseline_end: float,
+                 base_rate: float, say: Callable[[str], None]) -> dict[str, Any]:
+    p = session.experiment.parameters
+    magnitude = plan.magnitude_s
+    adaptive = None
+    if p.adaptive:
+        wave = SquareWave(time.time() + 1.0, plan.period_s, 1, magnitude)
+        say(f"{link.label}: adaptive cycle, {magnitude * 1e3:.1f} ms")
+        adaptive = inject_and_estimate(session, link, wave, baseline_end, base_rate)
+        magnitude = rough_rescale(adaptive, plan.magnitude_s, p.max_delay_ms / 1e3)
+        _sleep(plan.period_s / 2)  # an off half-period before the next first edge
+    wave = SquareWave(time.time() + 1.0, plan.period_s, plan.cycles, magnitude)
+    say(f"{link.label}: {plan.cycles} cycles of {plan.period_s:.1f} s at "
+        f"{magnitude * 1e3:.1f} ms ({wave.duration_s:.0f} s)")
+    result = inject_and_estimate(session, link, wave, baseline_end, base_rate)
+    _sleep(plan.period_s / 2)
+    return {"link": link.as_json(), "adaptive": adaptive, **result}
+
+
+def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], None],
+                   resume: bool = False) -> dict[str, Any]:
+    out = RunDir(run_dir)
+    out.write("experiment.json", experiment.model_dump(mode="json"))
+    done = {r["link"]["label"]: r for r in (out.read("gradients.json") or {}).get("links", [])} \
+        if resume else {}
+    status: dict[str, Any] = {"status": "running", "started": time.time(), "links_done": len(done)}
+    out.write("run.json", status)
+    session = Session(experiment)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        session.open()
+        graph, start, end = train(session, say)
+        out.write("graph.json", [g.as_json() for g in graph])
+        assert session.log is not None
+        train_log = session.log.snapshot()
+        by_tx = training_requests(train_log, _patterns(experiment), start, end)
+        base_rate = float(sum(len(t) for t, _ in by_tx.values()) / (end - start))
+        plan = plan_wave(by_tx, end, experiment.parameters)
+        out.write("plan.json", {"period_s": plan.period_s, "cycles": plan.cycles,
+                                "magnitude_ms": plan.magnitude_s * 1e3, "n_bins": plan.n_bins,
+                                "notes": list(plan.notes), "training": [start, end],
+                                "training_requests_per_s": base_rate})
+        links = select(graph, experiment.parameters.include, experiment.parameters.exclude)
+        say(f"graph: {len(graph)} links, measuring {len(links)}; " + "; ".join(plan.notes))
+        results = list(done.values())
+        for i, link in enumerate(links, 1):
+            if link.label in done:
+                continue
+            say(f"link {i}/{len(links)}")
+            results.append(measure_link(session, link, plan, end, base_rate, say))
+            out.write("gradients.json", {"experiment": experiment.name, "links": results})
+            session.log.save(run_dir / "weblog.log")
+        status["status"] = "completed"
+    except Aborted as e:
+        status.update(status="aborted", reason=str(e))
+    except KeyboardInterrupt:
+        status.update(status="interrupted")
+    except Exception as e:
+        status.update(status="failed", reason=str(e))
+        raise
+    finally:
+        session.close()  # every lease ends: no injection survives the run
+        signal.signal(signal.SIGTERM, previous)
+        if session.log is not None:
+            session.log.save(run_dir / "weblog.log")
+        status["ended"] = time.time()
+        out.write("run.json", status)
+    return status
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
