@@ -132,13 +132,15 @@ def load_experiment(path: str | Path, testbed_root: Path | None = None) -> Exper
 
 
 def _from_testbed(experiment: Experiment, path: Path, root: Path | None) -> Experiment:
+    import os
     import sys
 
     from coordinator.errors import InputError, Problem
     from testbed.lifecycle import status
     from testbed.state import DEFAULT_ROOT
 
-    info = status(experiment.testbed or "", root or DEFAULT_ROOT)
+    root = root or Path(os.environ.get("LINKGRAD_TESTBED_ROOT", DEFAULT_ROOT))
+    info = status(experiment.testbed or "", root)
     if not info.get("up"):
         raise InputError(Problem(f"testbed {experiment.testbed!r} is not up (linkgrad testbed "
                                  "up)", str(path), field="testbed"))

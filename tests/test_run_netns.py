@@ -1,0 +1,120 @@
+"""`linkgrad run` against the real testbed (root): a short experiment, then an interrupted one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.lifecycle import down, up
+from testbed.topology import DEFAULT
+from tests.netns_tools.hosts import sh
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root"),
+    pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed"),
+]
+
+LINKGRAD = str(Path(sys.executable).parent / "linkgrad")
+EXPERIMENT = """
+name: {name}
+testbed: trn
+workload: {{host: client, rate_per_s: 60}}
+transactions:
+  ViewItem: ^/rubis/ViewItem
+  PutBidAuth: ^/rubis/PutBidAuth
+  PutBid: ^/rubis/PutBid$
+  async: ^/pattern/async
+parameters:
+  training_s: 20
+  cycles: 4
+  period_s: 6
+  magnitude_ms: 12
+  adaptive: {adaptive}
+  include: ['app1->db', 'db->app1']
+output: {output}
+"""
+EXPECTED = {"ViewItem": 2.0, "PutBidAuth": 1.0, "PutBid": 3.0, "async": 0.0}
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    root = Path(tempfile.mkdtemp(prefix="lgtest-", dir="/var/tmp"))
+    root.chmod(0o755)
+    try:
+        up(DEFAULT, "trn", root)
+        yield root
+        down("trn", root=root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _experiment(root: Path, name: str, adaptive: bool = False) -> Path:
+    path = root / f"{name}.yaml"
+    path.write_text(EXPERIMENT.format(name=name, adaptive=str(adaptive).lower(),
+                                      output=root / "runs"))
+    return path
+
+
+def _no_rules_anywhere() -> None:
+    for ns in sh("ip", "netns", "list").stdout.split():
+        if ns.startswith("lgtb-trn-"):
+            assert "LINKGRAD" not in sh("ip", "netns", "exec", ns, "iptables", "-S").stdout
+
+
+def test_run_measures_known_gradients_in_both_directions(testbed):
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
+    done = subprocess.run([LINKGRAD, "run", str(_experiment(testbed, "short")), "--json"],
+                          capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert status["status"] == "completed"
+    run_dir = Path(status["run_dir"])
+    graph = {g["label"] for g in json.loads((run_dir / "graph.json").read_text())}
+    assert {"tcp app1:0 -> db:5432", "tcp db:5432 -> app1:0", "tcp client:0 -> web:80",
+            "tcp web:0 -> app1:8000"} <= graph
+    links = json.loads((run_dir / "gradients.json").read_text())["links"]
+    assert [lk["link"]["label"] for lk in links] == ["tcp app1:0 -> db:5432",
+                                                     "tcp db:5432 -> app1:0"]
+    for link in links:
+        assert link["record"]["magnitude_ms"] == pytest.approx(12, abs=0.5)  # actual, measured
+        for name, truth in EXPECTED.items():
+            t = link["transactions"][name]
+            lo, hi = t["ci95"]
+            # the ideal crossing count ignores second-order effects of the delay itself
+            # (more concurrent requests): allow 5% of it beyond the interval
+            slack = 0.05 * truth
+            assert lo - slack <= truth <= hi + slack, (link["link"]["label"], name, t)
+    assert (run_dir / "weblog.log").stat().st_size > 0  # raw samples for offline recomputing
+    _no_rules_anywhere()
+
+
+def test_sigterm_stops_every_injection_and_keeps_the_run(testbed):
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
+    proc = subprocess.Popen([LINKGRAD, "run", str(_experiment(testbed, "stopped")), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    delaying = False
+    while not delaying and time.monotonic() < deadline:
+        out = "".join(sh("ip", "netns", "exec", ns, "iptables", "-S").stdout
+                      for ns in ("lgtb-trn-app1", "lgtb-trn-db"))
+        delaying = "NFQUEUE" in out
+        time.sleep(0.2)
+    assert delaying, "the run never started injecting"
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 10
+    status = json.loads(out)
+    assert status["status"] == "interrupted"
+    assert (Path(status["run_dir"]) / "graph.json").exists()
+    _no_rules_anywhere()
