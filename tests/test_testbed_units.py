@@ -86,3 +86,25 @@ def test_the_shipped_topology_file_is_the_default():
 
     shipped = Path(__file__).parent.parent / "experiments" / "topology-default.yaml"
     assert load_topology(shipped) == DEFAULT
+
+
+def test_the_reference_experiment_is_valid_and_errors_point_at_lines(tmp_path):
+    from pathlib import Path
+
+    from coordinator.experiment import load_experiment
+
+    shipped = Path(__file__).parent.parent / "experiments" / "reference.yaml"
+    experiment = load_experiment(shipped)
+    assert experiment.web_log.host == "web"
+    assert experiment.ssh.config == shipped.parent / "ssh_config"
+    assert experiment.parameters.exclude == ("->web",)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nhosts: [{name: a}]\nssh: {config: c}\n"
+                   "web_log: {host: b, path: /l}\ntransactions: {t: '('}\n"
+                   "parameters: {cycles: 1, colour: red}\n")
+    with pytest.raises(InputError) as err:
+        load_experiment(bad)
+    text = str(err.value)
+    assert f"{bad}:6: field 'parameters.cycles'" in text
+    assert f"{bad}:6: field 'parameters.colour' unknown field" in text
+    assert "bad regex" in text
