@@ -49,6 +49,8 @@ class Parameters(_Strict):
     magnitude_ms: float | None = Field(None, gt=0, description="fix the delay (else d·σ rule)")
     half_width: float = Field(0.2, gt=0, description="wanted 95% CI half-width of a gradient")
     adaptive: bool = True  # one small cycle first to rescale the delay by a rough gradient
+    concurrent: int = Field(1, ge=1, le=4, description="links measured at once, at periods "
+                            "T, 2T, 4T, ... (orthogonal square waves)")
     max_delay_ms: float = Field(100.0, gt=0)
     max_duration_s: float = Field(900.0, gt=0, description="cap per measurement")
     throughput_drop_limit: float = Field(0.3, gt=0, le=1, description="abort above this")

@@ -106,7 +106,7 @@ def shared_periodic_noise_hz(
 def transaction_gradient(
     name: str, t: np.ndarray, y: np.ndarray, wave: SquareWave, settings: GradientSettings,
     record_n_bins: int | None = None, periodic: tuple[float, ...] = (),
-    baseline_end_s: float | None = None,
+    baseline_end_s: float | None = None, others: tuple[SquareWave, ...] = (),
 ) -> TransactionGradient:
     """Both estimates for one transaction's requests (start times `t`, responses `y`, seconds).
 
@@ -139,7 +139,7 @@ def transaction_gradient(
         for f in periodic if abs(f - wave.frequency_hz) < 1 / (wave.cycles * wave.period_s)
     ]
     try:
-        estimate = lockin_gradient(t, y, wave, periodic, settings.lockin)
+        estimate = lockin_gradient(t, y, wave, periodic, settings.lockin, others)
     except ValueError as e:
         estimate = None
         notes.append(f"lockin: {e}")
@@ -149,13 +149,14 @@ def transaction_gradient(
 def log_gradients(
     t: np.ndarray, y: np.ndarray, groups: dict[str, np.ndarray], wave: SquareWave,
     settings: GradientSettings, record_n_bins: int | None = None,
-    baseline_end_s: float | None = None,
+    baseline_end_s: float | None = None, others: tuple[SquareWave, ...] = (),
 ) -> dict[str, TransactionGradient]:
-    """Every transaction's gradients; `groups` maps a transaction to its rows of `t` and `y`."""
+    """Every transaction's gradients; `groups` maps a transaction to its rows of `t` and `y`;
+    `others`: waves injected on other links at the same time, fitted jointly."""
     baseline_end = wave.start_s if baseline_end_s is None else baseline_end_s
     periodic = shared_periodic_noise_hz(t, y, groups, baseline_end, settings)
     return {
         name: transaction_gradient(name, t[rows], y[rows], wave, settings, record_n_bins,
-                                   periodic, baseline_end)
+                                   periodic, baseline_end, others)
         for name, rows in groups.items()
     }

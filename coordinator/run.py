@@ -178,43 +178,72 @@ def _throughput(log: LogFollower, window_s: float = 10.0) -> float:
     return float(np.sum(snap.start_s >= now - window_s - TAIL_S) / window_s)
 
 
-def inject_and_estimate(session: Session, link: GraphLink, wave: SquareWave,
-                        baseline_end: float, base_rate: float) -> dict[str, Any]:
-    """One square wave on one link, then every transaction's gradient."""
+@dataclass(frozen=True)
+class Baseline:
+    """What the passive phase saw: for the estimator's baseline and the perturbation."""
+
+    end_s: float
+    rate_per_s: float
+    mean_response_ms: float
+
+
+def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWave]],
+                        base: Baseline) -> list[dict[str, Any]]:
+    """Square waves on links at once (orthogonal when their periods are T, 2T, 4T... from one
+    first edge), then every transaction's gradient for each link."""
     p = session.experiment.parameters
-    injector = session.injector(link.src_host)
-    schedule = {"kind": "square", "start": wave.start_s, "period_s": wave.period_s,
-                "magnitude_ms": wave.magnitude_s * 1e3, "cycles": wave.cycles}
-    link_id = injector.request("add", link=link.injector_link(), schedule=schedule)["link_id"]
+    added = []
     try:
+        for link, wave in waves:
+            injector = session.injector(link.src_host)
+            schedule = {"kind": "square", "start": wave.start_s, "period_s": wave.period_s,
+                        "magnitude_ms": wave.magnitude_s * 1e3, "cycles": wave.cycles}
+            link_id = injector.request("add", link=link.injector_link(),
+                                       schedule=schedule)["link_id"]
+            added.append((injector, link_id))
         assert session.log is not None
         log = session.log
+        labels = ", ".join(link.label for link, _ in waves)
+        start = min(w.start_s for _, w in waves)
 
         def safe() -> None:
-            if time.time() > wave.start_s + 10 and _throughput(log) < (
-                    1 - p.throughput_drop_limit) * base_rate:
+            if time.time() > start + 10 and _throughput(log) < (
+                    1 - p.throughput_drop_limit) * base.rate_per_s:
                 raise Aborted(f"throughput fell below {1 - p.throughput_drop_limit:.0%} of "
-                              f"the training's {base_rate:.1f}/s while delaying {link.label}")
+                              f"the training's {base.rate_per_s:.1f}/s while delaying {labels}")
 
-        _sleep(wave.end_s - time.time(), safe)
+        _sleep(max(w.end_s for _, w in waves) - time.time(), safe)
     finally:
-        stats = injector.request("remove", link_id=link_id)["stats"]
+        stats = [injector.request("remove", link_id=link_id)["stats"]
+                 for injector, link_id in added]
     _sleep(TAIL_S)
+    snap = log.snapshot()
+    groups = group_by_transaction(snap.url, _patterns(session.experiment))
+    all_waves = [w for _, w in waves]
+    return [_estimate(snap, groups, link, wave, s, base, p.k,
+                      tuple(o for o in all_waves if o is not wave))
+            for (link, wave), s in zip(waves, stats, strict=True)]
+
+
+def _estimate(snap: RequestLog, groups: dict[str, np.ndarray], link: GraphLink,
+              wave: SquareWave, stats: dict[str, Any], base: Baseline, k: int,
+              others: tuple[SquareWave, ...] = ()) -> dict[str, Any]:
     on = stats["schedules"]["0"].get("on", {}).get("actual", {})
     actual_ms = on.get("mean_ms") or wave.magnitude_s * 1e3  # no packet while on: as asked
     measured = SquareWave(wave.start_s, wave.period_s, wave.cycles, actual_ms / 1e3)
-    assert session.log is not None
-    snap = session.log.snapshot()
-    groups = group_by_transaction(snap.url, _patterns(session.experiment))
-    settings = GradientSettings(k=p.k)
-    results = log_gradients(snap.start_s, snap.response_s, groups, measured, settings,
-                            baseline_end_s=baseline_end)
+    results = log_gradients(snap.start_s, snap.response_s, groups, measured,
+                            GradientSettings(k=k), baseline_end_s=base.end_s, others=others)
     during = (snap.start_s >= wave.start_s) & (snap.start_s < wave.end_s)
+    rate = float(during.sum() / wave.duration_s)
+    mean_ms = float(snap.response_s[during].mean() * 1e3) if during.any() else float("nan")
     return {
         "record": {"start": wave.start_s, "period_s": wave.period_s, "cycles": wave.cycles,
                    "magnitude_ms": actual_ms, "link": link.label},
         "requested_ms": wave.magnitude_s * 1e3, "packets_delayed": on.get("count", 0),
-        "throughput_per_s": float(during.sum() / wave.duration_s) if wave.duration_s else 0.0,
+        "perturbation": {"throughput_per_s": rate,
+                         "throughput_change": rate / base.rate_per_s - 1,
+                         "mean_response_ms": mean_ms,
+                         "mean_response_change_ms": mean_ms - base.mean_response_ms},
         "transactions": {n: gradient_json(r) for n, r in results.items()},
     }
 
@@ -228,23 +257,43 @@ def rough_rescale(result: dict[str, Any], planned_s: float, cap_s: float) -> flo
     return float(min(cap_s, max(0.001, planned_s / max(g, 0.25))))
 
 
-def measure_link(session: Session, link: GraphLink, plan: WavePlan, baseline_end: float,
-                 base_rate: float, say: Callable[[str], None]) -> dict[str, Any]:
+def group_waves(plan: WavePlan, count: int, start_s: float,
+                magnitudes: list[float]) -> list[SquareWave]:
+    """Periods T, 2T, 4T... from one first edge, over one window holding `plan.cycles` of T
+    and at least two of the slowest: orthogonal waves with disjoint harmonics."""
+    slowest = plan.period_s * 2 ** (count - 1)
+    window = max(plan.cycles * plan.period_s, 2 * slowest)
+    return [SquareWave(start_s, plan.period_s * 2**j, round(window / (plan.period_s * 2**j)),
+                       magnitudes[j]) for j in range(count)]
+
+
+def group_duration_s(plan: WavePlan, count: int, adaptive: bool) -> float:
+    window = max(plan.cycles * plan.period_s, 2 * plan.period_s * 2 ** (count - 1))
+    first = (plan.period_s * 2 ** (count - 1) + plan.period_s + TAIL_S + 1) if adaptive else 0
+    return first + window + plan.period_s * 2 ** (count - 1) / 2 + TAIL_S + 1
+
+
+def measure_group(session: Session, links: list[GraphLink], plan: WavePlan, base: Baseline,
+                  say: Callable[[str], None]) -> list[dict[str, Any]]:
     p = session.experiment.parameters
-    magnitude = plan.magnitude_s
-    adaptive = None
-    if p.adaptive:
-        wave = SquareWave(time.time() + 1.0, plan.period_s, 1, magnitude)
-        say(f"{link.label}: adaptive cycle, {magnitude * 1e3:.1f} ms")
-        adaptive = inject_and_estimate(session, link, wave, baseline_end, base_rate)
-        magnitude = rough_rescale(adaptive, plan.magnitude_s, p.max_delay_ms / 1e3)
-        _sleep(plan.period_s / 2)  # an off half-period before the next first edge
-    wave = SquareWave(time.time() + 1.0, plan.period_s, plan.cycles, magnitude)
-    say(f"{link.label}: {plan.cycles} cycles of {plan.period_s:.1f} s at "
-        f"{magnitude * 1e3:.1f} ms ({wave.duration_s:.0f} s)")
-    result = inject_and_estimate(session, link, wave, baseline_end, base_rate)
-    _sleep(plan.period_s / 2)
-    return {"link": link.as_json(), "adaptive": adaptive, **result}
+    magnitudes = [plan.magnitude_s] * len(links)
+    adaptive: list[Any] = [None] * len(links)
+    if p.adaptive:  # one cycle of every wave (the slowest's length), then rescale each
+        waves = group_waves(plan, len(links), time.time() + 1.0, magnitudes)
+        waves = [SquareWave(w.start_s, w.period_s, max(1, w.cycles // plan.cycles), w.magnitude_s)
+                 for w in waves]
+        say(f"adaptive cycle: {', '.join(link.label for link in links)}")
+        adaptive = inject_and_estimate(session, list(zip(links, waves, strict=True)), base)
+        magnitudes = [rough_rescale(a, plan.magnitude_s, p.max_delay_ms / 1e3) for a in adaptive]
+        _sleep(max(w.period_s for w in waves) / 2)  # off before the next first edge
+    waves = group_waves(plan, len(links), time.time() + 1.0, magnitudes)
+    for link, wave in zip(links, waves, strict=True):
+        say(f"{link.label}: {wave.cycles} cycles of {wave.period_s:.1f} s at "
+            f"{wave.magnitude_s * 1e3:.1f} ms")
+    results = inject_and_estimate(session, list(zip(links, waves, strict=True)), base)
+    _sleep(max(w.period_s for w in waves) / 2)
+    return [{"link": link.as_json(), "adaptive": a, "concurrent_with": len(links) - 1, **r}
+            for link, a, r in zip(links, adaptive, results, strict=True)]
 
 
 def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], None],
@@ -265,6 +314,8 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
         train_log = session.log.snapshot()
         by_tx = training_requests(train_log, _patterns(experiment), start, end)
         base_rate = float(sum(len(t) for t, _ in by_tx.values()) / (end - start))
+        responses = np.concatenate([y for _, y in by_tx.values()] or [np.zeros(0)])
+        base = Baseline(end, base_rate, float(responses.mean() * 1e3) if len(responses) else 0.0)
         plan = plan_wave(by_tx, end, experiment.parameters)
         out.write("plan.json", {"period_s": plan.period_s, "cycles": plan.cycles,
                                 "magnitude_ms": plan.magnitude_s * 1e3, "n_bins": plan.n_bins,
@@ -273,11 +324,14 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
         links = select(graph, experiment.parameters.include, experiment.parameters.exclude)
         say(f"graph: {len(graph)} links, measuring {len(links)}; " + "; ".join(plan.notes))
         results = list(done.values())
-        for i, link in enumerate(links, 1):
-            if link.label in done:
-                continue
-            say(f"link {i}/{len(links)}")
-            results.append(measure_link(session, link, plan, end, base_rate, say))
+        todo = [link for link in links if link.label not in done]
+        size = experiment.parameters.concurrent
+        groups = [todo[i:i + size] for i in range(0, len(todo), size)]
+        for i, group in enumerate(groups, 1):
+            left = sum(group_duration_s(plan, len(g), experiment.parameters.adaptive)
+                       for g in groups[i - 1:])
+            say(f"group {i}/{len(groups)} ({len(group)} link(s)); about {left:.0f} s left")
+            results += measure_group(session, group, plan, base, say)
             out.write("gradients.json", {"experiment": experiment.name, "links": results})
             session.log.save(run_dir / "weblog.log")
         status["status"] = "completed"

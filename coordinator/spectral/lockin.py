@@ -75,25 +75,27 @@ class _Batches:
     mean: np.ndarray
     center_s: np.ndarray  # mean start time of the batch's requests, relative to window start
     on: np.ndarray
+    others_on: np.ndarray  # (batches, other waves): fraction of requests started while on
 
 
 def _window_requests(
     t: np.ndarray, y: np.ndarray, wave: SquareWave, guard_s: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Requests in the window, minus those starting within `guard_s` before an edge.
 
-    Returns (time since window start, response, half-cycle index, offset in the half).
+    Returns (time since window start, response, half-cycle index, offset in the half, and the
+    kept rows' indices into `t`).
     """
     half = wave.half_s
     rel = t - (wave.start_s - half)
     n_halves = 2 * wave.cycles + 1
-    inside = (rel >= 0) & (rel < n_halves * half)
-    rel, y = rel[inside], y[inside]
+    rows = np.flatnonzero((rel >= 0) & (rel < n_halves * half))
+    rel, y = rel[rows], y[rows]
     h = np.minimum(np.floor(rel / half).astype(np.int64), n_halves - 1)
     offset = rel - h * half
     straddles = (offset > half - guard_s) & (h < n_halves - 1)
     keep = ~straddles
-    return rel[keep], y[keep], h[keep], offset[keep]
+    return rel[keep], y[keep], h[keep], offset[keep], rows[keep]
 
 
 def outlier_fence(
@@ -118,7 +120,8 @@ def outlier_fence(
 
 
 def _batch(
-    rel: np.ndarray, y: np.ndarray, h: np.ndarray, offset: np.ndarray, half: float, per_half: int
+    rel: np.ndarray, y: np.ndarray, h: np.ndarray, offset: np.ndarray, half: float, per_half: int,
+    others_on: np.ndarray,
 ) -> _Batches:
     sub = np.minimum(np.floor(offset / (half / per_half)).astype(np.int64), per_half - 1)
     index = h * per_half + sub
@@ -126,19 +129,23 @@ def _batch(
     count = np.bincount(index, minlength=n_total)
     y_sum = np.bincount(index, weights=y, minlength=n_total)
     t_sum = np.bincount(index, weights=rel, minlength=n_total)
+    o_sum = np.column_stack([np.bincount(index, weights=col, minlength=n_total)
+                             for col in others_on.T]) if others_on.shape[1] else \
+        np.zeros((n_total, 0))
     used = count > 0
     on = (np.arange(n_total) // per_half) % 2 == 1
     c = count[used]
-    return _Batches(c, y_sum[used] / c, t_sum[used] / c, on[used])
+    return _Batches(c, y_sum[used] / c, t_sum[used] / c, on[used], o_sum[used] / c[:, None])
 
 
 def _design(
     b: _Batches, window_s: float, drift_degree: int, periodic_hz: tuple[float, ...]
 ) -> np.ndarray:
-    """Columns: intercept, square wave (0/1), Legendre P1..Pd of time, cos/sin per periodic term."""
+    """Columns: intercept, square wave (0/1), Legendre P1..Pd of time, the other concurrent
+    waves' on-fractions, cos/sin per periodic term."""
     x = 2.0 * b.center_s / window_s - 1.0
     drift = np.polynomial.legendre.legvander(x, drift_degree)[:, 1:]
-    cols = [np.ones_like(x), b.on.astype(float), drift]
+    cols = [np.ones_like(x), b.on.astype(float), drift, b.others_on]
     for f in periodic_hz:
         phase = 2 * np.pi * f * b.center_s
         cols += [np.cos(phase)[:, None], np.sin(phase)[:, None]]
@@ -207,30 +214,35 @@ def lockin_gradient(
     wave: SquareWave,
     periodic_hz: tuple[float, ...] = (),
     settings: LockinSettings | None = None,
+    others: tuple[SquareWave, ...] = (),
 ) -> LockinEstimate:
     """Signed link gradient of the mean response time, with a data-derived confidence interval.
 
     `t_s` are request start times (unix s), `response_s` response times (s), `wave` the
-    injection with the mean delay actually injected. Raises ValueError when the window holds
-    too few requests to fit even the plainest model.
+    injection with the mean delay actually injected. `others` are square waves injected on
+    other links at the same time: fitted jointly, so their effects are neither in this
+    link's estimate nor in its noise. Raises ValueError when the window holds too few
+    requests to fit even the plainest model.
     """
     settings = settings or LockinSettings()
     t = np.asarray(t_s, dtype=float)
     y = np.asarray(response_s, dtype=float)
     in_window = (t >= wave.start_s - wave.half_s) & (t < wave.end_s)
     guard = _edge_guard_s(y[in_window], wave, settings)
-    rel, y_w, h, offset = _window_requests(t, y, wave, guard)
+    rel, y_w, h, offset, rows = _window_requests(t, y, wave, guard)
+    others_on = np.column_stack([o.is_on(t[rows]).astype(float) for o in others]) \
+        if others else np.zeros((len(rows), 0))
     fence = (settings.outlier_quantile, settings.outlier_margin)
     # pass 1: fence the raw responses, choose batches and nuisance model, first effect
     clipped, inside = outlier_fence(y_w, *fence)
     fit, per_half, degree, terms, n_batches = _choose_and_fit(
-        rel, clipped, h, offset, wave, settings, periodic_hz)
+        rel, clipped, h, offset, wave, settings, periodic_hz, others_on)
     first = fit.beta / inside
     # pass 2: fence with that effect taken out, so on and off halves are clipped alike and a
     # large effect is not pushed over the fence; only the small remainder needs the correction
     on = (h % 2 == 1).astype(float)
-    clipped, inside = outlier_fence(y_w - first * on, *fence)
-    b = _batch(rel, clipped, h, offset, wave.half_s, per_half)
+    clipped, inside = outlier_fence(y_w - first * on, *fence)  # others stay: they are fitted
+    b = _batch(rel, clipped, h, offset, wave.half_s, per_half, others_on)
     window_s = (2 * wave.cycles + 1) * wave.half_s
     rest = _weighted_fit(b, _design(b, window_s, degree, terms))
     if rest is not None:
@@ -241,13 +253,13 @@ def lockin_gradient(
 
 def _choose_and_fit(
     rel: np.ndarray, y: np.ndarray, h: np.ndarray, offset: np.ndarray, wave: SquareWave,
-    settings: LockinSettings, periodic_hz: tuple[float, ...],
+    settings: LockinSettings, periodic_hz: tuple[float, ...], others_on: np.ndarray,
 ) -> tuple[_Fit, int, int, tuple[float, ...], int]:
     """Batches per half-cycle and nuisance model; returns (fit, per_half, degree, terms, G)."""
     window_s = (2 * wave.cycles + 1) * wave.half_s
     per_half = _initial_batches_per_half(len(y), 2 * wave.cycles + 1, settings)
     while True:
-        b = _batch(rel, y, h, offset, wave.half_s, per_half)
+        b = _batch(rel, y, h, offset, wave.half_s, per_half, others_on)
         chosen = _fit_batches(b, window_s, settings, periodic_hz)
         if chosen is None:
             if per_half > 1:

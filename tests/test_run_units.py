@@ -1,0 +1,58 @@
+"""Pure parts of the run: concurrent waves, the rough rescale, the graph."""
+
+import numpy as np
+import pytest
+
+from coordinator.graph import build_graph, select
+from coordinator.run import group_waves, rough_rescale
+from coordinator.schedule_plan import WavePlan
+
+
+def test_concurrent_waves_are_orthogonal_and_share_no_harmonic():
+    plan = WavePlan(period_s=4.0, cycles=6, magnitude_s=0.01, n_bins=32)
+    waves = group_waves(plan, 3, start_s=100.0, magnitudes=[0.01, 0.02, 0.03])
+    assert [w.period_s for w in waves] == [4.0, 8.0, 16.0]
+    assert [w.cycles for w in waves] == [8, 4, 2]  # one 32 s window
+    t = np.arange(100.0, 132.0, 0.001)
+    on = [w.is_on(t).astype(float) - 0.5 for w in waves]
+    for i in range(3):
+        for j in range(i + 1, 3):
+            assert abs(np.mean(on[i] * on[j])) < 1e-3  # centred indicators: orthogonal
+    spectra = [np.abs(np.fft.rfft(x)) for x in on]
+    lines = [set(np.flatnonzero(s > 0.05 * s.max())) for s in spectra]
+    for i, j in ((0, 1), (1, 2), (0, 2)):
+        assert not lines[i] & lines[j], (i, j)
+
+
+def test_rough_rescale_follows_the_thesis_and_respects_the_cap():
+    result = {"transactions": {"a": {"gradient": 4.0}, "b": {"gradient": 0.5},
+                               "c": {"gradient": None}}}
+    assert rough_rescale(result, 0.04, 0.1) == pytest.approx(0.01)  # A / max gradient
+    small = {"transactions": {"a": {"gradient": 0.01}}}
+    assert rough_rescale(small, 0.04, 0.1) == pytest.approx(0.1)  # /0.25 = 0.16, capped
+
+
+def test_graph_counts_each_link_once_from_its_sender():
+    hosts = {"10.0.0.3": "app1", "10.0.0.5": "db", "10.0.0.254": "coordinator"}
+    app1 = {"links": [
+        {"proto": "tcp", "messages": 40,
+         "src": {"addr": "10.0.0.3", "port": 0, "pid": 7, "process": "python"},
+         "dst": {"addr": "10.0.0.5", "port": 5432, "pid": None, "process": None}},
+        {"proto": "tcp", "messages": 39,
+         "src": {"addr": "10.0.0.5", "port": 5432, "pid": None, "process": None},
+         "dst": {"addr": "10.0.0.3", "port": 0, "pid": 7, "process": "python"}},
+        {"proto": "tcp", "messages": 500,  # our own SSH: never a link
+         "src": {"addr": "10.0.0.3", "port": 22, "pid": 9, "process": "sshd"},
+         "dst": {"addr": "10.0.0.254", "port": 0, "pid": None, "process": None}}]}
+    db = {"links": [
+        {"proto": "tcp", "messages": 39,
+         "src": {"addr": "10.0.0.5", "port": 5432, "pid": 3, "process": "postgres"},
+         "dst": {"addr": "10.0.0.3", "port": 0, "pid": None, "process": None}}]}
+    graph = build_graph([("app1", app1), ("db", db)], hosts, threshold=10)
+    assert [(g.label, g.messages, g.src_process, g.dst_process) for g in graph] == [
+        ("tcp app1:0 -> db:5432", 40, "python", "postgres"),
+        ("tcp db:5432 -> app1:0", 39, "postgres", "python")]
+    assert graph[1].injector_link() == {"proto": "tcp", "src": "10.0.0.5:5432",
+                                        "dst": "10.0.0.3"}
+    assert [g.label for g in select(graph, ["app1->"], [])] == ["tcp app1:0 -> db:5432"]
+    assert select(graph, [], [r"db:5432 ->"]) == graph[:1]
