@@ -349,6 +349,10 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
             session.log.save(run_dir / "weblog.log")
         status["ended"] = time.time()
         out.write("run.json", status)
+        if (run_dir / "gradients.json").exists() and (run_dir / "plan.json").exists():
+            from coordinator.report import write_report
+
+            status["report"] = str(write_report(run_dir))
     return status
 
 

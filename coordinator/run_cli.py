@@ -28,6 +28,25 @@ def add_run_parser(sub: Any) -> None:
                    help="continue a run, skipping the links it finished")
     p.add_argument("--json", action="store_true", help="print the run's status as JSON")
     p.set_defaults(run=run_command)
+    r = sub.add_parser("report", help="(re)write RUN_DIR/report.html from a run's files",
+                       description="The link gradient graph per transaction, every link's "
+                                   "response series with its square wave, spectra and tables, "
+                                   "in one self-contained HTML file.")
+    r.add_argument("run_dir", type=Path)
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(run=report_command)
+
+
+def report_command(args: argparse.Namespace) -> int:
+    from coordinator.report import write_report
+
+    for name in ("experiment.json", "gradients.json", "plan.json", "run.json"):
+        if not (args.run_dir / name).exists():
+            raise InputError(Problem(f"no {name}: not a finished run directory",
+                                     str(args.run_dir), field="run_dir"))
+    target = write_report(args.run_dir)
+    print(json.dumps({"report": str(target)}) if args.json else target)
+    return 0
 
 
 def run_command(args: argparse.Namespace) -> int:

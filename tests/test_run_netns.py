@@ -102,6 +102,9 @@ def test_run_measures_known_gradients_in_both_directions(testbed, concurrent):
             slack = 0.05 * truth + 0.03
             assert lo - slack <= truth <= hi + slack, (link["link"]["label"], name, t)
     assert (run_dir / "weblog.log").stat().st_size > 0  # raw samples for offline recomputing
+    page = (run_dir / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == len(EXPECTED) + len(links)  # graphs, series
+    assert "tcp app1:0 -&gt; db:5432" in page
     _no_rules_anywhere()
 
 
