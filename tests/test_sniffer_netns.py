@@ -18,7 +18,9 @@ def _summed(reports: list[dict]) -> list[dict]:
     total: dict[str, dict] = {}
     for report in reports:
         for link in report["links"]:
-            key = json.dumps({k: link[k] for k in ("proto", "src", "dst")}, sort_keys=True)
+            # by address and port: a process may exit between reports, its pid then unknown
+            key = json.dumps([link["proto"], link["src"]["addr"], link["src"]["port"],
+                              link["dst"]["addr"], link["dst"]["port"]])
             entry = total.setdefault(key, {**link, "messages": 0})
             entry["messages"] += link["messages"] or 0
     return list(total.values())

@@ -8,10 +8,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from coordinator.spectral.square_wave import SquareWave
 from coordinator.weblog import read_log
 from testbed.lifecycle import down, status, up
 from testbed.topology import DEFAULT
@@ -55,12 +58,6 @@ def load(info: dict, mix: str, rate: float, seconds: float) -> list[dict]:
             for line in lines]
 
 
-def mean_ms(rows: list[dict], url: str) -> float:
-    values = [float(r["ms"]) for r in rows if r["url"] == url]
-    assert len(values) >= 10, url
-    return sum(values) / len(values)
-
-
 def test_every_transaction_answers_and_is_in_the_web_log(testbed):
     info, _ = testbed
     paths = [t["path"] for t in info["transactions"]]
@@ -97,34 +94,50 @@ def test_the_database_holds_the_seeded_auction_data(testbed):
 
 
 def test_a_constant_delay_moves_each_mean_by_gradient_times_delay(testbed):
-    """The smoke check of the known-gradient endpoints, with the injector on app1->db."""
+    """The smoke check of the known-gradient endpoints, with the injector on app1->db.
+
+    20 ms is switched on and off every 2 s while the load runs, and requests are compared by
+    the phase they started in: interleaved, so a machine whose load changes over the test
+    (CI is shared) shifts both phases alike."""
     info, _ = testbed
     db = next(h for h in info["hosts"] if "db" in h["roles"])
     app1 = next(h for h in info["hosts"] if h["name"] == "app1")
     by_name = {t["name"]: t for t in info["transactions"]}
     names = ("ViewItem", "PutBidAuth", "PutBid", "StoreBid", "async", "single")
     mix = ",".join(f"{by_name[n]['path']}=1" for n in names)
-    before = load(info, mix, rate=60, seconds=5)
     daemon = subprocess.Popen(["ip", "netns", "exec", app1["namespace"], sys.executable, "-m",
                                "injector", "--queue", "6900"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
+    wave = SquareWave(time.time() + 2.0, 4.0, 3, 0.02)
     try:
         assert json.loads(daemon.stdout.readline())["event"] == "ready"
-        daemon.stdin.write(json.dumps({"id": 1, "cmd": "add",
-                                       "link": {"proto": "tcp", "dst": f"{db['address']}:5432"},
-                                       "schedule": {"kind": "constant", "magnitude_ms": 20}})
+        schedule = {"kind": "square", "start": wave.start_s, "period_s": wave.period_s,
+                    "cycles": wave.cycles, "magnitude_ms": 20}
+        daemon.stdin.write(json.dumps({"id": 1, "cmd": "add", "schedule": schedule,
+                                       "link": {"proto": "tcp", "dst": f"{db['address']}:5432"}})
                            + "\n")
         daemon.stdin.flush()
         assert json.loads(daemon.stdout.readline())["ok"]
-        after = load(info, mix, rate=60, seconds=5)
+        rows = load(info, mix, rate=60, seconds=16)
     finally:
         daemon.stdin.close()
         daemon.wait(timeout=15)
         daemon.stdout.close()
     for n in names:
+        on, off = [], []
+        for r in rows:
+            start = float(r["start"])
+            into = (start - wave.start_s) % (wave.period_s / 2)
+            if r["url"] != by_name[n]["path"] or not wave.start_s <= start < wave.end_s \
+                    or into > wave.period_s / 2 - 0.3:  # may cross the link after an edge
+                continue
+            (on if wave.is_on(np.array([start]))[0] else off).append(float(r["ms"]))
         expected = by_name[n]["expected"][f"app1->{db['name']}"] * 20
-        shift = mean_ms(after, by_name[n]["path"]) - mean_ms(before, by_name[n]["path"])
-        tolerance = 15 if n == "single" else 5  # single has N(100, 30) ms of its own noise
+        shift = np.mean(on) - np.mean(off)
+        # single has N(100, 30) ms of its own noise; the ideal crossing count holds at low
+        # load: on a busy machine a transaction that waits longer also queues longer for the
+        # CPU (seen: StoreBid +88 ms for 80 with both cores busy), hence 10% of it at least
+        tolerance = 15 if n == "single" else max(5.0, 0.1 * expected)
         assert shift == pytest.approx(expected, abs=tolerance), (n, shift, expected)
 
 
