@@ -6,6 +6,7 @@ can recompute any link offline) and parsed on demand with the same parser as fil
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from pathlib import Path
@@ -21,15 +22,24 @@ class LogFollower:
         self.source = f"{connection.endpoint.name}:{path}"
         self.parse, _ = line_parser(choose_format(Path(path), fmt, log_format), log_format)
         self.lines: list[str] = []
+        self.arrivals: list[float] = []  # when each line came in (sorted): cheap throughput
         self.last_line_at = 0.0
         self._lock = threading.Lock()
         self.channel = connection.open_lines(["tail", "-n", "0", "-F", path])
         self.reader = LineReader(self.channel, self._take)
 
     def _take(self, line: str) -> None:
+        now = time.time()
         with self._lock:
             self.lines.append(line)
-            self.last_line_at = time.time()
+            self.arrivals.append(now)
+            self.last_line_at = now
+
+    def rate_per_s(self, window_s: float) -> float:
+        """Lines logged per second over the last `window_s` (requests ending then): no parse."""
+        since = time.time() - window_s
+        with self._lock:
+            return (len(self.arrivals) - bisect.bisect_left(self.arrivals, since)) / window_s
 
     def snapshot(self) -> RequestLog:
         with self._lock:

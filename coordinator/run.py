@@ -172,12 +172,6 @@ def training_requests(log: RequestLog, patterns: list[TransactionPattern], start
     return out
 
 
-def _throughput(log: LogFollower, window_s: float = 10.0) -> float:
-    snap = log.snapshot()
-    now = time.time()
-    return float(np.sum(snap.start_s >= now - window_s - TAIL_S) / window_s)
-
-
 @dataclass(frozen=True)
 class Baseline:
     """What the passive phase saw: for the estimator's baseline and the perturbation."""
@@ -207,7 +201,7 @@ def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWav
         start = min(w.start_s for _, w in waves)
 
         def safe() -> None:
-            if time.time() > start + 10 and _throughput(log) < (
+            if time.time() > start + 10 and log.rate_per_s(10.0) < (
                     1 - p.throughput_drop_limit) * base.rate_per_s:
                 raise Aborted(f"throughput fell below {1 - p.throughput_drop_limit:.0%} of "
                               f"the training's {base.rate_per_s:.1f}/s while delaying {labels}")

@@ -56,3 +56,20 @@ def test_graph_counts_each_link_once_from_its_sender():
                                         "dst": "10.0.0.3"}
     assert [g.label for g in select(graph, ["app1->"], [])] == ["tcp app1:0 -> db:5432"]
     assert select(graph, [], [r"db:5432 ->"]) == graph[:1]
+
+
+def test_log_follower_throughput_counts_recent_lines_without_parsing():
+    import threading
+    import time
+
+    from coordinator.logfollow import LogFollower
+
+    follower = object.__new__(LogFollower)  # no SSH: only the bookkeeping
+    follower._lock = threading.Lock()
+    follower.lines, follower.last_line_at = [], 0.0
+    now = time.time()
+    follower.arrivals = [now - 20, now - 9, now - 5, now - 1]
+    assert follower.rate_per_s(10.0) == pytest.approx(0.3)
+    follower._take("a line")
+    assert follower.rate_per_s(10.0) == pytest.approx(0.4)
+    assert follower.lines == ["a line"]
