@@ -326,6 +326,8 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
                        for g in groups[i - 1:])
             say(f"group {i}/{len(groups)} ({len(group)} link(s)); about {left:.0f} s left")
             results += measure_group(session, group, plan, base, say)
+            for n, result in enumerate(results, 1):  # DESIGN.md's injection record contract
+                out.write(f"injections/{n:03d}.json", result["record"])
             out.write("gradients.json", {"experiment": experiment.name, "links": results})
             session.log.save(run_dir / "weblog.log")
         status["status"] = "completed"
