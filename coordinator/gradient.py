@@ -131,8 +131,12 @@ def transaction_gradient(
     if (empty := int(np.sum(counts == 0))) > 0:
         notes.append(f"{empty} of {n_bins} thesis bins empty (filled with the mean)")
     fft0 = spectrum.mean[wave.cycles] if spectrum is not None else 0j
-    g0 = thesis_gradient(fill_empty(means), wave.cycles, wave.magnitude_s, fft0)
-    thesis = ThesisResult(g0, n_bins, bin_s, spectrum.chunks if spectrum else 0)
+    thesis: ThesisResult | None = None
+    try:
+        g0 = thesis_gradient(fill_empty(means), wave.cycles, wave.magnitude_s, fft0)
+        thesis = ThesisResult(g0, n_bins, bin_s, spectrum.chunks if spectrum else 0)
+    except ValueError as e:  # the reference method must never cost the run its answer
+        notes.append(f"thesis estimate: {e}")
     notes += [
         f"periodic noise at {f:.4g} Hz is within the window's resolution of the injection "
         f"frequency {wave.frequency_hz:.4g} Hz: they cannot be told apart; inject at another period"

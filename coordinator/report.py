@@ -104,9 +104,10 @@ def _table(links: list[dict[str, Any]]) -> str:
                 cells.append("<td>-</td>")
                 continue
             lo, hi = t["ci95"]
+            thesis = t["thesis_gradient"]
             cells.append(f"<td><b>{t['gradient']:.3f}</b> [{lo:.3f}, {hi:.3f}]"
-                         f"<br><small>thesis {t['thesis_gradient']:.3f}, n={t['requests']}"
-                         "</small></td>")
+                         f"<br><small>thesis {'-' if thesis is None else f'{thesis:.3f}'}, "
+                         f"n={t['requests']}</small></td>")
         r, p = lk["record"], lk.get("perturbation", {})
         rows.append(
             f"<tr><td>{html.escape(lk['link']['label'])}<br><small>{r['cycles']}×"

@@ -76,7 +76,7 @@ def test_sampling_interval_is_mean_plus_three_std_of_k_spans():
 
 def test_bins_keep_edges_on_bin_borders():
     assert bins_for_window(160.0, 4, 3.0) == 48  # 6 bins of 3.33 s per half-period
-    assert bins_for_window(160.0, 4, 100.0) == 8  # at least one bin per half
+    assert bins_for_window(160.0, 4, 100.0) == 16  # at least two bins per half
     assert bins_for_window(160.0, 4, 3.0) % 8 == 0
 
 

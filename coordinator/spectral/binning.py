@@ -47,6 +47,7 @@ def fill_empty(means: np.ndarray) -> np.ndarray:
 
 
 def bins_for_window(window_s: float, cycles: int, min_bin_s: float) -> int:
-    """The most bins at least `min_bin_s` wide, a multiple of 2·cycles (edges on bin borders)."""
+    """The most bins at least `min_bin_s` wide, a multiple of 2·cycles (edges on bin borders),
+    and at least two per half-period: one per half would put the wave at Nyquist."""
     per_half = int(np.floor(window_s / (2 * cycles * min_bin_s)))
-    return 2 * cycles * max(per_half, 1)
+    return 2 * cycles * max(per_half, 2)
