@@ -141,3 +141,32 @@ def test_sigterm_stops_every_injection_and_keeps_the_run(testbed):
     assert status["status"] == "interrupted"
     assert (Path(status["run_dir"]) / "graph.json").exists()
     _no_rules_anywhere()
+
+
+def test_an_interrupted_run_resumes_without_redoing_finished_links(testbed):
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
+    experiment = _experiment(testbed, "resumed")
+    proc = subprocess.Popen([LINKGRAD, "run", str(experiment), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    runs = testbed / "runs"
+    deadline = time.monotonic() + 300
+    first = None
+    while first is None and time.monotonic() < deadline:  # the first link is finished
+        found = list(runs.glob("resumed-*/gradients.json"))
+        first = json.loads(found[0].read_text())["links"] if found else None
+        time.sleep(0.5)
+    assert first is not None, "no link finished"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    run_dir = Path(json.loads(out)["run_dir"])
+    assert json.loads(out)["status"] == "interrupted"
+    done = subprocess.run([LINKGRAD, "run", str(experiment), "--resume", str(run_dir), "--json"],
+                          capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    links = json.loads((run_dir / "gradients.json").read_text())["links"]
+    assert len(links) == 2
+    assert links[0] == first[0]  # kept as it was, not measured again
+    assert {lk["link"]["label"] for lk in links} == {"tcp app1:0 -> db:5432",
+                                                     "tcp db:5432 -> app1:0"}
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+    _no_rules_anywhere()
