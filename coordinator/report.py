@@ -21,7 +21,7 @@ import numpy as np
 
 from coordinator.spectral.binning import bin_series, fill_empty
 from coordinator.spectral.square_wave import SquareWave
-from coordinator.transactions import TransactionPattern, group_by_transaction
+from coordinator.transactions import group_by_transaction, patterns_from
 from coordinator.weblog.model import RequestLog
 from coordinator.weblog.read import choose_format, line_parser
 
@@ -128,10 +128,7 @@ def write_report(run_dir: Path) -> Path:
                                          weblog["log_format"]), weblog["log_format"])
     lines = (run_dir / "weblog.log").read_text().splitlines()
     log = parse(lines, str(run_dir / "weblog.log")) if lines else None
-    import re
-
-    patterns = [TransactionPattern(n, re.compile(p))
-                for n, p in experiment["transactions"].items()]
+    patterns = patterns_from(experiment["transactions"])
     groups = group_by_transaction(log.url, patterns) if log is not None else {}
     parts = [f"<h1>{html.escape(experiment['name'])}</h1>",
              f"<p>status: <b>{html.escape(status['status'])}</b> "

@@ -34,7 +34,7 @@ from coordinator.logfollow import LogFollower
 from coordinator.remote import Connection, RemoteDaemon, resolve
 from coordinator.schedule_plan import WavePlan, plan_wave
 from coordinator.spectral.square_wave import SquareWave
-from coordinator.transactions import TransactionPattern, group_by_transaction
+from coordinator.transactions import TransactionPattern, group_by_transaction, patterns_from
 from coordinator.weblog.model import RequestLog
 
 TAIL_S = 3.0  # after a wave ends, the requests that started in it are still being logged
@@ -141,12 +141,6 @@ def _sleep(seconds: float, check: Callable[[], None] | None = None, step: float 
             check()
 
 
-def _patterns(experiment: Experiment) -> list[TransactionPattern]:
-    import re
-
-    return [TransactionPattern(n, re.compile(p)) for n, p in experiment.transactions.items()]
-
-
 def train(session: Session, say: Callable[[str], None]) -> tuple[list[GraphLink], float, float]:
     p = session.experiment.parameters
     start = time.time()
@@ -212,7 +206,7 @@ def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWav
                  for injector, link_id in added]
     _sleep(TAIL_S)
     snap = log.snapshot()
-    groups = group_by_transaction(snap.url, _patterns(session.experiment))
+    groups = group_by_transaction(snap.url, patterns_from(session.experiment.transactions))
     all_waves = [w for _, w in waves]
     return [_estimate(snap, groups, link, wave, s, base, p.k,
                       tuple(o for o in all_waves if o is not wave))
@@ -306,7 +300,7 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
         out.write("graph.json", [g.as_json() for g in graph])
         assert session.log is not None
         train_log = session.log.snapshot()
-        by_tx = training_requests(train_log, _patterns(experiment), start, end)
+        by_tx = training_requests(train_log, patterns_from(experiment.transactions), start, end)
         base_rate = float(sum(len(t) for t, _ in by_tx.values()) / (end - start))
         responses = np.concatenate([y for _, y in by_tx.values()] or [np.zeros(0)])
         base = Baseline(end, base_rate, float(responses.mean() * 1e3) if len(responses) else 0.0)

@@ -30,6 +30,11 @@ def parse_transaction_option(text: str) -> TransactionPattern:
     return TransactionPattern(name.strip(), regex)
 
 
+def patterns_from(transactions: dict[str, str]) -> list[TransactionPattern]:
+    """Patterns from an already validated name -> regex mapping (an experiment's)."""
+    return [TransactionPattern(name, re.compile(regex)) for name, regex in transactions.items()]
+
+
 def group_by_transaction(
     urls: np.ndarray, patterns: list[TransactionPattern]
 ) -> dict[str, np.ndarray]:
