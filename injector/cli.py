@@ -21,7 +21,7 @@ from coordinator.errors import InputError, Problem
 from injector.engine import Engine
 from injector.link import Endpoint, Link, parse_endpoint
 from injector.netem import NetemDelay, NetemUnavailable
-from injector.schedule import Caps, schedule_from_json
+from injector.schedule import Caps, Schedule, schedule_from_json
 
 EPILOG = """\
 examples:
@@ -92,40 +92,43 @@ def inject_command(args: argparse.Namespace) -> int:
     src = parse_endpoint(args.src, "--src") if args.src else None
     dst = parse_endpoint(args.dst, "--dst") if args.dst else None
     link = Link(args.proto, src or Endpoint(), dst or Endpoint())
-    caps = Caps(args.max_magnitude_ms, args.max_duration_s)
-    spec, duration = schedule_request(args, caps)
-    schedule = schedule_from_json(spec, time.time(), caps, where="--square"
-                                  if args.square else "--constant")
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        with Engine(queue_base=args.queue) as engine:
-            link_id = engine.add_link(link, schedule)
-            if not args.json:
-                Console(stderr=True).print(f"delaying {link} for {duration:g} s (Ctrl-C stops)")
-            with contextlib.suppress(KeyboardInterrupt):
-                stop.wait(duration)
-            stats = engine.remove_link(link_id)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    schedule, duration = _schedule(args)
+    with Engine(queue_base=args.queue) as engine:
+        link_id = engine.add_link(link, schedule)
+        if not args.json:
+            Console(stderr=True).print(f"delaying {link} for {duration:g} s (Ctrl-C stops)")
+        _wait(duration)
+        stats = engine.remove_link(link_id)
     _print_stats(stats, args.json)
     return 0
 
 
 def _netem(args: argparse.Namespace) -> int:
+    schedule, duration = _schedule(args)
+    with NetemDelay(args.dev, schedule) as netem:
+        _wait(duration)
+        stats = netem.stats_json()
+    print(json.dumps(stats, indent=2) if args.json else f"netem on {args.dev}: {stats}")
+    return 0
+
+
+def _schedule(args: argparse.Namespace) -> tuple[Schedule, float]:
+    """The validated, capped schedule the options ask for, and how long to run."""
     caps = Caps(args.max_magnitude_ms, args.max_duration_s)
     spec, duration = schedule_request(args, caps)
-    schedule = schedule_from_json(spec, time.time(), caps)
+    where = "--square" if args.square else "--constant"
+    return schedule_from_json(spec, time.time(), caps, where=where), duration
+
+
+def _wait(duration_s: float) -> None:
+    """Until the duration ends, Ctrl-C or SIGTERM; the caller's `with` then undoes it all."""
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        with NetemDelay(args.dev, schedule) as netem, contextlib.suppress(KeyboardInterrupt):
-            stop.wait(duration)
-        stats = netem.stats_json()
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait(duration_s)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    print(json.dumps(stats, indent=2) if args.json else f"netem on {args.dev}: {stats}")
-    return 0
 
 
 def _print_stats(stats: dict[str, Any], as_json: bool) -> None:
