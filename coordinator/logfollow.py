@@ -23,7 +23,6 @@ class LogFollower:
         self.parse, _ = line_parser(choose_format(Path(path), fmt, log_format), log_format)
         self.lines: list[str] = []
         self.arrivals: list[float] = []  # when each line came in (sorted): cheap throughput
-        self.last_line_at = 0.0
         self._lock = threading.Lock()
         self.channel = connection.open_lines(["tail", "-n", "0", "-F", path])
         self.reader = LineReader(self.channel, self._take)
@@ -33,7 +32,6 @@ class LogFollower:
         with self._lock:
             self.lines.append(line)
             self.arrivals.append(now)
-            self.last_line_at = now
 
     def rate_per_s(self, window_s: float) -> float:
         """Lines logged per second over the last `window_s` (requests ending then): no parse."""
@@ -45,10 +43,6 @@ class LogFollower:
         with self._lock:
             lines = list(self.lines)
         return self.parse(lines, self.source)
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.lines)
 
     def save(self, path: Path) -> None:
         with self._lock:

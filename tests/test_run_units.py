@@ -66,7 +66,7 @@ def test_log_follower_throughput_counts_recent_lines_without_parsing():
 
     follower = object.__new__(LogFollower)  # no SSH: only the bookkeeping
     follower._lock = threading.Lock()
-    follower.lines, follower.last_line_at = [], 0.0
+    follower.lines = []
     now = time.time()
     follower.arrivals = [now - 20, now - 9, now - 5, now - 1]
     assert follower.rate_per_s(10.0) == pytest.approx(0.3)
