@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="injection record: start, period_s, cycles, magnitude_ms [, n_bins, link]")
     g.add_argument("--n-bins", type=int, default=None, metavar="N",
                    help="bins for the thesis estimate (default: the record's, else from -k)")
+    g.add_argument("--concurrent", action="append", default=[], metavar="RECORD.json",
+                   help="injection record of a wave on another link during this one "
+                        "(repeatable): fitted jointly, as `linkgrad run` does with concurrent: N")
+    g.add_argument("--baseline-end", type=float, default=None, metavar="UNIX_S",
+                   help="end of the unperturbed training data (default: the record's start; "
+                        "a run's is the end of its passive phase, in plan.json 'training')")
     g.set_defaults(run=gradient_command)
 
     p = command(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coordinator.errors import InputError, Problem
-from coordinator.gradient import GradientSettings, TransactionGradient, log_gradients
+from coordinator.gradient import TransactionGradient, log_gradients, settings_for_log
 from coordinator.injection_record import InjectionRecord, load_injection_record
 from coordinator.spectral.binning import sampling_interval_s
 from coordinator.spectral.planner import probe_noise
@@ -82,20 +81,41 @@ def _check_record(record: InjectionRecord, n_bins: int | None, path: str) -> Non
             f"{2 * record.cycles} (the Nyquist limit)", path if not n_bins else None, field=field))
 
 
+def _partners(record: InjectionRecord, paths: list[str]) -> list[InjectionRecord]:
+    """Records of waves on other links during this one (a concurrent measurement)."""
+    wave, partners = record.square_wave(), []
+    for path in paths:
+        other = load_injection_record(path)
+        w = other.square_wave()
+        if w.end_s <= wave.start_s or w.start_s >= wave.end_s:
+            raise InputError(Problem(
+                f"does not overlap the injection ({w.start_s:.3f}-{w.end_s:.3f} against "
+                f"{wave.start_s:.3f}-{wave.end_s:.3f}): not a concurrent partner", path,
+                field="--concurrent"))
+        partners.append(other)
+    return partners
+
+
 def gradient_command(args: argparse.Namespace) -> int:
     _positive(args.n_bins, "--n-bins")
     record = load_injection_record(args.injection)
     _check_record(record, args.n_bins, args.injection)
+    partners = _partners(record, args.concurrent)
+    if args.baseline_end is not None and args.baseline_end > record.start:
+        raise InputError(Problem(
+            f"{args.baseline_end} is after the injection's first edge {record.start}: the "
+            "training data would hold injected requests", field="--baseline-end"))
     log, groups = _load_log(args)
-    wave = record.square_wave()
-    settings = GradientSettings(k=args.k, chunks=args.chunks, n_bins=args.n_bins)
-    settings = replace(settings, lockin=replace(
-        settings.lockin, time_resolution_s=log.time_resolution_s))
-    results = log_gradients(log.start_s, log.response_s, groups, wave, settings, record.n_bins)
+    settings = settings_for_log(log.time_resolution_s, args.k, args.chunks, args.n_bins)
+    results = log_gradients(log.start_s, log.response_s, groups, record.square_wave(), settings,
+                            record.n_bins, baseline_end_s=args.baseline_end,
+                            others=tuple(p.square_wave() for p in partners))
     if args.json:
         print(json.dumps({
             "log": {"path": args.log, "requests": len(log), "malformed": _malformed_json(log)},
             "injection": record.model_dump(),
+            "concurrent": [p.model_dump() for p in partners],
+            "baseline_end": args.baseline_end if args.baseline_end is not None else record.start,
             "transactions": {name: gradient_json(r) for name, r in results.items()},
         }, indent=2))
     else:

@@ -7,7 +7,7 @@ reference, and our phase-locked estimate with its interval.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -32,6 +32,15 @@ class GradientSettings:
     periodic_terms: int = 4  # most periodic-noise frequencies to model (0: none)
     min_requests: int = 20
     lockin: LockinSettings = field(default_factory=LockinSettings)
+
+
+def settings_for_log(time_resolution_s: float, k: int = 8, chunks: int = 9,
+                     n_bins: int | None = None) -> GradientSettings:
+    """The settings a log calls for: its stamps' resolution widens the edge guard. One function
+    for `linkgrad run` and `linkgrad gradient`, so a link recomputed offline gets the answer
+    the run got."""
+    base = GradientSettings(k=k, chunks=chunks, n_bins=n_bins)
+    return replace(base, lockin=replace(base.lockin, time_resolution_s=time_resolution_s))
 
 
 @dataclass(frozen=True)

@@ -149,9 +149,22 @@ class RemoteDaemon:
         return reply["result"]
 
     def close(self, timeout_s: float = 15.0) -> None:
-        """End the lease: EOF on the daemon's stdin; it stops and removes what it did."""
+        """End the lease: EOF on the daemon's stdin; it stops and removes what it did.
+
+        RuntimeFailure if it did not confirm that (no "stopped" event, or a non-zero exit):
+        its rules may still be on the host until its reaper runs, and the user must know.
+        """
         if self.channel.closed:
             return
         self.channel.shutdown_write()
         self.reader.thread.join(timeout=timeout_s)
+        finished = not self.reader.thread.is_alive() and self.channel.status_event.wait(timeout_s)
+        status = self.channel.exit_status if finished else None
         self.channel.close()
+        stopped = False
+        while not self.replies.empty():
+            stopped = stopped or self.replies.get_nowait().get("event") == "stopped"
+        if not (stopped and status == 0):
+            state = "still running" if status is None else f"exit status {status}"
+            raise RuntimeFailure(f"{self.what} did not confirm it stopped ({state}): check the "
+                                 "host for rules left behind (iptables -S)")

@@ -28,7 +28,7 @@ import numpy as np
 from coordinator.commands import gradient_json
 from coordinator.errors import RuntimeFailure
 from coordinator.experiment import Experiment
-from coordinator.gradient import GradientSettings, log_gradients
+from coordinator.gradient import log_gradients, settings_for_log
 from coordinator.graph import GraphLink, build_graph, select
 from coordinator.logfollow import LogFollower
 from coordinator.remote import Connection, RemoteDaemon, resolve
@@ -97,19 +97,23 @@ class Session:
             self.injectors[host] = RemoteDaemon(self.connections[host], argv, "injector")
         return self.injectors[host]
 
-    def close(self) -> None:
-        """Injectors first (the lease: they stop and remove their rules), then the rest."""
-        for daemon in [*self.injectors.values(), *self.sniffers.values()]:
-            try:
-                daemon.close()
-            except Exception:  # one host's trouble must not keep the others injecting
+    def close(self) -> list[str]:
+        """Injectors first (the lease: they stop and remove their rules), then the rest.
+
+        One host's failure must not keep the others injecting, so every close is tried and
+        every failure returned, for run.json and the exit code.
+        """
+        problems = []
+        closers = [*self.injectors.values(), *self.sniffers.values(), self.log, self.workload,
+                   *self.connections.values()]
+        for closer in closers:
+            if closer is None:
                 continue
-        if self.log is not None:
-            self.log.close()
-        if self.workload is not None:
-            self.workload.close()
-        for conn in self.connections.values():
-            conn.close()
+            try:
+                closer.close()
+            except Exception as e:  # reported; the next host must still close
+                problems.append(f"{getattr(closer, 'what', type(closer).__name__)}: {e}")
+        return problems
 
 
 def _example_path(pattern: str) -> str:
@@ -220,7 +224,8 @@ def _estimate(snap: RequestLog, groups: dict[str, np.ndarray], link: GraphLink,
     actual_ms = on.get("mean_ms") or wave.magnitude_s * 1e3  # no packet while on: as asked
     measured = SquareWave(wave.start_s, wave.period_s, wave.cycles, actual_ms / 1e3)
     results = log_gradients(snap.start_s, snap.response_s, groups, measured,
-                            GradientSettings(k=k), baseline_end_s=base.end_s, others=others)
+                            settings_for_log(snap.time_resolution_s, k),
+                            baseline_end_s=base.end_s, others=others)
     during = (snap.start_s >= wave.start_s) & (snap.start_s < wave.end_s)
     rate = float(during.sum() / wave.duration_s)
     mean_ms = float(snap.response_s[during].mean() * 1e3) if during.any() else float("nan")
@@ -284,6 +289,23 @@ def measure_group(session: Session, links: list[GraphLink], plan: WavePlan, base
             for link, a, r in zip(links, adaptive, results, strict=True)]
 
 
+def recompute_argv(experiment: Experiment, injection: str, partners: list[str],
+                   baseline_end_s: float) -> list[str]:
+    """`linkgrad gradient` arguments (run from the run directory) that recompute a link offline
+    from the run's files with exactly the run's inputs."""
+    log = experiment.web_log
+    assert log is not None
+    argv = ["linkgrad", "gradient", "--log", "weblog.log", "--format", log.format]
+    argv += ["--log-format", log.log_format] if log.log_format else []
+    argv += ["--injection", injection, "--baseline-end", repr(baseline_end_s),
+             "-k", str(experiment.parameters.k)]
+    for partner in partners:
+        argv += ["--concurrent", partner]
+    for name, regex in experiment.transactions.items():
+        argv += ["--transaction", f"{name}={regex}"]
+    return [*argv, "--json"]
+
+
 def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], None],
                    resume: bool = False) -> dict[str, Any]:
     out = RunDir(run_dir)
@@ -319,9 +341,14 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
             left = sum(group_duration_s(plan, len(g), experiment.parameters.adaptive)
                        for g in groups[i - 1:])
             say(f"group {i}/{len(groups)} ({len(group)} link(s)); about {left:.0f} s left")
-            results += measure_group(session, group, plan, base, say)
-            for n, result in enumerate(results, 1):  # DESIGN.md's injection record contract
-                out.write(f"injections/{n:03d}.json", result["record"])
+            measured = measure_group(session, group, plan, base, say)
+            files = [f"injections/{len(results) + j:03d}.json" for j in range(1, len(group) + 1)]
+            for result, name in zip(measured, files, strict=True):  # DESIGN.md's record
+                out.write(name, result["record"])
+                partners = [f for f in files if f != name]
+                result.update(injection=name, concurrent_injections=partners,
+                              recompute_argv=recompute_argv(experiment, name, partners, base.end_s))
+            results += measured
             out.write("gradients.json", {"experiment": experiment.name, "links": results})
             session.log.save(run_dir / "weblog.log")
         status["status"] = "completed"
@@ -333,7 +360,9 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
         status.update(status="failed", reason=str(e))
         raise
     finally:
-        session.close()  # every lease ends: no injection survives the run
+        if problems := session.close():  # every lease ends: no injection survives the run
+            status["cleanup_problems"] = problems
+            say("[red]cleanup: " + "; ".join(problems))
         signal.signal(signal.SIGTERM, previous)
         if session.log is not None:
             session.log.save(run_dir / "weblog.log")

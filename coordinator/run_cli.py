@@ -72,4 +72,6 @@ def run_command(args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=2, default=str))
     else:
         console.print(f"{status['status']}: {run_dir}/gradients.json")
-    return 0 if status["status"] == "completed" else 1
+    for problem in status.get("cleanup_problems", []):
+        console.print(f"[red]cleanup failed:[/] {problem}")
+    return 0 if status["status"] == "completed" and not status.get("cleanup_problems") else 1

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from coordinator.cli import main
@@ -107,3 +108,52 @@ def test_help_lists_the_subcommands():
                             capture_output=True, text=True, timeout=60, check=True)
     assert "gradient" in result.stdout
     assert "plan" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def concurrent_log(tmp_path_factory):
+    """Two links delayed at once (periods 8 s and 16 s from one edge): gradients 2 and 1."""
+    directory = tmp_path_factory.mktemp("concurrent")
+    rng = np.random.default_rng(5)
+    first, second = SquareWave(1_795_000_000.0, 8.0, 8, 0.02), SquareWave(
+        1_795_000_000.0, 16.0, 4, 0.02)
+    t = np.sort(rng.uniform(first.start_s - 120, first.end_s + 5, 12_000))
+    y = 0.05 + rng.normal(0, 0.004, len(t)) + 2 * 0.02 * first.is_on(t) + 0.02 * second.is_on(t)
+    rows = [f"{a:.6f},{b * 1e3:.3f},/x" for a, b in zip(t, y, strict=True)]
+    (directory / "log.csv").write_text("start_unix_s,response_ms,url\n" + "\n".join(rows) + "\n")
+    for name, wave in (("first", first), ("second", second)):
+        (directory / f"{name}.json").write_text(json.dumps(injection_record(wave)))
+    return directory
+
+
+def test_a_concurrent_partner_is_fitted_jointly_offline(capsys, concurrent_log):
+    d = concurrent_log
+    args = ["gradient", "--log", str(d / "log.csv"), "--transaction", "x=^/x"]
+    code, alone = run_json(capsys, *args, "--injection", str(d / "first.json"))
+    assert code == 0
+    code, joint = run_json(capsys, *args, "--injection", str(d / "first.json"),
+                           "--concurrent", str(d / "second.json"))
+    assert code == 0
+    assert joint["concurrent"][0]["period_s"] == 16.0
+    x, x_alone = joint["transactions"]["x"], alone["transactions"]["x"]
+    assert x["ci95"][0] <= 2.0 <= x["ci95"][1]
+    # the partner's effect is noise to a lone fit: the joint one is several times narrower
+    assert (x["ci95"][1] - x["ci95"][0]) * 3 < x_alone["ci95"][1] - x_alone["ci95"][0]
+    code, second = run_json(capsys, *args, "--injection", str(d / "second.json"),
+                            "--concurrent", str(d / "first.json"))
+    assert code == 0
+    y = second["transactions"]["x"]
+    assert y["ci95"][0] <= 1.0 <= y["ci95"][1]
+
+
+def test_a_partner_that_does_not_overlap_or_a_late_baseline_is_exit_2(capsys, concurrent_log,
+                                                                      tmp_path):
+    d = concurrent_log
+    late = json.loads((d / "second.json").read_text())
+    late["start"] += 10_000
+    (tmp_path / "late.json").write_text(json.dumps(late))
+    args = ["gradient", "--log", str(d / "log.csv"), "--injection", str(d / "first.json")]
+    assert main([*args, "--concurrent", str(tmp_path / "late.json")]) == 2
+    assert "--concurrent" in capsys.readouterr().err
+    assert main([*args, "--baseline-end", "1795000001"]) == 2
+    assert "--baseline-end" in capsys.readouterr().err

@@ -73,3 +73,26 @@ def test_log_follower_throughput_counts_recent_lines_without_parsing():
     follower._take("a line")
     assert follower.rate_per_s(10.0) == pytest.approx(0.4)
     assert follower.lines == ["a line"]
+
+
+def test_session_close_tries_every_host_and_reports_each_failure():
+    from coordinator.run import Session
+
+    closed = []
+
+    class Daemon:
+        def __init__(self, name, fails):
+            self.what, self.fails = name, fails
+
+        def close(self):
+            closed.append(self.what)
+            if self.fails:
+                raise RuntimeError("channel lost")
+
+    session = Session(experiment=None)  # type: ignore[arg-type]  # close() never reads it
+    session.injectors = {"app1": Daemon("injector on app1", True),
+                         "db": Daemon("injector on db", False)}
+    session.sniffers = {"db": Daemon("sniffer on db", True)}
+    problems = session.close()
+    assert closed == ["injector on app1", "injector on db", "sniffer on db"]  # injectors first
+    assert problems == ["injector on app1: channel lost", "sniffer on db: channel lost"]
