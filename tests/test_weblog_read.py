@@ -162,3 +162,35 @@ def test_bad_arguments_are_input_errors(tmp_path: Path, kwargs: dict, field: str
     with pytest.raises(InputError) as info:
         read_log(path, **kwargs)
     assert info.value.problems[0].field == field
+
+
+def test_status_is_read_when_the_format_has_it(tmp_path):
+    nginx = tmp_path / "a.log"
+    nginx.write_text(
+        '10.0.0.1 - - [22/Nov/2026:10:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" "x" 0.010\n'
+        '10.0.0.1 - - [22/Nov/2026:10:00:02 +0000] "GET /b HTTP/1.1" 499 0 "-" "x" 0.150\n'
+        '10.0.0.1 - - [22/Nov/2026:10:00:03 +0000] "GET /c HTTP/1.1" 502 0 "-" "x" 0.020\n'
+        '10.0.0.1 - - [22/Nov/2026:10:00:04 +0000] "GET /d HTTP/1.1" 404 0 "-" "x" 0.001\n')
+    log = read_log(nginx)
+    assert log.status.tolist() == [200, 499, 502, 404]
+    assert log.failed().tolist() == [False, True, True, False]  # 404 is the client's own
+    assert log.select(log.status != 200).status.tolist() == [499, 502, 404]
+    apache = tmp_path / "b.log"
+    apache.write_text('10.0.0.1 - - [22/Nov/2026:10:00:01 +0000] "GET /a HTTP/1.1" 503 5 1200\n')
+    assert read_log(apache, "apache").status.tolist() == [503]
+    no_status = read_log(nginx, log_format='$remote_addr - $remote_user [$time_local] '
+                         '"$request" $code $body_bytes_sent "$http_referer" "$http_user_agent" '
+                         '$request_time')  # $code: some variable, not the status
+    assert no_status.status is None
+
+
+def test_csv_status_column_is_optional_and_checked(tmp_path):
+    with_status = tmp_path / "a.csv"
+    with_status.write_text("start_unix_s,response_ms,url,status\n1.0,5,/a,200\n2.0,9,/b,504\n"
+                           "3.0,9,/c,OK\n")
+    log = read_log(with_status, max_bad_fraction=0.5)
+    assert log.status.tolist() == [200, 504]
+    assert log.malformed.examples[0] == (4, "status 'OK' is not a three-digit HTTP status")
+    plain = tmp_path / "b.csv"
+    plain.write_text("1.0,5,/a\n")
+    assert read_log(plain).status is None

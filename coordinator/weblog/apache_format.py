@@ -14,7 +14,7 @@ from coordinator.weblog.linespec import (
     DURATION,
     GENERIC,
     REQUEST,
-    STATUS,
+    STATUS_FIELD,
     Field,
     LineSpec,
     Stamp,
@@ -45,7 +45,7 @@ _SIMPLE: dict[str, Field] = {
     "r": REQUEST,
     "U": Field(r'[^"]*?', url="path"),  # decoded: may contain spaces
     "q": Field(r'(?:\?[^\s"]*)?', url="query"),  # "?a=1" or empty
-    "s": Field(STATUS),
+    "s": STATUS_FIELD,
     "h": Field(r"\S+"),
     "l": Field(r"\S+"),
     "b": Field(r"[0-9]+|-"),

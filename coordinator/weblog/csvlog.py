@@ -2,7 +2,8 @@
 
 For load generators and servers whose own log we cannot configure: the simplest format that
 still says when each request started and how long it took. The header line is optional;
-when present it names the columns (so they may come in any order, with extra columns).
+when present it names the columns (so they may come in any order, with extra columns), and
+an optional `status` column gives each request's HTTP status (for the run's error limit).
 The csv module handles quoted URLs that contain commas.
 """
 
@@ -12,6 +13,7 @@ import csv
 import itertools
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 
@@ -28,8 +30,10 @@ def parse_csv(lines: Iterable[str], source: str) -> RequestLog:
     starts: list[float] = []
     responses: list[float] = []
     urls: list[str] = []
+    statuses: list[int] = []
     bad: dict[int, str] = {}
     columns: tuple[int, int, int] | None = None
+    status_column: int | None = None
     width = len(COLUMNS)
     for row in reader:
         if not any(cell.strip() for cell in row):
@@ -37,16 +41,30 @@ def parse_csv(lines: Iterable[str], source: str) -> RequestLog:
         if columns is None:
             columns, width = _layout(row, source, reader.line_num)
             if _is_header(row):
+                names = [cell.strip().lower() for cell in row]
+                status_column = names.index("status") if "status" in names else None
                 continue
         try:
             start_s, response_s, url = _row(row, columns, width)
+            if status_column is not None:
+                statuses.append(_status(row[status_column]))
         except ValueError as e:
             bad[reader.line_num] = str(e)
             continue
         starts.append(start_s)
         responses.append(response_s)
         urls.append(url)
-    return _request_log(starts, responses, urls, bad, source)
+    log = _request_log(starts, responses, urls, bad, source)
+    if status_column is None:
+        return log
+    return replace(log, status=np.array(statuses, dtype=np.int16))
+
+
+def _status(text: str) -> int:
+    value = text.strip()
+    if not (len(value) == 3 and value.isdigit()):
+        raise ValueError(f"status {value!r} is not a three-digit HTTP status")
+    return int(value)
 
 
 def _is_header(row: list[str]) -> bool:

@@ -53,9 +53,11 @@ class Field:
     duration_scale_s: float | None = None  # set when the value is a response time
     duration_resolution_s: float = 0.0
     url: UrlRole | None = None
+    status: bool = False  # the HTTP status: what the run's error-rate limit watches
 
 
 GENERIC = Field(".*?")
+STATUS_FIELD = Field(STATUS, status=True)
 # A request line "GET /p?q HTTP/1.1": only the target is captured.
 REQUEST = Field(r'[^\s"]+', before=r'[^\s"]+ ', after=r"(?: HTTP/[0-9.]+)?", url="request")
 
@@ -71,7 +73,8 @@ class Var:
 
 @dataclass(frozen=True)
 class LineSpec:
-    """A compiled format: groups `stamp`, `duration`, `path` and, if `has_query`, `query`."""
+    """A compiled format: groups `stamp`, `duration`, `path`, and `query` / `status` if the
+    format has them."""
 
     regex: re.Pattern[str]
     description: str  # e.g. "nginx log_format '...'", used in error messages
@@ -79,7 +82,8 @@ class LineSpec:
     duration_token: str
     duration_scale_s: float
     has_query: bool
-    resolution_s: float  # coarsest of the stamp's and the response time's resolution
+    resolution_s: float
+    has_status: bool = False  # coarsest of the stamp's and the response time's resolution
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -112,6 +116,10 @@ def compile_spec(
     roles = {stamp: "stamp", duration: "duration", path: "path"}
     if query is not None:
         roles[query] = "query"
+    # the last status: Apache's final `%>s` is written after the original `%s` when both are
+    status = next((i for i, var in reversed(variables) if var.field.status), None)
+    if status is not None:
+        roles[status] = "status"
     stamp_var, duration_var = _var(pieces, stamp), _var(pieces, duration)
     assert stamp_var.field.stamp is not None  # chosen for having one
     assert duration_var.field.duration_scale_s is not None
@@ -122,6 +130,7 @@ def compile_spec(
         duration_token=duration_var.token,
         duration_scale_s=duration_var.field.duration_scale_s,
         has_query=query is not None,
+        has_status=status is not None,
         resolution_s=max(
             stamp_var.field.stamp.resolution_s, duration_var.field.duration_resolution_s
         ),

@@ -34,11 +34,21 @@ class RequestLog:
     source: str = ""
     malformed: MalformedLines = field(default_factory=lambda: MalformedLines(0, 0))
     time_resolution_s: float = 0.0  # coarsest stamp resolution seen (1.0 for $time_local / %t)
+    status: np.ndarray | None = None  # int HTTP status per request; None: the log has none
 
     def __post_init__(self) -> None:
         n = len(self.start_s)
         if len(self.response_s) != n or len(self.url) != n:
             raise ValueError("start_s, response_s and url must have the same length")
+        if self.status is not None and len(self.status) != n:
+            raise ValueError("status must have one entry per request")
+
+    def failed(self) -> np.ndarray | None:
+        """Requests that failed in a way a delay can cause: a server error (5xx), or the
+        client gave up (nginx 499, 408); None when the log has no status."""
+        if self.status is None:
+            return None
+        return (self.status >= 500) | (self.status == 499) | (self.status == 408)
 
     def __len__(self) -> int:
         return len(self.start_s)
@@ -52,4 +62,5 @@ class RequestLog:
             self.source,
             self.malformed,
             self.time_resolution_s,
+            None if self.status is None else self.status[mask],
         )

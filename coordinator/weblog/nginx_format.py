@@ -19,7 +19,7 @@ from coordinator.weblog.linespec import (
     ISO8601_TIME,
     LOG_FORMAT_FIELD,
     REQUEST,
-    STATUS,
+    STATUS_FIELD,
     Field,
     LineSpec,
     Stamp,
@@ -44,7 +44,7 @@ FIELDS: dict[str, Field] = {
     "request_uri": Field(r'[^\s"]+', url="uri_with_query"),
     "uri": Field(r'[^"]*?', url="path"),  # decoded: may contain spaces
     "args": Field(r'[^\s"]*', url="query"),  # "-" when there is no query
-    "status": Field(STATUS),
+    "status": STATUS_FIELD,
     "remote_addr": Field(r"\S+"),
     "body_bytes_sent": Field(r"[0-9]+"),
 }

@@ -41,6 +41,7 @@ def parse_lines(lines: Iterable[str], spec: LineSpec, source: str) -> RequestLog
         source=source,
         malformed=MalformedLines(len(bad), len(cols.stamps) + len(cols.no_match), _first(bad)),
         time_resolution_s=spec.resolution_s,
+        status=None if cols.statuses is None else np.array(cols.statuses, dtype=np.int16)[ok],
     )
 
 
@@ -52,6 +53,7 @@ class _Columns:
     durations: list[str] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     queries: list[str] | None = None
+    statuses: list[str] | None = None
     skipped: list[int] = field(default_factory=list)  # blank or not matching
     no_match: list[int] = field(default_factory=list)
 
@@ -70,7 +72,8 @@ class _Columns:
 def _match(lines: Iterable[str], spec: LineSpec) -> _Columns:
     """One regex match per line; the hot loop, so it only appends strings."""
     match = spec.regex.match
-    cols = _Columns(queries=[] if spec.has_query else None)
+    cols = _Columns(queries=[] if spec.has_query else None,
+                    statuses=[] if spec.has_status else None)
     add_stamp, add_duration, add_path = (
         cols.stamps.append, cols.durations.append, cols.paths.append
     )  # fmt: skip
@@ -87,6 +90,8 @@ def _match(lines: Iterable[str], spec: LineSpec) -> _Columns:
         add_path(path)
         if cols.queries is not None:
             cols.queries.append(m.group("query"))
+        if cols.statuses is not None:
+            cols.statuses.append(m.group("status"))
     return cols
 
 
