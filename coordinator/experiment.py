@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from coordinator.yamlconf import load_yaml
+from coordinator.yamlconf import line_of, load_yaml
 
 
 class _Strict(BaseModel):
@@ -54,6 +54,9 @@ class Parameters(_Strict):
     max_delay_ms: float = Field(100.0, gt=0)
     max_duration_s: float = Field(900.0, gt=0, description="cap per measurement")
     throughput_drop_limit: float = Field(0.3, gt=0, le=1, description="abort above this")
+    error_rate_limit: float = Field(0.05, gt=0, le=1, description="abort when the fraction of "
+                                    "failed requests (5xx, 499, 408) over the last 10 s exceeds "
+                                    "the training's by this")
     include: tuple[str, ...] = ()  # link patterns "src->dst" (regex) to measure; empty: all
     exclude: tuple[str, ...] = ()
 
@@ -126,11 +129,33 @@ def load_experiment(path: str | Path, testbed_root: Path | None = None) -> Exper
     base = path.resolve().parent
     if experiment.testbed is not None:
         experiment = _from_testbed(experiment, path, testbed_root)
+    _check_error_watch(experiment, path)
     assert experiment.ssh is not None
     ssh = experiment.ssh.model_copy(update={
         "config": base / experiment.ssh.config,
         "known_hosts": base / experiment.ssh.known_hosts if experiment.ssh.known_hosts else None})
     return experiment.model_copy(update={"ssh": ssh, "output": base / experiment.output})
+
+
+def _check_error_watch(experiment: Experiment, path: Path) -> None:
+    """An error limit the user set needs a status in the log: say so before touching a host.
+    (A CSV log's columns are only known from its header: checked when the run reads it.)"""
+    from coordinator.errors import InputError, Problem
+    from coordinator.weblog.apache_format import compile_apache
+    from coordinator.weblog.nginx_format import compile_nginx
+
+    log = experiment.web_log
+    if log is None or "error_rate_limit" not in experiment.parameters.model_fields_set:
+        return
+    if log.format in ("nginx", "apache"):
+        spec = (compile_nginx if log.format == "nginx" else compile_apache)(log.log_format)
+        if not spec.has_status:
+            variable = "$status" if log.format == "nginx" else "%>s"
+            raise InputError(Problem(
+                f"the web log's format logs no HTTP status ({variable}), so the error rate "
+                "cannot be watched: add it, or remove the limit",
+                str(path), line_of(path, ("parameters", "error_rate_limit")),
+                "parameters.error_rate_limit"))
 
 
 def _from_testbed(experiment: Experiment, path: Path, root: Path | None) -> Experiment:

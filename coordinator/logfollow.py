@@ -39,6 +39,13 @@ class LogFollower:
         with self._lock:
             return (len(self.arrivals) - bisect.bisect_left(self.arrivals, since)) / window_s
 
+    def recent(self, window_s: float) -> RequestLog:
+        """The requests logged over the last `window_s`, parsed (a few thousand lines)."""
+        since = time.time() - window_s
+        with self._lock:
+            lines = self.lines[bisect.bisect_left(self.arrivals, since):]
+        return self.parse(lines, self.source)
+
     def snapshot(self) -> RequestLog:
         with self._lock:
             lines = list(self.lines)

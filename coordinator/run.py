@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from coordinator.commands import gradient_json
-from coordinator.errors import RuntimeFailure
-from coordinator.experiment import Experiment
+from coordinator.errors import InputError, Problem, RuntimeFailure
+from coordinator.experiment import Experiment, Parameters
 from coordinator.gradient import log_gradients, settings_for_log
 from coordinator.graph import GraphLink, build_graph, select
 from coordinator.logfollow import LogFollower
@@ -38,6 +38,8 @@ from coordinator.transactions import TransactionPattern, group_by_transaction, p
 from coordinator.weblog.model import RequestLog
 
 TAIL_S = 3.0  # after a wave ends, the requests that started in it are still being logged
+WATCH_S = 10.0  # throughput and errors are judged over this many seconds of log
+MIN_WATCHED = 20  # requests in that window before an error fraction means anything
 QUEUE_BASE = 4700
 
 
@@ -177,6 +179,7 @@ class Baseline:
     end_s: float
     rate_per_s: float
     mean_response_ms: float
+    failed_fraction: float | None = None  # None: the log has no status to watch
 
 
 def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWave]],
@@ -199,10 +202,8 @@ def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWav
         start = min(w.start_s for _, w in waves)
 
         def safe() -> None:
-            if time.time() > start + 10 and log.rate_per_s(10.0) < (
-                    1 - p.throughput_drop_limit) * base.rate_per_s:
-                raise Aborted(f"throughput fell below {1 - p.throughput_drop_limit:.0%} of "
-                              f"the training's {base.rate_per_s:.1f}/s while delaying {labels}")
+            if time.time() > start + WATCH_S:
+                check_limits(log.rate_per_s(WATCH_S), log.recent(WATCH_S), base, p, labels)
 
         _sleep(max(w.end_s for _, w in waves) - time.time(), safe)
     finally:
@@ -215,6 +216,22 @@ def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWav
     return [_estimate(snap, groups, link, wave, s, base, p.k,
                       tuple(o for o in all_waves if o is not wave))
             for (link, wave), s in zip(waves, stats, strict=True)]
+
+
+def check_limits(rate_per_s: float, recent: RequestLog, base: Baseline, p: Parameters,
+                 labels: str) -> None:
+    """Aborted when the application suffers: throughput down by more than its limit, or the
+    fraction of failed requests up by more than its limit, against the passive phase."""
+    if rate_per_s < (1 - p.throughput_drop_limit) * base.rate_per_s:
+        raise Aborted(f"throughput fell below {1 - p.throughput_drop_limit:.0%} of the "
+                      f"training's {base.rate_per_s:.1f}/s while delaying {labels}")
+    failed = recent.failed()
+    if base.failed_fraction is None or failed is None or len(failed) < MIN_WATCHED:
+        return
+    if (fraction := float(failed.mean())) > base.failed_fraction + p.error_rate_limit:
+        raise Aborted(f"{fraction:.1%} of requests failed (5xx, 499, 408) over the last "
+                      f"{WATCH_S:g} s against {base.failed_fraction:.1%} in training (limit "
+                      f"+{p.error_rate_limit:.0%}) while delaying {labels}")
 
 
 def _estimate(snap: RequestLog, groups: dict[str, np.ndarray], link: GraphLink,
@@ -289,6 +306,15 @@ def measure_group(session: Session, links: list[GraphLink], plan: WavePlan, base
             for link, a, r in zip(links, adaptive, results, strict=True)]
 
 
+def failed_fraction(log: RequestLog, start: float, end: float) -> float | None:
+    """Fraction of the passive phase's requests that failed; None if the log has no status."""
+    failed = log.failed()
+    if failed is None:
+        return None
+    inside = (log.start_s >= start) & (log.start_s < end)
+    return float(failed[inside].mean()) if inside.any() else 0.0
+
+
 def recompute_argv(experiment: Experiment, injection: str, partners: list[str],
                    baseline_end_s: float) -> list[str]:
     """`linkgrad gradient` arguments (run from the run directory) that recompute a link offline
@@ -325,12 +351,20 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
         by_tx = training_requests(train_log, patterns_from(experiment.transactions), start, end)
         base_rate = float(sum(len(t) for t, _ in by_tx.values()) / (end - start))
         responses = np.concatenate([y for _, y in by_tx.values()] or [np.zeros(0)])
-        base = Baseline(end, base_rate, float(responses.mean() * 1e3) if len(responses) else 0.0)
+        base = Baseline(end, base_rate, float(responses.mean() * 1e3) if len(responses) else 0.0,
+                        failed_fraction(train_log, start, end))
+        if base.failed_fraction is None:
+            if "error_rate_limit" in experiment.parameters.model_fields_set:
+                raise InputError(Problem("the web log has no HTTP status (a CSV log needs a "
+                                         "status column): the error rate cannot be watched",
+                                         field="parameters.error_rate_limit"))
+            say("the web log has no HTTP status: the error rate is not watched")
         plan = plan_wave(by_tx, end, experiment.parameters)
         out.write("plan.json", {"period_s": plan.period_s, "cycles": plan.cycles,
                                 "magnitude_ms": plan.magnitude_s * 1e3, "n_bins": plan.n_bins,
                                 "notes": list(plan.notes), "training": [start, end],
-                                "training_requests_per_s": base_rate})
+                                "training_requests_per_s": base_rate,
+                                "training_failed_fraction": base.failed_fraction})
         links = select(graph, experiment.parameters.include, experiment.parameters.exclude)
         say(f"graph: {len(graph)} links, measuring {len(links)}; " + "; ".join(plan.notes))
         results = list(done.values())

@@ -57,6 +57,11 @@ def parse_yaml(text: str, model: type[Model], source: str) -> Model:
         raise InputError(problems) from e
 
 
+def line_of(path: Path, keys: tuple[int | str, ...]) -> int | None:
+    """The line of a field of a YAML file that already validated (for later checks)."""
+    return _line_of(yaml.compose(path.read_text()), keys)
+
+
 def load_yaml(path: str | Path, model: type[Model]) -> Model:
     path = Path(path)
     try:

@@ -96,3 +96,50 @@ def test_session_close_tries_every_host_and_reports_each_failure():
     problems = session.close()
     assert closed == ["injector on app1", "injector on db", "sniffer on db"]  # injectors first
     assert problems == ["injector on app1: channel lost", "sniffer on db: channel lost"]
+
+
+def _requests(status: list[int]):
+    from coordinator.weblog.model import RequestLog
+
+    n = len(status)
+    url = np.empty(n, dtype=object)
+    url[:] = ["/x"] * n
+    return RequestLog(np.arange(n, dtype=float), np.full(n, 0.01), url,
+                      status=np.array(status, dtype=np.int16))
+
+
+def test_limits_abort_on_a_throughput_drop_or_an_error_rise_against_training():
+    from coordinator.experiment import Parameters
+    from coordinator.run import Aborted, Baseline, check_limits, failed_fraction
+
+    p = Parameters(throughput_drop_limit=0.3, error_rate_limit=0.05)
+    base = Baseline(end_s=0.0, rate_per_s=100.0, mean_response_ms=10.0, failed_fraction=0.02)
+    fine = _requests([200] * 94 + [500] * 6)  # 6%: within 2% + 5%
+    check_limits(100.0, fine, base, p, "a->b")
+    with pytest.raises(Aborted, match="throughput fell below 70%"):
+        check_limits(69.0, fine, base, p, "a->b")
+    with pytest.raises(Aborted, match=r"8.0% of requests failed .*\+5%\) while delaying a->b"):
+        check_limits(100.0, _requests([200] * 92 + [499] * 8), base, p, "a->b")
+    check_limits(100.0, _requests([200] * 10 + [502] * 9), base, p, "a->b")  # too few to judge
+    check_limits(100.0, _requests([404] * 100), base, p, "a->b")  # the clients' own errors
+    no_status = Baseline(0.0, 100.0, 10.0, None)
+    check_limits(100.0, _requests([500] * 100), no_status, p, "a->b")  # nothing to compare to
+    log = _requests([200, 500, 200, 200])  # starts 0, 1, 2, 3
+    assert failed_fraction(log, 1.0, 3.0) == pytest.approx(0.5)
+
+
+def test_an_error_limit_without_a_status_in_the_log_format_is_bad_input(tmp_path):
+    from coordinator.errors import InputError
+    from coordinator.experiment import load_experiment
+
+    (tmp_path / "ssh_config").write_text("Host a\n  HostName 192.0.2.1\n")
+    path = tmp_path / "x.yaml"
+    path.write_text("name: x\nhosts: [{name: a}]\nssh: {config: ssh_config}\n"
+                    "web_log: {host: a, path: /l,"
+                    " log_format: '$msec $request_time \"$request\"'}\n"
+                    "transactions: {t: ^/}\nparameters:\n  error_rate_limit: 0.1\n")
+    with pytest.raises(InputError,
+                       match=r"x.yaml:7: field 'parameters.error_rate_limit' .*\$status"):
+        load_experiment(path)
+    path.write_text(path.read_text().replace("  error_rate_limit: 0.1\n", "  k: 8\n"))
+    assert load_experiment(path).parameters.error_rate_limit == 0.05  # default: watched if it can
