@@ -75,6 +75,7 @@ class Workload(_Strict):
     argv: tuple[str, ...] | None = None
     rate_per_s: float | None = Field(None, gt=0)  # or: the testbed's load generator
     mix: str | None = None  # /PATH=WEIGHT,... (default: every transaction)
+    timeout_s: float = Field(30.0, gt=0)  # the load generator's clients give up after this
 
     @model_validator(mode="after")
     def _one(self) -> Workload:

@@ -87,7 +87,8 @@ class Session:
             return list(w.argv)
         mix = w.mix or ",".join(f"{_example_path(p)}=1" for p in e.transactions.values())
         return [e.ssh.python, "-m", "testbed.loadgen", "--url", e.frontend_url or "",
-                "--mix", mix, "--rate", str(w.rate_per_s), "--duration", "86400", "--json"]
+                "--mix", mix, "--rate", str(w.rate_per_s), "--duration", "86400",
+                "--timeout-s", str(w.timeout_s), "--json"]
 
     def injector(self, host: str) -> RemoteDaemon:
         if host not in self.injectors:

@@ -55,13 +55,14 @@ def parse_mix(text: str) -> list[tuple[str, float]]:
 
 
 async def run_load(base_url: str, mix: list[tuple[str, float]], rate_per_s: float,
-                   duration_s: float, seed: int = 1) -> list[Sample]:
+                   duration_s: float, seed: int = 1, timeout_s: float = 30.0) -> list[Sample]:
     rng = random.Random(seed)
     plan = arrival_times(rate_per_s, duration_s, rng)
     paths = rng.choices([p for p, _ in mix], weights=[w for _, w in mix], k=len(plan))
     samples: list[Sample] = []
     limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=30.0) as client:
+    async with httpx.AsyncClient(base_url=base_url, limits=limits,
+                                 timeout=timeout_s) as client:
 
         async def one(path: str, lag_ms: float) -> None:
             start = time.time()
@@ -117,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, required=True, help="requests per second")
     parser.add_argument("--duration", type=float, required=True, help="seconds")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--timeout-s", type=float, default=30.0,
+                        help="a request not answered by then is given up (status 0 here, 499 "
+                             "in nginx's log), as an impatient user would (default 30)")
     parser.add_argument("--out", type=Path, help="CSV of every request's latency")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -125,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"loadgen: --mix: {e}", file=sys.stderr)
         return 2
-    samples = asyncio.run(run_load(args.url, mix, args.rate, args.duration, args.seed))
+    samples = asyncio.run(run_load(args.url, mix, args.rate, args.duration, args.seed,
+                                        args.timeout_s))
     if args.out:
         write_csv(samples, args.out)
     result = summary(samples, args.rate, args.duration)

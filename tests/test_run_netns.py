@@ -172,3 +172,29 @@ def test_an_interrupted_run_resumes_without_redoing_finished_links(testbed):
                                                      "tcp db:5432 -> app1:0"}
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
     _no_rules_anywhere()
+
+
+def test_a_delay_that_makes_clients_give_up_aborts_the_run(testbed):
+    """Clients give up after 150 ms; 100 ms on app1->db adds 200 ms to ViewItem, so nginx logs
+    499s while the wave is on: the error limit aborts the run and no rule is left."""
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
+    path = testbed / "errors.yaml"
+    path.write_text(f"""
+name: errors
+testbed: trn
+workload: {{host: client, rate_per_s: 60, timeout_s: 0.15}}
+transactions: {{ViewItem: ^/rubis/ViewItem, PutBidAuth: ^/rubis/PutBidAuth}}
+parameters: {{training_s: 20, cycles: 6, period_s: 6, magnitude_ms: 100, adaptive: false,
+              error_rate_limit: 0.05, include: ['app1->db']}}
+output: {testbed / "runs"}
+""")
+    done = subprocess.run([LINKGRAD, "run", str(path), "--json"], capture_output=True, text=True,
+                          timeout=300, env=env, check=False)
+    assert done.returncode == 1, done.stderr
+    status = json.loads(done.stdout)
+    assert status["status"] == "aborted"
+    assert "of requests failed (5xx, 499, 408)" in status["reason"]
+    assert "app1:0 -> db:5432" in status["reason"]
+    plan = json.loads((Path(status["run_dir"]) / "plan.json").read_text())
+    assert plan["training_failed_fraction"] < 0.01
+    _no_rules_anywhere()
