@@ -59,6 +59,7 @@ class Session:
     addresses: dict[str, str] = field(default_factory=dict)  # address -> host
     log: LogFollower | None = None
     workload: Any = None
+    warnings: list[str] = field(default_factory=list)  # what a daemon could not do
 
     def open(self) -> Session:
         e = self.experiment
@@ -73,6 +74,8 @@ class Session:
             self.sniffers[name] = RemoteDaemon(
                 conn, [e.ssh.python, "-m", "sniffer"], "sniffer",
                 on_event=lambda m, n=name: self.reports.append((n, m)))
+        self.warnings = [f"{d.what}: {d.ready['warning']}" for d in self.sniffers.values()
+                         if "warning" in d.ready]
         self.log = LogFollower(self.connections[e.web_log.host], e.web_log.path,
                                e.web_log.format, e.web_log.log_format)
         if e.workload is not None:
@@ -345,6 +348,9 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         session.open()
+        for warning in session.warnings:
+            say(f"[yellow]{warning}")
+        status["warnings"] = session.warnings
         graph, start, end = train(session, say)
         out.write("graph.json", [g.as_json() for g in graph])
         assert session.log is not None

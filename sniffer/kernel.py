@@ -1,17 +1,23 @@
 """The kernel's view: sockets by sock_diag (pyroute2's DiagSocket, not `ss` parsing), socket
-owners from /proc/PID/fd, the ephemeral port range. One netlink dump per protocol per poll."""
+owners from /proc/PID/fd, the ephemeral port range. One netlink dump per protocol per poll,
+plus the kernel's notices of TCP sockets it destroys, with their final counters."""
 
 from __future__ import annotations
 
 import os
+import queue
 import socket
+import threading
 from pathlib import Path
+from typing import Any
 
 from sniffer.links import Process, SocketRecord
 
 SS_ALL = (1 << 12) - 1
 SS_LISTEN = 10
 INET_DIAG_INFO = 2  # extension bit for struct tcp_info
+NETLINK_SOCK_DIAG = 4
+SKNLGRP_INET_TCP_DESTROY = 1  # sock_diag multicast group: IPv4 TCP sockets as they are freed
 
 
 def ephemeral_range(proc: Path = Path("/proc")) -> tuple[int, int]:
@@ -30,16 +36,74 @@ def dump_sockets() -> list[SocketRecord]:
             extensions = 1 << (INET_DIAG_INFO - 1) if proto == "tcp" else 0
             for msg in ds.get_sock_stats(family=socket.AF_INET, states=SS_ALL, protocol=number,
                                          extensions=extensions):
-                info = msg.get_attr("INET_DIAG_INFO") if proto == "tcp" else None
-                if proto == "tcp" and info is None:
-                    continue  # TIME_WAIT and the like: no counters, no more data
-                records.append(SocketRecord(
-                    proto, msg["idiag_src"], msg["idiag_sport"], msg["idiag_dst"],
-                    msg["idiag_dport"], msg["idiag_inode"],
-                    info["tcpi_data_segs_out"] if info else None,
-                    info["tcpi_data_segs_in"] if info else None,
-                    listening=msg["idiag_state"] == SS_LISTEN))
+                record = _record(msg, proto)
+                if record is not None:
+                    records.append(record)
     return records
+
+
+def _record(msg: Any, proto: str) -> SocketRecord | None:
+    info = msg.get_attr("INET_DIAG_INFO") if proto == "tcp" else None
+    if proto == "tcp" and info is None:
+        return None  # TIME_WAIT and the like: no counters, no more data
+    return SocketRecord(proto, msg["idiag_src"], msg["idiag_sport"], msg["idiag_dst"],
+                        msg["idiag_dport"], msg["idiag_inode"],
+                        info["tcpi_data_segs_out"] if info else None,
+                        info["tcpi_data_segs_in"] if info else None,
+                        listening=msg["idiag_state"] == SS_LISTEN)
+
+
+class ClosedSockets:
+    """TCP sockets as the kernel frees them, with their last tcp_info (what `ss -E` shows).
+
+    Without it, what a connection sends after the last poll is lost, and a connection shorter
+    than a poll interval (one per request, as many PHP and CGI apps open to their database) is
+    never seen at all. The kernel reports them with inode 0: the fd is gone by then.
+    """
+
+    def __init__(self) -> None:
+        self.records: list[SocketRecord] = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.started: queue.Queue[BaseException | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+        if (error := self.started.get(timeout=10)) is not None:
+            raise error
+
+    def _read(self) -> None:
+        # a plain netlink socket, messages parsed by pyroute2's marshal: pyroute2 0.9's own
+        # socket buffers multicast messages in its event loop, where select() cannot see them
+        from pyroute2.netlink.diag import MarshalDiag
+
+        try:
+            diag = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
+            diag.bind((0, 1 << (SKNLGRP_INET_TCP_DESTROY - 1)))
+            diag.settimeout(0.2)
+        except OSError as e:
+            self.started.put(e)
+            return
+        self.started.put(None)
+        marshal = MarshalDiag()
+        with diag:
+            while not self.stopping.is_set():
+                try:
+                    data = diag.recv(1 << 20)
+                except TimeoutError:
+                    continue
+                for msg in marshal.parse(data):
+                    if msg.get("idiag_family") == socket.AF_INET and (r := _record(msg, "tcp")):
+                        with self.lock:
+                            self.records.append(r)
+
+    def drain(self) -> list[SocketRecord]:
+        with self.lock:
+            records, self.records = self.records, []
+        return records
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=5)
 
 
 def socket_owners(proc: Path = Path("/proc")) -> dict[int, Process]:

@@ -15,7 +15,7 @@ socket).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,11 @@ class SocketRecord:
 
     @property
     def key(self) -> tuple[object, ...]:
-        return (self.proto, self.inode, self.local_addr, self.local_port, self.remote_addr,
-                self.remote_port)
+        return (self.proto, self.inode, *self.addresses)
+
+    @property
+    def addresses(self) -> tuple[object, ...]:
+        return (self.local_addr, self.local_port, self.remote_addr, self.remote_port)
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,19 @@ def link_counts(
             delta = max(0, now - (then or 0))
             counts[link] = (counts.get(link) or 0) + delta
     return counts
+
+
+def match_closed(closed: Iterable[SocketRecord],
+                 previous: dict[tuple[object, ...], SocketRecord]) -> list[SocketRecord]:
+    """Closed sockets (reported by the kernel with inode 0) under the key they had in
+    `previous`, matched by their addresses, so only what they sent since is counted; one never
+    seen counts whole."""
+    earlier = {(s.proto, *s.addresses): s for s in previous.values()}
+    out = []
+    for s in closed:
+        before = earlier.get((s.proto, *s.addresses))
+        out.append(replace(s, inode=before.inode) if before else s)
+    return out
 
 
 def active(counts: dict[Link, int | None], threshold: int = 1) -> dict[Link, int | None]:

@@ -58,3 +58,25 @@ def test_the_protocol_answers_poll_and_stops():
     assert sorted(link["messages"] for link in poll["links"]) == [6, 7]
     assert replies[1]["error"]["kind"] == "input"
     assert replies[2] == {"id": 3, "ok": True, "result": {}}
+
+
+def _messages(report):
+    return sorted(link["messages"] for link in report["links"])
+
+
+def test_a_closed_socket_counts_to_its_last_segment_once():
+    """The kernel's closing notice (inode 0) finishes a socket the polls saw, counts one they
+    never saw, and waits for a socket that vanished before its notice came."""
+    dumps = iter([[tcp(40001, 5432, 10, 10)],  # start
+                  [],  # poll 1: 40001 closed at 15/15 (notice below); 40007 opened and closed
+                  [tcp(40002, 5432, 4, 4, inode=12)],  # poll 2
+                  [],  # poll 3: 40002 gone from the dump, its notice not yet drained
+                  []])  # poll 4: the notice arrives
+    notices = iter([[], [tcp(40001, 5432, 15, 15, inode=0), tcp(40007, 5432, 3, 3, inode=0)],
+                    [], [], [tcp(40002, 5432, 9, 9, inode=0)]])
+    sniffer = Sniffer(lambda: next(dumps), lambda: {}, EPHEMERAL, lambda: 0.0,
+                      closed=lambda: next(notices))
+    assert _messages(sniffer.poll()) == [5 + 3, 5 + 3]  # the rest of 40001, all of 40007
+    assert _messages(sniffer.poll()) == [4, 4]
+    assert _messages(sniffer.poll()) == []
+    assert _messages(sniffer.poll()) == [5, 5]  # 9 - 4: counted from where it was last seen
