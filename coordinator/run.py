@@ -19,112 +19,33 @@ import json
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from coordinator.commands import gradient_json
-from coordinator.errors import InputError, Problem, RuntimeFailure
-from coordinator.experiment import Experiment, Parameters
+from coordinator.errors import InputError, Problem
+from coordinator.experiment import Experiment
 from coordinator.gradient import log_gradients, settings_for_log
 from coordinator.graph import GraphLink, build_graph, select
-from coordinator.logfollow import LogFollower
-from coordinator.remote import Connection, RemoteDaemon, resolve
 from coordinator.schedule_plan import WavePlan, plan_wave
+from coordinator.session import Session, sleep_checking
 from coordinator.spectral.square_wave import SquareWave
-from coordinator.transactions import TransactionPattern, group_by_transaction, patterns_from
+from coordinator.transactions import group_by_transaction, patterns_from
+from coordinator.watch import (
+    WATCH_S,
+    Aborted,
+    Baseline,
+    baseline_json,
+    check_limits,
+    failed_fraction,
+    training_requests,
+)
 from coordinator.weblog.model import RequestLog
 
 TAIL_S = 3.0  # after a wave ends, the requests that started in it are still being logged
-WATCH_S = 10.0  # throughput and errors are judged over this many seconds of log
-MIN_WATCHED = 20  # requests in that window before an error fraction means anything
-QUEUE_BASE = 4700
-
-
-class Aborted(RuntimeFailure):
-    """A safety limit was crossed; injection stopped."""
-
-
-@dataclass
-class Session:
-    """Every SSH connection and daemon of a run; `close()` ends every lease."""
-
-    experiment: Experiment
-    connections: dict[str, Connection] = field(default_factory=dict)
-    sniffers: dict[str, RemoteDaemon] = field(default_factory=dict)
-    injectors: dict[str, RemoteDaemon] = field(default_factory=dict)
-    reports: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    addresses: dict[str, str] = field(default_factory=dict)  # address -> host
-    log: LogFollower | None = None
-    workload: Any = None
-    warnings: list[str] = field(default_factory=list)  # what a daemon could not do
-
-    def open(self) -> Session:
-        e = self.experiment
-        assert e.ssh is not None
-        assert e.web_log is not None
-        for host in e.hosts:
-            conn = Connection(resolve(host.name, e.ssh.config, e.ssh.known_hosts),
-                              e.ssh.connect_timeout_s)
-            self.connections[host.name] = conn
-            self.addresses[host.address or conn.endpoint.hostname] = host.name
-        for name, conn in self.connections.items():
-            self.sniffers[name] = RemoteDaemon(
-                conn, [e.ssh.python, "-m", "sniffer"], "sniffer",
-                on_event=lambda m, n=name: self.reports.append((n, m)))
-        self.warnings = [f"{d.what}: {d.ready['warning']}" for d in self.sniffers.values()
-                         if "warning" in d.ready]
-        self.log = LogFollower(self.connections[e.web_log.host], e.web_log.path,
-                               e.web_log.format, e.web_log.log_format)
-        if e.workload is not None:
-            self.workload = self.connections[e.workload.host].open_lines(self._workload_argv())
-        return self
-
-    def _workload_argv(self) -> list[str]:
-        w, e = self.experiment.workload, self.experiment
-        assert w is not None
-        assert e.ssh is not None
-        if w.argv is not None:
-            return list(w.argv)
-        mix = w.mix or ",".join(f"{_example_path(p)}=1" for p in e.transactions.values())
-        return [e.ssh.python, "-m", "testbed.loadgen", "--url", e.frontend_url or "",
-                "--mix", mix, "--rate", str(w.rate_per_s), "--duration", "86400",
-                "--timeout-s", str(w.timeout_s), "--json"]
-
-    def injector(self, host: str) -> RemoteDaemon:
-        if host not in self.injectors:
-            e = self.experiment
-            assert e.ssh is not None
-            argv = [e.ssh.python, "-m", "injector", "--queue", str(QUEUE_BASE),
-                    "--max-magnitude-ms", str(e.parameters.max_delay_ms),
-                    "--max-duration-s", str(e.parameters.max_duration_s)]
-            self.injectors[host] = RemoteDaemon(self.connections[host], argv, "injector")
-        return self.injectors[host]
-
-    def close(self) -> list[str]:
-        """Injectors first (the lease: they stop and remove their rules), then the rest.
-
-        One host's failure must not keep the others injecting, so every close is tried and
-        every failure returned, for run.json and the exit code.
-        """
-        problems = []
-        closers = [*self.injectors.values(), *self.sniffers.values(), self.log, self.workload,
-                   *self.connections.values()]
-        for closer in closers:
-            if closer is None:
-                continue
-            try:
-                closer.close()
-            except Exception as e:  # reported; the next host must still close
-                problems.append(f"{getattr(closer, 'what', type(closer).__name__)}: {e}")
-        return problems
-
-
-def _example_path(pattern: str) -> str:
-    """A URL a transaction regex matches, for the testbed's load generator (`^/a/b` -> /a/b)."""
-    return pattern.lstrip("^").rstrip("$").replace("\\?", "?").replace("\\", "")
 
 
 @dataclass
@@ -143,47 +64,18 @@ class RunDir:
         return json.loads(target.read_text()) if target.exists() else None
 
 
-def _sleep(seconds: float, check: Callable[[], None] | None = None, step: float = 1.0) -> None:
-    end = time.monotonic() + seconds
-    while (left := end - time.monotonic()) > 0:
-        time.sleep(min(step, left))
-        if check is not None:
-            check()
-
-
 def train(session: Session, say: Callable[[str], None]) -> tuple[list[GraphLink], float, float]:
     p = session.experiment.parameters
     start = time.time()
     for sniffer in session.sniffers.values():
         sniffer.request("watch", interval_s=2.0)
     say(f"training: {p.training_s:.0f} s of passive observation")
-    _sleep(p.training_s)
+    sleep_checking(p.training_s)
     for sniffer in session.sniffers.values():
         sniffer.request("unwatch")
     end = time.time()
     graph = build_graph(session.reports, session.addresses, p.message_threshold)
     return graph, start, end
-
-
-def training_requests(log: RequestLog, patterns: list[TransactionPattern], start: float,
-                      end: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    groups = group_by_transaction(log.url, patterns)
-    out = {}
-    for name, rows in groups.items():
-        t, y = log.start_s[rows], log.response_s[rows]
-        inside = (t >= start) & (t < end)
-        out[name] = (t[inside], y[inside])
-    return out
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """What the passive phase saw: for the estimator's baseline and the perturbation."""
-
-    end_s: float
-    rate_per_s: float
-    mean_response_ms: float
-    failed_fraction: float | None = None  # None: the log has no status to watch
 
 
 def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWave]],
@@ -209,33 +101,17 @@ def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWav
             if time.time() > start + WATCH_S:
                 check_limits(log.rate_per_s(WATCH_S), log.recent(WATCH_S), base, p, labels)
 
-        _sleep(max(w.end_s for _, w in waves) - time.time(), safe)
+        sleep_checking(max(w.end_s for _, w in waves) - time.time(), safe)
     finally:
         stats = [injector.request("remove", link_id=link_id)["stats"]
                  for injector, link_id in added]
-    _sleep(TAIL_S)
+    sleep_checking(TAIL_S)
     snap = log.snapshot()
     groups = group_by_transaction(snap.url, patterns_from(session.experiment.transactions))
     all_waves = [w for _, w in waves]
     return [_estimate(snap, groups, link, wave, s, base, p.k,
                       tuple(o for o in all_waves if o is not wave))
             for (link, wave), s in zip(waves, stats, strict=True)]
-
-
-def check_limits(rate_per_s: float, recent: RequestLog, base: Baseline, p: Parameters,
-                 labels: str) -> None:
-    """Aborted when the application suffers: throughput down by more than its limit, or the
-    fraction of failed requests up by more than its limit, against the passive phase."""
-    if rate_per_s < (1 - p.throughput_drop_limit) * base.rate_per_s:
-        raise Aborted(f"throughput fell below {1 - p.throughput_drop_limit:.0%} of the "
-                      f"training's {base.rate_per_s:.1f}/s while delaying {labels}")
-    failed = recent.failed()
-    if base.failed_fraction is None or failed is None or len(failed) < MIN_WATCHED:
-        return
-    if (fraction := float(failed.mean())) > base.failed_fraction + p.error_rate_limit:
-        raise Aborted(f"{fraction:.1%} of requests failed (5xx, 499, 408) over the last "
-                      f"{WATCH_S:g} s against {base.failed_fraction:.1%} in training (limit "
-                      f"+{p.error_rate_limit:.0%}) while delaying {labels}")
 
 
 def _estimate(snap: RequestLog, groups: dict[str, np.ndarray], link: GraphLink,
@@ -299,24 +175,15 @@ def measure_group(session: Session, links: list[GraphLink], plan: WavePlan, base
         say(f"adaptive cycle: {', '.join(link.label for link in links)}")
         adaptive = inject_and_estimate(session, list(zip(links, waves, strict=True)), base)
         magnitudes = [rough_rescale(a, plan.magnitude_s, p.max_delay_ms / 1e3) for a in adaptive]
-        _sleep(max(w.period_s for w in waves) / 2)  # off before the next first edge
+        sleep_checking(max(w.period_s for w in waves) / 2)  # off before the next first edge
     waves = group_waves(plan, len(links), time.time() + 1.0, magnitudes)
     for link, wave in zip(links, waves, strict=True):
         say(f"{link.label}: {wave.cycles} cycles of {wave.period_s:.1f} s at "
             f"{wave.magnitude_s * 1e3:.1f} ms")
     results = inject_and_estimate(session, list(zip(links, waves, strict=True)), base)
-    _sleep(max(w.period_s for w in waves) / 2)
+    sleep_checking(max(w.period_s for w in waves) / 2)
     return [{"link": link.as_json(), "adaptive": a, "concurrent_with": len(links) - 1, **r}
             for link, a, r in zip(links, adaptive, results, strict=True)]
-
-
-def failed_fraction(log: RequestLog, start: float, end: float) -> float | None:
-    """Fraction of the passive phase's requests that failed; None if the log has no status."""
-    failed = log.failed()
-    if failed is None:
-        return None
-    inside = (log.start_s >= start) & (log.start_s < end)
-    return float(failed[inside].mean()) if inside.any() else 0.0
 
 
 def recompute_argv(experiment: Experiment, injection: str, partners: list[str],
@@ -356,6 +223,7 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
         assert session.log is not None
         train_log = session.log.snapshot()
         by_tx = training_requests(train_log, patterns_from(experiment.transactions), start, end)
+        out.write("baseline.json", baseline_json(by_tx, start, end))
         base_rate = float(sum(len(t) for t, _ in by_tx.values()) / (end - start))
         responses = np.concatenate([y for _, y in by_tx.values()] or [np.zeros(0)])
         base = Baseline(end, base_rate, float(responses.mean() * 1e3) if len(responses) else 0.0,

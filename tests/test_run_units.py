@@ -76,7 +76,7 @@ def test_log_follower_throughput_counts_recent_lines_without_parsing():
 
 
 def test_session_close_tries_every_host_and_reports_each_failure():
-    from coordinator.run import Session
+    from coordinator.session import Session
 
     closed = []
 
@@ -110,7 +110,7 @@ def _requests(status: list[int]):
 
 def test_limits_abort_on_a_throughput_drop_or_an_error_rise_against_training():
     from coordinator.experiment import Parameters
-    from coordinator.run import Aborted, Baseline, check_limits, failed_fraction
+    from coordinator.watch import Aborted, Baseline, check_limits, failed_fraction
 
     p = Parameters(throughput_drop_limit=0.3, error_rate_limit=0.05)
     base = Baseline(end_s=0.0, rate_per_s=100.0, mean_response_ms=10.0, failed_fraction=0.02)
