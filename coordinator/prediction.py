@@ -1,0 +1,101 @@
+"""What-if prediction from link gradients (thesis §2.1 eq. 2.1, §5.3): pure functions.
+
+    rt² = rt¹ + Σ_links ∇rt_i · (l²_i − l¹_i)
+
+The interval carries every uncertainty: the current mean response time's, the latency
+measurements' and — unlike the thesis's variance formula in §5.3 — the gradients' own. For
+independent g and Δl, var(g·Δl) = g²·var(Δl) + Δl²·var(g) + var(g)·var(Δl).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+Z95 = 1.959964
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A measured quantity: its mean and the standard error of that mean."""
+
+    mean: float
+    se: float = 0.0
+
+    @property
+    def variance(self) -> float:
+        return self.se**2
+
+
+@dataclass(frozen=True)
+class Term:
+    """One host pair's share of a prediction."""
+
+    pair: tuple[str, str]  # (src host, dst host)
+    gradient: Estimate
+    delta_ms: Estimate
+
+    @property
+    def change_ms(self) -> float:
+        return self.gradient.mean * self.delta_ms.mean
+
+    @property
+    def variance(self) -> float:
+        g, d = self.gradient, self.delta_ms
+        return g.mean**2 * d.variance + d.mean**2 * g.variance + g.variance * d.variance
+
+
+@dataclass(frozen=True)
+class Prediction:
+    transaction: str
+    current_ms: Estimate
+    terms: tuple[Term, ...]
+
+    @property
+    def predicted_ms(self) -> float:
+        return self.current_ms.mean + sum(t.change_ms for t in self.terms)
+
+    @property
+    def se_ms(self) -> float:
+        return math.sqrt(self.current_ms.variance + sum(t.variance for t in self.terms))
+
+    @property
+    def ci95(self) -> tuple[float, float]:
+        half = Z95 * self.se_ms
+        return self.predicted_ms - half, self.predicted_ms + half
+
+
+def predict(current_ms: Mapping[str, Estimate],
+            gradients: Mapping[str, Mapping[tuple[str, str], Estimate]],
+            delta_ms: Mapping[tuple[str, str], Estimate]) -> dict[str, Prediction]:
+    """Every transaction's new mean response time; a pair without a gradient has none (its
+    link carried no traffic), and a pair whose latency does not change adds nothing."""
+    out = {}
+    for name, now in current_ms.items():
+        mine = gradients.get(name, {})
+        terms = tuple(Term(pair, mine[pair], d) for pair, d in sorted(delta_ms.items())
+                      if pair in mine and (d.mean != 0 or d.se != 0))
+        out[name] = Prediction(name, now, terms)
+    return out
+
+
+def batch_mean(t_s: np.ndarray, y: np.ndarray, batches: int = 20) -> Estimate:
+    """Mean of `y` and its standard error from equal-time batch means: response times are
+    autocorrelated (load, GC, caches), so std/sqrt(n) would claim too much."""
+    if len(y) == 0:
+        raise ValueError("no requests to take a mean of")
+    if len(y) < 2 * batches:
+        return Estimate(float(np.mean(y)), float(np.std(y, ddof=1) / math.sqrt(len(y)))
+                        if len(y) > 1 else math.inf)
+    edges = np.linspace(t_s.min(), t_s.max() + 1e-9, batches + 1)
+    which = np.clip(np.searchsorted(edges, t_s, side="right") - 1, 0, batches - 1)
+    counts = np.bincount(which, minlength=batches)
+    sums = np.bincount(which, weights=y, minlength=batches)
+    full = counts > 0
+    means, weights = sums[full] / counts[full], counts[full] / counts[full].sum()
+    mean = float(np.sum(weights * means))
+    spread = np.sum(weights * (means - mean) ** 2) / (1 - np.sum(weights**2))
+    return Estimate(mean, float(math.sqrt(spread * np.sum(weights**2))))

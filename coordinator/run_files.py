@@ -1,0 +1,74 @@
+"""What a prediction needs from a finished run: each transaction's gradient per host pair, the
+pairs that carried traffic, and the current mean response times (the passive phase)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coordinator.errors import InputError, Problem
+from coordinator.prediction import Estimate
+
+Pair = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    run_dir: Path
+    hosts: list[str]
+    gradients: dict[str, dict[Pair, Estimate]]  # transaction -> (src, dst) host pair -> g
+    traffic: set[Pair]  # pairs the communication graph saw
+    current_ms: dict[str, Estimate]  # transaction -> mean response time now
+
+
+def pair_gradients(links: list[dict[str, Any]]) -> dict[str, dict[Pair, Estimate]]:
+    """Links between the same two hosts (other ports) add up: a latency is per host pair.
+    The gradient's standard error is the effect's over the delay actually injected."""
+    out: dict[str, dict[Pair, Estimate]] = {}
+    for link in links:
+        pair = (link["link"]["src_host"], link["link"]["dst_host"])
+        magnitude = link["record"]["magnitude_ms"]
+        for name, t in link["transactions"].items():
+            if t.get("gradient") is None:
+                continue
+            se = t["se_ms"] / magnitude if t.get("se_ms") is not None else math.inf
+            old = out.setdefault(name, {}).get(pair, Estimate(0.0))
+            out[name][pair] = Estimate(old.mean + t["gradient"], math.hypot(old.se, se))
+    return out
+
+
+def _read(run_dir: Path, name: str, what: str) -> Any:
+    path = run_dir / name
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(Problem(f"no {name} ({what}): not a linkgrad run directory, or a run "
+                                 "from before it was written", str(path))) from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(Problem(f"cannot read {name}: {e}", str(path))) from e
+
+
+def load_run(gradients_file: Path) -> RunInputs:
+    run_dir = gradients_file.parent
+    gradients = _read(run_dir, gradients_file.name, "the link gradients")
+    graph = _read(run_dir, "graph.json", "the communication graph")
+    baseline = _read(run_dir, "baseline.json", "the current response times")
+    experiment = _read(run_dir, "experiment.json", "the experiment as run")
+    return RunInputs(
+        run_dir=run_dir,
+        hosts=[h["name"] for h in experiment["hosts"]],
+        gradients=pair_gradients(gradients["links"]),
+        traffic={(g["src_host"], g["dst_host"]) for g in graph},
+        current_ms={name: Estimate(b["mean_ms"], b["se_ms"])
+                    for name, b in baseline["transactions"].items()},
+    )
+
+
+def unmeasured(run: RunInputs, changed: set[Pair]) -> list[Pair]:
+    """Pairs whose latency changes and that carried traffic, but whose gradient no link of
+    the run measured: a prediction without them would silently assume 0."""
+    measured = {pair for per_pair in run.gradients.values() for pair in per_pair}
+    return sorted(p for p in changed if p in run.traffic and p not in measured)

@@ -1,0 +1,94 @@
+"""What-if prediction, latency changes of a placement, and the inputs taken from a run."""
+
+import math
+
+import numpy as np
+import pytest
+
+from coordinator.errors import InputError
+from coordinator.placement import Latencies, Placement, latency_changes, one_way
+from coordinator.prediction import Estimate, batch_mean, predict
+from coordinator.run_files import RunInputs, pair_gradients, unmeasured
+
+HOSTS = ["web", "app1", "db"]
+NOW = Latencies.model_validate({
+    "sites": {"web": "here", "app1": "here", "db": "here"},
+    "latency_ms": {"here<->here": 0.1, "here<->east": {"mean": 10.0, "se": 0.2},
+                   "east<->east": 0.1, "here->east": {"mean": 12.0, "se": 0.3}}})
+
+
+def test_one_way_latencies_fill_both_directions_and_a_one_way_entry_overrides():
+    table = one_way(NOW)
+    assert table[("east", "here")] == Estimate(10.0, 0.2)
+    assert table[("here", "east")] == Estimate(12.0, 0.3)  # "->" wins over "<->"
+
+
+def test_moving_the_database_changes_only_the_pairs_it_is_in():
+    changes = latency_changes(HOSTS, NOW, Placement(move={"db": "east"}))
+    assert set(changes) == {("web", "db"), ("db", "web"), ("app1", "db"), ("db", "app1")}
+    assert changes[("app1", "db")].mean == pytest.approx(12.0 - 0.1)
+    assert changes[("db", "app1")].mean == pytest.approx(10.0 - 0.1)
+    assert changes[("app1", "db")].se == pytest.approx(0.3)  # 0.1 was exact: se 0
+    together = latency_changes(HOSTS, NOW, Placement(move={"app1": "east", "db": "east"}))
+    assert ("app1", "db") in together  # here->here to east->east: another measurement
+    assert together[("app1", "db")].mean == pytest.approx(0.0)
+
+
+def test_unknown_hosts_and_missing_site_pairs_are_named(tmp_path):
+    placement = tmp_path / "new.yaml"
+    placement.write_text("move:\n  dbx: east\n")
+    with pytest.raises(InputError, match=r"new.yaml:2: field 'move.dbx' 'dbx' is not a host"):
+        latency_changes(HOSTS, NOW, Placement(move={"dbx": "east"}), placement_file=placement)
+    with pytest.raises(InputError, match=r"now.yaml: field 'latency_ms' no latency for here->west"):
+        latency_changes(HOSTS, NOW, Placement(move={"db": "west"}), "now.yaml")
+    with pytest.raises(ValueError, match="is not 'a->b' or 'a<->b'"):
+        Latencies.model_validate({"latency_ms": {"here=east": 1.0}})
+
+
+def test_prediction_adds_gradient_times_change_and_every_variance():
+    current = {"ViewItem": Estimate(20.0, 0.5), "async": Estimate(5.0, 0.1)}
+    gradients = {"ViewItem": {("app1", "db"): Estimate(2.0, 0.05),
+                              ("db", "app1"): Estimate(2.0, 0.05)},
+                 "async": {("app1", "db"): Estimate(0.0, 0.02)}}
+    delta = {("app1", "db"): Estimate(10.0, 0.3), ("db", "app1"): Estimate(10.0, 0.3),
+             ("web", "app1"): Estimate(0.0)}
+    out = predict(current, gradients, delta)
+    view = out["ViewItem"]
+    assert view.predicted_ms == pytest.approx(20.0 + 2 * 10 + 2 * 10)
+    per_term = 2.0**2 * 0.3**2 + 10.0**2 * 0.05**2 + 0.05**2 * 0.3**2
+    assert view.se_ms == pytest.approx(math.sqrt(0.5**2 + 2 * per_term))
+    lo, hi = view.ci95
+    assert hi - view.predicted_ms == pytest.approx(1.959964 * view.se_ms)
+    assert lo == pytest.approx(2 * view.predicted_ms - hi)
+    # a gradient of 0 still carries its own uncertainty: 10 ms x 0.02
+    assert out["async"].predicted_ms == pytest.approx(5.0)
+    assert out["async"].se_ms == pytest.approx(math.sqrt(0.1**2 + 0.2**2 + 0.02**2 * 0.3**2))
+
+
+def test_batch_means_see_autocorrelation_that_a_plain_standard_error_misses():
+    rng = np.random.default_rng(3)
+    t = np.sort(rng.uniform(0, 600, 6000))
+    slow = np.repeat(rng.normal(0, 5, 60), 100)  # the load drifts in 10 s spells
+    y = 50 + slow + rng.normal(0, 1, 6000)
+    plain = y.std(ddof=1) / math.sqrt(len(y))
+    batched = batch_mean(t, y)
+    assert batched.mean == pytest.approx(y.mean(), abs=0.05)
+    assert batched.se > 3 * plain
+    white = 50 + rng.normal(0, 1, 6000)  # independent: the two agree
+    assert batch_mean(t, white).se == pytest.approx(white.std(ddof=1) / math.sqrt(6000), rel=0.5)
+
+
+def test_links_between_the_same_hosts_add_and_unmeasured_traffic_is_found():
+    links = [
+        {"link": {"src_host": "app1", "dst_host": "db"}, "record": {"magnitude_ms": 10.0},
+         "transactions": {"V": {"gradient": 1.5, "se_ms": 0.3}, "A": {"gradient": None}}},
+        {"link": {"src_host": "app1", "dst_host": "db"}, "record": {"magnitude_ms": 20.0},
+         "transactions": {"V": {"gradient": 0.5, "se_ms": 0.8}}},
+    ]
+    g = pair_gradients(links)
+    assert g["V"][("app1", "db")].mean == pytest.approx(2.0)
+    assert g["V"][("app1", "db")].se == pytest.approx(math.hypot(0.03, 0.04))
+    assert "A" not in g
+    run = RunInputs(None, HOSTS, g, {("app1", "db"), ("web", "app1")}, {})  # type: ignore[arg-type]
+    assert unmeasured(run, {("app1", "db"), ("web", "app1"), ("web", "db")}) == [
+        ("web", "app1")]  # web->db carried nothing: its gradient is 0, not unknown
