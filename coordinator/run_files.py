@@ -20,7 +20,7 @@ class RunInputs:
     run_dir: Path
     hosts: list[str]
     gradients: dict[str, dict[Pair, Estimate]]  # transaction -> (src, dst) host pair -> g
-    traffic: set[Pair]  # pairs the communication graph saw
+    traffic: dict[Pair, set[str]]  # pairs the communication graph saw, with their protocols
     current_ms: dict[str, Estimate]  # transaction -> mean response time now
 
 
@@ -61,10 +61,17 @@ def load_run(gradients_file: Path) -> RunInputs:
         run_dir=run_dir,
         hosts=[h["name"] for h in experiment["hosts"]],
         gradients=pair_gradients(gradients["links"]),
-        traffic={(g["src_host"], g["dst_host"]) for g in graph},
+        traffic=_traffic(graph),
         current_ms={name: Estimate(b["mean_ms"], b["se_ms"])
                     for name, b in baseline["transactions"].items()},
     )
+
+
+def _traffic(graph: list[dict[str, Any]]) -> dict[Pair, set[str]]:
+    out: dict[Pair, set[str]] = {}
+    for g in graph:
+        out.setdefault((g["src_host"], g["dst_host"]), set()).add(g["proto"])
+    return out
 
 
 def unmeasured(run: RunInputs, changed: set[Pair]) -> list[Pair]:

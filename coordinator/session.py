@@ -29,7 +29,9 @@ class Session:
     workload: Any = None
     warnings: list[str] = field(default_factory=list)  # what a daemon could not do
 
-    def open(self) -> Session:
+    def open(self, sniffers: bool = True) -> Session:
+        """Connect to every host; start the sniffers (unless not wanted), follow the web log
+        and start the workload."""
         e = self.experiment
         assert e.ssh is not None
         assert e.web_log is not None
@@ -38,7 +40,7 @@ class Session:
                               e.ssh.connect_timeout_s)
             self.connections[host.name] = conn
             self.addresses[host.address or conn.endpoint.hostname] = host.name
-        for name, conn in self.connections.items():
+        for name, conn in self.connections.items() if sniffers else ():
             self.sniffers[name] = RemoteDaemon(
                 conn, [e.ssh.python, "-m", "sniffer"], "sniffer",
                 on_event=lambda m, n=name: self.reports.append((n, m)))

@@ -89,6 +89,50 @@ def test_links_between_the_same_hosts_add_and_unmeasured_traffic_is_found():
     assert g["V"][("app1", "db")].mean == pytest.approx(2.0)
     assert g["V"][("app1", "db")].se == pytest.approx(math.hypot(0.03, 0.04))
     assert "A" not in g
-    run = RunInputs(None, HOSTS, g, {("app1", "db"), ("web", "app1")}, {})  # type: ignore[arg-type]
+    run = RunInputs(None, HOSTS, g, {("app1", "db"): {"tcp"}, ("web", "app1"): {"tcp"}},
+                    {})  # type: ignore[arg-type]
     assert unmeasured(run, {("app1", "db"), ("web", "app1"), ("web", "db")}) == [
         ("web", "app1")]  # web->db carried nothing: its gradient is 0, not unknown
+
+
+def _run_dir(tmp_path):
+    """A run's files as `linkgrad run` writes them: app1<->db measured, web->app1 seen."""
+    link = {"record": {"magnitude_ms": 10.0}}
+    links = [{**link, "link": {"src_host": a, "dst_host": b},
+              "transactions": {"ViewItem": {"gradient": 2.0, "se_ms": 0.2},
+                               "async": {"gradient": 0.01, "se_ms": 0.1}}}
+             for a, b in (("app1", "db"), ("db", "app1"))]
+    graph = [{"src_host": a, "dst_host": b, "proto": "tcp"}
+             for a, b in (("app1", "db"), ("db", "app1"), ("web", "app1"), ("app1", "web"))]
+    files = {"gradients.json": {"links": links}, "graph.json": graph,
+             "baseline.json": {"transactions": {"ViewItem": {"mean_ms": 8.0, "se_ms": 0.1},
+                                                "async": {"mean_ms": 3.0, "se_ms": 0.05}}},
+             "experiment.json": {"hosts": [{"name": h} for h in HOSTS]}}
+    for name, data in files.items():
+        (tmp_path / name).write_text(__import__("json").dumps(data))
+    (tmp_path / "now.yaml").write_text(
+        "sites: {web: here, app1: here, db: here}\n"
+        "latency_ms: {here<->here: 0.1, here<->east: {mean: 20.1, se: 0.1}}\n")
+    (tmp_path / "db-east.yaml").write_text("move: {db: east}\n")
+    (tmp_path / "app-east.yaml").write_text("move: {app1: east}\n")
+    return tmp_path
+
+
+def test_predict_command_prints_every_placement_as_json(tmp_path, capsys):
+    from coordinator.cli import main
+
+    d = _run_dir(tmp_path)
+    code = main(["predict", "--gradients", str(d / "gradients.json"), "--latencies",
+                 str(d / "now.yaml"), "--placement", str(d / "db-east.yaml"), "--json"])
+    assert code == 0
+    out = __import__("json").loads(capsys.readouterr().out)
+    view = out["placements"][0]["transactions"]["ViewItem"]
+    assert view["predicted_ms"] == pytest.approx(8.0 + 2.0 * 20 + 2.0 * 20)
+    assert view["ci95"][0] < 88.0 < view["ci95"][1]
+    assert {t["link"] for t in view["terms"]} == {"app1->db", "db->app1"}
+    assert out["placements"][0]["latency_changes_ms"]["web->db"]["mean"] == pytest.approx(20.0)
+    # moving app1 changes web<->app1, which carried traffic but was never measured: refused
+    code = main(["predict", "--gradients", str(d / "gradients.json"), "--latencies",
+                 str(d / "now.yaml"), "--placement", str(d / "app-east.yaml")])
+    assert code == 2
+    assert "app1->web, web->app1 (measure them" in capsys.readouterr().err
