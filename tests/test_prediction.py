@@ -136,3 +136,22 @@ def test_predict_command_prints_every_placement_as_json(tmp_path, capsys):
                  str(d / "now.yaml"), "--placement", str(d / "app-east.yaml")])
     assert code == 2
     assert "app1->web, web->app1 (measure them" in capsys.readouterr().err
+
+
+def test_measured_round_trips_become_a_latencies_file_predict_reads(tmp_path):
+    from coordinator.latency_cli import latencies_yaml, one_way_ms
+    from coordinator.placement import load_latencies
+
+    e = one_way_ms([0.010, 0.012, 0.011, 0.011])
+    assert e.mean == pytest.approx(5.5)  # ms, one way
+    assert e.se == pytest.approx(np.std([10, 12, 11, 11], ddof=1) / 2 / 2)
+    with pytest.raises(ValueError, match="need 2"):
+        one_way_ms([0.01])
+    path = tmp_path / "now.yaml"
+    path.write_text(latencies_yaml({("app1", "db"): e, ("app1", "app1"): Estimate(0.02, 0.001)},
+                                   "test"))
+    table = one_way(load_latencies(path))
+    assert table[("db", "app1")].mean == pytest.approx(5.5)
+    changes = latency_changes(["app1", "db"], load_latencies(path),
+                              Placement(move={"db": "app1"}))  # db onto app1's host
+    assert changes[("app1", "db")].mean == pytest.approx(0.02 - 5.5)

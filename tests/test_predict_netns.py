@@ -1,0 +1,146 @@
+"""`linkgrad predict --validate` on the real testbed (root): gradients measured by a short run,
+three placements predicted, then applied for real with the injector and measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.lifecycle import down, up
+from testbed.topology import DEFAULT
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root"),
+    pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed"),
+]
+
+LINKGRAD = str(Path(sys.executable).parent / "linkgrad")
+EXPERIMENT = """
+name: gradients
+testbed: tpr
+workload: {{host: client, rate_per_s: 60}}
+transactions:
+  ViewItem: ^/rubis/ViewItem
+  PutBidAuth: ^/rubis/PutBidAuth
+  single: ^/pattern/single
+  async: ^/pattern/async
+parameters:
+  training_s: 20
+  cycles: 4
+  period_s: 6
+  magnitude_ms: 12
+  adaptive: false
+  concurrent: 2
+  include: ['^app1->db$', '^db->app1$', '^web->app1$', '^app1->web$']
+output: {output}
+"""
+# the testbed's hosts share one bridge (~0.05 ms); "east" and "west" are sites far away
+LATENCIES = """
+sites: {client: here, web: here, app1: here, app2: here, db: here, cache: here}
+latency_ms:
+  here<->here: 0.05
+  east<->east: 0.05
+  west<->west: 0.05
+  here<->east: {mean: 10.05, se: 0.05}
+  here<->west: {mean: 5.05, se: 0.05}
+  east<->west: {mean: 15.05, se: 0.05}
+"""
+PLACEMENTS = {"db-east": "move: {db: east}\n",  # app1<->db +10
+              "app1-west": "move: {app1: west}\n",  # web<->app1 +5, app1<->db +5
+              "both-east": "move: {app1: east, db: east}\n"}  # web<->app1 +10, app1<->db 0
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    root = Path(tempfile.mkdtemp(prefix="lgtest-", dir="/var/tmp"))
+    root.chmod(0o755)
+    try:
+        up(DEFAULT, "tpr", root)
+        yield root
+        down("tpr", root=root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_predictions_of_three_placements_hold_when_applied_for_real(testbed):
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
+    experiment = testbed / "gradients.yaml"
+    experiment.write_text(EXPERIMENT.format(output=testbed / "runs"))
+    done = subprocess.run([LINKGRAD, "run", str(experiment), "--json"], capture_output=True,
+                          text=True, timeout=900, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    run_dir = Path(json.loads(done.stdout)["run_dir"])
+    (testbed / "now.yaml").write_text(LATENCIES)
+    argv = [LINKGRAD, "predict", "--gradients", str(run_dir / "gradients.json"),
+            "--latencies", str(testbed / "now.yaml"), "--validate", "--window-s", "30", "--json"]
+    for name, text in PLACEMENTS.items():
+        (testbed / f"{name}.yaml").write_text(text)
+        argv += ["--placement", str(testbed / f"{name}.yaml")]
+    checked = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env,
+                             check=False)
+    assert checked.returncode == 0, checked.stderr
+    placements = json.loads(checked.stdout)["placements"]
+    cases = [(p["placement"], name, v) for p in placements
+             for name, v in p["validation"]["transactions"].items()]
+    assert len(cases) == 3 * 4
+    view = {Path(p).stem: v for p, name, v in cases if name == "ViewItem"}
+    assert view["db-east"]["predicted_ms"] - view["db-east"]["current_ms"] == pytest.approx(
+        40, abs=3)  # 2 crossings x 2 directions x 10 ms
+    inside = sum(v["inside"] for _, _, v in cases)
+    assert inside >= 0.9 * len(cases), cases
+    assert statistics.median(abs(v["error"]) for _, _, v in cases) < 0.05, cases
+    for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                             check=True).stdout.split():
+        if ns.startswith("lgtb-tpr-"):
+            rules = subprocess.run(["ip", "netns", "exec", ns, "iptables", "-S"],
+                                   capture_output=True, text=True, check=True).stdout
+            assert "LINKGRAD" not in rules  # every constant delay removed
+
+
+def test_latency_measures_every_pair_and_sees_an_injected_delay(testbed):
+    """Every pair (and each host to itself) by TCP connects; with 10 ms added to what app1
+    sends to db, app1<->db reads about 5 ms one way (10 ms more round trip, halved)."""
+    from testbed.lifecycle import status
+
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
+    experiment = testbed / "latency.yaml"
+    experiment.write_text(f"name: latency\ntestbed: tpr\ntransactions: {{all: ^/}}\n"
+                          f"output: {testbed / 'runs'}\n")
+    db = next(h["address"] for h in status("tpr", testbed)["hosts"] if h["name"] == "db")
+    inject = subprocess.Popen(["ip", "netns", "exec", "lgtb-tpr-app1", LINKGRAD, "inject",
+                               "--dst", db, "--constant", "10", "--duration", "120"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while "NFQUEUE" not in subprocess.run(
+                ["ip", "netns", "exec", "lgtb-tpr-app1", "iptables", "-S"], capture_output=True,
+                text=True, check=True).stdout:
+            assert inject.poll() is None, inject.stderr.read()
+            assert time.monotonic() < deadline, "the delay never started"
+            time.sleep(0.1)
+        done = subprocess.run([LINKGRAD, "latency", str(experiment), "--count", "30", "--out",
+                               str(testbed / "measured.yaml"), "--json"], capture_output=True,
+                              text=True, timeout=300, env=env, check=False)
+    finally:
+        inject.terminate()
+        inject.wait(timeout=30)
+    assert done.returncode == 0, done.stderr
+    measured = json.loads(done.stdout)
+    hosts = ["app1", "app2", "cache", "client", "db", "web"]
+    assert len(measured) == len(hosts) * (len(hosts) + 1) // 2  # pairs and selves
+    assert measured["app1<->db"]["mean_ms"] == pytest.approx(5.0, abs=0.5)
+    others = [v["mean_ms"] for k, v in measured.items() if k != "app1<->db"]
+    assert max(others) < 0.5  # one bridge
+    from coordinator.placement import load_latencies
+
+    assert len(load_latencies(testbed / "measured.yaml").latency_ms) == len(measured)
