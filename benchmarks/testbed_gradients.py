@@ -62,7 +62,10 @@ def run(root: Path, name: str, concurrent: int,
     started = time.perf_counter()
     done = subprocess.run([LINKGRAD, "run", str(experiment_yaml(name, root, concurrent, args)),
                            "--json"], capture_output=True, text=True, env=env, timeout=3600,
-                          check=True)
+                          check=False)
+    if done.returncode != 0:  # say why: the run's status and its last words
+        sys.exit(f"testbed_gradients: run {name} failed ({done.returncode}): {done.stdout}\n"
+                 f"{done.stderr[-3000:]}")
     seconds = time.perf_counter() - started
     status = json.loads(done.stdout)
     return json.loads((Path(status["run_dir"]) / "gradients.json").read_text()), seconds
