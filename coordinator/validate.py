@@ -1,11 +1,14 @@
 """`linkgrad predict --validate`: apply a placement's latency changes for real and measure.
 
-For each placement: measure every transaction's mean response time for a window, add each
-host pair's latency change as a constant delay through the injector (the run's protocols
-between the pair), measure again, remove the delays. The prediction is remade from the window
-just measured (the system may have drifted since the run), and the measured mean is compared
-with it: `inside` allows for the measured mean's own standard error, `inside_mean_ci` does not.
-A live system cannot be made faster, so a placement that shortens a latency is refused.
+For each placement, the links of every host pair whose latency grows (the protocols the run
+saw between them) go through the injector at 0 ms while every transaction's mean response
+time is measured, then at the pair's latency change while it is measured again. Both windows
+thus share the NFQUEUE detour (as the square wave's on and off phases did), and the latency
+change is the delay the injector actually applied. The prediction is remade from the first
+window (the system may have drifted since the run) and the applied delays, and the measured
+mean is compared with it: `inside` allows for the measured mean's own standard error,
+`inside_mean_ci` does not. A live system cannot be made faster: a placement that shortens a
+latency is refused.
 """
 
 from __future__ import annotations
@@ -43,6 +46,17 @@ def validate_placements(run: RunInputs, results: list[dict[str, Any]], window_s:
                 "this placement cannot be validated here", r["placement"], field="move"))
     experiment = Experiment.model_validate(
         json.loads((run.run_dir / "experiment.json").read_text()))
+    caps = experiment.parameters
+    if 3 * window_s + 60 > caps.max_duration_s:
+        raise InputError(Problem(f"each placement keeps delays on for 3 x {window_s:g} s + 60 s, "
+                                 f"beyond the experiment's max_duration_s "
+                                 f"{caps.max_duration_s:g}", field="--window-s"))
+    for r in results:
+        big = [f"{a}->{b}" for (a, b), d in r["_changes"].items() if d.mean > caps.max_delay_ms]
+        if big:
+            raise InputError(Problem(f"adds more than the experiment's max_delay_ms "
+                                     f"{caps.max_delay_ms:g} to {', '.join(big)}",
+                                     r["placement"], field="move"))
     session = Session(experiment)
     try:
         session.open(sniffers=False)
@@ -58,18 +72,26 @@ def validate_placements(run: RunInputs, results: list[dict[str, Any]], window_s:
 
 def _validate_one(session: Session, run: RunInputs, result: dict[str, Any], window_s: float,
                   say: Callable[[str], None]) -> dict[str, Any]:
-    say(f"{result['placement']}: measuring the current response times")
-    before, base = _measure(session, window_s)
-    added = _apply(session, run, result["_changes"], window_s)
+    planned: dict[Pair, Estimate] = result["_changes"]
+    links = _add(session, run, planned, 3 * window_s + 60)
+    stats = []
     try:
-        say(f"{result['placement']}: {len(added)} link(s) delayed; measuring")
+        say(f"{result['placement']}: {len(links)} link(s) through the injector; measuring now")
+        sleep_checking(SETTLE_S)
+        before, base = _measure(session, window_s)
+        for pair, injector, link_id in links:
+            schedule = {"kind": "constant", "magnitude_ms": planned[pair].mean,
+                        "duration_s": 2 * window_s + 60}  # it ends by itself too
+            injector.request("schedule", link_id=link_id, schedule=schedule)
+        say(f"{result['placement']}: latencies changed; measuring")
         sleep_checking(SETTLE_S)
         after, _ = _measure(session, window_s, base)
     finally:
-        for injector, link_id in added:
-            injector.request("remove", link_id=link_id)
+        for pair, injector, link_id in links:
+            stats.append((pair, injector.request("remove", link_id=link_id)["stats"]))
     sleep_checking(TAIL_S)
-    predictions = predict(before, run.gradients, result["_changes"])
+    applied = {**planned, **applied_changes(stats)}
+    predictions = predict(before, run.gradients, applied)
     out: dict[str, Any] = {}
     for name, p in predictions.items():
         if name not in after:
@@ -84,26 +106,47 @@ def _validate_one(session: Session, run: RunInputs, result: dict[str, Any], wind
                      "error": round((measured.mean - p.predicted_ms) / measured.mean, 4),
                      "inside": abs(measured.mean - p.predicted_ms) <= half,
                      "inside_mean_ci": lo <= measured.mean <= hi}
-    return {"window_s": window_s, "transactions": out}
+    return {"window_s": window_s, "transactions": out,
+            "applied_ms": {f"{a}->{b}": {"mean": round(e.mean, 4), "se": round(e.se, 4)}
+                           for (a, b), e in sorted(applied_changes(stats).items())}}
 
 
-def _apply(session: Session, run: RunInputs, changes: dict[Pair, Estimate],
-           window_s: float) -> list[tuple[Any, int]]:
-    """A constant delay on every protocol the run saw between each pair whose latency grows."""
+def applied_changes(stats: list[tuple[Pair, dict[str, Any]]]) -> dict[Pair, Estimate]:
+    """Per pair, the mean delay the injector applied under the placement (schedule 1) less
+    what holding a packet cost at 0 ms (schedule 0): the latency change made for real.
+    Several protocols of one pair are pooled by packet count."""
+    sums: dict[Pair, list[float]] = {}
+    for pair, s in stats:
+        on = s["schedules"].get("1", {}).get("constant", {}).get("actual", {})
+        zero = s["schedules"].get("0", {}).get("constant", {}).get("actual", {})
+        if not on.get("count"):
+            continue
+        n, mean, std = on["count"], on["mean_ms"], on["std_ms"] or 0.0
+        offset = zero["mean_ms"] if zero.get("count") else 0.0
+        acc = sums.setdefault(pair, [0.0, 0.0, 0.0])
+        acc[0] += n
+        acc[1] += n * (mean - offset)
+        acc[2] += n * std**2
+    return {pair: Estimate(total / n, math.sqrt(var / n) / math.sqrt(n))
+            for pair, (n, total, var) in sums.items()}
+
+
+def _add(session: Session, run: RunInputs, changes: dict[Pair, Estimate],
+         duration_s: float) -> list[tuple[Pair, Any, int]]:
+    """Every protocol the run saw between each pair whose latency grows, at 0 ms for now."""
     address = {host: addr for addr, host in session.addresses.items()}
-    added = []
+    added: list[tuple[Pair, Any, int]] = []
     try:
         for (a, b), d in sorted(changes.items()):
             if d.mean <= 0:
                 continue
             for proto in sorted(run.traffic.get((a, b), {"tcp"})):
                 link = {"proto": proto, "src": address[a], "dst": address[b]}
-                schedule = {"kind": "constant", "magnitude_ms": d.mean,
-                            "duration_s": window_s + SETTLE_S + 60}  # ends by itself too
+                schedule = {"kind": "constant", "magnitude_ms": 0.0, "duration_s": duration_s}
                 reply = session.injector(a).request("add", link=link, schedule=schedule)
-                added.append((session.injector(a), reply["link_id"]))
+                added.append(((a, b), session.injector(a), reply["link_id"]))
     except Exception:
-        for injector, link_id in added:
+        for _, injector, link_id in added:
             injector.request("remove", link_id=link_id)
         raise
     return added
