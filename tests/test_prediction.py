@@ -155,3 +155,18 @@ def test_measured_round_trips_become_a_latencies_file_predict_reads(tmp_path):
     changes = latency_changes(["app1", "db"], load_latencies(path),
                               Placement(move={"db": "app1"}))  # db onto app1's host
     assert changes[("app1", "db")].mean == pytest.approx(0.02 - 5.5)
+
+
+def test_the_shipped_placement_examples_load_and_predict(tmp_path, capsys):
+    from pathlib import Path
+
+    from coordinator.cli import main
+
+    d = _run_dir(tmp_path)
+    examples = Path(__file__).parent.parent / "experiments" / "placement"
+    code = main(["predict", "--gradients", str(d / "gradients.json"), "--latencies",
+                 str(examples / "now.yaml"), "--placement", str(examples / "db-east.yaml"),
+                 "--json"])
+    assert code == 0
+    out = __import__("json").loads(capsys.readouterr().out)["placements"][0]
+    assert out["transactions"]["ViewItem"]["change_ms"] == pytest.approx(2 * 2 * 10.0, abs=0.01)
