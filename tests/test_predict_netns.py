@@ -5,26 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from testbed.lifecycle import down, up
-from testbed.topology import DEFAULT
+from tests.netns_tools.testbeds import (
+    LINKGRAD,
+    TESTBED_MARKS,
+    assert_no_rules,
+    running_testbed,
+)
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root"),
-    pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed"),
-]
-
-LINKGRAD = str(Path(sys.executable).parent / "linkgrad")
+pytestmark = TESTBED_MARKS
 EXPERIMENT = """
 name: gradients
 testbed: tpr
@@ -62,14 +57,7 @@ PLACEMENTS = {"db-east": "move: {db: east}\n",  # app1<->db +10
 
 @pytest.fixture(scope="module")
 def testbed():
-    root = Path(tempfile.mkdtemp(prefix="lgtest-", dir="/var/tmp"))
-    root.chmod(0o755)
-    try:
-        up(DEFAULT, "tpr", root)
-        yield root
-        down("tpr", root=root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    yield from running_testbed("tpr")
 
 
 def test_predictions_of_three_placements_hold_when_applied_for_real(testbed):
@@ -99,12 +87,7 @@ def test_predictions_of_three_placements_hold_when_applied_for_real(testbed):
     inside = sum(v["inside"] for _, _, v in cases)
     assert inside >= 0.9 * len(cases), cases
     assert statistics.median(abs(v["error"]) for _, _, v in cases) < 0.05, cases
-    for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                             check=True).stdout.split():
-        if ns.startswith("lgtb-tpr-"):
-            rules = subprocess.run(["ip", "netns", "exec", ns, "iptables", "-S"],
-                                   capture_output=True, text=True, check=True).stdout
-            assert "LINKGRAD" not in rules  # every constant delay removed
+    assert_no_rules("tpr")  # every constant delay removed
 
 
 def test_latency_measures_every_pair_and_sees_an_injected_delay(testbed):

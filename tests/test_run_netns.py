@@ -4,27 +4,22 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from testbed.lifecycle import down, up
-from testbed.topology import DEFAULT
 from tests.netns_tools.hosts import sh
+from tests.netns_tools.testbeds import (
+    LINKGRAD,
+    TESTBED_MARKS,
+    assert_no_rules,
+    running_testbed,
+)
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root"),
-    pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed"),
-]
-
-LINKGRAD = str(Path(sys.executable).parent / "linkgrad")
+pytestmark = TESTBED_MARKS
 EXPERIMENT = """
 name: {name}
 testbed: trn
@@ -49,14 +44,7 @@ EXPECTED = {"ViewItem": 2.0, "PutBidAuth": 1.0, "PutBid": 3.0, "async": 0.0}
 
 @pytest.fixture(scope="module")
 def testbed():
-    root = Path(tempfile.mkdtemp(prefix="lgtest-", dir="/var/tmp"))
-    root.chmod(0o755)
-    try:
-        up(DEFAULT, "trn", root)
-        yield root
-        down("trn", root=root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    yield from running_testbed("trn")
 
 
 def _experiment(root: Path, name: str, adaptive: bool = False, concurrent: int = 1) -> Path:
@@ -64,12 +52,6 @@ def _experiment(root: Path, name: str, adaptive: bool = False, concurrent: int =
     path.write_text(EXPERIMENT.format(name=name, adaptive=str(adaptive).lower(),
                                       concurrent=concurrent, output=root / "runs"))
     return path
-
-
-def _no_rules_anywhere() -> None:
-    for ns in sh("ip", "netns", "list").stdout.split():
-        if ns.startswith("lgtb-trn-"):
-            assert "LINKGRAD" not in sh("ip", "netns", "exec", ns, "iptables", "-S").stdout
 
 
 @pytest.mark.parametrize("concurrent", [1, 2], ids=["one-at-a-time", "concurrent"])
@@ -120,7 +102,7 @@ def test_run_measures_known_gradients_in_both_directions(testbed, concurrent):
     page = (run_dir / "report.html").read_text()
     assert page.count("data:image/png;base64,") == len(EXPECTED) + len(links)  # graphs, series
     assert "tcp app1:0 -&gt; db:5432" in page
-    _no_rules_anywhere()
+    assert_no_rules("trn")
 
 
 def test_sigterm_stops_every_injection_and_keeps_the_run(testbed):
@@ -142,7 +124,7 @@ def test_sigterm_stops_every_injection_and_keeps_the_run(testbed):
     status = json.loads(out)
     assert status["status"] == "interrupted"
     assert (Path(status["run_dir"]) / "graph.json").exists()
-    _no_rules_anywhere()
+    assert_no_rules("trn")
 
 
 def test_an_interrupted_run_resumes_without_redoing_finished_links(testbed):
@@ -171,7 +153,7 @@ def test_an_interrupted_run_resumes_without_redoing_finished_links(testbed):
     assert {lk["link"]["label"] for lk in links} == {"tcp app1:0 -> db:5432",
                                                      "tcp db:5432 -> app1:0"}
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
-    _no_rules_anywhere()
+    assert_no_rules("trn")
 
 
 def test_a_delay_that_makes_clients_give_up_aborts_the_run(testbed):
@@ -197,4 +179,4 @@ output: {testbed / "runs"}
     assert "app1:0 -> db:5432" in status["reason"]
     plan = json.loads((Path(status["run_dir"]) / "plan.json").read_text())
     assert plan["training_failed_fraction"] < 0.01
-    _no_rules_anywhere()
+    assert_no_rules("trn")
