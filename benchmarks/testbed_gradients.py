@@ -2,7 +2,7 @@
 communication patterns, forward and reverse, mean (sd) over repeated `linkgrad run`s; the
 parameters used and the perturbation; one-at-a-time vs concurrent time for the same links.
 
-    .venv/bin/python -m benchmarks.testbed_gradients [--runs 3] [--rate 80] [--magnitude-ms 25]
+    .venv/bin/python -m benchmarks.testbed_gradients [--runs 3] [--rate 50] [--magnitude-ms 15]
                                                      [--cycles 6]
 
 Writes benchmarks/out/testbed_gradients.json and its section of benchmarks/RESULTS.md.
@@ -164,8 +164,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--rate", type=float, default=80.0, help="requests/s of the workload")
-    parser.add_argument("--magnitude-ms", type=float, default=25.0)
+    parser.add_argument("--rate", type=float, default=50.0, help="requests/s of the workload")
+    parser.add_argument("--magnitude-ms", type=float, default=15.0)
     parser.add_argument("--cycles", type=int, default=6, help="of the 8 s period")
     args = parser.parse_args()
     if os.geteuid() != 0:
