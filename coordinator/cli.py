@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from coordinator.commands import gradient_command, plan_command
 from coordinator.errors import InputError, LinkgradError, Problem
 from coordinator.latency_cli import add_latency_parser
+from coordinator.place_cli import add_place_parser
 from coordinator.predict_cli import add_predict_parser
 from coordinator.run_cli import add_run_parser
 from injector.cli import add_inject_parser
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parser(sub)
     add_predict_parser(sub)
     add_latency_parser(sub)
+    add_place_parser(sub)
     return parser
 
 

@@ -87,16 +87,20 @@ def _contributions(problem: PlacementProblem, placement: np.ndarray) -> np.ndarr
 
 def improve(problem: PlacementProblem, placement: np.ndarray,
             max_moves: int = 100_000) -> tuple[np.ndarray, int]:
-    """Best single move until none helps; returns the placement and moves made."""
+    """Best single move until none helps; returns the placement and moves made. After a move
+    only the moved host's terms change: the table is updated in O(hosts x sites)."""
     placement = placement.copy()
+    w, lat = problem.weight, problem.latency_ms
+    contrib = _contributions(problem, placement)
     rows = np.arange(len(placement))
     for moves in range(max_moves):
-        contrib = _contributions(problem, placement)
         gain = np.where(problem.allowed, contrib - contrib[rows, placement][:, None], np.inf)
         c, s = np.unravel_index(np.argmin(gain), gain.shape)
         if not gain[c, s] < -1e-9:
             return placement, moves
-        placement[c] = s
+        old, placement[c] = placement[c], s
+        contrib += np.outer(w[:, c], lat[:, s] - lat[:, old])
+        contrib += np.outer(w[c, :], lat[s, :] - lat[old, :])
     return placement, max_moves
 
 

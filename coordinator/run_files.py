@@ -22,6 +22,7 @@ class RunInputs:
     gradients: dict[str, dict[Pair, Estimate]]  # transaction -> (src, dst) host pair -> g
     traffic: dict[Pair, set[str]]  # pairs the communication graph saw, with their protocols
     current_ms: dict[str, Estimate]  # transaction -> mean response time now
+    requests: dict[str, int]  # transaction -> requests in the passive phase (its mix)
 
 
 def pair_gradients(links: list[dict[str, Any]]) -> dict[str, dict[Pair, Estimate]]:
@@ -64,6 +65,7 @@ def load_run(gradients_file: Path) -> RunInputs:
         traffic=_traffic(graph),
         current_ms={name: Estimate(b["mean_ms"], b["se_ms"])
                     for name, b in baseline["transactions"].items()},
+        requests={name: b["requests"] for name, b in baseline["transactions"].items()},
     )
 
 

@@ -90,7 +90,7 @@ def test_links_between_the_same_hosts_add_and_unmeasured_traffic_is_found():
     assert g["V"][("app1", "db")].se == pytest.approx(math.hypot(0.03, 0.04))
     assert "A" not in g
     run = RunInputs(None, HOSTS, g, {("app1", "db"): {"tcp"}, ("web", "app1"): {"tcp"}},
-                    {})  # type: ignore[arg-type]
+                    {}, {})  # type: ignore[arg-type]
     assert unmeasured(run, {("app1", "db"), ("web", "app1"), ("web", "db")}) == [
         ("web", "app1")]  # web->db carried nothing: its gradient is 0, not unknown
 
@@ -105,8 +105,9 @@ def _run_dir(tmp_path):
     graph = [{"src_host": a, "dst_host": b, "proto": "tcp"}
              for a, b in (("app1", "db"), ("db", "app1"), ("web", "app1"), ("app1", "web"))]
     files = {"gradients.json": {"links": links}, "graph.json": graph,
-             "baseline.json": {"transactions": {"ViewItem": {"mean_ms": 8.0, "se_ms": 0.1},
-                                                "async": {"mean_ms": 3.0, "se_ms": 0.05}}},
+             "baseline.json": {"transactions": {
+                 "ViewItem": {"mean_ms": 8.0, "se_ms": 0.1, "requests": 300},
+                 "async": {"mean_ms": 3.0, "se_ms": 0.05, "requests": 100}}},
              "experiment.json": {"hosts": [{"name": h} for h in HOSTS]}}
     for name, data in files.items():
         (tmp_path / name).write_text(__import__("json").dumps(data))
