@@ -15,6 +15,7 @@ from coordinator.errors import InputError, LinkgradError, Problem
 from coordinator.latency_cli import add_latency_parser
 from coordinator.place_cli import add_place_parser
 from coordinator.predict_cli import add_predict_parser
+from coordinator.route_cli import add_route_parser
 from coordinator.run_cli import add_run_parser
 from injector.cli import add_inject_parser
 from testbed.cli import add_testbed_parser
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_predict_parser(sub)
     add_latency_parser(sub)
     add_place_parser(sub)
+    add_route_parser(sub)
     return parser
 
 

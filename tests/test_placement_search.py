@@ -81,3 +81,34 @@ def test_place_ranks_moving_the_database_next_to_its_app_server(tmp_path, capsys
     assert main(["place", "--app", str(d / "gradients.json"), "--latencies",
                  str(d / "sites.yaml"), "--candidates", str(d / "candidates.yaml")]) == 2
     assert "no measured gradient: app1->web, web->app1" in capsys.readouterr().err
+
+
+def test_routing_sends_each_transaction_to_its_better_copy():
+    from coordinator.routing import advise
+
+    advice = advise({"db_heavy": 0.6, "web_heavy": 0.4},
+                    ({"db_heavy": 100.0, "web_heavy": 20.0},  # copy near the web server
+                     {"db_heavy": 30.0, "web_heavy": 60.0}))  # copy near the database
+    assert [r.copy for r in advice.routes] == [1, 0]
+    assert advice.per_transaction_ms == pytest.approx(0.6 * 30 + 0.4 * 20)
+    ratio, fixed = advice.best_fixed
+    assert (ratio, fixed) == (0.0, pytest.approx(0.6 * 30 + 0.4 * 60))
+    for r in np.linspace(0, 1, 11):  # no fixed ratio does as well
+        assert advice.fixed_ratio_ms(r) >= advice.per_transaction_ms
+
+
+def test_route_command_on_a_run(tmp_path, capsys):
+    from coordinator.cli import main
+    from tests.test_prediction import _run_dir
+
+    d = _run_dir(tmp_path)
+    (d / "sites.yaml").write_text("sites: {web: edge, app1: edge, db: core}\n"
+                                  "latency_ms: {edge<->edge: 0.1, core<->core: 0.1,"
+                                  " edge<->core: 20.1}\n")
+    code = main(["route", "--gradients", str(d / "gradients.json"), "--latencies",
+                 str(d / "sites.yaml"), "--component", "db", "--copies", "edge", "core",
+                 "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["transactions"]["ViewItem"]["to"] == "edge"  # next to app1
+    assert out["gain_ms"] >= 0
