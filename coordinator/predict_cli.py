@@ -72,7 +72,12 @@ def prediction_json(p: Prediction, run: RunInputs, changes: dict[Pair, Estimate]
                    "delta_se_ms": round(t.delta_ms.se, 3), "change_ms": round(t.change_ms, 3)}
                   for t in p.terms],
         "notes": [f"no gradient of {p.transaction} on {a}->{b} (too few of its requests during "
-                  "that measurement): its change there is missing" for a, b in lacking],
+                  "that measurement): its change there is missing" for a, b in lacking]
+        + [f"{a}->{b} changes by {t.delta_ms.mean:+.1f} ms, beyond the {run.measured_ms[t.pair]:g}"
+           " ms its gradient was measured with: the linear relation is extrapolated (measure "
+           "with a larger delay to check it holds; thesis ch. 6)"
+           for t in p.terms for a, b in [t.pair]
+           if t.pair in run.measured_ms and abs(t.delta_ms.mean) > run.measured_ms[t.pair]],
     }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ class RunInputs:
     traffic: dict[Pair, set[str]]  # pairs the communication graph saw, with their protocols
     current_ms: dict[str, Estimate]  # transaction -> mean response time now
     requests: dict[str, int]  # transaction -> requests in the passive phase (its mix)
+    measured_ms: dict[Pair, float] = field(default_factory=dict)  # largest delay injected
 
 
 def pair_gradients(links: list[dict[str, Any]]) -> dict[str, dict[Pair, Estimate]]:
@@ -38,6 +39,16 @@ def pair_gradients(links: list[dict[str, Any]]) -> dict[str, dict[Pair, Estimate
             se = t["se_ms"] / magnitude if t.get("se_ms") is not None else math.inf
             old = out.setdefault(name, {}).get(pair, Estimate(0.0))
             out[name][pair] = Estimate(old.mean + t["gradient"], math.hypot(old.se, se))
+    return out
+
+
+def measured_range(links: list[dict[str, Any]]) -> dict[Pair, float]:
+    """Per host pair, the largest delay its gradients were measured with: beyond it, a
+    prediction extrapolates the linear relation (thesis ch. 6)."""
+    out: dict[Pair, float] = {}
+    for link in links:
+        pair = (link["link"]["src_host"], link["link"]["dst_host"])
+        out[pair] = max(out.get(pair, 0.0), link["record"]["magnitude_ms"])
     return out
 
 
@@ -66,6 +77,7 @@ def load_run(gradients_file: Path) -> RunInputs:
         current_ms={name: Estimate(b["mean_ms"], b["se_ms"])
                     for name, b in baseline["transactions"].items()},
         requests={name: b["requests"] for name, b in baseline["transactions"].items()},
+        measured_ms=measured_range(gradients["links"]),
     )
 
 

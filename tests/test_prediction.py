@@ -132,6 +132,8 @@ def test_predict_command_prints_every_placement_as_json(tmp_path, capsys):
     assert view["ci95"][0] < 88.0 < view["ci95"][1]
     assert {t["link"] for t in view["terms"]} == {"app1->db", "db->app1"}
     assert out["placements"][0]["latency_changes_ms"]["web->db"]["mean"] == pytest.approx(20.0)
+    # measured with 10 ms, asked about +20 ms: said, not extrapolated silently
+    assert any("beyond the 10 ms its gradient was measured with" in n for n in view["notes"])
     # moving app1 changes web<->app1, which carried traffic but was never measured: refused
     code = main(["predict", "--gradients", str(d / "gradients.json"), "--latencies",
                  str(d / "now.yaml"), "--placement", str(d / "app-east.yaml")])
