@@ -59,6 +59,22 @@ class Parameters(_Strict):
                                     "the training's by this")
     include: tuple[str, ...] = ()  # link patterns "src->dst" (regex) to measure; empty: all
     exclude: tuple[str, ...] = ()
+    magnitudes_ms: tuple[float, ...] = Field((), description="measure every link at each of "
+                                             "these delays (the curvature of thesis ch. 6)")
+
+    @field_validator("magnitudes_ms")
+    @classmethod
+    def _magnitudes(cls, values: tuple[float, ...]) -> tuple[float, ...]:
+        if values and (len(set(values)) < 2 or min(values) <= 0):
+            raise ValueError("give two or more different positive delays (or none)")
+        return tuple(sorted(values))
+
+    @model_validator(mode="after")
+    def _within_cap(self) -> Parameters:
+        if self.magnitudes_ms and max(self.magnitudes_ms) > self.max_delay_ms:
+            raise ValueError(f"magnitudes_ms {max(self.magnitudes_ms):g} is above max_delay_ms "
+                             f"{self.max_delay_ms:g}")
+        return self
 
     @field_validator("include", "exclude")
     @classmethod

@@ -45,7 +45,7 @@ class App:
         out: dict[tuple[str, str], float] = {}
         for name, share in self.mix.items():
             for pair, g in self.run.gradients.get(name, {}).items():
-                out[pair] = out.get(pair, 0.0) + share * g.mean
+                out[pair] = out.get(pair, 0.0) + share * g.gradient.mean
         return out
 
     def current_ms(self) -> float:

@@ -69,10 +69,16 @@ def prediction_json(p: Prediction, run: RunInputs, changes: dict[Pair, Estimate]
         "change_ms": round(p.predicted_ms - p.current_ms.mean, 3),
         "terms": [{"link": f"{t.pair[0]}->{t.pair[1]}", "gradient": round(t.gradient.mean, 4),
                    "gradient_se": round(t.gradient.se, 4), "delta_ms": round(t.delta_ms.mean, 3),
-                   "delta_se_ms": round(t.delta_ms.se, 3), "change_ms": round(t.change_ms, 3)}
+                   "delta_se_ms": round(t.delta_ms.se, 3), "change_ms": round(t.change_ms, 3),
+                   **({"curvature_per_ms": round(t.curve.curvature.mean, 6),
+                       "curvature_se": round(t.curve.curvature.se, 6)}
+                      if t.curve.curvature.se else {})}
                   for t in p.terms],
         "notes": [f"no gradient of {p.transaction} on {a}->{b} (too few of its requests during "
                   "that measurement): its change there is missing" for a, b in lacking]
+        + [f"{a}->{b} is not linear: {t.curve.curvature.mean:+.4f} ms per ms² (measured at "
+           "several delays), used in the prediction" for t in p.terms for a, b in [t.pair]
+           if abs(t.curve.curvature.mean) > 2 * t.curve.curvature.se > 0]
         + [f"{a}->{b} changes by {t.delta_ms.mean:+.1f} ms, beyond the {run.measured_ms[t.pair]:g}"
            " ms its gradient was measured with: the linear relation is extrapolated (measure "
            "with a larger delay to check it holds; thesis ch. 6)"

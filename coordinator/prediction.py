@@ -2,9 +2,10 @@
 
     rt² = rt¹ + Σ_links ∇rt_i · (l²_i − l¹_i)
 
-The interval carries every uncertainty: the current mean response time's, the latency
-measurements' and — unlike the thesis's variance formula in §5.3 — the gradients' own. For
-independent g and Δl, var(g·Δl) = g²·var(Δl) + Δl²·var(g) + var(g)·var(Δl).
+and, for a link measured at two or more delays (thesis ch. 6), the second-order term
+c_i·(l²_i − l¹_i)². The interval carries every uncertainty: the current mean response time's,
+the latency measurements' and — unlike the thesis's variance formula in §5.3 — the gradients'
+own. For independent g and Δl, var(g·Δl) = g²·var(Δl) + Δl²·var(g) + var(g)·var(Δl).
 """
 
 from __future__ import annotations
@@ -31,21 +32,39 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class Curve:
+    """How a mean response time changes with a link's added latency d (ms):
+    gradient·d + curvature·d², the curvature known only when measured at two or more delays."""
+
+    gradient: Estimate
+    curvature: Estimate = Estimate(0.0)  # ms per ms²
+    covariance: float = 0.0  # of gradient and curvature
+
+
+@dataclass(frozen=True)
 class Term:
     """One host pair's share of a prediction."""
 
     pair: tuple[str, str]  # (src host, dst host)
-    gradient: Estimate
+    curve: Curve
     delta_ms: Estimate
 
     @property
+    def gradient(self) -> Estimate:
+        return self.curve.gradient
+
+    @property
     def change_ms(self) -> float:
-        return self.gradient.mean * self.delta_ms.mean
+        d = self.delta_ms.mean
+        return self.curve.gradient.mean * d + self.curve.curvature.mean * d * d
 
     @property
     def variance(self) -> float:
-        g, d = self.gradient, self.delta_ms
-        return g.mean**2 * d.variance + d.mean**2 * g.variance + g.variance * d.variance
+        g, c, d = self.curve.gradient, self.curve.curvature, self.delta_ms
+        slope = g.mean + 2 * c.mean * d.mean  # d(change)/d(Δl)
+        return (d.mean**2 * g.variance + d.mean**4 * c.variance
+                + 2 * d.mean**3 * self.curve.covariance
+                + slope**2 * d.variance + g.variance * d.variance)
 
 
 @dataclass(frozen=True)
@@ -69,7 +88,7 @@ class Prediction:
 
 
 def predict(current_ms: Mapping[str, Estimate],
-            gradients: Mapping[str, Mapping[tuple[str, str], Estimate]],
+            gradients: Mapping[str, Mapping[tuple[str, str], Curve]],
             delta_ms: Mapping[tuple[str, str], Estimate]) -> dict[str, Prediction]:
     """Every transaction's new mean response time; a pair without a gradient has none (its
     link carried no traffic), and a pair whose latency does not change adds nothing."""

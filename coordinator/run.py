@@ -27,7 +27,7 @@ import numpy as np
 
 from coordinator.commands import gradient_json
 from coordinator.errors import InputError, Problem
-from coordinator.experiment import Experiment
+from coordinator.experiment import Experiment, Parameters
 from coordinator.gradient import log_gradients, settings_for_log
 from coordinator.graph import GraphLink, build_graph, select
 from coordinator.schedule_plan import WavePlan, plan_wave
@@ -164,11 +164,14 @@ def group_duration_s(plan: WavePlan, count: int, adaptive: bool) -> float:
 
 
 def measure_group(session: Session, links: list[GraphLink], plan: WavePlan, base: Baseline,
-                  say: Callable[[str], None]) -> list[dict[str, Any]]:
+                  say: Callable[[str], None], fixed_ms: float | None = None
+                  ) -> list[dict[str, Any]]:
+    """Links at once, at periods T, 2T...; at `fixed_ms` (one of magnitudes_ms) if given,
+    else at the plan's delay rescaled by the adaptive cycle."""
     p = session.experiment.parameters
-    magnitudes = [plan.magnitude_s] * len(links)
+    magnitudes = [plan.magnitude_s if fixed_ms is None else fixed_ms / 1e3] * len(links)
     adaptive: list[Any] = [None] * len(links)
-    if p.adaptive:  # one cycle of every wave (the slowest's length), then rescale each
+    if p.adaptive and fixed_ms is None:  # one cycle of each wave, then rescale each
         waves = group_waves(plan, len(links), time.time() + 1.0, magnitudes)
         waves = [SquareWave(w.start_s, w.period_s, max(1, w.cycles // plan.cycles), w.magnitude_s)
                  for w in waves]
@@ -182,8 +185,49 @@ def measure_group(session: Session, links: list[GraphLink], plan: WavePlan, base
             f"{wave.magnitude_s * 1e3:.1f} ms")
     results = inject_and_estimate(session, list(zip(links, waves, strict=True)), base)
     sleep_checking(max(w.period_s for w in waves) / 2)
-    return [{"link": link.as_json(), "adaptive": a, "concurrent_with": len(links) - 1, **r}
-            for link, a, r in zip(links, adaptive, results, strict=True)]
+    extra = {} if fixed_ms is None else {"planned_ms": fixed_ms}
+    return [{"link": link.as_json(), "adaptive": a, "concurrent_with": len(links) - 1, **extra,
+             **r} for link, a, r in zip(links, adaptive, results, strict=True)]
+
+
+def measurement_key(label: str, planned_ms: float | None) -> str:
+    """What a finished measurement is known by (for --resume): a link, at a delay if fixed."""
+    return label if planned_ms is None else f"{label} @ {planned_ms:g} ms"
+
+
+def jobs(links: list[GraphLink], done: dict[str, Any], p: Parameters
+         ) -> list[tuple[list[GraphLink], float | None]]:
+    """Groups of `concurrent` links still to measure, once per delay of magnitudes_ms (or
+    once at the planned delay)."""
+    out: list[tuple[list[GraphLink], float | None]] = []
+    for fixed in p.magnitudes_ms or (None,):
+        todo = [link for link in links if measurement_key(link.label, fixed) not in done]
+        out += [(todo[i:i + p.concurrent], fixed) for i in range(0, len(todo), p.concurrent)]
+    return out
+
+
+def measure_all(session: Session, out: RunDir, links: list[GraphLink], plan: WavePlan,
+                base: Baseline, done: dict[str, Any], say: Callable[[str], None]) -> None:
+    """Every job in turn; each finished group is written at once (records, gradients, log)."""
+    experiment, log = session.experiment, session.log
+    assert log is not None
+    results = list(done.values())
+    todo = jobs(links, done, experiment.parameters)
+    for i, (group, fixed) in enumerate(todo, 1):
+        left = sum(group_duration_s(plan, len(g), experiment.parameters.adaptive and f is None)
+                   for g, f in todo[i - 1:])
+        at = f" at {fixed:g} ms" if fixed is not None else ""
+        say(f"group {i}/{len(todo)} ({len(group)} link(s){at}); about {left:.0f} s left")
+        measured = measure_group(session, group, plan, base, say, fixed)
+        files = [f"injections/{len(results) + j:03d}.json" for j in range(1, len(group) + 1)]
+        for result, name in zip(measured, files, strict=True):  # DESIGN.md's record
+            out.write(name, result["record"])
+            partners = [f for f in files if f != name]
+            result.update(injection=name, concurrent_injections=partners,
+                          recompute_argv=recompute_argv(experiment, name, partners, base.end_s))
+        results += measured
+        out.write("gradients.json", {"experiment": experiment.name, "links": results})
+        log.save(out.path / "weblog.log")
 
 
 def recompute_argv(experiment: Experiment, injection: str, partners: list[str],
@@ -207,8 +251,8 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
                    resume: bool = False) -> dict[str, Any]:
     out = RunDir(run_dir)
     out.write("experiment.json", experiment.model_dump(mode="json"))
-    done = {r["link"]["label"]: r for r in (out.read("gradients.json") or {}).get("links", [])} \
-        if resume else {}
+    done = {measurement_key(r["link"]["label"], r.get("planned_ms")): r
+            for r in (out.read("gradients.json") or {}).get("links", [])} if resume else {}
     status: dict[str, Any] = {"status": "running", "started": time.time(), "links_done": len(done)}
     out.write("run.json", status)
     session = Session(experiment)
@@ -242,24 +286,7 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
                                 "training_failed_fraction": base.failed_fraction})
         links = select(graph, experiment.parameters.include, experiment.parameters.exclude)
         say(f"graph: {len(graph)} links, measuring {len(links)}; " + "; ".join(plan.notes))
-        results = list(done.values())
-        todo = [link for link in links if link.label not in done]
-        size = experiment.parameters.concurrent
-        groups = [todo[i:i + size] for i in range(0, len(todo), size)]
-        for i, group in enumerate(groups, 1):
-            left = sum(group_duration_s(plan, len(g), experiment.parameters.adaptive)
-                       for g in groups[i - 1:])
-            say(f"group {i}/{len(groups)} ({len(group)} link(s)); about {left:.0f} s left")
-            measured = measure_group(session, group, plan, base, say)
-            files = [f"injections/{len(results) + j:03d}.json" for j in range(1, len(group) + 1)]
-            for result, name in zip(measured, files, strict=True):  # DESIGN.md's record
-                out.write(name, result["record"])
-                partners = [f for f in files if f != name]
-                result.update(injection=name, concurrent_injections=partners,
-                              recompute_argv=recompute_argv(experiment, name, partners, base.end_s))
-            results += measured
-            out.write("gradients.json", {"experiment": experiment.name, "links": results})
-            session.log.save(run_dir / "weblog.log")
+        measure_all(session, out, links, plan, base, done, say)
         status["status"] = "completed"
     except Aborted as e:
         status.update(status="aborted", reason=str(e))

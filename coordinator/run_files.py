@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from coordinator.errors import InputError, Problem
-from coordinator.prediction import Estimate
+from coordinator.prediction import Curve, Estimate
 
 Pair = tuple[str, str]
 
@@ -19,17 +21,38 @@ Pair = tuple[str, str]
 class RunInputs:
     run_dir: Path
     hosts: list[str]
-    gradients: dict[str, dict[Pair, Estimate]]  # transaction -> (src, dst) host pair -> g
+    gradients: dict[str, dict[Pair, Curve]]  # transaction -> (src, dst) host pair -> curve
     traffic: dict[Pair, set[str]]  # pairs the communication graph saw, with their protocols
     current_ms: dict[str, Estimate]  # transaction -> mean response time now
     requests: dict[str, int]  # transaction -> requests in the passive phase (its mix)
     measured_ms: dict[Pair, float] = field(default_factory=dict)  # largest delay injected
 
 
-def pair_gradients(links: list[dict[str, Any]]) -> dict[str, dict[Pair, Estimate]]:
-    """Links between the same two hosts (other ports) add up: a latency is per host pair.
-    The gradient's standard error is the effect's over the delay actually injected."""
-    out: dict[str, dict[Pair, Estimate]] = {}
+def fit_curve(points: list[tuple[float, float, float]]) -> Curve:
+    """(delay ms, gradient, its se) of one link at one or more delays -> its curve.
+
+    One delay: the gradient. Several: the effect g·m at each delay m, fitted as
+    slope·m + curvature·m² through the origin (no delay, no change) by weighted least squares
+    (thesis ch. 6's regression on several magnitudes).
+    """
+    if len({m for m, _, _ in points}) < 2:
+        m, g, se = max(points)  # one delay (repeated: the largest measurement)
+        return Curve(Estimate(g, se))
+    m = np.array([p[0] for p in points])
+    effect = m * np.array([p[1] for p in points])
+    weight = 1 / np.maximum(m * np.array([p[2] for p in points]), 1e-9) ** 2
+    x = np.column_stack([m, m * m])
+    cov = np.linalg.inv(x.T @ (weight[:, None] * x))
+    beta = cov @ x.T @ (weight * effect)
+    return Curve(Estimate(float(beta[0]), math.sqrt(cov[0, 0])),
+                 Estimate(float(beta[1]), math.sqrt(cov[1, 1])), float(cov[0, 1]))
+
+
+def pair_gradients(links: list[dict[str, Any]]) -> dict[str, dict[Pair, Curve]]:
+    """Each link's curve over the delays it was measured at; links between the same two hosts
+    (other ports) add up, since a latency is per host pair. A gradient's standard error is its
+    effect's over the delay actually injected."""
+    points: dict[tuple[str, Pair, str], list[tuple[float, float, float]]] = {}
     for link in links:
         pair = (link["link"]["src_host"], link["link"]["dst_host"])
         magnitude = link["record"]["magnitude_ms"]
@@ -37,9 +60,21 @@ def pair_gradients(links: list[dict[str, Any]]) -> dict[str, dict[Pair, Estimate
             if t.get("gradient") is None:
                 continue
             se = t["se_ms"] / magnitude if t.get("se_ms") is not None else math.inf
-            old = out.setdefault(name, {}).get(pair, Estimate(0.0))
-            out[name][pair] = Estimate(old.mean + t["gradient"], math.hypot(old.se, se))
+            key = (name, pair, link["link"]["label"])
+            points.setdefault(key, []).append((magnitude, t["gradient"], se))
+    out: dict[str, dict[Pair, Curve]] = {}
+    for (name, pair, _), measured in points.items():
+        curve, old = fit_curve(measured), out.setdefault(name, {}).get(pair)
+        out[name][pair] = curve if old is None else _add(old, curve)
     return out
+
+
+def _add(a: Curve, b: Curve) -> Curve:
+    return Curve(Estimate(a.gradient.mean + b.gradient.mean,
+                          math.hypot(a.gradient.se, b.gradient.se)),
+                 Estimate(a.curvature.mean + b.curvature.mean,
+                          math.hypot(a.curvature.se, b.curvature.se)),
+                 a.covariance + b.covariance)
 
 
 def measured_range(links: list[dict[str, Any]]) -> dict[Pair, float]:

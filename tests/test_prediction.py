@@ -7,7 +7,7 @@ import pytest
 
 from coordinator.errors import InputError
 from coordinator.placement import Latencies, Placement, latency_changes, one_way
-from coordinator.prediction import Estimate, batch_mean, predict
+from coordinator.prediction import Curve, Estimate, batch_mean, predict
 from coordinator.run_files import RunInputs, pair_gradients, unmeasured
 
 HOSTS = ["web", "app1", "db"]
@@ -47,9 +47,9 @@ def test_unknown_hosts_and_missing_site_pairs_are_named(tmp_path):
 
 def test_prediction_adds_gradient_times_change_and_every_variance():
     current = {"ViewItem": Estimate(20.0, 0.5), "async": Estimate(5.0, 0.1)}
-    gradients = {"ViewItem": {("app1", "db"): Estimate(2.0, 0.05),
-                              ("db", "app1"): Estimate(2.0, 0.05)},
-                 "async": {("app1", "db"): Estimate(0.0, 0.02)}}
+    gradients = {"ViewItem": {("app1", "db"): Curve(Estimate(2.0, 0.05)),
+                              ("db", "app1"): Curve(Estimate(2.0, 0.05))},
+                 "async": {("app1", "db"): Curve(Estimate(0.0, 0.02))}}
     delta = {("app1", "db"): Estimate(10.0, 0.3), ("db", "app1"): Estimate(10.0, 0.3),
              ("web", "app1"): Estimate(0.0)}
     out = predict(current, gradients, delta)
@@ -80,14 +80,17 @@ def test_batch_means_see_autocorrelation_that_a_plain_standard_error_misses():
 
 def test_links_between_the_same_hosts_add_and_unmeasured_traffic_is_found():
     links = [
-        {"link": {"src_host": "app1", "dst_host": "db"}, "record": {"magnitude_ms": 10.0},
+        {"link": {"src_host": "app1", "dst_host": "db", "label": "tcp app1:0 -> db:5432"},
+         "record": {"magnitude_ms": 10.0},
          "transactions": {"V": {"gradient": 1.5, "se_ms": 0.3}, "A": {"gradient": None}}},
-        {"link": {"src_host": "app1", "dst_host": "db"}, "record": {"magnitude_ms": 20.0},
+        {"link": {"src_host": "app1", "dst_host": "db", "label": "tcp app1:0 -> db:6379"},
+         "record": {"magnitude_ms": 20.0},
          "transactions": {"V": {"gradient": 0.5, "se_ms": 0.8}}},
     ]
     g = pair_gradients(links)
-    assert g["V"][("app1", "db")].mean == pytest.approx(2.0)
-    assert g["V"][("app1", "db")].se == pytest.approx(math.hypot(0.03, 0.04))
+    assert g["V"][("app1", "db")].gradient.mean == pytest.approx(2.0)
+    assert g["V"][("app1", "db")].gradient.se == pytest.approx(math.hypot(0.03, 0.04))
+    assert g["V"][("app1", "db")].curvature.mean == 0  # each link at one delay
     assert "A" not in g
     run = RunInputs(None, HOSTS, g, {("app1", "db"): {"tcp"}, ("web", "app1"): {"tcp"}},
                     {}, {})  # type: ignore[arg-type]
@@ -98,7 +101,7 @@ def test_links_between_the_same_hosts_add_and_unmeasured_traffic_is_found():
 def _run_dir(tmp_path):
     """A run's files as `linkgrad run` writes them: app1<->db measured, web->app1 seen."""
     link = {"record": {"magnitude_ms": 10.0}}
-    links = [{**link, "link": {"src_host": a, "dst_host": b},
+    links = [{**link, "link": {"src_host": a, "dst_host": b, "label": f"tcp {a} -> {b}"},
               "transactions": {"ViewItem": {"gradient": 2.0, "se_ms": 0.2},
                                "async": {"gradient": 0.01, "se_ms": 0.1}}}
              for a, b in (("app1", "db"), ("db", "app1"))]
@@ -173,3 +176,20 @@ def test_the_shipped_placement_examples_load_and_predict(tmp_path, capsys):
     assert code == 0
     out = __import__("json").loads(capsys.readouterr().out)["placements"][0]
     assert out["transactions"]["ViewItem"]["change_ms"] == pytest.approx(2 * 2 * 10.0, abs=0.01)
+
+
+def test_a_link_measured_at_two_delays_gives_its_curvature_and_the_prediction_uses_it():
+    from coordinator.run_files import fit_curve
+
+    # queueing: 1 ms per ms at small delays, growing: effect = d + 0.02 d^2
+    points = [(m, (m + 0.02 * m * m) / m, 0.001) for m in (5.0, 20.0)]
+    curve = fit_curve(points)
+    assert curve.gradient.mean == pytest.approx(1.0, abs=1e-6)
+    assert curve.curvature.mean == pytest.approx(0.02, abs=1e-6)
+    out = predict({"t": Estimate(50.0)}, {"t": {("a", "b"): curve}},
+                  {("a", "b"): Estimate(30.0)})
+    assert out["t"].predicted_ms == pytest.approx(50 + 30 + 0.02 * 900)  # not 50 + 30 x 1.0
+    assert fit_curve([(10.0, 1.5, 0.1)]).curvature.mean == 0  # one delay: linear
+    noisy = fit_curve([(5.0, 1.0, 0.2), (20.0, 1.0, 0.05)])  # linear, with its uncertainty
+    assert abs(noisy.curvature.mean) < 1e-9
+    assert noisy.curvature.se > 0

@@ -143,3 +143,22 @@ def test_an_error_limit_without_a_status_in_the_log_format_is_bad_input(tmp_path
         load_experiment(path)
     path.write_text(path.read_text().replace("  error_rate_limit: 0.1\n", "  k: 8\n"))
     assert load_experiment(path).parameters.error_rate_limit == 0.05  # default: watched if it can
+
+
+def test_jobs_measure_every_link_at_every_fixed_delay_and_skip_what_is_done():
+    from coordinator.experiment import Parameters
+    from coordinator.graph import GraphLink
+    from coordinator.run import jobs, measurement_key
+
+    links = [GraphLink("tcp", a, "10.0.0.1", 0, b, "10.0.0.2", 80, 100)
+             for a, b in (("x", "y"), ("y", "x"), ("x", "z"))]
+    p = Parameters(concurrent=2, magnitudes_ms=(20.0, 5.0))
+    done = {measurement_key(links[0].label, 5.0): {}}
+    planned = [([link.label for link in group], fixed) for group, fixed in jobs(links, done, p)]
+    assert planned == [([links[1].label, links[2].label], 5.0),
+                       ([links[0].label, links[1].label], 20.0), ([links[2].label], 20.0)]
+    assert [f for _, f in jobs(links, {}, Parameters())] == [None, None, None]  # planned delay
+    with pytest.raises(ValueError, match="two or more different positive delays"):
+        Parameters(magnitudes_ms=(5.0, 5.0))
+    with pytest.raises(ValueError, match="above max_delay_ms"):
+        Parameters(magnitudes_ms=(5.0, 150.0))
