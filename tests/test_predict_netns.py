@@ -1,5 +1,6 @@
-"""`linkgrad predict --validate` on the real testbed (root): gradients measured by a short run,
-three placements predicted, then applied for real with the injector and measured."""
+"""`linkgrad predict --validate` on the real testbed (root): gradients measured by a short run
+(every link at two delays, so the curvature is fitted too), three placements predicted, then
+applied for real with the injector and measured; and `linkgrad latency`."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ parameters:
   training_s: 20
   cycles: 4
   period_s: 6
-  magnitude_ms: 12
+  magnitudes_ms: [6, 12]
   adaptive: false
   concurrent: 2
   include: ['^app1->db$', '^db->app1$', '^web->app1$', '^app1->web$']
@@ -68,6 +69,8 @@ def test_predictions_of_three_placements_hold_when_applied_for_real(testbed):
                           text=True, timeout=900, env=env, check=False)
     assert done.returncode == 0, done.stderr
     run_dir = Path(json.loads(done.stdout)["run_dir"])
+    links = json.loads((run_dir / "gradients.json").read_text())["links"]
+    assert sorted(lk["planned_ms"] for lk in links) == [6] * 4 + [12] * 4  # each link twice
     (testbed / "now.yaml").write_text(LATENCIES)
     argv = [LINKGRAD, "predict", "--gradients", str(run_dir / "gradients.json"),
             "--latencies", str(testbed / "now.yaml"), "--validate", "--window-s", "30", "--json"]
