@@ -37,7 +37,8 @@ PLACEMENTS = {"db → west": {"db": "west"}, "db → east": {"db": "east"},
 def experiment(root: Path, rate: float) -> Path:
     include = ["^app1->db$", "^db->app1$", "^web->app1$", "^app1->web$"]
     lines = [f"name: rate{rate:g}", "testbed: tpa",
-             f"workload: {{host: client, rate_per_s: {rate}}}", "transactions:", *[f"  {n}: '{r}'" for n, r in TRANSACTIONS.items()],
+             f"workload: {{host: client, rate_per_s: {rate}}}", "transactions:",
+             *[f"  {n}: '{r}'" for n, r in TRANSACTIONS.items()],
              "parameters:", "  training_s: 30", "  period_s: 6", "  cycles: 6",
              "  magnitude_ms: 12", "  adaptive: false", "  concurrent: 2",
              f"  include: {json.dumps(include)}", f"output: {root / 'runs'}"]
