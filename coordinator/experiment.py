@@ -18,12 +18,18 @@ class _Strict(BaseModel):
 
 
 class Host(_Strict):
-    name: str  # as in the ssh_config (Host NAME)
+    """A host, by its ssh_config entry, or by address, port, user and key (which also
+    override that entry)."""
+
+    name: str  # as in the ssh_config (Host NAME), if there is one
     address: str | None = None  # default: the ssh_config's HostName
+    port: int | None = Field(None, ge=1, le=65535)  # SSH port (default: ssh_config's, or 22)
+    user: str | None = None  # default: ssh_config's, or root
+    key: Path | None = None  # identity file (default: ssh_config's)
 
 
 class Ssh(_Strict):
-    config: Path  # an ssh_config with a Host entry per host
+    config: Path | None = None  # an ssh_config with a Host entry per host (or hosts' fields)
     known_hosts: Path | None = None  # default: the ssh_config's UserKnownHostsFile
     python: str = "python3"  # on the hosts: a python that has linkgrad's injector and sniffer
     connect_timeout_s: float = Field(10.0, gt=0)
@@ -135,6 +141,14 @@ class Experiment(_Strict):
             raise ValueError(f"web_log.host {self.web_log.host!r} is not one of {names}")
         if len(set(names)) != len(names):
             raise ValueError(f"host names must be unique: {names}")
+        assert self.ssh is not None
+        if self.ssh.config is None:
+            if self.ssh.known_hosts is None:
+                raise ValueError("without ssh.config, give ssh.known_hosts (host keys are "
+                                 "always verified)")
+            if bare := [h.name for h in self.hosts if h.address is None]:
+                raise ValueError(f"without ssh.config, every host needs an address: "
+                                 f"{', '.join(bare)}")
         return self
 
 
@@ -149,9 +163,12 @@ def load_experiment(path: str | Path, testbed_root: Path | None = None) -> Exper
     _check_error_watch(experiment, path)
     assert experiment.ssh is not None
     ssh = experiment.ssh.model_copy(update={
-        "config": base / experiment.ssh.config,
+        "config": base / experiment.ssh.config if experiment.ssh.config else None,
         "known_hosts": base / experiment.ssh.known_hosts if experiment.ssh.known_hosts else None})
-    return experiment.model_copy(update={"ssh": ssh, "output": base / experiment.output})
+    hosts = tuple(h.model_copy(update={"key": base / h.key}) if h.key else h
+                  for h in experiment.hosts)
+    return experiment.model_copy(update={"ssh": ssh, "hosts": hosts,
+                                         "output": base / experiment.output})
 
 
 def _check_error_watch(experiment: Experiment, path: Path) -> None:

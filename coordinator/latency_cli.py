@@ -22,7 +22,7 @@ from rich.table import Table
 from coordinator.errors import InputError, Problem, RuntimeFailure
 from coordinator.experiment import Experiment, load_experiment
 from coordinator.prediction import Estimate
-from coordinator.remote import Connection, Endpoint, resolve
+from coordinator.remote import Connection, Endpoint, endpoint_for
 
 
 def add_latency_parser(sub: Any) -> None:
@@ -55,11 +55,10 @@ def latencies_yaml(one_way: dict[tuple[str, str], Estimate], source: str) -> str
     return "\n".join(lines) + "\n"
 
 
-def _probe(experiment: Experiment, src: str, targets: dict[str, tuple[str, int]],
+def _probe(experiment: Experiment, src: Endpoint, targets: dict[str, tuple[str, int]],
            count: int) -> dict[tuple[str, str], Estimate]:
     assert experiment.ssh is not None
-    endpoint = resolve(src, experiment.ssh.config, experiment.ssh.known_hosts)
-    conn = Connection(endpoint, experiment.ssh.connect_timeout_s)
+    conn = Connection(src, experiment.ssh.connect_timeout_s)
     try:
         out = {}
         for dst, (addr, port) in targets.items():
@@ -67,9 +66,9 @@ def _probe(experiment: Experiment, src: str, targets: dict[str, tuple[str, int]]
                                          str(port), "--count", str(count)],
                                         timeout_s=30 + count * 2.1))
             try:
-                out[(src, dst)] = one_way_ms(reply["rtt_s"])
+                out[(src.name, dst)] = one_way_ms(reply["rtt_s"])
             except ValueError as e:
-                raise RuntimeFailure(f"{src} -> {dst} ({addr}:{port}): {e}; "
+                raise RuntimeFailure(f"{src.name} -> {dst} ({addr}:{port}): {e}; "
                                      f"{reply['failed']} connects failed") from e
         return out
     finally:
@@ -81,15 +80,12 @@ def latency_command(args: argparse.Namespace) -> int:
         raise InputError(Problem(f"must be 2 or more, got {args.count}", field="--count"))
     experiment = load_experiment(args.experiment)
     assert experiment.ssh is not None
-    ends: dict[str, Endpoint] = {h.name: resolve(h.name, experiment.ssh.config,
-                                                 experiment.ssh.known_hosts)
-                                 for h in experiment.hosts}
-    targets = {h.name: (h.address or ends[h.name].hostname, ends[h.name].port)
-               for h in experiment.hosts}
+    ends = {h.name: endpoint_for(h, experiment.ssh) for h in experiment.hosts}
+    targets = {name: (end.hostname, end.port) for name, end in ends.items()}
     names = sorted(targets)
     started = time.time()
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        futures = [pool.submit(_probe, experiment, src,
+        futures = [pool.submit(_probe, experiment, ends[src],
                                {d: targets[d] for d in names if d >= src}, args.count)
                    for src in names]
         measured = {k: v for f in futures for k, v in f.result().items()}

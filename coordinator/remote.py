@@ -32,6 +32,18 @@ class Endpoint:
     known_hosts: Path
 
 
+def endpoint_for(host: Any, ssh: Any) -> Endpoint:
+    """An experiment host's endpoint: its ssh_config entry (if there is a config), overridden
+    by the address, port, user and key the experiment gives."""
+    if ssh.config is not None:
+        base = resolve(host.name, ssh.config, ssh.known_hosts)
+    else:
+        base = Endpoint(host.name, host.address, 22, "root", (), ssh.known_hosts)
+    return Endpoint(host.name, host.address or base.hostname, host.port or base.port,
+                    host.user or base.user,
+                    (str(host.key),) if host.key else base.identity_files, base.known_hosts)
+
+
 def resolve(name: str, ssh_config: Path, known_hosts: Path | None = None) -> Endpoint:
     """Where `name` is, by the ssh_config's Host entry (HostName, Port, User, IdentityFile)."""
     config = paramiko.SSHConfig.from_path(str(ssh_config)).lookup(name)

@@ -10,7 +10,7 @@ from typing import Any
 
 from coordinator.experiment import Experiment
 from coordinator.logfollow import LogFollower
-from coordinator.remote import Connection, RemoteDaemon, resolve
+from coordinator.remote import Connection, RemoteDaemon, endpoint_for
 
 QUEUE_BASE = 4700
 
@@ -36,8 +36,7 @@ class Session:
         assert e.ssh is not None
         assert e.web_log is not None
         for host in e.hosts:
-            conn = Connection(resolve(host.name, e.ssh.config, e.ssh.known_hosts),
-                              e.ssh.connect_timeout_s)
+            conn = Connection(endpoint_for(host, e.ssh), e.ssh.connect_timeout_s)
             self.connections[host.name] = conn
             self.addresses[host.address or conn.endpoint.hostname] = host.name
         for name, conn in self.connections.items() if sniffers else ():

@@ -162,3 +162,35 @@ def test_jobs_measure_every_link_at_every_fixed_delay_and_skip_what_is_done():
         Parameters(magnitudes_ms=(5.0, 5.0))
     with pytest.raises(ValueError, match="above max_delay_ms"):
         Parameters(magnitudes_ms=(5.0, 150.0))
+
+
+def test_hosts_by_address_port_user_and_key_without_an_ssh_config(tmp_path):
+    from coordinator.errors import InputError
+    from coordinator.experiment import load_experiment
+    from coordinator.remote import endpoint_for
+
+    path = tmp_path / "x.yaml"
+    body = ("name: x\nhosts:\n  - {name: web, address: 192.0.2.10, port: 2222, user: ops,"
+            " key: keys/id}\n  - {name: db, address: 192.0.2.11}\nssh: {known_hosts: kh}\n"
+            "web_log: {host: web, path: /l}\ntransactions: {t: ^/}\n")
+    path.write_text(body)
+    e = load_experiment(path)
+    web = endpoint_for(e.hosts[0], e.ssh)
+    assert (web.hostname, web.port, web.user, web.identity_files) == (
+        "192.0.2.10", 2222, "ops", (str(tmp_path / "keys/id"),))
+    db = endpoint_for(e.hosts[1], e.ssh)
+    assert (db.port, db.user, db.known_hosts) == (22, "root", tmp_path / "kh")
+    path.write_text(body.replace("ssh: {known_hosts: kh}", "ssh: {python: python3}"))
+    with pytest.raises(InputError, match="give ssh.known_hosts"):
+        load_experiment(path)
+    path.write_text(body.replace(", address: 192.0.2.11", ""))
+    with pytest.raises(InputError, match="every host needs an address: db"):
+        load_experiment(path)
+    # with an ssh_config, a host's own fields override its entry
+    (tmp_path / "ssh_config").write_text("Host web\n  HostName 198.51.100.1\n  Port 2200\n"
+                                         "  User admin\n")
+    path.write_text("name: x\nhosts: [{name: web, user: ops}]\nssh: {config: ssh_config,"
+                    " known_hosts: kh}\nweb_log: {host: web, path: /l}\ntransactions: {t: ^/}\n")
+    e = load_experiment(path)
+    web = endpoint_for(e.hosts[0], e.ssh)
+    assert (web.hostname, web.port, web.user) == ("198.51.100.1", 2200, "ops")
