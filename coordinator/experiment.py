@@ -35,6 +35,13 @@ class Ssh(_Strict):
     connect_timeout_s: float = Field(10.0, gt=0)
 
 
+class Nodes(_Strict):
+    """The application's processes: a link counts when both its ends are one of them."""
+
+    processes: tuple[str, ...] = ()  # names as /proc/PID/comm gives them (nginx, postgres...)
+    ports: tuple[int, ...] = ()  # or the ports its servers listen on
+
+
 class WebLog(_Strict):
     host: str
     path: str
@@ -113,6 +120,7 @@ class Experiment(_Strict):
     ssh: Ssh | None = None
     web_log: WebLog | None = None
     transactions: dict[str, str] = Field(min_length=1)  # name -> regex on path+query
+    nodes: Nodes = Nodes()  # default: every process on the hosts
     parameters: Parameters = Parameters()
     workload: Workload | None = None
     output: Path = Path("runs")

@@ -73,6 +73,21 @@ def build_graph(reports: Iterable[tuple[str, dict[str, Any]]], hosts: dict[str, 
         key=lambda g: (-g.messages, g.label))
 
 
+def application(links: list[GraphLink], processes: Iterable[str],
+                ports: Iterable[int]) -> list[GraphLink]:
+    """Links between two of the application's nodes: an end is one when its process (named as
+    /proc/PID/comm names it) or its port (not an ephemeral one) is listed. Nothing listed:
+    every link is the application's."""
+    names, numbers = set(processes), set(ports)
+    if not names and not numbers:
+        return list(links)
+
+    def node(process: str | None, port: int) -> bool:
+        return process in names or (port != 0 and port in numbers)
+
+    return [g for g in links if node(g.src_process, g.src_port) and node(g.dst_process, g.dst_port)]
+
+
 def select(links: list[GraphLink], include: Iterable[str],
            exclude: Iterable[str]) -> list[GraphLink]:
     """Links whose `src->dst` hosts or label match an include (all if none) and no exclude."""

@@ -29,7 +29,7 @@ from coordinator.commands import gradient_json
 from coordinator.errors import InputError, Problem
 from coordinator.experiment import Experiment, Parameters
 from coordinator.gradient import log_gradients, settings_for_log
-from coordinator.graph import GraphLink, build_graph, select
+from coordinator.graph import GraphLink, application, build_graph, select
 from coordinator.schedule_plan import WavePlan, plan_wave
 from coordinator.session import Session, sleep_checking
 from coordinator.spectral.square_wave import SquareWave
@@ -284,7 +284,9 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
                                 "notes": list(plan.notes), "training": [start, end],
                                 "training_requests_per_s": base_rate,
                                 "training_failed_fraction": base.failed_fraction})
-        links = select(graph, experiment.parameters.include, experiment.parameters.exclude)
+        nodes = experiment.nodes
+        links = select(application(graph, nodes.processes, nodes.ports),
+                       experiment.parameters.include, experiment.parameters.exclude)
         say(f"graph: {len(graph)} links, measuring {len(links)}; " + "; ".join(plan.notes))
         measure_all(session, out, links, plan, base, done, say)
         status["status"] = "completed"

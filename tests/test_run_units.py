@@ -194,3 +194,19 @@ def test_hosts_by_address_port_user_and_key_without_an_ssh_config(tmp_path):
     e = load_experiment(path)
     web = endpoint_for(e.hosts[0], e.ssh)
     assert (web.hostname, web.port, web.user) == ("198.51.100.1", 2200, "ops")
+
+
+def test_the_application_is_the_links_between_its_processes_or_ports():
+    from coordinator.graph import GraphLink, application
+
+    def link(src, sp, sproc, dst, dp, dproc):
+        return GraphLink("tcp", src, "10.0.0.1", sp, dst, "10.0.0.2", dp, 50, sproc, dproc)
+
+    web_app = link("web", 0, "nginx", "app1", 8000, "python")
+    app_db = link("app1", 0, "python", "db", 5432, "postgres")
+    agent_db = link("db", 0, "collectd", "db", 5432, "postgres")  # a monitoring agent
+    graph = [web_app, app_db, agent_db]
+    assert application(graph, [], []) == graph  # nothing listed: everything
+    assert application(graph, ["nginx", "python", "postgres"], []) == [web_app, app_db]
+    assert application(graph, ["nginx", "python"], [5432]) == [web_app, app_db]
+    assert application(graph, [], [8000, 5432]) == []  # an ephemeral end needs its process
