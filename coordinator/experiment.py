@@ -56,6 +56,7 @@ class Parameters(_Strict):
     message_threshold: int = Field(20, ge=1, description="messages for a link to count")
     k: int = Field(8, ge=1, description="requests per bin (ΔTs = mean + 3 std of k-spans)")
     n_bins: int = Field(32, ge=8, description="N, bins per measurement window")
+    chunks: int = Field(9, ge=2, description="M, training chunks for the baseline spectrum")
     scale_d: float = Field(30.0, gt=0, description="delay scale factor d")
     cycles: int = Field(6, ge=2, le=64, description="square-wave cycles per measurement")
     period_s: float | None = Field(None, gt=0, description="fix the period (else training's)")

@@ -109,19 +109,19 @@ def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWav
     snap = log.snapshot()
     groups = group_by_transaction(snap.url, patterns_from(session.experiment.transactions))
     all_waves = [w for _, w in waves]
-    return [_estimate(snap, groups, link, wave, s, base, p.k,
+    return [_estimate(snap, groups, link, wave, s, base, p,
                       tuple(o for o in all_waves if o is not wave))
             for (link, wave), s in zip(waves, stats, strict=True)]
 
 
 def _estimate(snap: RequestLog, groups: dict[str, np.ndarray], link: GraphLink,
-              wave: SquareWave, stats: dict[str, Any], base: Baseline, k: int,
+              wave: SquareWave, stats: dict[str, Any], base: Baseline, p: Parameters,
               others: tuple[SquareWave, ...] = ()) -> dict[str, Any]:
     on = stats["schedules"]["0"].get("on", {}).get("actual", {})
     actual_ms = on.get("mean_ms") or wave.magnitude_s * 1e3  # no packet while on: as asked
     measured = SquareWave(wave.start_s, wave.period_s, wave.cycles, actual_ms / 1e3)
     results = log_gradients(snap.start_s, snap.response_s, groups, measured,
-                            settings_for_log(snap.time_resolution_s, k),
+                            settings_for_log(snap.time_resolution_s, p.k, p.chunks),
                             baseline_end_s=base.end_s, others=others)
     during = (snap.start_s >= wave.start_s) & (snap.start_s < wave.end_s)
     rate = float(during.sum() / wave.duration_s)
@@ -239,7 +239,7 @@ def recompute_argv(experiment: Experiment, injection: str, partners: list[str],
     argv = ["linkgrad", "gradient", "--log", "weblog.log", "--format", log.format]
     argv += ["--log-format", log.log_format] if log.log_format else []
     argv += ["--injection", injection, "--baseline-end", repr(baseline_end_s),
-             "-k", str(experiment.parameters.k)]
+             "-k", str(experiment.parameters.k), "--chunks", str(experiment.parameters.chunks)]
     for partner in partners:
         argv += ["--concurrent", partner]
     for name, regex in experiment.transactions.items():

@@ -42,7 +42,7 @@ def plan_wave(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: f
     period, choice = params.period_s, None
     if period is None:
         try:
-            choice = choose_injection(baseline_spectrum(t, y, end_s, bin_s, n_bins, 9),
+            choice = choose_injection(baseline_spectrum(t, y, end_s, bin_s, n_bins, params.chunks),
                                       params.scale_d, (2, max(2, min(16, n_bins // 2 - 1))))
             period = choice.period_s
             notes.append(f"period from training: k_d={choice.k_d} of N={n_bins} bins of "
