@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coordinator.errors import InputError, Problem
-from coordinator.placement import Placement, latency_changes, load_latencies
+from coordinator.placement import Placement, latency_changes, load_latencies, load_placement
 from coordinator.prediction import predict
 from coordinator.routing import RoutingAdvice, advise
 from coordinator.run_files import load_run, unmeasured
@@ -29,6 +29,8 @@ def add_route_parser(sub: Any) -> None:
     p.add_argument("--component", required=True, help="the host whose tier is copied")
     p.add_argument("--copies", required=True, nargs=2, metavar="SITE",
                    help="the two sites with a copy")
+    p.add_argument("--placement", type=Path, metavar="BASE.yaml",
+                   help="where the other components are (moved from now), if not where they are")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=route_command)
 
@@ -39,10 +41,12 @@ def route_command(args: argparse.Namespace) -> int:
         raise InputError(Problem(f"{args.component!r} is not a host of the run "
                                  f"({', '.join(run.hosts)})", field="--component"))
     latencies = load_latencies(args.latencies)
+    base = load_placement(args.placement).move if args.placement else {}
     at_copy = []
     for site in args.copies:
-        changes = latency_changes(run.hosts, latencies, Placement(move={args.component: site}),
-                                  str(args.latencies))
+        changes = latency_changes(run.hosts, latencies,
+                                  Placement(move={**base, args.component: site}),
+                                  str(args.latencies), args.placement)
         if missing := unmeasured(run, {p for p, d in changes.items() if d.mean or d.se}):
             raise InputError(Problem(
                 f"no measured gradient on {', '.join(f'{a}->{b}' for a, b in missing)}, whose "

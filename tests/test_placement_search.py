@@ -112,3 +112,16 @@ def test_route_command_on_a_run(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["transactions"]["ViewItem"]["to"] == "edge"  # next to app1
     assert out["gain_ms"] >= 0
+    # from a deployment where everything is at the edge: app1's copy at the core only helps
+    # once the database has moved there (the base placement)
+    (d / "edge.yaml").write_text("sites: {web: edge, app1: edge, db: edge}\n"
+                                 "latency_ms: {edge<->edge: 0.1, core<->core: 0.1,"
+                                 " edge<->core: 20.1}\n")
+    (d / "db-core.yaml").write_text("move: {db: core}\n")
+    code = main(["route", "--gradients", str(d / "gradients.json"), "--latencies",
+                 str(d / "edge.yaml"), "--placement", str(d / "db-core.yaml"),
+                 "--component", "db", "--copies", "edge", "core", "--json"])
+    assert code == 0
+    moved = json.loads(capsys.readouterr().out)["transactions"]["ViewItem"]
+    assert moved["predicted_ms"]["edge"] == pytest.approx(8.0)  # the db copy beside app1: as now
+    assert moved["predicted_ms"]["core"] == pytest.approx(8.0 + 4 * 20, abs=0.01)

@@ -181,7 +181,7 @@ def test_hosts_by_address_port_user_and_key_without_an_ssh_config(tmp_path):
     db = endpoint_for(e.hosts[1], e.ssh)
     assert (db.port, db.user, db.known_hosts) == (22, "root", tmp_path / "kh")
     path.write_text(body.replace("ssh: {known_hosts: kh}", "ssh: {python: python3}"))
-    with pytest.raises(InputError, match="give ssh.known_hosts"):
+    with pytest.raises(InputError, match=r"give ssh\.known_hosts"):
         load_experiment(path)
     path.write_text(body.replace(", address: 192.0.2.11", ""))
     with pytest.raises(InputError, match="every host needs an address: db"):
