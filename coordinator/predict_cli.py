@@ -15,7 +15,7 @@ from rich.table import Table
 from coordinator.errors import InputError, Problem
 from coordinator.placement import latency_changes, load_latencies, load_placement
 from coordinator.prediction import Estimate, Prediction, predict
-from coordinator.run_files import Pair, RunInputs, load_run, unmeasured
+from coordinator.run_files import Pair, RunInputs, load_run, require_measured
 
 
 def add_predict_parser(sub: Any) -> None:
@@ -48,12 +48,7 @@ def _changes(run: RunInputs, latencies_path: Path, placement_path: Path) -> dict
     latencies, placement = load_latencies(latencies_path), load_placement(placement_path)
     changes = latency_changes(run.hosts, latencies, placement, str(latencies_path),
                               placement_path)
-    missing = unmeasured(run, {p for p, d in changes.items() if d.mean or d.se})
-    if missing:
-        raise InputError(Problem(
-            "these links carry traffic and change latency, but the run measured no gradient on "
-            f"them: {', '.join(f'{a}->{b}' for a, b in missing)} (measure them: "
-            "parameters.include)", str(placement_path), field="move"))
+    require_measured(run, changes, "in this placement", str(placement_path), "move")
     return changes
 
 

@@ -14,7 +14,7 @@ from coordinator.errors import InputError, Problem
 from coordinator.placement import Placement, latency_changes, load_latencies, load_placement
 from coordinator.prediction import predict
 from coordinator.routing import RoutingAdvice, advise
-from coordinator.run_files import load_run, unmeasured
+from coordinator.run_files import load_run, require_measured
 
 
 def add_route_parser(sub: Any) -> None:
@@ -47,10 +47,7 @@ def route_command(args: argparse.Namespace) -> int:
         changes = latency_changes(run.hosts, latencies,
                                   Placement(move={**base, args.component: site}),
                                   str(args.latencies), args.placement)
-        if missing := unmeasured(run, {p for p, d in changes.items() if d.mean or d.se}):
-            raise InputError(Problem(
-                f"no measured gradient on {', '.join(f'{a}->{b}' for a, b in missing)}, whose "
-                f"latency changes with {args.component} at {site}", field="--copies"))
+        require_measured(run, changes, f"with {args.component} at {site}", field="--copies")
         at_copy.append({n: p.predicted_ms
                         for n, p in predict(run.current_ms, run.gradients, changes).items()})
     total = sum(run.requests.values())

@@ -123,6 +123,17 @@ def _traffic(graph: list[dict[str, Any]]) -> dict[Pair, set[str]]:
     return out
 
 
+def require_measured(run: RunInputs, changes: dict[Pair, Estimate], why: str,
+                     source: str | None = None, field: str | None = None) -> None:
+    """InputError naming every link that carried traffic and changes latency (`why`) without
+    a measured gradient: a prediction would silently take 0 for it."""
+    if missing := unmeasured(run, {p for p, d in changes.items() if d.mean or d.se}):
+        raise InputError(Problem(
+            f"{', '.join(f'{a}->{b}' for a, b in missing)} carry traffic and change latency "
+            f"{why}, but the run measured no gradient on them (measure them: "
+            "parameters.include)", source, field=field))
+
+
 def unmeasured(run: RunInputs, changed: set[Pair]) -> list[Pair]:
     """Pairs whose latency changes and that carried traffic, but whose gradient no link of
     the run measured: a prediction without them would silently assume 0."""

@@ -141,7 +141,7 @@ def test_predict_command_prints_every_placement_as_json(tmp_path, capsys):
     code = main(["predict", "--gradients", str(d / "gradients.json"), "--latencies",
                  str(d / "now.yaml"), "--placement", str(d / "app-east.yaml")])
     assert code == 2
-    assert "app1->web, web->app1 (measure them" in capsys.readouterr().err
+    assert "app1->web, web->app1 carry traffic and change latency" in capsys.readouterr().err
 
 
 def test_measured_round_trips_become_a_latencies_file_predict_reads(tmp_path):
