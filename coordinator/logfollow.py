@@ -18,13 +18,15 @@ from coordinator.weblog.read import choose_format, line_parser
 
 class LogFollower:
     def __init__(self, connection: Connection, path: str, fmt: str,
-                 log_format: str | None) -> None:
+                 log_format: str | None, python: str = "python3") -> None:
         self.source = f"{connection.endpoint.name}:{path}"
         self.parse, _ = line_parser(choose_format(Path(path), fmt, log_format), log_format)
         self.lines: list[str] = []
         self.arrivals: list[float] = []  # when each line came in (sorted): cheap throughput
         self._lock = threading.Lock()
-        self.channel = connection.open_lines(["tail", "-n", "0", "-F", path])
+        # leased: `tail` on a quiet log would outlive the channel otherwise
+        self.channel = connection.open_lines(
+            [python, "-m", "injector.leased", "--", "tail", "-n", "0", "-F", path])
         self.reader = LineReader(self.channel, self._take)
 
     def _take(self, line: str) -> None:
@@ -56,4 +58,5 @@ class LogFollower:
             path.write_text("".join(line + "\n" for line in self.lines))
 
     def close(self) -> None:
+        self.channel.shutdown_write()  # end of input: the lease ends
         self.channel.close()

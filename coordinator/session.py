@@ -46,9 +46,10 @@ class Session:
         self.warnings = [f"{d.what}: {d.ready['warning']}" for d in self.sniffers.values()
                          if "warning" in d.ready]
         self.log = LogFollower(self.connections[e.web_log.host], e.web_log.path,
-                               e.web_log.format, e.web_log.log_format)
-        if e.workload is not None:
-            self.workload = self.connections[e.workload.host].open_lines(self._workload_argv())
+                               e.web_log.format, e.web_log.log_format, e.ssh.python)
+        if e.workload is not None:  # leased: it ends with the channel, as the daemons do
+            self.workload = self.connections[e.workload.host].open_lines(
+                [e.ssh.python, "-m", "injector.leased", "--", *self._workload_argv()])
         return self
 
     def _workload_argv(self) -> list[str]:

@@ -17,6 +17,7 @@ from tests.netns_tools.testbeds import (
     TESTBED_MARKS,
     assert_no_rules,
     running_testbed,
+    wait_until_gone,
 )
 
 pytestmark = TESTBED_MARKS
@@ -65,6 +66,7 @@ def test_run_measures_known_gradients_in_both_directions(testbed, concurrent):
     status = json.loads(done.stdout)
     assert status["status"] == "completed"
     assert "cleanup_problems" not in status  # every daemon confirmed it stopped
+    wait_until_gone("trn")  # the workload and the log follower ended with their channels
     run_dir = Path(status["run_dir"])
     graph = {g["label"] for g in json.loads((run_dir / "graph.json").read_text())}
     assert {"tcp app1:0 -> db:5432", "tcp db:5432 -> app1:0", "tcp client:0 -> web:80",

@@ -44,3 +44,34 @@ def assert_no_rules(tag: str) -> None:
             rules = subprocess.run(["ip", "netns", "exec", ns, "iptables", "-S"],
                                    capture_output=True, text=True, check=True).stdout
             assert "LINKGRAD" not in rules, ns
+
+
+def wait_until_gone(tag: str, needles: tuple[str, ...] = ("testbed.loadgen", "tail -n 0 -F"),
+                    timeout_s: float = 20.0) -> None:
+    """Until no process in the testbed's namespaces runs one of `needles` (a run's workload
+    and log follower must end with it)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = [cmd for cmd in _commands(tag) if any(n in cmd for n in needles)]
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"still running after the run: {left}"
+        time.sleep(0.2)
+
+
+def _commands(tag: str) -> list[str]:
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                check=True).stdout.split()
+    out = []
+    for ns in (n for n in namespaces if n.startswith(f"lgtb-{tag}-")):
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                              check=True).stdout.split()
+        for pid in pids:
+            try:
+                raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            out.append(raw.replace(b"\0", b" ").decode(errors="replace"))
+    return out
