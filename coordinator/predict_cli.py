@@ -13,7 +13,13 @@ from rich.console import Console
 from rich.table import Table
 
 from coordinator.errors import InputError, Problem
-from coordinator.placement import latency_changes, load_latencies, load_placement
+from coordinator.placement import (
+    Latencies,
+    Placement,
+    latency_changes,
+    load_latencies,
+    load_placement,
+)
 from coordinator.prediction import Estimate, Prediction, predict
 from coordinator.run_files import Pair, RunInputs, load_run, require_measured
 
@@ -44,12 +50,13 @@ def add_predict_parser(sub: Any) -> None:
     p.set_defaults(run=predict_command)
 
 
-def _changes(run: RunInputs, latencies_path: Path, placement_path: Path) -> dict[Pair, Estimate]:
-    latencies, placement = load_latencies(latencies_path), load_placement(placement_path)
+def _changes(run: RunInputs, latencies: Latencies, latencies_path: Path,
+             placement_path: Path) -> tuple[Placement, dict[Pair, Estimate]]:
+    placement = load_placement(placement_path)
     changes = latency_changes(run.hosts, latencies, placement, str(latencies_path),
                               placement_path)
     require_measured(run, changes, "in this placement", str(placement_path), "move")
-    return changes
+    return placement, changes
 
 
 def prediction_json(p: Prediction, run: RunInputs, changes: dict[Pair, Estimate]) -> dict:
@@ -89,13 +96,13 @@ def _measured(run: RunInputs, pair: Pair) -> bool:
 def predict_command(args: argparse.Namespace) -> int:
     if args.window_s <= 0:
         raise InputError(Problem(f"must be positive, got {args.window_s}", field="--window-s"))
-    run = load_run(args.gradients)
+    run, latencies = load_run(args.gradients), load_latencies(args.latencies)
     results = []
     for path in args.placement:
-        changes = _changes(run, args.latencies, path)
+        placement, changes = _changes(run, latencies, args.latencies, path)
         predictions = predict(run.current_ms, run.gradients, changes)
         results.append({
-            "placement": str(path), "move": load_placement(path).move,
+            "placement": str(path), "move": placement.move,
             "latency_changes_ms": {f"{a}->{b}": {"mean": round(d.mean, 3), "se": round(d.se, 3)}
                                    for (a, b), d in sorted(changes.items())},
             "transactions": {n: prediction_json(p, run, changes)
