@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +59,7 @@ def validate_placements(run: RunInputs, results: list[dict[str, Any]], window_s:
                                      f"{caps.max_delay_ms:g} to {', '.join(big)}",
                                      r["placement"], field="move"))
     session = Session(experiment)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: every lease ends
     try:
         session.open(sniffers=False)
         say(f"validating {len(results)} placement(s), {window_s:g} s before and under each")
@@ -66,8 +68,13 @@ def validate_placements(run: RunInputs, results: list[dict[str, Any]], window_s:
             r["validation"] = _validate_one(session, run, r, window_s, say)
     finally:
         problems = session.close()
+        signal.signal(signal.SIGTERM, previous)
     if problems:
         raise RuntimeFailure("cleanup: " + "; ".join(problems))
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _validate_one(session: Session, run: RunInputs, result: dict[str, Any], window_s: float,
