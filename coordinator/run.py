@@ -31,7 +31,7 @@ from coordinator.experiment import Experiment, Parameters
 from coordinator.gradient import log_gradients, settings_for_log
 from coordinator.graph import GraphLink, application, build_graph, select
 from coordinator.schedule_plan import WavePlan, plan_wave
-from coordinator.session import Session, sleep_checking
+from coordinator.session import Session, sigterm_as_interrupt, sleep_checking
 from coordinator.spectral.square_wave import SquareWave
 from coordinator.transactions import group_by_transaction, patterns_from
 from coordinator.watch import (
@@ -256,7 +256,7 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
     status: dict[str, Any] = {"status": "running", "started": time.time(), "links_done": len(done)}
     out.write("run.json", status)
     session = Session(experiment)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     try:
         session.open()
         for warning in session.warnings:
@@ -311,7 +311,3 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Callable[[str], N
 
             status["report"] = str(write_report(run_dir))
     return status
-
-
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt

@@ -97,6 +97,11 @@ def _example_path(pattern: str) -> str:
     return pattern.lstrip("^").rstrip("$").replace("\\?", "?").replace("\\", "")
 
 
+def sigterm_as_interrupt(signum: int, _frame: object) -> None:
+    """A SIGTERM handler that ends a command like Ctrl-C, so every lease is closed."""
+    raise KeyboardInterrupt
+
+
 def sleep_checking(seconds: float, check: Callable[[], None] | None = None,
                    step: float = 1.0) -> None:
     """Sleep, calling `check` every `step` s (it raises to stop: a limit crossed)."""

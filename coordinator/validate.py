@@ -26,7 +26,7 @@ from coordinator.errors import InputError, Problem, RuntimeFailure
 from coordinator.experiment import Experiment
 from coordinator.prediction import Z95, Estimate, batch_mean, predict
 from coordinator.run_files import Pair, RunInputs
-from coordinator.session import Session, sleep_checking
+from coordinator.session import Session, sigterm_as_interrupt, sleep_checking
 from coordinator.transactions import group_by_transaction, patterns_from
 from coordinator.watch import WATCH_S, Baseline, check_limits
 
@@ -59,7 +59,7 @@ def validate_placements(run: RunInputs, results: list[dict[str, Any]], window_s:
                                      f"{caps.max_delay_ms:g} to {', '.join(big)}",
                                      r["placement"], field="move"))
     session = Session(experiment)
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: every lease ends
+    previous = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     try:
         session.open(sniffers=False)
         say(f"validating {len(results)} placement(s), {window_s:g} s before and under each")
@@ -71,10 +71,6 @@ def validate_placements(run: RunInputs, results: list[dict[str, Any]], window_s:
         signal.signal(signal.SIGTERM, previous)
     if problems:
         raise RuntimeFailure("cleanup: " + "; ".join(problems))
-
-
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _validate_one(session: Session, run: RunInputs, result: dict[str, Any], window_s: float,
