@@ -93,7 +93,8 @@ def _validate_one(session: Session, run: RunInputs, result: dict[str, Any], wind
         for pair, injector, link_id in links:
             stats.append((pair, injector.request("remove", link_id=link_id)["stats"]))
     sleep_checking(TAIL_S)
-    applied = {**planned, **applied_changes(stats)}
+    measured_delays = applied_changes(stats)
+    applied = {**planned, **measured_delays}
     predictions = predict(before, run.gradients, applied)
     out: dict[str, Any] = {}
     for name, p in predictions.items():
@@ -111,7 +112,7 @@ def _validate_one(session: Session, run: RunInputs, result: dict[str, Any], wind
                      "inside_mean_ci": lo <= measured.mean <= hi}
     return {"window_s": window_s, "transactions": out,
             "applied_ms": {f"{a}->{b}": {"mean": round(e.mean, 4), "se": round(e.se, 4)}
-                           for (a, b), e in sorted(applied_changes(stats).items())}}
+                           for (a, b), e in sorted(measured_delays.items())}}
 
 
 def applied_changes(stats: list[tuple[Pair, dict[str, Any]]]) -> dict[Pair, Estimate]:
