@@ -40,12 +40,15 @@ class App:
         total = sum(self.run.requests.values())
         return {n: c / total for n, c in self.run.requests.items()} if total else {}
 
-    def weights(self) -> dict[tuple[str, str], float]:
-        """Per host pair: ms of this app's mean response time per ms of one-way latency."""
-        out: dict[tuple[str, str], float] = {}
+    def weights(self) -> dict[tuple[str, str], tuple[float, float]]:
+        """Per host pair, the mix-weighted (gradient, curvature): this app's mean response time
+        changes by g·Δ + c·Δ² ms for Δ ms more one-way latency (c is 0 unless the run measured
+        the link at two or more delays)."""
+        out: dict[tuple[str, str], tuple[float, float]] = {}
         for name, share in self.mix.items():
-            for pair, g in self.run.gradients.get(name, {}).items():
-                out[pair] = out.get(pair, 0.0) + share * g.gradient.mean
+            for pair, curve in self.run.gradients.get(name, {}).items():
+                g, c = out.get(pair, (0.0, 0.0))
+                out[pair] = (g + share * curve.gradient.mean, c + share * curve.curvature.mean)
         return out
 
     def current_ms(self) -> float:
@@ -101,17 +104,18 @@ def build_problem(apps: list[App], latencies: Latencies, candidates: dict[str, l
     table = one_way(latencies)
     lat = np.array([[table[(a, b)].mean if (a, b) in table else np.nan for b in sites]
                     for a in sites])
-    weight = np.zeros((len(hosts), len(hosts)))
+    gradient, curvature = np.zeros((2, len(hosts), len(hosts)))
     at = {h: i for i, h in enumerate(hosts)}
     for app in apps:
-        for (a, b), w in app.weights().items():
-            weight[at[a], at[b]] += app.importance * w
+        for (a, b), (g, c) in app.weights().items():
+            gradient[at[a], at[b]] += app.importance * g
+            curvature[at[a], at[b]] += app.importance * c
     allowed = np.zeros((len(hosts), len(sites)), dtype=bool)
     for h in hosts:
         allowed[at[h], [index[s] for s in {here[h], *candidates.get(h, [])}]] = True
-    _check_latencies(weight, allowed, lat, hosts, sites, latencies_file)
-    return PlacementProblem(hosts, sites, np.nan_to_num(lat), weight, allowed,
-                            np.array([index[here[h]] for h in hosts]))
+    _check_latencies(gradient + curvature, allowed, lat, hosts, sites, latencies_file)
+    return PlacementProblem.from_curves(hosts, sites, np.nan_to_num(lat), gradient, curvature,
+                                        allowed, np.array([index[here[h]] for h in hosts]))
 
 
 def _check_latencies(weight: np.ndarray, allowed: np.ndarray, lat: np.ndarray,
@@ -166,7 +170,8 @@ def result_json(problem: PlacementProblem, result: SearchResult, apps: list[App]
         per_app = {a.name: round(a.current_ms() + _app_change(problem, a, placement), 3)
                    for a in apps}
         ranked.append({"move": moves, "weighted_change_ms": round((cost - now) / total, 3),
-                       "apps_mean_ms": per_app})
+                       "apps_mean_ms": per_app,
+                       "notes": [n for a in apps for n in _extrapolated(problem, a, placement)]})
     return {"method": result.method, "placements_evaluated": result.evaluated,
             "seconds": round(seconds, 3),
             "gap_bound_ms": round(result.gap_ms / total, 3),
@@ -174,11 +179,27 @@ def result_json(problem: PlacementProblem, result: SearchResult, apps: list[App]
             "ranked": ranked}
 
 
-def _app_change(problem: PlacementProblem, app: App, placement: tuple[int, ...]) -> float:
+def _deltas(problem: PlacementProblem, app: App, placement: tuple[int, ...]
+            ) -> dict[tuple[str, str], float]:
+    """Each of the app's host pairs: its one-way latency change (ms) under `placement`."""
     at = {h: i for i, h in enumerate(problem.hosts)}
     lat, new, old = problem.latency_ms, placement, problem.current
-    return sum(w * (lat[new[at[a]], new[at[b]]] - lat[old[at[a]], old[at[b]]])
-               for (a, b), w in app.weights().items())
+    return {(a, b): float(lat[new[at[a]], new[at[b]]] - lat[old[at[a]], old[at[b]]])
+            for a, b in app.weights()}
+
+
+def _app_change(problem: PlacementProblem, app: App, placement: tuple[int, ...]) -> float:
+    deltas, weights = _deltas(problem, app, placement), app.weights()
+    return sum(g * deltas[p] + c * deltas[p] ** 2 for p, (g, c) in weights.items())
+
+
+def _extrapolated(problem: PlacementProblem, app: App, placement: tuple[int, ...]) -> list[str]:
+    """Pairs whose latency would change by more than the run measured them with (ch. 6)."""
+    measured = app.run.measured_ms
+    return [f"{app.name}: {a}->{b} changes by {d:+.1f} ms, beyond the {measured[(a, b)]:g} ms "
+            "it was measured with (extrapolated)"
+            for (a, b), d in sorted(_deltas(problem, app, placement).items())
+            if (a, b) in measured and abs(d) > measured[(a, b)] + 1e-9]
 
 
 def _print(out: dict[str, Any]) -> None:
@@ -193,5 +214,8 @@ def _print(out: dict[str, Any]) -> None:
         table.add_row(str(i), moves, f"{r['weighted_change_ms']:+.2f}",
                       *[f"{r['apps_mean_ms'][a]:.1f}" for a in apps])
     console.print(table)
+    for i, r in enumerate(out["ranked"], 1):
+        for note in r["notes"]:
+            console.print(f"[yellow]{i}: {note}[/]")
     if out["method"] != "exhaustive":
         console.print(f"the best is within {out['gap_bound_ms']:.2f} ms of the optimum")

@@ -1,22 +1,24 @@
 """Where should components live? Placement search over sites (thesis §5.6): pure functions.
 
-By eq. 2.1 a placement changes the weighted mean response time by
+By eq. 2.1 (with ch. 6's second-order term) a placement changes the weighted mean response
+time by Σ_(a,b) g_ab·Δ_ab + c_ab·Δ_ab², Δ_ab = L[site'(a), site'(b)] − L[site(a), site(b)],
+g_ab and c_ab the importance- and mix-weighted gradients and curvatures. Expanded around the
+current latency L⁰_ab this is, up to a constant,
 
-    Σ_(a,b) W_ab · (L[site'(a), site'(b)] − L[site(a), site(b)]),
+    Σ_(a,b) (g_ab − 2·c_ab·L⁰_ab) · L[site'(a), site'(b)]  +  c_ab · L[site'(a), site'(b)]²
 
-W_ab = Σ_apps importance · Σ_transactions mix · gradient(a->b): one quadratic assignment
-problem. Small problems are searched exhaustively. Large ones (hundreds of components and
-sites) by best-improvement local search — every single move scored at once with two matrix
-products — from several starts; its answer comes with a lower bound on the optimum (each pair
-term minimised on its own over the sites its ends may take), so the gap to the best possible
-placement is known.
+— two quadratic-assignment terms (weight × latency, curvature × latency²). Small problems are
+searched exhaustively. Large ones (hundreds of components and sites) by best-improvement local
+search — every single move scored at once with matrix products — from several starts; its
+answer comes with a Gilmore–Lawler-style lower bound on the optimum, so the gap to the best
+possible placement is known.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,13 +30,33 @@ class PlacementProblem:
     hosts: tuple[str, ...]  # every component (a host of some application)
     sites: tuple[str, ...]
     latency_ms: np.ndarray  # (sites, sites) one-way, every entry known
-    weight: np.ndarray  # (hosts, hosts) W_ab, ms of weighted response time per ms
+    weight: np.ndarray  # (hosts, hosts) coefficient of L: ms of weighted response time per ms
     allowed: np.ndarray  # (hosts, sites) bool: where each host may go
     current: np.ndarray  # (hosts,) site index of each host now
+    curvature: np.ndarray | None = field(default=None)  # (hosts, hosts) coefficient of L²
+
+    @classmethod
+    def from_curves(cls, hosts: tuple[str, ...], sites: tuple[str, ...], latency_ms: np.ndarray,
+                    gradient: np.ndarray, curvature: np.ndarray, allowed: np.ndarray,
+                    current: np.ndarray) -> PlacementProblem:
+        """From weighted gradients and curvatures (per ms of latency *change*): the linear
+        coefficient absorbs the curvature's cross term −2·c·L⁰ around the current latency."""
+        now = latency_ms[np.ix_(current, current)]
+        has_curvature = bool(np.any(curvature))
+        return cls(hosts, sites, latency_ms, gradient - 2 * curvature * now, allowed, current,
+                   curvature if has_curvature else None)
+
+    def terms(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(host-pair coefficient, site-pair matrix) pairs whose products make up the cost."""
+        out = [(self.weight, self.latency_ms)]
+        if self.curvature is not None:
+            out.append((self.curvature, self.latency_ms**2))
+        return out
 
     def cost(self, placement: np.ndarray) -> float:
-        """Σ W_ab · L[site(a), site(b)] (weighted ms) of one placement (site index per host)."""
-        return float(np.sum(self.weight * self.latency_ms[np.ix_(placement, placement)]))
+        """Σ W_ab·L[site(a), site(b)] (+ C_ab·L²) of one placement (site index per host):
+        weighted ms, up to a constant that placements share."""
+        return float(sum(np.sum(w * m[np.ix_(placement, placement)]) for w, m in self.terms()))
 
     @property
     def size(self) -> int:
@@ -55,13 +77,31 @@ class SearchResult:
 
 
 def lower_bound(problem: PlacementProblem) -> float:
-    """Each pair term at its own minimum over the sites its two ends may take."""
-    total = 0.0
-    a_idx, b_idx = np.nonzero(problem.weight)
+    """Gilmore–Lawler-style bound. Split each pair's cost D_ab(s, t) between its ends (halves;
+    all of it to the end that can move when the other is fixed), and let each end's partner
+    take its best site for that end's share α_ab:
+
+        cost ≥ Σ_a h_a(site(a)),  h_a(s) = Σ_b α_ab·min_t D_ab(s, t)  ≥  Σ_a min_s h_a(s).
+
+    Never below the bound that minimises every pair on its own, and tighter where a component
+    has several partners that cannot all be at their best together."""
+    n = len(problem.hosts)
+    h = np.where(problem.allowed, 0.0, np.inf)
+    choices = [np.flatnonzero(row) for row in problem.allowed]
+    coupled = sum((w != 0) for w, _ in problem.terms())
+    for a in range(n):  # a host paired with itself (same-site traffic): its own term
+        if coupled[a, a]:
+            s = choices[a]
+            h[a, s] += sum(w[a, a] * m[s, s] for w, m in problem.terms())
+    a_idx, b_idx = np.nonzero(np.triu(coupled | coupled.T, k=1))
     for a, b in zip(a_idx, b_idx, strict=True):
-        sa, sb = np.flatnonzero(problem.allowed[a]), np.flatnonzero(problem.allowed[b])
-        total += float(np.min(problem.weight[a, b] * problem.latency_ms[np.ix_(sa, sb)]))
-    return total
+        sa, sb = choices[a], choices[b]
+        pair = sum(w[a, b] * m[np.ix_(sa, sb)] + w[b, a] * m[np.ix_(sb, sa)].T
+                   for w, m in problem.terms())
+        share_a = 1.0 if len(sb) == 1 else 0.0 if len(sa) == 1 else 0.5  # a fixed end gives
+        h[a, sa] += share_a * pair.min(axis=1)  # its whole pair to the end that can move
+        h[b, sb] += (1 - share_a) * pair.min(axis=0)
+    return float(np.sum(h.min(axis=1)))
 
 
 def exhaustive(problem: PlacementProblem, top: int = 5) -> SearchResult:
@@ -77,12 +117,19 @@ def exhaustive(problem: PlacementProblem, top: int = 5) -> SearchResult:
     return SearchResult(tuple(sorted(best)[:top]), "exhaustive", lower_bound(problem), count)
 
 
+def _off_diagonal(w: np.ndarray) -> np.ndarray:
+    return w - np.diag(np.diag(w))
+
+
 def _contributions(problem: PlacementProblem, placement: np.ndarray) -> np.ndarray:
-    """(hosts, sites): what each host's pair terms would cost were it alone at each site."""
-    w, lat = problem.weight, problem.latency_ms
-    out_terms = w @ lat[:, placement].T  # Σ_b W[c,b] · L[s, site(b)]
-    in_terms = w.T @ lat[placement, :]  # Σ_a W[a,c] · L[site(a), s]
-    return out_terms + in_terms
+    """(hosts, sites): what each host's terms would cost were it alone moved to each site."""
+    total = np.zeros(problem.allowed.shape)
+    for w, m in problem.terms():
+        pairs = _off_diagonal(w)
+        total += pairs @ m[:, placement].T  # Σ_b W[c,b] · M[s, site(b)]
+        total += pairs.T @ m[placement, :]  # Σ_a W[a,c] · M[site(a), s]
+        total += np.outer(np.diag(w), np.diag(m))  # a host with itself: M[s, s]
+    return total
 
 
 def improve(problem: PlacementProblem, placement: np.ndarray,
@@ -90,7 +137,7 @@ def improve(problem: PlacementProblem, placement: np.ndarray,
     """Best single move until none helps; returns the placement and moves made. After a move
     only the moved host's terms change: the table is updated in O(hosts x sites)."""
     placement = placement.copy()
-    w, lat = problem.weight, problem.latency_ms
+    terms = [(_off_diagonal(w), m) for w, m in problem.terms()]
     contrib = _contributions(problem, placement)
     rows = np.arange(len(placement))
     for moves in range(max_moves):
@@ -99,8 +146,9 @@ def improve(problem: PlacementProblem, placement: np.ndarray,
         if not gain[c, s] < -1e-9:
             return placement, moves
         old, placement[c] = placement[c], s
-        contrib += np.outer(w[:, c], lat[:, s] - lat[:, old])
-        contrib += np.outer(w[c, :], lat[s, :] - lat[old, :])
+        for w, m in terms:
+            contrib += np.outer(w[:, c], m[:, s] - m[:, old])
+            contrib += np.outer(w[c, :], m[s, :] - m[old, :])
     return placement, max_moves
 
 

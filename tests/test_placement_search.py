@@ -50,6 +50,52 @@ def test_local_search_meets_the_optimum_or_says_how_far_it_may_be(seed):
     assert found.ranked[0][0] <= best * 1.05  # and on these, close to it
 
 
+def _pair_by_pair_bound(problem: PlacementProblem) -> float:
+    total = 0.0
+    for a, b in zip(*np.nonzero(problem.weight), strict=True):
+        sa, sb = np.flatnonzero(problem.allowed[a]), np.flatnonzero(problem.allowed[b])
+        total += float(np.min(sum(w[a, b] * m[np.ix_(sa, sb)] for w, m in problem.terms())))
+    return total
+
+
+def curved_problem(hosts: int, sites: int, seed: int) -> PlacementProblem:
+    """Random gradients with curvatures of either sign (saturating and accelerating links)."""
+    flat = random_problem(hosts, sites, seed)
+    rng = np.random.default_rng(seed + 100)
+    curvature = np.where(flat.weight != 0, rng.uniform(-0.02, 0.05, flat.weight.shape), 0)
+    curvature[0, 0] = 0.01  # a host with itself: its same-site latency counts too
+    return PlacementProblem.from_curves(flat.hosts, flat.sites, flat.latency_ms, flat.weight,
+                                        curvature, flat.allowed, flat.current)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_curvature_enters_the_search_and_its_bound(seed):
+    problem = curved_problem(7, 4, seed)
+    assert problem.curvature is not None
+    best_cost, best = exhaustive(problem, top=1).ranked[0]
+    # cost differences are the predicted change Σ g·Δ + c·Δ² around the current latencies
+    lat, now, new = problem.latency_ms, problem.current, np.array(best)
+    delta = lat[np.ix_(new, new)] - lat[np.ix_(now, now)]
+    gradient = problem.weight + 2 * problem.curvature * lat[np.ix_(now, now)]
+    change = np.sum(gradient * delta + problem.curvature * delta**2)
+    assert best_cost - problem.cost(now) == pytest.approx(change)
+    found = local_search(problem, starts=8, seed=seed)
+    assert best_cost - 1e-9 <= found.ranked[0][0] <= best_cost + 0.05 * abs(best_cost)
+    assert _pair_by_pair_bound(problem) - 1e-9 <= found.lower_bound <= best_cost + 1e-9
+
+
+def test_the_bound_is_tighter_than_pair_by_pair_where_partners_pull_apart():
+    lat = np.array([[0.0, 10.0], [10.0, 0.0]])
+    weight = np.zeros((3, 3))
+    weight[0, 1] = weight[0, 2] = 1.0  # a talks to b (fixed at 0) and c (fixed at 1)
+    allowed = np.array([[True, True], [True, False], [False, True]])
+    problem = PlacementProblem(("a", "b", "c"), ("s0", "s1"), lat, weight, allowed,
+                               np.array([0, 0, 1]))
+    assert _pair_by_pair_bound(problem) == 0  # each pair alone could be together
+    assert lower_bound(problem) == pytest.approx(10.0)  # a cannot be with both: exact here
+    assert exhaustive(problem).ranked[0][0] == pytest.approx(10.0)
+
+
 def test_local_search_scales_to_a_thousand_components():
     problem = random_problem(1000, 50, seed=1, density=0.005)
     found = local_search(problem, starts=2)
@@ -81,6 +127,38 @@ def test_place_ranks_moving_the_database_next_to_its_app_server(tmp_path, capsys
     assert main(["place", "--app", str(d / "gradients.json"), "--latencies",
                  str(d / "sites.yaml"), "--candidates", str(d / "candidates.yaml")]) == 2
     assert "no measured gradient: app1->web, web->app1" in capsys.readouterr().err
+
+
+def test_place_uses_the_curvature_of_links_measured_at_two_delays(tmp_path, capsys):
+    from coordinator.cli import main
+    from tests.test_prediction import _run_dir
+
+    d = _run_dir(tmp_path)
+    runs = json.loads((d / "gradients.json").read_text())
+    at_5 = json.loads(json.dumps(runs["links"]))
+    for link in at_5:  # ViewItem: effect 10 ms at 5 ms, 25 ms at 10 ms: 1.5·d + 0.1·d²
+        link["record"]["magnitude_ms"] = 5.0
+        link["transactions"]["ViewItem"]["gradient"] = 2.0
+    for link in runs["links"]:
+        link["transactions"]["ViewItem"]["gradient"] = 2.5
+    (d / "gradients.json").write_text(json.dumps({"links": runs["links"] + at_5}))
+    (d / "sites.yaml").write_text("sites: {web: edge, app1: edge, db: core}\n"
+                                  "latency_ms: {edge<->edge: 0.1, core<->core: 0.1,"
+                                  " edge<->core: 8.1, far<->far: 0.1, edge<->far: 30,"
+                                  " core<->far: 30}\n")
+    (d / "candidates.yaml").write_text("candidates: {db: [core, edge, far]}\n")
+    args = ["place", "--app", str(d / "gradients.json"), "--latencies", str(d / "sites.yaml"),
+            "--candidates", str(d / "candidates.yaml"), "--json"]
+    assert main(args) == 0
+    ranked = json.loads(capsys.readouterr().out)["ranked"]
+    best = ranked[0]
+    assert best["move"] == {"db": "edge"}
+    # ViewItem (3/4 of the requests), both directions: 1.5·(−8) + 0.1·64 each
+    assert best["weighted_change_ms"] == pytest.approx(0.75 * 2 * (-12 + 6.4)
+                                                       + 0.25 * 2 * 0.01 * -8, abs=0.01)
+    assert best["notes"] == []  # 8 ms: inside the measured 10 ms
+    far = next(r for r in ranked if r["move"] == {"db": "far"})
+    assert any("app1->db changes by +21.9 ms, beyond the 10 ms" in n for n in far["notes"])
 
 
 def test_routing_sends_each_transaction_to_its_better_copy():
