@@ -13,7 +13,7 @@ from rich.table import Table
 from coordinator.errors import InputError, Problem
 from coordinator.placement import Placement, latency_changes, load_latencies, load_placement
 from coordinator.prediction import predict
-from coordinator.routing import RoutingAdvice, advise
+from coordinator.routing import RoutingAdvice, advise, nginx_map
 from coordinator.run_files import load_run, require_measured
 
 
@@ -31,6 +31,10 @@ def add_route_parser(sub: Any) -> None:
                    help="the two sites with a copy")
     p.add_argument("--placement", type=Path, metavar="BASE.yaml",
                    help="where the other components are (moved from now), if not where they are")
+    p.add_argument("--nginx", nargs=2, metavar=("UPSTREAM1", "UPSTREAM2"),
+                   help="print the advice as an nginx map setting $linkgrad_upstream, the "
+                        "upstream groups of the copy at each site (in --copies order); "
+                        "proxy_pass http://$linkgrad_upstream; uses it")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=route_command)
 
@@ -53,7 +57,14 @@ def route_command(args: argparse.Namespace) -> int:
     total = sum(run.requests.values())
     advice = advise({n: c / total for n, c in run.requests.items()}, (at_copy[0], at_copy[1]))
     out = advice_json(advice, args.copies)
-    if args.json:
+    if args.nginx:
+        try:
+            print(nginx_map(advice, run.patterns, (args.nginx[0], args.nginx[1])), end="")
+        except ValueError as e:
+            raise InputError(Problem(f"{e}: the run's experiment names none",
+                                     str(run.run_dir / "experiment.json"),
+                                     field="transactions")) from e
+    elif args.json:
         print(json.dumps(out, indent=2))
     else:
         _print(out)

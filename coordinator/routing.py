@@ -10,8 +10,11 @@ per-transaction choice is never worse than it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+VARIABLE = "linkgrad_upstream"
 
 
 @dataclass(frozen=True)
@@ -53,3 +56,51 @@ def advise(mix: Mapping[str, float], at_copy: tuple[Mapping[str, float], Mapping
     """`mix`: transaction -> share; `at_copy`: predicted mean per transaction at each copy."""
     return RoutingAdvice(tuple(Route(n, share, (at_copy[0][n], at_copy[1][n]))
                                for n, share in sorted(mix.items())))
+
+
+def url_pattern(transaction: str, patterns: Mapping[str, str]) -> str:
+    """The regex (searched in path + query) that names `transaction`: the experiment's, or,
+    where transactions were one per URL path, that path."""
+    if transaction in patterns:
+        return patterns[transaction]
+    if transaction.startswith("/"):
+        return "^" + re.escape(transaction) + r"(\?|$)"
+    raise ValueError(f"no URL pattern for transaction {transaction!r}")
+
+
+def _quoted(text: str) -> str:
+    """A double-quoted nginx string. nginx's parser unescapes a backslash before a backslash,
+    a quote, t, r or n, so every backslash is doubled and every quote escaped."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def nginx_map(advice: RoutingAdvice, patterns: Mapping[str, str],
+              upstreams: tuple[str, str]) -> str:
+    """The advice as an nginx `map` setting `$linkgrad_upstream` (use it as
+    `proxy_pass http://$linkgrad_upstream;`): a regex line per transaction, in the order the
+    experiment lists them (nginx takes the first that matches, so with overlapping patterns
+    list the narrower first); other requests go where the best fixed ratio sends them."""
+    ratio, _ = advice.best_fixed
+    order = {name: i for i, name in enumerate(patterns)}
+    lines = [f"# linkgrad route: per-transaction routing (thesis §5.5); "
+             f"{advice.per_transaction_ms:.1f} ms predicted for the mix",
+             f"map $request_uri ${VARIABLE} {{"]
+    for r in sorted(advice.routes, key=lambda r: (order.get(r.transaction, len(order)),
+                                                  r.transaction)):
+        other = 1 - r.copy
+        lines.append(f"    {_quoted('~' + url_pattern(r.transaction, patterns))} "
+                     f"{upstreams[r.copy]};  # {r.transaction}: {r.at_ms[r.copy]:.1f} ms, "
+                     f"{r.at_ms[other]:.1f} at {upstreams[other]}")
+    lines += [f"    default {upstreams[0 if ratio == 1.0 else 1]};", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def nginx_fixed_ratio(ratio: float, upstreams: tuple[str, str]) -> str:
+    """`ratio` of the requests (each drawn by its request id) to the first upstream."""
+    if not 0 <= ratio <= 1:
+        raise ValueError(f"a ratio is between 0 and 1, got {ratio}")
+    percent = round(100 * ratio, 2)
+    if percent in (0, 100):
+        return f"map $request_uri ${VARIABLE} {{ default {upstreams[0 if percent else 1]}; }}\n"
+    return (f'split_clients "${{request_id}}" ${VARIABLE} {{ {percent:g}% {upstreams[0]}; '
+            f"* {upstreams[1]}; }}\n")

@@ -26,6 +26,7 @@ class RunInputs:
     current_ms: dict[str, Estimate]  # transaction -> mean response time now
     requests: dict[str, int]  # transaction -> requests in the passive phase (its mix)
     measured_ms: dict[Pair, float] = field(default_factory=dict)  # largest delay injected
+    patterns: dict[str, str] = field(default_factory=dict)  # transaction -> URL regex, if named
 
 
 def fit_curve(points: list[tuple[float, float, float]]) -> Curve:
@@ -113,6 +114,7 @@ def load_run(gradients_file: Path) -> RunInputs:
                     for name, b in baseline["transactions"].items()},
         requests={name: b["requests"] for name, b in baseline["transactions"].items()},
         measured_ms=measured_range(gradients["links"]),
+        patterns=dict(experiment.get("transactions") or {}),
     )
 
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coordinator.errors import InputError, Problem, RuntimeFailure
+from testbed import nginx
 from testbed.lifecycle import down, status, up
 from testbed.netns import TAG
 from testbed.state import DEFAULT_ROOT
@@ -38,7 +39,15 @@ def add_testbed_parser(sub: Any) -> None:
     ld.add_argument("--duration", type=float, default=30.0, help="seconds (default 30)")
     ld.add_argument("--mix", help="/PATH=WEIGHT,... (default: every transaction, equal weight)")
     ld.add_argument("--out", type=Path, help="CSV of the client-side latencies")
-    for q in (u, d, s, ld):
+    rt = tb.add_parser("routes", help="install a routing policy in the front end (nginx)",
+                       description="Replace nginx's routes.conf (which must define "
+                                   "$linkgrad_upstream: a map or split_clients naming app "
+                                   "hosts, e.g. `linkgrad route --nginx app1 app2`'s output) "
+                                   "and reload gracefully. `--default` puts back the first app "
+                                   "server for everything.")
+    rt.add_argument("file", nargs="?", type=Path, help="nginx snippet")
+    rt.add_argument("--default", action="store_true")
+    for q in (u, d, s, ld, rt):
         q.add_argument("--tag", default="tb", help="testbed name, 1-4 letters/digits (default tb)")
         q.add_argument("--root", type=Path, default=DEFAULT_ROOT, help=argparse.SUPPRESS)
         q.add_argument("--json", action="store_true")
@@ -54,6 +63,8 @@ def testbed_command(args: argparse.Namespace) -> int:
         result = down(args.tag, root=args.root)
     elif args.testbed_command == "status":
         result = status(args.tag, args.root)
+    elif args.testbed_command == "routes":
+        result = _routes(args)
     else:
         result = _load(args)
     if args.json:
@@ -79,6 +90,24 @@ def _load(args: argparse.Namespace) -> dict[str, Any]:
     if done.returncode != 0:
         raise RuntimeFailure(f"load generator failed: {done.stderr.strip()}")
     return json.loads(done.stdout)
+
+
+def _routes(args: argparse.Namespace) -> dict[str, Any]:
+    if (args.file is None) == (not args.default):
+        raise InputError(Problem("give a routes FILE or --default", field="routes"))
+    state = status(args.tag, args.root)
+    if not state.get("up"):
+        raise RuntimeFailure(f"testbed {args.tag!r} is not up: linkgrad testbed up")
+    if args.default:
+        text, source = nginx.DEFAULT_ROUTES, "--default"
+    else:
+        try:
+            text, source = args.file.read_text(), str(args.file)
+        except OSError as e:
+            raise InputError(Problem(f"cannot read: {e.strerror}", str(args.file))) from e
+    web = next(h for h in state["hosts"] if "web" in h["roles"])
+    nginx.install_routes(Path(state["directory"]), web["namespace"], text, source)
+    return {"tag": args.tag, "routes": text}
 
 
 def _print(command: str, result: dict[str, Any]) -> None:

@@ -1,9 +1,18 @@
-"""nginx on the web host: front end and reverse proxy, logging `$request_time` and `$msec`."""
+"""nginx on the web host: front end and reverse proxy, logging `$request_time` and `$msec`.
+
+Requests outside `/lb/` go to the upstream named by `$linkgrad_upstream`, which
+`nginx/routes.conf` defines (by default: the first app server). Every app host is also an
+upstream of its own name, so a routing policy — `linkgrad route --nginx`'s per-transaction map,
+or a fixed ratio — is installed by replacing that file and reloading (thesis §5.5).
+"""
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 
+from coordinator.errors import InputError, Problem, RuntimeFailure
 from testbed.netns import TestbedPlan
 
 # "combined" + $request_time + $msec: millisecond end stamps and the response time
@@ -12,6 +21,8 @@ LOG_FORMAT = (
     '"$http_referer" "$http_user_agent" $request_time $msec'
 )
 APP_PORT = 8000
+ROUTES = "routes.conf"
+DEFAULT_ROUTES = "map $request_uri $linkgrad_upstream { default app_first; }\n"
 
 
 def nginx_conf(plan: TestbedPlan, directory: Path) -> str:
@@ -19,6 +30,8 @@ def nginx_conf(plan: TestbedPlan, directory: Path) -> str:
     apps = plan.with_role("app")
     tmp = directory / "nginx"
     every_app = "\n".join(f"        server {a.address}:{APP_PORT};" for a in apps)
+    each_app = "".join(f"    upstream {a.name} {{ server {a.address}:{APP_PORT}; keepalive 64; }}\n"
+                       for a in apps)
     quoted = LOG_FORMAT.replace("'", "\\'")
     return f"""
 user www-data;
@@ -44,12 +57,13 @@ http {{
 {every_app}
         keepalive 64;
     }}
+{each_app}    include {tmp}/{ROUTES};
     server {{
         listen {web.address}:80;
         proxy_http_version 1.1;
         proxy_set_header Connection "";
         location /lb/ {{ proxy_pass http://app_all; }}
-        location / {{ proxy_pass http://app_first; }}
+        location / {{ proxy_pass http://$linkgrad_upstream; }}
     }}
 }}
 """
@@ -63,4 +77,30 @@ def write_conf(plan: TestbedPlan, directory: Path) -> None:
     tmp = directory / "nginx"
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "nginx.conf").write_text(nginx_conf(plan, directory))
+    (tmp / ROUTES).write_text(DEFAULT_ROUTES)
     (directory / "access.log").touch()
+
+
+def install_routes(directory: Path, namespace: str, routes: str, source: str = "<routes>"
+                   ) -> None:
+    """Make `routes` (an nginx snippet defining `$linkgrad_upstream`) the front end's routing:
+    checked with `nginx -t` first (a bad one is put back and named), then a graceful reload,
+    both in the web host's namespace (the check binds the listen address). Old workers finish
+    their requests under the old routes."""
+    path = directory / "nginx" / ROUTES
+    if not (directory / "nginx" / "nginx.pid").exists():
+        raise RuntimeFailure(f"no nginx running from {directory}: is the testbed up?")
+    old = path.read_text()
+    path.write_text(routes)
+    inside = ["ip", "netns", "exec", namespace, *nginx_argv(directory)]
+    check = subprocess.run([*inside, "-t", "-q"], capture_output=True,
+                           text=True, check=False)
+    if check.returncode != 0:
+        path.write_text(old)
+        raise InputError(Problem(f"nginx rejects these routes: {check.stderr.strip()}", source))
+    reload = subprocess.run([*inside, "-s", "reload"], capture_output=True,
+                            text=True, check=False)
+    if reload.returncode != 0:
+        path.write_text(old)
+        raise RuntimeFailure(f"nginx reload failed: {reload.stderr.strip()}")
+    time.sleep(0.5)  # the master starts new workers before the old ones stop taking requests

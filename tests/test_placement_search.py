@@ -1,6 +1,8 @@
 """Placement search: exhaustive, local search and its bound, and `linkgrad place`."""
 
 import json
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -175,6 +177,40 @@ def test_routing_sends_each_transaction_to_its_better_copy():
         assert advice.fixed_ratio_ms(r) >= advice.per_transaction_ms
 
 
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed")
+def test_routing_advice_and_fixed_ratios_become_nginx_config_nginx_accepts(tmp_path):
+    from coordinator.routing import advise, nginx_fixed_ratio, nginx_map
+
+    advice = advise({"db_heavy": 0.6, "web_heavy": 0.4},
+                    ({"db_heavy": 100.0, "web_heavy": 20.0}, {"db_heavy": 30.0, "web_heavy": 60.0}))
+    patterns = {"db_heavy": r"^/rubis/(Store|Put)Bid\?id=\d+", "web_heavy": '^/static/"x"'}
+    routes = nginx_map(advice, patterns, ("edge", "core"))
+    assert "    default core;" in routes  # the best fixed choice: all to the second copy
+    assert '"~^/static/\\"x\\"" edge;' in routes
+    assert routes.index("db_heavy") < routes.index("web_heavy")  # in the patterns' order
+    assert "50% edge; * core;" in nginx_fixed_ratio(0.5, ("edge", "core"))
+    assert "default core;" in nginx_fixed_ratio(0.0, ("edge", "core"))
+    for i, snippet in enumerate([routes, nginx_fixed_ratio(0.25, ("edge", "core"))]):
+        (tmp_path / f"routes{i}.conf").write_text(snippet)
+        (tmp_path / f"nginx{i}.conf").write_text(f"""
+pid {tmp_path}/nginx.pid;
+error_log {tmp_path}/error.log;
+events {{}}
+http {{
+    access_log off;
+    upstream edge {{ server 127.0.0.1:9; }}
+    upstream core {{ server 127.0.0.1:10; }}
+    include {tmp_path}/routes{i}.conf;
+    server {{ listen 127.0.0.1:8; location / {{ proxy_pass http://$linkgrad_upstream; }} }}
+}}
+""")
+        check = subprocess.run(["nginx", "-t", "-q", "-c", str(tmp_path / f"nginx{i}.conf"),
+                                "-p", str(tmp_path)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
+    with pytest.raises(ValueError, match="no URL pattern"):
+        nginx_map(advice, {}, ("edge", "core"))
+
+
 def test_route_command_on_a_run(tmp_path, capsys):
     from coordinator.cli import main
     from tests.test_prediction import _run_dir
@@ -203,3 +239,15 @@ def test_route_command_on_a_run(tmp_path, capsys):
     moved = json.loads(capsys.readouterr().out)["transactions"]["ViewItem"]
     assert moved["predicted_ms"]["edge"] == pytest.approx(8.0)  # the db copy beside app1: as now
     assert moved["predicted_ms"]["core"] == pytest.approx(8.0 + 4 * 20, abs=0.01)
+    nginx = ["route", "--gradients", str(d / "gradients.json"), "--latencies",
+             str(d / "sites.yaml"), "--component", "db", "--copies", "edge", "core",
+             "--nginx", "db_edge", "db_core"]
+    assert main(nginx) == 2  # this run's experiment names no URL patterns
+    assert "no URL pattern for transaction 'ViewItem'" in capsys.readouterr().err
+    experiment = json.loads((d / "experiment.json").read_text())
+    experiment["transactions"] = {"ViewItem": "^/rubis/ViewItem", "async": "^/pattern/async"}
+    (d / "experiment.json").write_text(json.dumps(experiment))
+    assert main(nginx) == 0
+    routes = capsys.readouterr().out
+    assert '"~^/rubis/ViewItem" db_edge;' in routes
+    assert "default db_edge;" in routes

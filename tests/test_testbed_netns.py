@@ -141,6 +141,45 @@ def test_a_constant_delay_moves_each_mean_by_gradient_times_delay(testbed):
         assert shift == pytest.approx(expected, abs=tolerance), (n, shift, expected)
 
 
+def _served_by(info: dict, paths: list[str]) -> list[str]:
+    """Which app server answered each GET (`/health` says its name), from the client host."""
+    client = next(h for h in info["hosts"] if "client" in h["roles"])
+    code = ("import httpx, json, sys\n"
+            "with httpx.Client(base_url=sys.argv[1]) as c:\n"
+            "    print(json.dumps([c.get(p).text.split()[-1] for p in sys.argv[2:]]))\n")
+    done = sh("ip", "netns", "exec", client["namespace"], sys.executable, "-c", code,
+              info["frontend_url"], *paths)
+    return json.loads(done.stdout)
+
+
+def test_routes_send_each_transaction_or_a_share_to_an_app_server(testbed):
+    from coordinator.cli import main
+    from coordinator.routing import advise, nginx_fixed_ratio, nginx_map
+
+    info, root = testbed
+    directory = Path(info["directory"])
+    assert _served_by(info, ["/health"] * 3) == ["app1"] * 3  # by default: the first
+    advice = advise({"asked": 0.5, "plain": 0.5},  # "asked" is faster at app2
+                    ({"asked": 9.0, "plain": 1.0}, {"asked": 2.0, "plain": 3.0}))
+    routes = directory / "per-transaction.conf"
+    routes.write_text(nginx_map(advice, {"asked": r"^/health\?who=2$", "plain": "^/health"},
+                                ("app1", "app2")))
+    cli = ["testbed", "routes", "--tag", "tst", "--root", str(root)]
+    assert main([*cli, str(routes)]) == 0
+    assert _served_by(info, ["/health", "/health?who=2", "/health?who=22"]) == [
+        "app1", "app2", "app1"]  # the regex as written: `\?` and `$` kept through nginx
+    routes.write_text(nginx_fixed_ratio(0.5, ("app1", "app2")))
+    assert main([*cli, str(routes)]) == 0
+    served = _served_by(info, ["/health"] * 200)
+    assert 60 <= served.count("app1") <= 140
+    assert set(served) == {"app1", "app2"}
+    routes.write_text("map $request_uri $linkgrad_upstream { default app2 }\n")  # no `;`
+    assert main([*cli, str(routes)]) == 2  # refused, and the ratio is still in place
+    assert set(_served_by(info, ["/health"] * 40)) == {"app1", "app2"}
+    assert main([*cli, "--default"]) == 0
+    assert _served_by(info, ["/health"] * 3) == ["app1"] * 3
+
+
 def test_status_reports_every_service(testbed):
     _, root = testbed
     s = status("tst", root)
