@@ -76,19 +76,19 @@ def validate_placements(run: RunInputs, results: list[dict[str, Any]], window_s:
 def _validate_one(session: Session, run: RunInputs, result: dict[str, Any], window_s: float,
                   say: Callable[[str], None]) -> dict[str, Any]:
     planned: dict[Pair, Estimate] = result["_changes"]
-    links = _add(session, run, planned, 3 * window_s + 60)
+    links = add_links(session, run, planned, 3 * window_s + 60)
     stats = []
     try:
         say(f"{result['placement']}: {len(links)} link(s) through the injector; measuring now")
         sleep_checking(SETTLE_S)
-        before, base = _measure(session, window_s)
+        before, base = measure_window(session, window_s)
         for pair, injector, link_id in links:
             schedule = {"kind": "constant", "magnitude_ms": planned[pair].mean,
                         "duration_s": 2 * window_s + 60}  # it ends by itself too
             injector.request("schedule", link_id=link_id, schedule=schedule)
         say(f"{result['placement']}: latencies changed; measuring")
         sleep_checking(SETTLE_S)
-        after, _ = _measure(session, window_s, base)
+        after, _ = measure_window(session, window_s, base)
     finally:
         for pair, injector, link_id in links:
             stats.append((pair, injector.request("remove", link_id=link_id)["stats"]))
@@ -135,7 +135,7 @@ def applied_changes(stats: list[tuple[Pair, dict[str, Any]]]) -> dict[Pair, Esti
             for pair, (n, total, var) in sums.items()}
 
 
-def _add(session: Session, run: RunInputs, changes: dict[Pair, Estimate],
+def add_links(session: Session, run: RunInputs, changes: dict[Pair, Estimate],
          duration_s: float) -> list[tuple[Pair, Any, int]]:
     """Every protocol the run saw between each pair whose latency grows, at 0 ms for now."""
     address = {host: addr for addr, host in session.addresses.items()}
@@ -156,7 +156,7 @@ def _add(session: Session, run: RunInputs, changes: dict[Pair, Estimate],
     return added
 
 
-def _measure(session: Session, window_s: float,
+def measure_window(session: Session, window_s: float,
              base: Baseline | None = None) -> tuple[dict[str, Estimate], Baseline]:
     """Every transaction's mean over the next `window_s` (requests that start in it), and what
     it saw as a baseline for the abort limits; with `base`, the limits are watched."""
