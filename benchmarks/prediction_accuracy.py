@@ -85,8 +85,9 @@ def measure(root: Path, rate: float, window_s: float
 
 
 def routing_markdown(routings: dict[float, dict[str, Any]]) -> list[str]:
-    lines = ["", "Per-transaction routing (§5.5), **predicted** from the same gradients (not yet "
-             "applied for real): web server at the edge, database in the core (10 ms one way), "
+    lines = ["", "Per-transaction routing (§5.5), predicted from the same gradients (applied "
+             "for real in the next section, `routing_accuracy.py`): web server at the edge, "
+             "database in the core (10 ms one way), "
              "an app server copy at each; each transaction to its better copy, against fixed "
              "ratios of the mix (fraction sent to the edge copy).", "",
              "| req/s | transaction | share | at edge ms | at core ms | route to |",
