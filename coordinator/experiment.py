@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -75,6 +76,10 @@ class Parameters(_Strict):
     exclude: tuple[str, ...] = ()
     magnitudes_ms: tuple[float, ...] = Field((), description="measure every link at each of "
                                              "these delays (the curvature of thesis ch. 6)")
+    inject_at: Literal["receiver", "sender"] = Field(
+        "receiver", description="which end of a link holds its packets: the receiver, as a "
+        "network delays them; the sender keeps held packets charged to the socket, so TCP "
+        "autocorking holds its next write back and two-piece responses pay the delay twice")
 
     @field_validator("magnitudes_ms")
     @classmethod

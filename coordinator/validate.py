@@ -136,9 +136,10 @@ def applied_changes(stats: list[tuple[Pair, dict[str, Any]]]) -> dict[Pair, Esti
 
 
 def add_links(session: Session, run: RunInputs, changes: dict[Pair, Estimate],
-         duration_s: float) -> list[tuple[Pair, Any, int]]:
+              duration_s: float) -> list[tuple[Pair, Any, int]]:
     """Every protocol the run saw between each pair whose latency grows, at 0 ms for now."""
     address = {host: addr for addr, host in session.addresses.items()}
+    at = session.experiment.parameters.inject_at  # as the run measured the gradients
     added: list[tuple[Pair, Any, int]] = []
     try:
         for (a, b), d in sorted(changes.items()):
@@ -147,8 +148,9 @@ def add_links(session: Session, run: RunInputs, changes: dict[Pair, Estimate],
             for proto in sorted(run.traffic.get((a, b), {"tcp"})):
                 link = {"proto": proto, "src": address[a], "dst": address[b]}
                 schedule = {"kind": "constant", "magnitude_ms": 0.0, "duration_s": duration_s}
-                reply = session.injector(a).request("add", link=link, schedule=schedule)
-                added.append(((a, b), session.injector(a), reply["link_id"]))
+                injector = session.injector(b if at == "receiver" else a)
+                reply = injector.request("add", link=link, schedule=schedule)
+                added.append(((a, b), injector, reply["link_id"]))
     except Exception:
         for _, injector, link_id in added:
             injector.request("remove", link_id=link_id)

@@ -2,7 +2,12 @@
 applied by a thin executor that registers every undo before it acts.
 
 All rules live in a chain of the daemon's own, `LINKGRAD-Q<base queue>`, reached by a jump
-inserted first in OUTPUT (locally sent) and FORWARD (routed through). `--queue-bypass` lets
+inserted first in OUTPUT (locally sent), FORWARD (routed through) and INPUT (received from
+another host: `! -i lo`, so a packet to one's own address is held once, at OUTPUT). A daemon
+on the receiving host delays a link as a network would: held at the sender, a packet stays
+charged to its socket, and TCP autocorking then keeps the socket's next small write back until
+it is released, so a response written in two pieces (headers, body) pays the delay twice.
+`--queue-bypass` lets
 packets through when no process listens on the queue, so a dead daemon never black-holes a
 link. Cleanup is by ownership: only that chain and the jumps to it are ever removed.
 """
@@ -16,7 +21,7 @@ from collections.abc import Sequence
 from coordinator.errors import RuntimeFailure
 from injector.link import Link
 
-HOOKS = ("OUTPUT", "FORWARD")
+JUMPS = (("OUTPUT",), ("FORWARD",), ("INPUT", "!", "-i", "lo"))  # hook, then its match
 
 
 def chain_name(queue_base: int) -> str:
@@ -68,9 +73,9 @@ class Firewall:
         """Remove this chain and the jumps to it, left by a killed daemon; True if any was."""
         if not self._run(["-S", self.chain], check=False):
             return False
-        for hook in HOOKS:
-            while self._run(["-C", hook, "-j", self.chain], check=False):
-                self._run(["-D", hook, "-j", self.chain])
+        for jump in JUMPS:
+            while self._run(["-C", *jump, "-j", self.chain], check=False):
+                self._run(["-D", *jump, "-j", self.chain])
         self._run(["-F", self.chain])
         self._run(["-X", self.chain])
         return True
@@ -87,8 +92,9 @@ class Firewall:
     def create(self) -> None:
         self._do(["-N", self.chain], ["-X", self.chain])
         self._undo.append(["-F", self.chain])  # flushing an existing chain cannot fail
-        for hook in HOOKS:
-            self._do(["-I", hook, "1", "-j", self.chain], ["-D", hook, "-j", self.chain])
+        for hook, *match in JUMPS:
+            self._do(["-I", hook, "1", *match, "-j", self.chain],
+                     ["-D", hook, *match, "-j", self.chain])
 
     def add(self, spec: list[str]) -> None:
         self._do(["-A", self.chain, *spec], ["-D", self.chain, *spec])

@@ -74,6 +74,26 @@ def test_constant_delay_on_that_link_only(pair, daemon):
     assert stats["error"]["min_ms"] >= 0  # never released before its time
 
 
+def test_a_daemon_on_the_receiver_delays_the_link_once(pair):
+    """Held at the receiver's INPUT, as a network would hold it; a packet to one's own address
+    passes OUTPUT and INPUT (on lo) but is held once."""
+    b = pair.addresses["b"]
+    base = pair.probe("a", "tcp", b, TCP_DELAYED, 20, 0.01)
+    own_base = pair.probe("b", "tcp", b, TCP_DELAYED, 20, 0.01)
+    receiver = DaemonClient(pair, "b", "--queue", "5400")
+    try:
+        receiver.ok("add", link={"proto": "tcp", "dst": f"{b}:{TCP_DELAYED}"},
+                    schedule=constant(20))
+        assert added_ms(pair.probe("a", "tcp", b, TCP_DELAYED, 20, 0.01), base) == pytest.approx(
+            20, abs=1.0)
+        assert added_ms(pair.probe("b", "tcp", b, TCP_DELAYED, 20, 0.01), own_base) == (
+            pytest.approx(20, abs=1.0))
+    finally:
+        receiver.proc.stdin.close()
+        receiver.proc.wait(timeout=15)
+    assert "LINKGRAD" not in pair.iptables_rules("b")
+
+
 def _edges(probe: dict, magnitude_s: float, base_s: float) -> tuple[list[float], list[float]]:
     """Send times where the added delay switches on (first delayed) and off (last delayed)."""
     delayed = [r - base_s > 0.9 * magnitude_s for r in probe["rtt"]]
