@@ -50,6 +50,7 @@ def experiment_yaml(name: str, root: Path, concurrent: int, args: argparse.Names
     lines += ["parameters:", "  training_s: 30", "  period_s: 8", f"  cycles: {args.cycles}",
               f"  magnitude_ms: {args.magnitude_ms}", "  adaptive: false",
               f"  concurrent: {concurrent}", f"  include: {json.dumps(include)}",
+              f"  inject_at: {args.inject_at}",
               f"output: {root / 'runs'}"]
     path = root / f"{name}.yaml"
     path.write_text("\n".join(lines) + "\n")
@@ -117,7 +118,7 @@ def to_markdown(rows: list[dict[str, Any]], runs: list[dict[str, Any]], times: d
         "(`benchmarks/testbed_gradients.py`)",
         "",
         f"`--runs {args.runs} --rate {args.rate} --magnitude-ms {args.magnitude_ms} --cycles "
-        f"{args.cycles}`: {args.runs} concurrent runs (2 links at once, periods 8 s and 16 s), "
+        f"{args.cycles} --inject-at {args.inject_at}`: {args.runs} concurrent runs (2 links at once, periods 8 s and 16 s), "
         f"{args.rate} req/s open-loop over the {len(PATTERNS)} pattern endpoints, "
         f"{args.magnitude_ms} ms square wave, 30 s training, {2 * len(PAIRS)} links. Expected = "
         "crossings on the critical path (P[slowest] for the parallel patterns). Measured = mean "
@@ -162,11 +163,13 @@ async: a few ms) the intervals are a few hundredths wide. The S2/S3 patterns (si
 sequential, cache, parallel_*, balanced) carry N(100, 30) and N(200, 60) ms of service time, so
 at 15 ms one measurement's interval is a few tenths wide; `linkgrad plan` and `half_width` say
 what a wanted precision needs (the thesis used 256-384 s windows and 30-80 ms for these).
-app1->web reads about 2 for every transaction where the crossing count says 1. That is real:
-the load generator's own latencies show it too (10 ms on app1->web alone adds 21.5 ms to
-ViewItem, 10 ms on web->app1 alone 10.1 ms), and predictions that use it hold when applied
-(`prediction_accuracy`). Why uvicorn's response crosses that link twice on the critical path
-is not yet pinned down; the expected column keeps the crossing count. The throughput change is
+Injected at the sender (`--inject-at sender`, the default before), app1->web read about 2
+for every transaction where the crossing count says 1, and the load generator's own latencies
+agreed (+21.5 ms for 10 ms on app1->web alone). The cause is the injector, not the application:
+a packet held in the sender's NFQUEUE stays charged to its socket, so TCP autocorking holds
+uvicorn's second write (the body after the headers) until the first is released, and the body
+then waits its own 10 ms. With autocorking off at the sender the response pays 11.0 ms, and held
+at the receiver (now the default) 10.3-10.8 ms, as a real network would charge it. The throughput change is
 against the training phase."""
 
 
@@ -177,6 +180,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0, help="requests/s of the workload")
     parser.add_argument("--magnitude-ms", type=float, default=15.0)
     parser.add_argument("--cycles", type=int, default=6, help="of the 8 s period")
+    parser.add_argument("--inject-at", choices=("receiver", "sender"), default="receiver",
+                        help="which end of each link holds its packets (default receiver)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("testbed_gradients: needs root")
