@@ -118,7 +118,8 @@ def to_markdown(rows: list[dict[str, Any]], runs: list[dict[str, Any]], times: d
         "(`benchmarks/testbed_gradients.py`)",
         "",
         f"`--runs {args.runs} --rate {args.rate} --magnitude-ms {args.magnitude_ms} --cycles "
-        f"{args.cycles} --inject-at {args.inject_at}`: {args.runs} concurrent runs (2 links at once, periods 8 s and 16 s), "
+        f"{args.cycles} --inject-at {args.inject_at}`: {args.runs} concurrent runs (2 links at "
+        "once, periods 8 s and 16 s), "
         f"{args.rate} req/s open-loop over the {len(PATTERNS)} pattern endpoints, "
         f"{args.magnitude_ms} ms square wave, 30 s training, {2 * len(PAIRS)} links. Expected = "
         "crossings on the critical path (P[slowest] for the parallel patterns). Measured = mean "
@@ -169,8 +170,8 @@ agreed (+21.5 ms for 10 ms on app1->web alone). The cause is the injector, not t
 a packet held in the sender's NFQUEUE stays charged to its socket, so TCP autocorking holds
 uvicorn's second write (the body after the headers) until the first is released, and the body
 then waits its own 10 ms. With autocorking off at the sender the response pays 11.0 ms, and held
-at the receiver (now the default) 10.3-10.8 ms, as a real network would charge it. The throughput change is
-against the training phase."""
+at the receiver (now the default) 10.3-10.8 ms, as a real network would charge it.
+The throughput change is against the training phase."""
 
 
 def main() -> None:
