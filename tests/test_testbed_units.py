@@ -98,13 +98,16 @@ def test_the_reference_experiment_is_valid_and_errors_point_at_lines(tmp_path):
     assert experiment.web_log.host == "web"
     assert experiment.ssh.config == shipped.parent / "ssh_config"
     assert experiment.parameters.exclude == ("->web",)
+    assert experiment.parameters.inject_at == "receiver"
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nhosts: [{name: a}]\nssh: {config: c}\n"
                    "web_log: {host: b, path: /l}\ntransactions: {t: '('}\n"
-                   "parameters: {cycles: 1, colour: red}\n")
+                   "parameters: {cycles: 1, colour: red, inject_at: middle}\n")
     with pytest.raises(InputError) as err:
         load_experiment(bad)
     text = str(err.value)
     assert f"{bad}:6: field 'parameters.cycles'" in text
     assert f"{bad}:6: field 'parameters.colour' unknown field" in text
     assert "bad regex" in text
+    assert f"{bad}:6: field 'parameters.inject_at'" in text
+    assert "'receiver' or 'sender'" in text
