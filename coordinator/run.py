@@ -86,8 +86,7 @@ def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWav
     added = []
     try:
         for link, wave in waves:
-            injector = session.injector(link.dst_host if p.inject_at == "receiver"
-                                        else link.src_host)
+            injector = session.link_injector(link.src_host, link.dst_host)
             schedule = {"kind": "square", "start": wave.start_s, "period_s": wave.period_s,
                         "magnitude_ms": wave.magnitude_s * 1e3, "cycles": wave.cycles}
             link_id = injector.request("add", link=link.injector_link(),

@@ -73,6 +73,12 @@ class Session:
             self.injectors[host] = RemoteDaemon(self.connections[host], argv, "injector")
         return self.injectors[host]
 
+    def link_injector(self, src_host: str, dst_host: str) -> RemoteDaemon:
+        """The daemon that delays src->dst: the receiver's by default (`inject_at`), where
+        holding a packet costs the sending socket nothing, as a network's delay would not."""
+        at = self.experiment.parameters.inject_at
+        return self.injector(dst_host if at == "receiver" else src_host)
+
     def close(self) -> list[str]:
         """Injectors first (the lease: they stop and remove their rules), then the rest.
 

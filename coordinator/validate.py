@@ -139,7 +139,6 @@ def add_links(session: Session, run: RunInputs, changes: dict[Pair, Estimate],
               duration_s: float) -> list[tuple[Pair, Any, int]]:
     """Every protocol the run saw between each pair whose latency grows, at 0 ms for now."""
     address = {host: addr for addr, host in session.addresses.items()}
-    at = session.experiment.parameters.inject_at  # as the run measured the gradients
     added: list[tuple[Pair, Any, int]] = []
     try:
         for (a, b), d in sorted(changes.items()):
@@ -148,7 +147,7 @@ def add_links(session: Session, run: RunInputs, changes: dict[Pair, Estimate],
             for proto in sorted(run.traffic.get((a, b), {"tcp"})):
                 link = {"proto": proto, "src": address[a], "dst": address[b]}
                 schedule = {"kind": "constant", "magnitude_ms": 0.0, "duration_s": duration_s}
-                injector = session.injector(b if at == "receiver" else a)
+                injector = session.link_injector(a, b)  # as the run measured them
                 reply = injector.request("add", link=link, schedule=schedule)
                 added.append(((a, b), injector, reply["link_id"]))
     except Exception:
