@@ -14,18 +14,15 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.on_testbed import linkgrad, scratch_root
 from benchmarks.results_md import update_section
 from testbed.lifecycle import down, up
 from testbed.topology import DEFAULT
 
 OUT = Path(__file__).with_name("out")
-LINKGRAD = str(Path(sys.executable).parent / "linkgrad")
 EXAMPLES = Path(__file__).parent.parent / "experiments" / "placement"
 TRANSACTIONS = {"ViewItem": "^/rubis/ViewItem", "PutBidAuth": "^/rubis/PutBidAuth",
                 "PutBid": "^/rubis/PutBid$", "single": "^/pattern/single",
@@ -53,12 +50,7 @@ def experiment(root: Path, rate: float) -> Path:
 
 
 def _linkgrad(env: dict[str, str], *argv: str) -> dict[str, Any]:
-    done = subprocess.run([LINKGRAD, *argv, "--json"], capture_output=True, text=True, env=env,
-                          timeout=3600, check=False)
-    if done.returncode != 0:
-        sys.exit(f"prediction_accuracy: linkgrad {argv[0]} failed: {done.stdout}\n"
-                 f"{done.stderr[-3000:]}")
-    return json.loads(done.stdout)
+    return json.loads(linkgrad("prediction_accuracy", env, *argv, "--json"))
 
 
 def measure(root: Path, rate: float, window_s: float
@@ -148,10 +140,7 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=40.0)
     parser.add_argument("--rates", type=float, nargs="+", default=[30.0, 60.0])
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("prediction_accuracy: needs root")
-    root = Path(tempfile.mkdtemp(prefix="lgbench-", dir="/var/tmp"))
-    root.chmod(0o755)
+    root = scratch_root("prediction_accuracy")
     rows: list[dict[str, Any]] = []
     routings: dict[float, dict[str, Any]] = {}
     try:

@@ -24,12 +24,11 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.on_testbed import linkgrad, scratch_root
 from benchmarks.prediction_accuracy import SPLIT_SITES, experiment
 from benchmarks.results_md import update_section
 from coordinator.experiment import Experiment
@@ -43,7 +42,6 @@ from testbed.lifecycle import down, up
 from testbed.topology import DEFAULT
 
 OUT = Path(__file__).with_name("out")
-LINKGRAD = str(Path(sys.executable).parent / "linkgrad")
 COPIES = ("app1", "app2")  # the edge copy, the core copy
 DELAY_MS = 10.0
 MOVED: tuple[Pair, ...] = (("app1", "db"), ("db", "app1"), ("web", "app2"), ("app2", "web"))
@@ -52,12 +50,7 @@ SETTLE_S = 5.0  # after a reload: old workers finish their requests
 
 
 def _linkgrad(env: dict[str, str], *argv: str) -> str:
-    done = subprocess.run([LINKGRAD, *argv], capture_output=True, text=True, env=env,
-                          timeout=3600, check=False)
-    if done.returncode != 0:
-        sys.exit(f"routing_accuracy: linkgrad {argv[0]} failed: {done.stdout}\n"
-                 f"{done.stderr[-3000:]}")
-    return done.stdout
+    return linkgrad("routing_accuracy", env, *argv)
 
 
 def moved_to(gradients: dict[str, dict[Pair, Curve]], old: str, new: str
@@ -208,10 +201,7 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=40.0)
     parser.add_argument("--rates", type=float, nargs="+", default=[40.0])
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("routing_accuracy: needs root")
-    root = Path(tempfile.mkdtemp(prefix="lgbench-", dir="/var/tmp"))
-    root.chmod(0o755)
+    root = scratch_root("routing_accuracy")
     results = []
     try:
         info = up(DEFAULT, "tpa", root)

@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.on_testbed import scratch_root
 from benchmarks.results_md import update_section
 from testbed.lifecycle import down, up
 from testbed.topology import DEFAULT
@@ -33,15 +32,9 @@ from testbed.topology import DEFAULT
 OUT = Path(__file__).with_name("out")
 
 
-def _root() -> Path:
-    root = Path(tempfile.mkdtemp(prefix="lgbench-", dir="/var/tmp"))
-    root.chmod(0o755)
-    return root
-
-
 def up_down_times(repeats: int) -> dict[str, float]:
     ups, downs = [], []
-    root = _root()
+    root = scratch_root("testbed_capacity")
     try:
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -118,11 +111,9 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("testbed_capacity: needs root")
     updown = up_down_times(1 if args.quick else 3)
     print(json.dumps(updown))
-    root = _root()
+    root = scratch_root("testbed_capacity")
     try:
         info = up(DEFAULT, "bn", root)
         rubis = ",".join(f"{t['path']}=1" for t in info["transactions"]

@@ -17,18 +17,17 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.on_testbed import LINKGRAD, scratch_root
 from benchmarks.results_md import update_section
 from testbed.lifecycle import down, up
 from testbed.topology import DEFAULT
 from testbed.transactions import transactions_of
 
 OUT = Path(__file__).with_name("out")
-LINKGRAD = str(Path(sys.executable).parent / "linkgrad")
 PATTERNS = ("single", "sequential", "cache", "parallel_all", "parallel_first", "async",
             "ViewItem", "balanced")
 # every link the patterns cross between servers; client<->web is left out: a server's own log
@@ -184,10 +183,7 @@ def main() -> None:
     parser.add_argument("--inject-at", choices=("receiver", "sender"), default="receiver",
                         help="which end of each link holds its packets (default receiver)")
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("testbed_gradients: needs root")
-    root = Path(tempfile.mkdtemp(prefix="lgbench-", dir="/var/tmp"))
-    root.chmod(0o755)
+    root = scratch_root("testbed_gradients")
     runs, times = [], {}
     try:
         up(DEFAULT, "tbg", root)
