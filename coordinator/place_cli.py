@@ -167,11 +167,15 @@ def result_json(problem: PlacementProblem, result: SearchResult, apps: list[App]
     for cost, placement in result.ranked:
         moves = {h: problem.sites[s] for h, s, c in zip(problem.hosts, placement,
                                                         problem.current, strict=True) if s != c}
-        per_app = {a.name: round(a.current_ms() + _app_change(problem, a, placement), 3)
-                   for a in apps}
+        per_app, notes = {}, []
+        for a in apps:  # each pair's latency change, once per app and placement
+            weights = a.weights()
+            deltas = _deltas(problem, weights, placement)
+            per_app[a.name] = round(a.current_ms() + _change(weights, deltas), 3)
+            notes += _extrapolated(a, deltas)
         ranked.append({"move": moves, "weighted_change_ms": round((cost - now) / total, 3),
                        "apps_mean_ms": per_app,
-                       "notes": [n for a in apps for n in _extrapolated(problem, a, placement)]})
+                       "notes": notes})
     return {"method": result.method, "placements_evaluated": result.evaluated,
             "seconds": round(seconds, 3),
             "gap_bound_ms": round(result.gap_ms / total, 3),
@@ -179,26 +183,27 @@ def result_json(problem: PlacementProblem, result: SearchResult, apps: list[App]
             "ranked": ranked}
 
 
-def _deltas(problem: PlacementProblem, app: App, placement: tuple[int, ...]
-            ) -> dict[tuple[str, str], float]:
-    """Each of the app's host pairs: its one-way latency change (ms) under `placement`."""
+def _deltas(problem: PlacementProblem, weights: dict[tuple[str, str], tuple[float, float]],
+            placement: tuple[int, ...]) -> dict[tuple[str, str], float]:
+    """Each weighted host pair's one-way latency change (ms) under `placement`."""
     at = {h: i for i, h in enumerate(problem.hosts)}
     lat, new, old = problem.latency_ms, placement, problem.current
     return {(a, b): float(lat[new[at[a]], new[at[b]]] - lat[old[at[a]], old[at[b]]])
-            for a, b in app.weights()}
+            for a, b in weights}
 
 
-def _app_change(problem: PlacementProblem, app: App, placement: tuple[int, ...]) -> float:
-    deltas, weights = _deltas(problem, app, placement), app.weights()
+def _change(weights: dict[tuple[str, str], tuple[float, float]],
+            deltas: dict[tuple[str, str], float]) -> float:
+    """g·Δ + c·Δ² summed over the pairs: the app's predicted change of mean (ms)."""
     return sum(g * deltas[p] + c * deltas[p] ** 2 for p, (g, c) in weights.items())
 
 
-def _extrapolated(problem: PlacementProblem, app: App, placement: tuple[int, ...]) -> list[str]:
+def _extrapolated(app: App, deltas: dict[tuple[str, str], float]) -> list[str]:
     """Pairs whose latency would change by more than the run measured them with (ch. 6)."""
     measured = app.run.measured_ms
     return [f"{app.name}: {a}->{b} changes by {d:+.1f} ms, beyond the {measured[(a, b)]:g} ms "
             "it was measured with (extrapolated)"
-            for (a, b), d in sorted(_deltas(problem, app, placement).items())
+            for (a, b), d in sorted(deltas.items())
             if (a, b) in measured and abs(d) > measured[(a, b)] + 1e-9]
 
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from coordinator.errors import InputError, Problem, RuntimeFailure
+from coordinator.routing import VARIABLE, nginx_fixed_ratio
 from testbed.netns import TestbedPlan
 
 # "combined" + $request_time + $msec: millisecond end stamps and the response time
@@ -22,7 +23,7 @@ LOG_FORMAT = (
 )
 APP_PORT = 8000
 ROUTES = "routes.conf"
-DEFAULT_ROUTES = "map $request_uri $linkgrad_upstream { default app_first; }\n"
+DEFAULT_ROUTES = nginx_fixed_ratio(1.0, ("app_first", "app_first"))  # all to app_first
 
 
 def nginx_conf(plan: TestbedPlan, directory: Path) -> str:
@@ -63,7 +64,7 @@ http {{
         proxy_http_version 1.1;
         proxy_set_header Connection "";
         location /lb/ {{ proxy_pass http://app_all; }}
-        location / {{ proxy_pass http://$linkgrad_upstream; }}
+        location / {{ proxy_pass http://${VARIABLE}; }}
     }}
 }}
 """
