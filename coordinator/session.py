@@ -74,8 +74,9 @@ class Session:
         return self.injectors[host]
 
     def link_injector(self, src_host: str, dst_host: str) -> RemoteDaemon:
-        """The daemon that delays src->dst: the receiver's by default (`inject_at`), where
-        holding a packet costs the sending socket nothing, as a network's delay would not."""
+        """The daemon that delays src->dst, as `inject_at` says: the receiver's holds a packet
+        at no cost to the sending socket, as a network's delay would; the sender's (default)
+        keeps it charged there."""
         at = self.experiment.parameters.inject_at
         return self.injector(dst_host if at == "receiver" else src_host)
 
