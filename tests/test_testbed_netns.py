@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.stats import trim_mean
 
 from coordinator.spectral.square_wave import SquareWave
 from coordinator.weblog import read_log
@@ -123,6 +124,7 @@ def test_a_constant_delay_moves_each_mean_by_gradient_times_delay(testbed):
         daemon.stdin.close()
         daemon.wait(timeout=15)
         daemon.stdout.close()
+    shifts = {}
     for n in names:
         on, off = [], []
         for r in rows:
@@ -132,13 +134,16 @@ def test_a_constant_delay_moves_each_mean_by_gradient_times_delay(testbed):
                     or into > wave.period_s / 2 - 0.3:  # may cross the link after an edge
                 continue
             (on if wave.is_on(np.array([start]))[0] else off).append(float(r["ms"]))
+        # trimmed: one scheduling stall of a few hundred ms among ~50 requests (seen on CI)
+        # would move a plain mean by several ms; a location shift moves both alike
+        shifts[n] = trim_mean(on, 0.1) - trim_mean(off, 0.1)
+    for n, shift in shifts.items():
         expected = by_name[n]["expected"][f"app1->{db['name']}"] * 20
-        shift = np.mean(on) - np.mean(off)
         # single has N(100, 30) ms of its own noise; the ideal crossing count holds at low
         # load: on a busy machine a transaction that waits longer also queues longer for the
         # CPU (seen: StoreBid +88 ms for 80 with both cores busy), hence 10% of it at least
         tolerance = 15 if n == "single" else max(5.0, 0.1 * expected)
-        assert shift == pytest.approx(expected, abs=tolerance), (n, shift, expected)
+        assert shift == pytest.approx(expected, abs=tolerance), (n, expected, shifts)
 
 
 def _served_by(info: dict, paths: list[str]) -> list[str]:
