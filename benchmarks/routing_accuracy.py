@@ -120,7 +120,7 @@ def measure(root: Path, info: dict[str, Any], rate: float, window_s: float) -> d
         problems = session.close()
     if problems:
         sys.exit("routing_accuracy: cleanup: " + "; ".join(problems))
-    applied = applied_changes(stats)
+    applied = applied_changes(stats, schedule="1", phase="constant")
     at = {"app1": predict(before["app1"], run.gradients, applied),
           "app2": predict(before["app2"], moved_to(run.gradients, "app1", "app2"), applied)}
     to = {n: COPIES[0] if t["to"] == "edge" else COPIES[1]

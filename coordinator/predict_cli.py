@@ -42,10 +42,11 @@ def add_predict_parser(sub: Any) -> None:
     p.add_argument("--placement", required=True, type=Path, action="append",
                    metavar="NEW.yaml", help="where components move (repeatable: compared)")
     p.add_argument("--validate", action="store_true",
-                   help="apply each placement's latency changes with constant delays on the "
+                   help="apply each placement's latency changes with delays on the "
                         "live system (the run's experiment) and measure the response times")
     p.add_argument("--window-s", type=float, default=60.0,
-                   help="with --validate: seconds measured before and under each placement")
+                   help="with --validate: seconds measured at the current latencies and under "
+                        "each placement (in three turns each)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=predict_command)
 

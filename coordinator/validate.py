@@ -1,14 +1,14 @@
 """`linkgrad predict --validate`: apply a placement's latency changes for real and measure.
 
 For each placement, the links of every host pair whose latency grows (the protocols the run
-saw between them) go through the injector at 0 ms while every transaction's mean response
-time is measured, then at the pair's latency change while it is measured again. Both windows
-thus share the NFQUEUE detour (as the square wave's on and off phases did), and the latency
-change is the delay the injector actually applied. The prediction is remade from the first
-window (the system may have drifted since the run) and the applied delays, and the measured
-mean is compared with it: `inside` allows for the measured mean's own standard error,
-`inside_mean_ci` does not. A live system cannot be made faster: a placement that shortens a
-latency is refused.
+saw between them) go through the injector, and their delay is switched off and on in turn
+(`alternation`: off, on, off, on, off, on, off) while every transaction's mean response time is
+measured on each side. Both sides share the NFQUEUE detour (as the square wave's on and off
+phases did), the latency change is the delay the injector actually applied, and a drift of the
+machine's load weighs both sides alike. The prediction is remade from the off side (the system
+may have drifted since the run) and the applied delays, and the on side's mean is compared with
+it: `inside` allows for the measured mean's own standard error, `inside_mean_ci` does not. A
+live system cannot be made faster: a placement that shortens a latency is refused.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from coordinator.alternation import OFF, ON, Alternation
 from coordinator.errors import InputError, Problem, RuntimeFailure
 from coordinator.experiment import Experiment
 from coordinator.prediction import Z95, Estimate, batch_mean, predict
@@ -29,10 +30,14 @@ from coordinator.run_files import Pair, RunInputs
 from coordinator.session import Session, sigterm_as_interrupt, sleep_checking
 from coordinator.transactions import group_by_transaction, patterns_from
 from coordinator.watch import WATCH_S, Baseline, check_limits
+from coordinator.weblog import RequestLog
 
 WARMUP_S = 10.0  # the workload's first seconds, before anything is measured
 SETTLE_S = 3.0  # requests in flight when the delay starts finish under the old latency
 TAIL_S = 3.0  # requests that started in a window are still being logged
+CYCLES = 3  # on sub-windows per placement (and one more off)
+GUARD_S = 2.0  # not measured after an edge (queues settle) nor before it (requests finish)
+LEAD_S = 1.0  # from setting the schedules to the first off sub-window
 
 
 def validate_placements(run: RunInputs, results: list[dict[str, Any]], window_s: float,
@@ -48,10 +53,11 @@ def validate_placements(run: RunInputs, results: list[dict[str, Any]], window_s:
     experiment = Experiment.model_validate(
         json.loads((run.run_dir / "experiment.json").read_text()))
     caps = experiment.parameters
-    if 3 * window_s + 60 > caps.max_duration_s:
-        raise InputError(Problem(f"each placement keeps delays on for 3 x {window_s:g} s + 60 s, "
-                                 f"beyond the experiment's max_duration_s "
-                                 f"{caps.max_duration_s:g}", field="--window-s"))
+    if _links_kept_s(window_s) > caps.max_duration_s:
+        raise InputError(Problem(f"each placement keeps its links in the injector for "
+                                 f"{_links_kept_s(window_s):g} s with this window, beyond the "
+                                 f"experiment's max_duration_s {caps.max_duration_s:g}",
+                                 field="--window-s"))
     for r in results:
         big = [f"{a}->{b}" for (a, b), d in r["_changes"].items() if d.mean > caps.max_delay_ms]
         if big:
@@ -73,27 +79,27 @@ def validate_placements(run: RunInputs, results: list[dict[str, Any]], window_s:
         raise RuntimeFailure("cleanup: " + "; ".join(problems))
 
 
+def _links_kept_s(window_s: float) -> float:
+    return Alternation.for_window(0.0, window_s, CYCLES, GUARD_S).duration_s + LEAD_S + 60
+
+
 def _validate_one(session: Session, run: RunInputs, result: dict[str, Any], window_s: float,
                   say: Callable[[str], None]) -> dict[str, Any]:
     planned: dict[Pair, Estimate] = result["_changes"]
-    links = add_links(session, run, planned, 3 * window_s + 60)
+    links = add_links(session, run, planned, _links_kept_s(window_s))
     stats = []
     try:
-        say(f"{result['placement']}: {len(links)} link(s) through the injector; measuring now")
-        sleep_checking(SETTLE_S)
-        before, base = measure_window(session, window_s)
+        alternation = Alternation.for_window(time.time() + LEAD_S, window_s, CYCLES, GUARD_S)
         for pair, injector, link_id in links:
-            schedule = {"kind": "constant", "magnitude_ms": planned[pair].mean,
-                        "duration_s": 2 * window_s + 60}  # it ends by itself too
-            injector.request("schedule", link_id=link_id, schedule=schedule)
-        say(f"{result['placement']}: latencies changed; measuring")
-        sleep_checking(SETTLE_S)
-        after, _ = measure_window(session, window_s, base)
+            injector.request("schedule", link_id=link_id,
+                             schedule=alternation.schedule(planned[pair].mean))
+        say(f"{result['placement']}: {len(links)} link(s) through the injector, their delay "
+            f"off and on in turn for {alternation.duration_s:.0f} s")
+        before, after = measure_alternation(session, alternation)
     finally:
         for pair, injector, link_id in links:
             stats.append((pair, injector.request("remove", link_id=link_id)["stats"]))
-    sleep_checking(TAIL_S)
-    measured_delays = applied_changes(stats)
+    measured_delays = applied_changes(stats, schedule="1", phase="on")
     applied = {**planned, **measured_delays}
     predictions = predict(before, run.gradients, applied)
     out: dict[str, Any] = {}
@@ -110,26 +116,25 @@ def _validate_one(session: Session, run: RunInputs, result: dict[str, Any], wind
                      "error": round((measured.mean - p.predicted_ms) / measured.mean, 4),
                      "inside": abs(measured.mean - p.predicted_ms) <= half,
                      "inside_mean_ci": lo <= measured.mean <= hi}
-    return {"window_s": window_s, "transactions": out,
+    return {"window_s": window_s, "cycles": CYCLES, "transactions": out,
             "applied_ms": {f"{a}->{b}": {"mean": round(e.mean, 4), "se": round(e.se, 4)}
                            for (a, b), e in sorted(measured_delays.items())}}
 
 
-def applied_changes(stats: list[tuple[Pair, dict[str, Any]]]) -> dict[Pair, Estimate]:
-    """Per pair, the mean delay the injector applied under the placement (schedule 1) less
-    what holding a packet cost at 0 ms (schedule 0): the latency change made for real.
-    Several protocols of one pair are pooled by packet count."""
+def applied_changes(stats: list[tuple[Pair, dict[str, Any]]], schedule: str,
+                    phase: str) -> dict[Pair, Estimate]:
+    """Per pair, the mean delay the injector applied in `phase` of `schedule` (its id): the
+    latency change made for real. The NFQUEUE detour itself is outside the daemon's clock, and
+    both sides pay it. Several protocols of one pair are pooled by packet count."""
     sums: dict[Pair, list[float]] = {}
     for pair, s in stats:
-        on = s["schedules"].get("1", {}).get("constant", {}).get("actual", {})
-        zero = s["schedules"].get("0", {}).get("constant", {}).get("actual", {})
+        on = s["schedules"].get(schedule, {}).get(phase, {}).get("actual", {})
         if not on.get("count"):
             continue
         n, mean, std = on["count"], on["mean_ms"], on["std_ms"] or 0.0
-        offset = zero["mean_ms"] if zero.get("count") else 0.0
         acc = sums.setdefault(pair, [0.0, 0.0, 0.0])
         acc[0] += n
-        acc[1] += n * (mean - offset)
+        acc[1] += n * mean
         acc[2] += n * std**2
     return {pair: Estimate(total / n, math.sqrt(var / n) / math.sqrt(n))
             for pair, (n, total, var) in sums.items()}
@@ -157,6 +162,48 @@ def add_links(session: Session, run: RunInputs, changes: dict[Pair, Estimate],
     return added
 
 
+def measure_alternation(session: Session, alternation: Alternation
+                        ) -> tuple[dict[str, Estimate], dict[str, Estimate]]:
+    """Every transaction's mean with the delay off and with it on (requests that start in a
+    sub-window, clear of its guards). The first off sub-window is the baseline of the abort
+    limits, watched from then on."""
+    log, p = session.log, session.experiment.parameters
+    assert log is not None
+    first_end = alternation.start_s + alternation.half_s
+    sleep_checking(first_end + TAIL_S - time.time())
+    snap = log.snapshot()
+    side, _ = alternation.sides(snap.start_s)
+    base = _baseline(snap, (side == OFF) & (snap.start_s < first_end), alternation.usable_s,
+                     first_end)
+
+    def safe() -> None:
+        if time.time() > first_end + WATCH_S:
+            check_limits(log.rate_per_s(WATCH_S), log.recent(WATCH_S), base, p,
+                         "validating a placement")
+
+    sleep_checking(alternation.end_s - time.time(), safe)
+    sleep_checking(TAIL_S)
+    snap = log.snapshot()
+    side, measured_s = alternation.sides(snap.start_s)
+    groups = group_by_transaction(snap.url, patterns_from(session.experiment.transactions))
+    means: tuple[dict[str, Estimate], dict[str, Estimate]] = ({}, {})
+    for name, rows in groups.items():
+        for which in (OFF, ON):
+            mine = rows[side[rows] == which]
+            if len(mine) >= 2:
+                means[which][name] = batch_mean(measured_s[mine], snap.response_s[mine] * 1e3)
+    return means
+
+
+def _baseline(snap: RequestLog, inside: np.ndarray, seconds: float, end_s: float) -> Baseline:
+    """What the abort limits compare with: the requests `inside` a stretch of `seconds`."""
+    failed = snap.failed()
+    return Baseline(end_s, float(inside.sum() / seconds),
+                    float(np.mean(snap.response_s[inside]) * 1e3) if inside.any() else 0,
+                    float(failed[inside].mean()) if failed is not None and inside.any()
+                    else None)
+
+
 def measure_window(session: Session, window_s: float,
              base: Baseline | None = None) -> tuple[dict[str, Estimate], Baseline]:
     """Every transaction's mean over the next `window_s` (requests that start in it), and what
@@ -180,8 +227,4 @@ def measure_window(session: Session, window_s: float,
         rows = rows[inside[rows]]
         if len(rows) >= 2:
             means[name] = batch_mean(snap.start_s[rows], snap.response_s[rows] * 1e3)
-    failed = snap.failed()
-    return means, Baseline(start + window_s, float(inside.sum() / window_s),
-                           float(np.mean(snap.response_s[inside]) * 1e3) if inside.any() else 0,
-                           float(failed[inside].mean()) if failed is not None and inside.any()
-                           else None)
+    return means, _baseline(snap, inside, window_s, start + window_s)
