@@ -163,7 +163,7 @@ async: a few ms) the intervals are a few hundredths wide. The S2/S3 patterns (si
 sequential, cache, parallel_*, balanced) carry N(100, 30) and N(200, 60) ms of service time, so
 at 15 ms one measurement's interval is a few tenths wide; `linkgrad plan` and `half_width` say
 what a wanted precision needs (the thesis used 256-384 s windows and 30-80 ms for these).
-Injected at the sender (`--inject-at sender`, the experiment default), app1->web read about 2
+Injected at the sender (`--inject-at sender`), app1->web read about 2
 for every transaction where the crossing count says 1, and the load generator's own latencies
 agreed (+21.5 ms for 10 ms on app1->web alone). The cause is the injector, not the application:
 a packet held in the sender's NFQUEUE stays charged to its socket, so TCP autocorking holds

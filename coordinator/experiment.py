@@ -77,11 +77,9 @@ class Parameters(_Strict):
     magnitudes_ms: tuple[float, ...] = Field((), description="measure every link at each of "
                                              "these delays (the curvature of thesis ch. 6)")
     inject_at: Literal["receiver", "sender"] = Field(
-        "sender", description="which end of a link holds its packets. The sender keeps held "
-        "packets charged to the socket, so TCP autocorking holds its next write back and "
-        "two-piece responses pay the delay twice; the receiver delays them as a network does, "
-        "but predict --validate over-predicts by about 2% with it (not yet explained), so it "
-        "is not yet the default")
+        "receiver", description="which end of a link holds its packets. The receiver delays "
+        "them as a network does; the sender keeps held packets charged to the socket, so TCP "
+        "autocorking holds its next write back and two-piece responses pay the delay twice")
 
     @field_validator("magnitudes_ms")
     @classmethod

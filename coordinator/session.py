@@ -75,7 +75,7 @@ class Session:
 
     def link_injector(self, src_host: str, dst_host: str) -> RemoteDaemon:
         """The daemon that delays src->dst, as `inject_at` says: the receiver's holds a packet
-        at no cost to the sending socket, as a network's delay would; the sender's (default)
+        at no cost to the sending socket, as a network's delay would (the default); the sender's
         keeps it charged there."""
         at = self.experiment.parameters.inject_at
         return self.injector(dst_host if at == "receiver" else src_host)

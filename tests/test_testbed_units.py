@@ -98,7 +98,7 @@ def test_the_reference_experiment_is_valid_and_errors_point_at_lines(tmp_path):
     assert experiment.web_log.host == "web"
     assert experiment.ssh.config == shipped.parent / "ssh_config"
     assert experiment.parameters.exclude == ("->web",)
-    assert experiment.parameters.inject_at == "sender"
+    assert experiment.parameters.inject_at == "receiver"
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nhosts: [{name: a}]\nssh: {config: c}\n"
                    "web_log: {host: b, path: /l}\ntransactions: {t: '('}\n"
