@@ -109,8 +109,9 @@ def to_markdown(rows: list[dict[str, Any]], routings: dict[float, dict[str, Any]
         f"Testbed, {', '.join(f'{r:g}' for r in args.rates)} req/s open-loop. Gradients from a "
         "`linkgrad run` at each rate (app1↔db and web↔app1, 12 ms, 6 cycles of 6 s, two at "
         "once); the sites of `experiments/placement/now.yaml` (east 10 ms and west 5 ms one way "
-        f"from here); each placement applied for real by `predict --validate` ({args.window_s:g} s "
-        "windows: the current response times, then under the placement). Inside = the measured "
+        f"from here); each placement applied for real by `predict --validate` (its delays off "
+        f"and on in turn, {args.window_s:g} s measured each way). Every delay is held at the "
+        "receiver (`inject_at`'s default). Inside = the measured "
         "mean within the prediction's 95% interval widened by the measurement's own standard "
         "error.",
         "",
