@@ -33,7 +33,6 @@ from coordinator.watch import WATCH_S, Baseline, check_limits
 from coordinator.weblog import RequestLog
 
 WARMUP_S = 10.0  # the workload's first seconds, before anything is measured
-SETTLE_S = 3.0  # requests in flight when the delay starts finish under the old latency
 TAIL_S = 3.0  # requests that started in a window are still being logged
 CYCLES = 3  # on sub-windows per placement (and one more off)
 GUARD_S = 2.0  # not measured after an edge (queues settle) nor before it (requests finish)
