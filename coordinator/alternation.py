@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from coordinator.spectral.square_wave import SquareWave
+
 OFF, ON, NEITHER = 0, 1, -1
 
 
@@ -49,9 +51,8 @@ class Alternation:
 
     def schedule(self, magnitude_ms: float) -> dict[str, Any]:
         """The injector's square wave (on first), starting after the first off sub-window."""
-        return {"kind": "square", "start": self.start_s + self.half_s,
-                "period_s": 2 * self.half_s, "cycles": self.cycles,
-                "magnitude_ms": magnitude_ms}
+        return SquareWave(self.start_s + self.half_s, 2 * self.half_s, self.cycles,
+                          magnitude_ms / 1e3).injector_schedule()
 
     def sides(self, start_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For requests that started at `start_s`: OFF, ON or NEITHER (outside, or within a

@@ -87,10 +87,8 @@ def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWav
     try:
         for link, wave in waves:
             injector = session.link_injector(link.src_host, link.dst_host)
-            schedule = {"kind": "square", "start": wave.start_s, "period_s": wave.period_s,
-                        "magnitude_ms": wave.magnitude_s * 1e3, "cycles": wave.cycles}
             link_id = injector.request("add", link=link.injector_link(),
-                                       schedule=schedule)["link_id"]
+                                       schedule=wave.injector_schedule())["link_id"]
             added.append((injector, link_id))
         assert session.log is not None
         log = session.log

@@ -52,9 +52,9 @@ def validate_placements(run: RunInputs, results: list[dict[str, Any]], window_s:
     experiment = Experiment.model_validate(
         json.loads((run.run_dir / "experiment.json").read_text()))
     caps = experiment.parameters
-    if _links_kept_s(window_s) > caps.max_duration_s:
+    if (kept_s := _links_kept_s(window_s)) > caps.max_duration_s:
         raise InputError(Problem(f"each placement keeps its links in the injector for "
-                                 f"{_links_kept_s(window_s):g} s with this window, beyond the "
+                                 f"{kept_s:g} s with this window, beyond the "
                                  f"experiment's max_duration_s {caps.max_duration_s:g}",
                                  field="--window-s"))
     for r in results:
@@ -184,13 +184,20 @@ def measure_alternation(session: Session, alternation: Alternation
     sleep_checking(TAIL_S)
     snap = log.snapshot()
     side, measured_s = alternation.sides(snap.start_s)
+    return (_transaction_means(session, snap, side == OFF, measured_s),
+            _transaction_means(session, snap, side == ON, measured_s))
+
+
+def _transaction_means(session: Session, snap: RequestLog, inside: np.ndarray,
+                       t_s: np.ndarray) -> dict[str, Estimate]:
+    """Each transaction's mean over its requests `inside`, batched in equal stretches of
+    `t_s` (a transaction with fewer than two has none)."""
     groups = group_by_transaction(snap.url, patterns_from(session.experiment.transactions))
-    means: tuple[dict[str, Estimate], dict[str, Estimate]] = ({}, {})
+    means = {}
     for name, rows in groups.items():
-        for which in (OFF, ON):
-            mine = rows[side[rows] == which]
-            if len(mine) >= 2:
-                means[which][name] = batch_mean(measured_s[mine], snap.response_s[mine] * 1e3)
+        mine = rows[inside[rows]]
+        if len(mine) >= 2:
+            means[name] = batch_mean(t_s[mine], snap.response_s[mine] * 1e3)
     return means
 
 
@@ -220,10 +227,5 @@ def measure_window(session: Session, window_s: float,
     sleep_checking(TAIL_S)
     snap = log.snapshot()
     inside = (snap.start_s >= start) & (snap.start_s < start + window_s)
-    groups = group_by_transaction(snap.url, patterns_from(session.experiment.transactions))
-    means = {}
-    for name, rows in groups.items():
-        rows = rows[inside[rows]]
-        if len(rows) >= 2:
-            means[name] = batch_mean(snap.start_s[rows], snap.response_s[rows] * 1e3)
-    return means, _baseline(snap, inside, window_s, start + window_s)
+    return (_transaction_means(session, snap, inside, snap.start_s),
+            _baseline(snap, inside, window_s, start + window_s))

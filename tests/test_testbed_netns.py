@@ -112,9 +112,8 @@ def test_a_constant_delay_moves_each_mean_by_gradient_times_delay(testbed):
     wave = SquareWave(time.time() + 2.0, 4.0, 3, 0.02)
     try:
         assert json.loads(daemon.stdout.readline())["event"] == "ready"
-        schedule = {"kind": "square", "start": wave.start_s, "period_s": wave.period_s,
-                    "cycles": wave.cycles, "magnitude_ms": 20}
-        daemon.stdin.write(json.dumps({"id": 1, "cmd": "add", "schedule": schedule,
+        daemon.stdin.write(json.dumps({"id": 1, "cmd": "add",
+                                       "schedule": wave.injector_schedule(),
                                        "link": {"proto": "tcp", "dst": f"{db['address']}:5432"}})
                            + "\n")
         daemon.stdin.flush()
