@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.results_md import update_section
-from tests.netns_tools.hosts import DaemonClient, Hosts, make_pair, make_routed
+from testbed.pairs.hosts import DaemonClient, Hosts, make_pair, make_routed
 
 OUT = Path(__file__).with_name("out")
 UDP_ECHO, UDP_SINK = 7201, 7202

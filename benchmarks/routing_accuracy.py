@@ -31,12 +31,12 @@ from typing import Any
 from benchmarks.on_testbed import linkgrad, scratch_root
 from benchmarks.prediction_accuracy import SPLIT_SITES, experiment
 from benchmarks.results_md import update_section
-from coordinator.experiment import Experiment
-from coordinator.prediction import Z95, Curve, Estimate, predict
-from coordinator.routing import nginx_fixed_ratio
-from coordinator.run_files import Pair, load_run
-from coordinator.session import Session, sleep_checking
-from coordinator.validate import add_links, applied_changes, measure_window
+from coordinator.config.experiment import Experiment
+from coordinator.config.run_dir import Pair, load_run
+from coordinator.core.prediction import Z95, Curve, Estimate, predict
+from coordinator.core.routing import nginx_fixed_ratio
+from coordinator.live.session import Session, sleep_checking
+from coordinator.live.validate import add_links, applied_changes, measure_window
 from testbed import nginx
 from testbed.lifecycle import down, up
 from testbed.topology import DEFAULT

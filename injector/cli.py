@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from coordinator.errors import InputError, Problem
+from common.errors import InputError, Problem
 from injector.engine import Engine
 from injector.link import Endpoint, Link, parse_endpoint
 from injector.netem import NetemDelay, NetemUnavailable

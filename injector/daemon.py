@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from coordinator.errors import InputError, LinkgradError, Problem
+from common.errors import InputError, LinkgradError, Problem
 from injector.engine import Engine
 from injector.link import Endpoint, Link, parse_endpoint
 from injector.schedule import Caps, schedule_from_json

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.errors import InputError, Problem, RuntimeFailure
+from common.errors import InputError, Problem, RuntimeFailure
 from injector.holding import HoldingLine
 from injector.link import Link
 from injector.nfq import bind_queue

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from coordinator.errors import InputError, Problem
+from common.errors import InputError, Problem
 
 PROTOCOLS = ("tcp", "udp", "icmp")
 

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from coordinator.errors import InputError, Problem, RuntimeFailure
+from common.errors import InputError, Problem, RuntimeFailure
 from injector.calipers import Calipers
 from injector.schedule import OFF, Schedule
 

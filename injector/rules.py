@@ -18,7 +18,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from coordinator.errors import RuntimeFailure
+from common.errors import RuntimeFailure
 from injector.link import Link
 
 JUMPS = (("OUTPUT",), ("FORWARD",), ("INPUT", "!", "-i", "lo"))  # hook, then its match

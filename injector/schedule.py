@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from coordinator.errors import InputError, Problem
+from common.errors import InputError, Problem
 
 OFF, ON, CONSTANT = "off", "on", "constant"
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from coordinator.errors import RuntimeFailure
+from common.errors import RuntimeFailure
 from testbed.netns import HostPlan, Step, TestbedPlan
 from testbed.state import State
 

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from coordinator.errors import InputError, Problem, RuntimeFailure
+from common.errors import InputError, Problem, RuntimeFailure
 from testbed import nginx
 from testbed.lifecycle import down, status, up
 from testbed.netns import TAG

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from coordinator.errors import RuntimeFailure
+from common.errors import RuntimeFailure
 from testbed import nginx, postgres, sshd
 from testbed.addressing import free_subnet, networks_in_use
 from testbed.build import Builder, namespace_pids, port_open, teardown, wait_until

@@ -12,8 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from coordinator.errors import InputError, Problem, RuntimeFailure
-from coordinator.routing import VARIABLE, nginx_fixed_ratio
+from common.errors import InputError, Problem, RuntimeFailure
+from coordinator.core.routing import VARIABLE, nginx_fixed_ratio
 from testbed.netns import TestbedPlan
 
 # "combined" + $request_time + $msec: millisecond end stamps and the response time

@@ -7,7 +7,7 @@ import glob
 import shutil
 from pathlib import Path
 
-from coordinator.errors import RuntimeFailure
+from common.errors import RuntimeFailure
 from testbed.build import sh
 from testbed.netns import HostPlan
 

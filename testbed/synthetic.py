@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from coordinator.spectral.square_wave import SquareWave
+from common.square_wave import SquareWave
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from coordinator.yamlconf import load_yaml
+from common.yamlconf import load_yaml
 
 Role = Literal["client", "web", "app", "db", "cache"]
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")

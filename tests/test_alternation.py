@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coordinator.alternation import NEITHER, OFF, ON, Alternation
+from coordinator.core.alternation import NEITHER, OFF, ON, Alternation
 from injector.schedule import Caps, schedule_from_json
 
 ALT = Alternation.for_window(1000.0, 30.0, cycles=3, guard_s=2.0)  # sub-windows of 14 s

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coordinator.cli import main
-from coordinator.spectral.square_wave import SquareWave
+from common.square_wave import SquareWave
+from coordinator.cli.main import main
 from testbed.synthetic import NoiseSpec, generate, standard_workload
 from testbed.synthetic_log import EXAMPLE_LOG_FORMAT, injection_record, write_nginx_log
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.netns_tools.hosts import DaemonClient, Hosts, make_pair, make_routed
+from testbed.pairs.hosts import DaemonClient, Hosts, make_pair, make_routed
 
 pytestmark = [
     pytest.mark.netns,

@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from coordinator.errors import InputError
+from common.errors import InputError
 from injector.holding import HoldingLine
 from injector.link import Endpoint, Link, parse_endpoint
 from injector.nfq import fail_open_message
@@ -153,7 +153,7 @@ def test_fail_open_config_message_layout():
 
 
 def test_engine_refuses_to_start_without_root(monkeypatch):
-    from coordinator.errors import RuntimeFailure
+    from common.errors import RuntimeFailure
     from injector import engine
 
     monkeypatch.setattr(engine.os, "geteuid", lambda: 1000)
@@ -163,7 +163,7 @@ def test_engine_refuses_to_start_without_root(monkeypatch):
 
 
 def test_missing_iptables_is_a_clear_error():
-    from coordinator.errors import RuntimeFailure
+    from common.errors import RuntimeFailure
     from injector.rules import Firewall
 
     with pytest.raises(RuntimeFailure, match="iptables-nonexistent not found"):

@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from coordinator.placement_search import (
+from coordinator.core.placement import (
     PlacementProblem,
     exhaustive,
     local_search,
@@ -106,7 +106,7 @@ def test_local_search_scales_to_a_thousand_components():
 
 
 def test_place_ranks_moving_the_database_next_to_its_app_server(tmp_path, capsys):
-    from coordinator.cli import main
+    from coordinator.cli.main import main
     from tests.test_prediction import _run_dir
 
     d = _run_dir(tmp_path)
@@ -132,7 +132,7 @@ def test_place_ranks_moving_the_database_next_to_its_app_server(tmp_path, capsys
 
 
 def test_place_uses_the_curvature_of_links_measured_at_two_delays(tmp_path, capsys):
-    from coordinator.cli import main
+    from coordinator.cli.main import main
     from tests.test_prediction import _run_dir
 
     d = _run_dir(tmp_path)
@@ -164,7 +164,7 @@ def test_place_uses_the_curvature_of_links_measured_at_two_delays(tmp_path, caps
 
 
 def test_routing_sends_each_transaction_to_its_better_copy():
-    from coordinator.routing import advise
+    from coordinator.core.routing import advise
 
     advice = advise({"db_heavy": 0.6, "web_heavy": 0.4},
                     ({"db_heavy": 100.0, "web_heavy": 20.0},  # copy near the web server
@@ -179,7 +179,7 @@ def test_routing_sends_each_transaction_to_its_better_copy():
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed")
 def test_routing_advice_and_fixed_ratios_become_nginx_config_nginx_accepts(tmp_path):
-    from coordinator.routing import advise, nginx_fixed_ratio, nginx_map
+    from coordinator.core.routing import advise, nginx_fixed_ratio, nginx_map
 
     advice = advise({"db_heavy": 0.6, "web_heavy": 0.4},
                     ({"db_heavy": 100.0, "web_heavy": 20.0}, {"db_heavy": 30.0, "web_heavy": 60.0}))
@@ -212,7 +212,7 @@ http {{
 
 
 def test_route_command_on_a_run(tmp_path, capsys):
-    from coordinator.cli import main
+    from coordinator.cli.main import main
     from tests.test_prediction import _run_dir
 
     d = _run_dir(tmp_path)

@@ -132,6 +132,6 @@ def test_latency_measures_every_pair_and_sees_an_injected_delay(testbed):
     # connects on two busy cores carry their own scheduling delay)
     extra = measured["app1<->db"]["mean_ms"] - statistics.median(others)
     assert extra == pytest.approx(5.0, abs=0.75)
-    from coordinator.placement import load_latencies
+    from coordinator.config.latencies import load_latencies
 
     assert len(load_latencies(testbed / "measured.yaml").latency_ms) == len(measured)

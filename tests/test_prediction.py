@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from coordinator.errors import InputError
-from coordinator.placement import Latencies, Placement, latency_changes, one_way
-from coordinator.prediction import Curve, Estimate, batch_mean, predict
-from coordinator.run_files import RunInputs, pair_gradients, unmeasured
+from common.errors import InputError
+from coordinator.config.latencies import Latencies, Placement, latency_changes, one_way
+from coordinator.config.run_dir import RunInputs, pair_gradients, unmeasured
+from coordinator.core.prediction import Curve, Estimate, batch_mean, predict
 
 HOSTS = ["web", "app1", "db"]
 NOW = Latencies.model_validate({
@@ -123,7 +123,7 @@ def _run_dir(tmp_path):
 
 
 def test_predict_command_prints_every_placement_as_json(tmp_path, capsys):
-    from coordinator.cli import main
+    from coordinator.cli.main import main
 
     d = _run_dir(tmp_path)
     code = main(["predict", "--gradients", str(d / "gradients.json"), "--latencies",
@@ -145,8 +145,8 @@ def test_predict_command_prints_every_placement_as_json(tmp_path, capsys):
 
 
 def test_measured_round_trips_become_a_latencies_file_predict_reads(tmp_path):
-    from coordinator.latency_cli import latencies_yaml, one_way_ms
-    from coordinator.placement import load_latencies
+    from coordinator.cli.latency import latencies_yaml, one_way_ms
+    from coordinator.config.latencies import load_latencies
 
     e = one_way_ms([0.010, 0.012, 0.011, 0.011])
     assert e.mean == pytest.approx(5.5)  # ms, one way
@@ -166,7 +166,7 @@ def test_measured_round_trips_become_a_latencies_file_predict_reads(tmp_path):
 def test_the_shipped_placement_examples_load_and_predict(tmp_path, capsys):
     from pathlib import Path
 
-    from coordinator.cli import main
+    from coordinator.cli.main import main
 
     d = _run_dir(tmp_path)
     examples = Path(__file__).parent.parent / "experiments" / "placement"
@@ -179,7 +179,7 @@ def test_the_shipped_placement_examples_load_and_predict(tmp_path, capsys):
 
 
 def test_a_link_measured_at_two_delays_gives_its_curvature_and_the_prediction_uses_it():
-    from coordinator.run_files import fit_curve
+    from coordinator.config.run_dir import fit_curve
 
     # queueing: 1 ms per ms at small delays, growing: effect = d + 0.02 d^2
     points = [(m, (m + 0.02 * m * m) / m, 0.001) for m in (5.0, 20.0)]

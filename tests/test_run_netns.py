@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.netns_tools.hosts import sh
+from testbed.pairs.hosts import sh
 from tests.netns_tools.testbeds import (
     LINKGRAD,
     TESTBED_MARKS,

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from coordinator.graph import build_graph, select
-from coordinator.run import group_waves, rough_rescale
-from coordinator.schedule_plan import WavePlan
+from coordinator.core.graph import build_graph, select
+from coordinator.core.wave_plan import WavePlan
+from coordinator.live.run import group_waves, rough_rescale
 
 
 def test_concurrent_waves_are_orthogonal_and_share_no_harmonic():
@@ -62,7 +62,7 @@ def test_log_follower_throughput_counts_recent_lines_without_parsing():
     import threading
     import time
 
-    from coordinator.logfollow import LogFollower
+    from coordinator.live.logfollow import LogFollower
 
     follower = object.__new__(LogFollower)  # no SSH: only the bookkeeping
     follower._lock = threading.Lock()
@@ -76,7 +76,7 @@ def test_log_follower_throughput_counts_recent_lines_without_parsing():
 
 
 def test_session_close_tries_every_host_and_reports_each_failure():
-    from coordinator.session import Session
+    from coordinator.live.session import Session
 
     closed = []
 
@@ -99,7 +99,7 @@ def test_session_close_tries_every_host_and_reports_each_failure():
 
 
 def _requests(status: list[int]):
-    from coordinator.weblog.model import RequestLog
+    from coordinator.core.weblog.model import RequestLog
 
     n = len(status)
     url = np.empty(n, dtype=object)
@@ -109,8 +109,8 @@ def _requests(status: list[int]):
 
 
 def test_limits_abort_on_a_throughput_drop_or_an_error_rise_against_training():
-    from coordinator.experiment import Parameters
-    from coordinator.watch import Aborted, Baseline, check_limits, failed_fraction
+    from coordinator.config.experiment import Parameters
+    from coordinator.core.watch import Aborted, Baseline, check_limits, failed_fraction
 
     p = Parameters(throughput_drop_limit=0.3, error_rate_limit=0.05)
     base = Baseline(end_s=0.0, rate_per_s=100.0, mean_response_ms=10.0, failed_fraction=0.02)
@@ -129,8 +129,8 @@ def test_limits_abort_on_a_throughput_drop_or_an_error_rise_against_training():
 
 
 def test_an_error_limit_without_a_status_in_the_log_format_is_bad_input(tmp_path):
-    from coordinator.errors import InputError
-    from coordinator.experiment import load_experiment
+    from common.errors import InputError
+    from coordinator.config.experiment import load_experiment
 
     (tmp_path / "ssh_config").write_text("Host a\n  HostName 192.0.2.1\n")
     path = tmp_path / "x.yaml"
@@ -146,9 +146,9 @@ def test_an_error_limit_without_a_status_in_the_log_format_is_bad_input(tmp_path
 
 
 def test_jobs_measure_every_link_at_every_fixed_delay_and_skip_what_is_done():
-    from coordinator.experiment import Parameters
-    from coordinator.graph import GraphLink
-    from coordinator.run import jobs, measurement_key
+    from coordinator.config.experiment import Parameters
+    from coordinator.core.graph import GraphLink
+    from coordinator.live.run import jobs, measurement_key
 
     links = [GraphLink("tcp", a, "10.0.0.1", 0, b, "10.0.0.2", 80, 100)
              for a, b in (("x", "y"), ("y", "x"), ("x", "z"))]
@@ -165,9 +165,9 @@ def test_jobs_measure_every_link_at_every_fixed_delay_and_skip_what_is_done():
 
 
 def test_hosts_by_address_port_user_and_key_without_an_ssh_config(tmp_path):
-    from coordinator.errors import InputError
-    from coordinator.experiment import load_experiment
-    from coordinator.remote import endpoint_for
+    from common.errors import InputError
+    from coordinator.config.experiment import load_experiment
+    from coordinator.live.ssh import endpoint_for
 
     path = tmp_path / "x.yaml"
     body = ("name: x\nhosts:\n  - {name: web, address: 192.0.2.10, port: 2222, user: ops,"
@@ -197,7 +197,7 @@ def test_hosts_by_address_port_user_and_key_without_an_ssh_config(tmp_path):
 
 
 def test_the_application_is_the_links_between_its_processes_or_ports():
-    from coordinator.graph import GraphLink, application
+    from coordinator.core.graph import GraphLink, application
 
     def link(src, sp, sproc, dst, dp, dproc):
         return GraphLink("tcp", src, "10.0.0.1", sp, dst, "10.0.0.2", dp, 50, sproc, dproc)

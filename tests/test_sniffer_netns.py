@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.netns_tools.hosts import make_pair
+from testbed.pairs.hosts import make_pair
 
 pytestmark = [pytest.mark.netns,
               pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")]

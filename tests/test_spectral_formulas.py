@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from coordinator.spectral.binning import (
+from coordinator.core.spectral.binning import (
     bin_series,
     bins_for_window,
     fill_empty,
     sampling_interval_s,
 )
-from coordinator.spectral.thesis import square_wave_fft_magnitude, thesis_gradient
-from coordinator.spectral.training import (
+from coordinator.core.spectral.thesis import square_wave_fft_magnitude, thesis_gradient
+from coordinator.core.spectral.training import (
     baseline_spectrum,
     choose_injection,
     injection_magnitude_s,

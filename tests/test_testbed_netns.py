@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from scipy.stats import trim_mean
 
-from coordinator.spectral.square_wave import SquareWave
-from coordinator.weblog import read_log
+from common.square_wave import SquareWave
+from coordinator.core.weblog import read_log
 from testbed.lifecycle import down, status, up
+from testbed.pairs.hosts import sh
 from testbed.topology import DEFAULT
-from tests.netns_tools.hosts import sh
 
 pytestmark = [
     pytest.mark.netns,
@@ -157,8 +157,8 @@ def _served_by(info: dict, paths: list[str]) -> list[str]:
 
 
 def test_routes_send_each_transaction_or_a_share_to_an_app_server(testbed):
-    from coordinator.cli import main
-    from coordinator.routing import advise, nginx_fixed_ratio, nginx_map
+    from coordinator.cli.main import main
+    from coordinator.core.routing import advise, nginx_fixed_ratio, nginx_map
 
     info, root = testbed
     directory = Path(info["directory"])

@@ -4,7 +4,7 @@ import ipaddress
 
 import pytest
 
-from coordinator.errors import InputError
+from common.errors import InputError
 from testbed.addressing import free_subnet
 from testbed.loadgen import arrival_times, parse_mix
 from testbed.netns import network_steps, plan_testbed
@@ -91,7 +91,7 @@ def test_the_shipped_topology_file_is_the_default():
 def test_the_reference_experiment_is_valid_and_errors_point_at_lines(tmp_path):
     from pathlib import Path
 
-    from coordinator.experiment import load_experiment
+    from coordinator.config.experiment import load_experiment
 
     shipped = Path(__file__).parent.parent / "experiments" / "reference.yaml"
     experiment = load_experiment(shipped)

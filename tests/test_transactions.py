@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from coordinator.errors import InputError
-from coordinator.transactions import group_by_transaction, parse_transaction_option
+from common.errors import InputError
+from coordinator.core.transactions import group_by_transaction, parse_transaction_option
 
 URLS = np.array(["/item?id=1", "/bid", "/item?id=2", "/bid?x=1", "/"], dtype=object)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-from coordinator.errors import InputError
-from coordinator.weblog import read_log
+from common.errors import InputError
+from coordinator.core.weblog import read_log
 
 T0 = 1_795_341_601  # 22/Nov/2026:10:00:01 +0000
 MSEC = '$msec $request_time "$request"'

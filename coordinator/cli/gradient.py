@@ -1,0 +1,210 @@
+"""What `linkgrad gradient` and `linkgrad plan` do: read inputs, compute, print.
+
+The computing is in pure modules; this is the thin shell that turns arguments into inputs and
+results into a table for a person or JSON for a script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from common.errors import InputError, Problem
+from coordinator.config.injection_record import InjectionRecord, load_injection_record
+from coordinator.core.estimate import TransactionGradient, log_gradients, settings_for_log
+from coordinator.core.spectral.binning import sampling_interval_s
+from coordinator.core.spectral.planner import probe_noise
+from coordinator.core.spectral.training import baseline_spectrum, choose_injection
+from coordinator.core.transactions import group_by_transaction, parse_transaction_option
+from coordinator.core.weblog import RequestLog, read_log
+
+
+def _positive(value: float | int | None, name: str) -> None:
+    if value is not None and not value > 0:
+        raise InputError(Problem(f"must be positive, got {value}", field=name))
+
+
+def _load_log(args: argparse.Namespace) -> tuple[RequestLog, dict[str, np.ndarray]]:
+    _positive(args.k, "-k")
+    _positive(args.chunks, "--chunks")
+    patterns = [parse_transaction_option(t) for t in args.transaction]
+    log = read_log(args.log, args.format, args.log_format, args.max_bad_fraction)
+    return log, group_by_transaction(log.url, patterns)
+
+
+def _malformed_json(log: RequestLog) -> dict[str, Any]:
+    m = log.malformed
+    return {
+        "count": m.count, "total": m.total, "fraction": m.fraction,
+        "examples": [{"line": line, "reason": reason} for line, reason in m.examples],
+    }
+
+
+def _round(x: float | None, digits: int = 4) -> float | None:
+    return None if x is None else round(float(x), digits)
+
+
+def gradient_json(r: TransactionGradient) -> dict[str, Any]:
+    e, th = r.lockin, r.thesis
+    return {
+        "gradient": _round(e.gradient) if e else None,
+        "ci95": [_round(e.ci[0]), _round(e.ci[1])] if e else None,
+        "thesis_gradient": _round(th.gradient) if th else None,
+        "requests": r.requests,
+        "baseline_requests": r.baseline_requests,
+        "method": "lockin",
+        "effect_ms": _round(e.effect_s * 1e3, 3) if e else None,
+        "se_ms": _round(e.se_s * 1e3, 3) if e else None,
+        "dof": e.dof if e else None,
+        "batches": e.batches if e else None,
+        "drift_degree": e.drift_degree if e else None,
+        "periodic_noise_hz": [_round(f, 5) for f in (e.periodic_hz if e else r.periodic_hz)],
+        "inside_fraction": _round(e.inside_fraction) if e else None,
+        "edge_guard_ms": _round(e.guard_s * 1e3, 2) if e else None,
+        "thesis": {"n_bins": th.n_bins, "bin_s": _round(th.bin_s), "training_chunks": th.chunks}
+        if th else None,
+        "notes": list(r.notes),
+    }
+
+
+def _check_record(record: InjectionRecord, n_bins: int | None, path: str) -> None:
+    n = n_bins or record.n_bins
+    if n is not None and n <= 2 * record.cycles:
+        field = "--n-bins" if n_bins else "n_bins"
+        raise InputError(Problem(
+            f"{n} bins cannot resolve {record.cycles} cycles: need more than "
+            f"{2 * record.cycles} (the Nyquist limit)", path if not n_bins else None, field=field))
+
+
+def _partners(record: InjectionRecord, paths: list[str]) -> list[InjectionRecord]:
+    """Records of waves on other links during this one (a concurrent measurement)."""
+    wave, partners = record.square_wave(), []
+    for path in paths:
+        other = load_injection_record(path)
+        w = other.square_wave()
+        if w.end_s <= wave.start_s or w.start_s >= wave.end_s:
+            raise InputError(Problem(
+                f"does not overlap the injection ({w.start_s:.3f}-{w.end_s:.3f} against "
+                f"{wave.start_s:.3f}-{wave.end_s:.3f}): not a concurrent partner", path,
+                field="--concurrent"))
+        partners.append(other)
+    return partners
+
+
+def gradient_command(args: argparse.Namespace) -> int:
+    _positive(args.n_bins, "--n-bins")
+    record = load_injection_record(args.injection)
+    _check_record(record, args.n_bins, args.injection)
+    partners = _partners(record, args.concurrent)
+    if args.baseline_end is not None and args.baseline_end > record.start:
+        raise InputError(Problem(
+            f"{args.baseline_end} is after the injection's first edge {record.start}: the "
+            "training data would hold injected requests", field="--baseline-end"))
+    log, groups = _load_log(args)
+    settings = settings_for_log(log.time_resolution_s, args.k, args.chunks, args.n_bins)
+    results = log_gradients(log.start_s, log.response_s, groups, record.square_wave(), settings,
+                            record.n_bins, baseline_end_s=args.baseline_end,
+                            others=tuple(p.square_wave() for p in partners))
+    if args.json:
+        print(json.dumps({
+            "log": {"path": args.log, "requests": len(log), "malformed": _malformed_json(log)},
+            "injection": record.model_dump(),
+            "concurrent": [p.model_dump() for p in partners],
+            "baseline_end": args.baseline_end if args.baseline_end is not None else record.start,
+            "transactions": {name: gradient_json(r) for name, r in results.items()},
+        }, indent=2))
+    else:
+        _print_gradients(log, record, results)
+    return 0
+
+
+def _print_gradients(
+    log: RequestLog, record: InjectionRecord, results: dict[str, TransactionGradient]
+) -> None:
+    console = Console()
+    console.print(
+        f"[bold]{len(log)}[/] requests from {log.source}"
+        + (f" ({log.malformed.count} malformed lines skipped)" if log.malformed.count else "")
+        + f"; injection: {record.cycles} cycles of {record.period_s:g} s, "
+        f"{record.magnitude_ms:g} ms from {record.start:.3f}"
+    )
+    table = Table("transaction", "requests", "gradient", "95% CI", "thesis eq. 2.6", "notes")
+    for name, r in sorted(results.items()):
+        e = r.lockin
+        table.add_row(
+            name, str(r.requests),
+            f"{e.gradient:.3f}" if e else "-",
+            f"[{e.ci[0]:.3f}, {e.ci[1]:.3f}]" if e else "-",
+            f"{r.thesis.gradient:.3f}" if r.thesis else "-",
+            "; ".join(r.notes),
+        )
+    console.print(table)
+
+
+def _plan_one(t: np.ndarray, y: np.ndarray, end: float, args: argparse.Namespace) -> dict[str, Any]:
+    bin_s = sampling_interval_s(t, args.k)
+    spectrum = baseline_spectrum(t, y, end, bin_s, args.n_bins, args.chunks)
+    choice = choose_injection(spectrum, args.scale_d)
+    magnitude_s = args.magnitude_ms / 1e3 if args.magnitude_ms else choice.magnitude_s
+    probe = probe_noise(t, y, end, choice.period_s, choice.k_d)
+    cycles = probe.cycles_for(args.half_width, magnitude_s)
+    return {
+        "training": {
+            "bin_s": _round(bin_s), "n_bins": args.n_bins, "chunks": spectrum.chunks,
+            "k_d": choice.k_d, "period_s": _round(choice.period_s, 3),
+            "frequency_hz": _round(1 / choice.period_s, 6),
+            "magnitude_ms": _round(choice.magnitude_s * 1e3, 3),
+        },
+        "lockin": {
+            "period_s": _round(probe.period_s, 3), "cycles": probe.cycles,
+            "se_ms": _round(probe.se_s * 1e3, 4), "sham_rms_ms": _round(probe.empirical_s * 1e3, 4),
+            "shams": probe.shams,
+            "magnitude_ms": _round(magnitude_s * 1e3, 3),
+            "half_width_at_magnitude": _round(probe.half_width(magnitude_s)),
+            "magnitude_ms_for_half_width": _round(probe.magnitude_for(args.half_width) * 1e3, 3),
+            "cycles_for_half_width": cycles,
+            "duration_s_for_half_width": _round(cycles * probe.period_s, 1),
+        },
+    }
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    _positive(args.n_bins, "--n-bins")
+    _positive(args.half_width, "--half-width")
+    _positive(args.scale_d, "--scale-d")
+    _positive(args.magnitude_ms, "--magnitude-ms")
+    log, groups = _load_log(args)
+    end = args.before if args.before is not None else float(log.start_s.max()) + 1e-6
+    plans: dict[str, Any] = {}
+    for name, rows in groups.items():
+        t, y = log.start_s[rows], log.response_s[rows]
+        before = t < end
+        try:
+            plans[name] = _plan_one(t[before], y[before], end, args)
+        except ValueError as e:
+            plans[name] = {"error": str(e)}
+    if args.json:
+        print(json.dumps({"log": {"path": args.log, "requests": len(log)},
+                          "half_width": args.half_width, "transactions": plans}, indent=2))
+    else:
+        _print_plans(plans, args.half_width)
+    return 0
+
+
+def _print_plans(plans: dict[str, Any], half_width: float) -> None:
+    table = Table("transaction", "bin s", "k_d", "period s", "thesis A_d ms",
+                  f"ms for ±{half_width:g}", "cycles at A_d", "duration s")
+    for name, p in sorted(plans.items()):
+        if "error" in p:
+            table.add_row(name, "-", "-", "-", "-", "-", "-", p["error"])
+            continue
+        tr, lk = p["training"], p["lockin"]
+        table.add_row(name, f"{tr['bin_s']:.3g}", str(tr["k_d"]), f"{tr['period_s']:.1f}",
+                      f"{tr['magnitude_ms']:.2f}", f"{lk['magnitude_ms_for_half_width']:.2f}",
+                      str(lk["cycles_for_half_width"]), f"{lk['duration_s_for_half_width']:.0f}")
+    Console().print(table)

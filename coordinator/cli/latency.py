@@ -1,0 +1,105 @@
+"""`linkgrad latency EXPERIMENT.yaml`: one-way latency between every two hosts of an
+experiment, as the mean TCP connect RTT over two (thesis §5.3), written as the latencies file
+`linkgrad predict` reads. Probes go from each host to every host's SSH port (always listening,
+since the coordinator reaches it), its own included: two components that end up on one host
+talk over its own stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from common.errors import InputError, Problem, RuntimeFailure
+from coordinator.config.experiment import Experiment, load_experiment
+from coordinator.core.prediction import Estimate
+from coordinator.live.ssh import Connection, Endpoint, endpoint_for
+
+
+def add_latency_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "latency", help="measure one-way latency between an experiment's hosts",
+        description="From every host of the experiment to every host (itself included): "
+                    "COUNT TCP connects to its SSH port; one-way latency = mean RTT / 2, with "
+                    "its standard error. Writes the latencies file `linkgrad predict` reads.")
+    p.add_argument("experiment", type=Path)
+    p.add_argument("--count", type=int, default=100, help="connects per pair (default 100)")
+    p.add_argument("--out", type=Path, metavar="NOW.yaml", help="write the latencies file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=latency_command)
+
+
+def one_way_ms(rtts_s: list[float]) -> Estimate:
+    """Mean RTT / 2 and its standard error, in ms."""
+    if len(rtts_s) < 2:
+        raise ValueError(f"{len(rtts_s)} round trips: need 2 or more")
+    return Estimate(statistics.fmean(rtts_s) * 500,
+                    statistics.stdev(rtts_s) * 500 / math.sqrt(len(rtts_s)))
+
+
+def latencies_yaml(one_way: dict[tuple[str, str], Estimate], source: str) -> str:
+    """The latencies file: every host its own site, "a<->b" per unordered pair."""
+    lines = [f"# {source}: one-way = mean TCP connect RTT / 2; se = its standard error",
+             "latency_ms:"]
+    lines += [f"  {a}<->{b}: {{mean: {e.mean:.4f}, se: {e.se:.4f}}}"
+              for (a, b), e in sorted(one_way.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _probe(experiment: Experiment, src: Endpoint, targets: dict[str, tuple[str, int]],
+           count: int) -> dict[tuple[str, str], Estimate]:
+    assert experiment.ssh is not None
+    conn = Connection(src, experiment.ssh.connect_timeout_s)
+    try:
+        out = {}
+        for dst, (addr, port) in targets.items():
+            reply = json.loads(conn.run([experiment.ssh.python, "-m", "sniffer.rtt", addr,
+                                         str(port), "--count", str(count)],
+                                        timeout_s=30 + count * 2.1))
+            try:
+                out[(src.name, dst)] = one_way_ms(reply["rtt_s"])
+            except ValueError as e:
+                raise RuntimeFailure(f"{src.name} -> {dst} ({addr}:{port}): {e}; "
+                                     f"{reply['failed']} connects failed") from e
+        return out
+    finally:
+        conn.close()
+
+
+def latency_command(args: argparse.Namespace) -> int:
+    if args.count < 2:
+        raise InputError(Problem(f"must be 2 or more, got {args.count}", field="--count"))
+    experiment = load_experiment(args.experiment)
+    assert experiment.ssh is not None
+    ends = {h.name: endpoint_for(h, experiment.ssh) for h in experiment.hosts}
+    targets = {name: (end.hostname, end.port) for name, end in ends.items()}
+    names = sorted(targets)
+    started = time.time()
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        futures = [pool.submit(_probe, experiment, ends[src],
+                               {d: targets[d] for d in names if d >= src}, args.count)
+                   for src in names]
+        measured = {k: v for f in futures for k, v in f.result().items()}
+    text = latencies_yaml(measured, f"linkgrad latency {args.experiment} at "
+                          f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, "
+                          f"{args.count} connects per pair")
+    if args.out:
+        args.out.write_text(text)
+    if args.json:
+        print(json.dumps({f"{a}<->{b}": {"mean_ms": e.mean, "se_ms": e.se}
+                          for (a, b), e in sorted(measured.items())}, indent=2))
+    else:
+        table = Table("hosts", "one-way ms", "se ms")
+        for (a, b), e in sorted(measured.items()):
+            table.add_row(f"{a} <-> {b}", f"{e.mean:.4f}", f"{e.se:.4f}")
+        Console().print(table)
+    return 0

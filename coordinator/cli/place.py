@@ -1,0 +1,226 @@
+"""`linkgrad place`: rank placements of components over sites for one or several applications
+(thesis §5.6), weighted by each application's transaction mix and importance."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from rich.console import Console
+from rich.table import Table
+
+from common.errors import InputError, Problem
+from common.yamlconf import load_yaml
+from coordinator.config.latencies import Latencies, load_latencies, one_way
+from coordinator.config.run_dir import RunInputs, load_run, unmeasured
+from coordinator.core.placement import PlacementProblem, SearchResult, search
+
+
+class Candidates(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    candidates: dict[str, list[str]] = Field(min_length=1)  # host -> sites it may move to
+
+
+@dataclass(frozen=True)
+class App:
+    name: str
+    run: RunInputs
+    importance: float
+
+    @property
+    def mix(self) -> dict[str, float]:
+        """Each transaction's share of the requests the run saw."""
+        total = sum(self.run.requests.values())
+        return {n: c / total for n, c in self.run.requests.items()} if total else {}
+
+    def weights(self) -> dict[tuple[str, str], tuple[float, float]]:
+        """Per host pair, the mix-weighted (gradient, curvature): this app's mean response time
+        changes by g·Δ + c·Δ² ms for Δ ms more one-way latency (c is 0 unless the run measured
+        the link at two or more delays)."""
+        out: dict[tuple[str, str], tuple[float, float]] = {}
+        for name, share in self.mix.items():
+            for pair, curve in self.run.gradients.get(name, {}).items():
+                g, c = out.get(pair, (0.0, 0.0))
+                out[pair] = (g + share * curve.gradient.mean, c + share * curve.curvature.mean)
+        return out
+
+    def current_ms(self) -> float:
+        return sum(share * self.run.current_ms[n].mean for n, share in self.mix.items())
+
+
+def add_place_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "place", help="rank placements of components over sites (one or several applications)",
+        description="Search the placements of components over candidate sites for the lowest "
+                    "weighted mean response time, predicted from each application's link "
+                    "gradients (eq. 2.1): per application its transaction mix (the run's "
+                    "requests) and importance. Exhaustive up to 200,000 placements; above, "
+                    "best-improvement local search from several starts, reported with a lower "
+                    "bound on the optimum (the gap is at most best minus bound).",
+        epilog="Candidates file: `candidates: {HOST: [SITE, ...]}`; a host not listed stays, "
+               "and staying is always a candidate. Latencies file: as for `linkgrad predict`.")
+    p.add_argument("--app", required=True, action="append", metavar="RUN/gradients.json[=W]",
+                   help="an application's run, with its importance W (default 1); repeatable")
+    p.add_argument("--latencies", required=True, type=Path, metavar="SITES.yaml")
+    p.add_argument("--candidates", required=True, type=Path, metavar="CANDIDATES.yaml")
+    p.add_argument("--top", type=int, default=5, help="placements to show (default 5)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=place_command)
+
+
+def _apps(specs: list[str]) -> list[App]:
+    apps = []
+    for spec in specs:
+        path, _, weight = spec.partition("=")
+        try:
+            importance = float(weight) if weight else 1.0
+        except ValueError:
+            raise InputError(Problem(f"importance {weight!r} is not a number",
+                                     field="--app")) from None
+        if importance <= 0:
+            raise InputError(Problem(f"importance must be positive, got {importance}",
+                                     field="--app"))
+        apps.append(App(Path(path).parent.name, load_run(Path(path)), importance))
+    return apps
+
+
+def build_problem(apps: list[App], latencies: Latencies, candidates: dict[str, list[str]],
+                  latencies_file: str = "<latencies>") -> PlacementProblem:
+    hosts = tuple(sorted({h for a in apps for h in a.run.hosts}))
+    unknown = sorted(set(candidates) - set(hosts))
+    if unknown:
+        raise InputError(Problem(f"not a host of any application: {', '.join(unknown)}",
+                                 field="candidates"))
+    here = {h: latencies.sites.get(h, h) for h in hosts}
+    sites = tuple(sorted(set(here.values()) | {s for c in candidates.values() for s in c}))
+    index = {s: i for i, s in enumerate(sites)}
+    table = one_way(latencies)
+    lat = np.array([[table[(a, b)].mean if (a, b) in table else np.nan for b in sites]
+                    for a in sites])
+    gradient, curvature = np.zeros((2, len(hosts), len(hosts)))
+    at = {h: i for i, h in enumerate(hosts)}
+    for app in apps:
+        for (a, b), (g, c) in app.weights().items():
+            gradient[at[a], at[b]] += app.importance * g
+            curvature[at[a], at[b]] += app.importance * c
+    allowed = np.zeros((len(hosts), len(sites)), dtype=bool)
+    for h in hosts:
+        allowed[at[h], [index[s] for s in {here[h], *candidates.get(h, [])}]] = True
+    _check_latencies(gradient + curvature, allowed, lat, hosts, sites, latencies_file)
+    return PlacementProblem.from_curves(hosts, sites, np.nan_to_num(lat), gradient, curvature,
+                                        allowed, np.array([index[here[h]] for h in hosts]))
+
+
+def _check_latencies(weight: np.ndarray, allowed: np.ndarray, lat: np.ndarray,
+                     hosts: tuple[str, ...], sites: tuple[str, ...], source: str) -> None:
+    missing = set()
+    for a, b in zip(*np.nonzero(weight), strict=True):
+        for sa in np.flatnonzero(allowed[a]):
+            for sb in np.flatnonzero(allowed[b]):
+                if np.isnan(lat[sa, sb]):
+                    missing.add((sites[sa], sites[sb], hosts[a], hosts[b]))
+    if missing:
+        raise InputError([Problem(f"no latency for {sa}->{sb} (where {a}->{b} may go)", source,
+                                  field="latency_ms") for sa, sb, a, b in sorted(missing)])
+
+
+def _check_measured(apps: list[App], candidates: dict[str, list[str]]) -> None:
+    for app in apps:
+        moving = {p for p in app.run.traffic if p[0] in candidates or p[1] in candidates}
+        if missing := unmeasured(app.run, moving):
+            raise InputError(Problem(
+                f"{app.name}: these links carry traffic and may change latency, but have no "
+                f"measured gradient: {', '.join(f'{a}->{b}' for a, b in missing)}",
+                str(app.run.run_dir), field="--app"))
+
+
+def place_command(args: argparse.Namespace) -> int:
+    if args.top < 1:
+        raise InputError(Problem(f"must be 1 or more, got {args.top}", field="--top"))
+    apps = _apps(args.app)
+    candidates = load_yaml(args.candidates, Candidates).candidates
+    _check_measured(apps, candidates)
+    problem = build_problem(apps, load_latencies(args.latencies), candidates,
+                            str(args.latencies))
+    started = time.perf_counter()
+    result = search(problem, args.top)
+    out = result_json(problem, result, apps, time.perf_counter() - started)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        _print(out)
+    return 0
+
+
+def result_json(problem: PlacementProblem, result: SearchResult, apps: list[App],
+                seconds: float) -> dict[str, Any]:
+    now = problem.cost(problem.current)
+    total = sum(a.importance for a in apps)
+    ranked = []
+    for cost, placement in result.ranked:
+        moves = {h: problem.sites[s] for h, s, c in zip(problem.hosts, placement,
+                                                        problem.current, strict=True) if s != c}
+        per_app, notes = {}, []
+        for a in apps:  # each pair's latency change, once per app and placement
+            weights = a.weights()
+            deltas = _deltas(problem, weights, placement)
+            per_app[a.name] = round(a.current_ms() + _change(weights, deltas), 3)
+            notes += _extrapolated(a, deltas)
+        ranked.append({"move": moves, "weighted_change_ms": round((cost - now) / total, 3),
+                       "apps_mean_ms": per_app,
+                       "notes": notes})
+    return {"method": result.method, "placements_evaluated": result.evaluated,
+            "seconds": round(seconds, 3),
+            "gap_bound_ms": round(result.gap_ms / total, 3),
+            "apps_now_ms": {a.name: round(a.current_ms(), 3) for a in apps},
+            "ranked": ranked}
+
+
+def _deltas(problem: PlacementProblem, weights: dict[tuple[str, str], tuple[float, float]],
+            placement: tuple[int, ...]) -> dict[tuple[str, str], float]:
+    """Each weighted host pair's one-way latency change (ms) under `placement`."""
+    at = {h: i for i, h in enumerate(problem.hosts)}
+    lat, new, old = problem.latency_ms, placement, problem.current
+    return {(a, b): float(lat[new[at[a]], new[at[b]]] - lat[old[at[a]], old[at[b]]])
+            for a, b in weights}
+
+
+def _change(weights: dict[tuple[str, str], tuple[float, float]],
+            deltas: dict[tuple[str, str], float]) -> float:
+    """g·Δ + c·Δ² summed over the pairs: the app's predicted change of mean (ms)."""
+    return sum(g * deltas[p] + c * deltas[p] ** 2 for p, (g, c) in weights.items())
+
+
+def _extrapolated(app: App, deltas: dict[tuple[str, str], float]) -> list[str]:
+    """Pairs whose latency would change by more than the run measured them with (ch. 6)."""
+    measured = app.run.measured_ms
+    return [f"{app.name}: {a}->{b} changes by {d:+.1f} ms, beyond the {measured[(a, b)]:g} ms "
+            "it was measured with (extrapolated)"
+            for (a, b), d in sorted(deltas.items())
+            if (a, b) in measured and abs(d) > measured[(a, b)] + 1e-9]
+
+
+def _print(out: dict[str, Any]) -> None:
+    console = Console()
+    apps = list(out["apps_now_ms"])
+    table = Table("rank", "moves", "weighted change ms", *[f"{a} mean ms" for a in apps],
+                  title=f"{out['method']}, {out['placements_evaluated']} placements scored in "
+                        f"{out['seconds']:g} s")
+    table.add_row("now", "-", "0", *[f"{out['apps_now_ms'][a]:.1f}" for a in apps])
+    for i, r in enumerate(out["ranked"], 1):
+        moves = ", ".join(f"{h} → {s}" for h, s in r["move"].items()) or "(stay)"
+        table.add_row(str(i), moves, f"{r['weighted_change_ms']:+.2f}",
+                      *[f"{r['apps_mean_ms'][a]:.1f}" for a in apps])
+    console.print(table)
+    for i, r in enumerate(out["ranked"], 1):
+        for note in r["notes"]:
+            console.print(f"[yellow]{i}: {note}[/]")
+    if out["method"] != "exhaustive":
+        console.print(f"the best is within {out['gap_bound_ms']:.2f} ms of the optimum")

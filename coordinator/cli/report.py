@@ -1,0 +1,152 @@
+"""`report.html` of a run, a person can read: the link gradient graph drawn per transaction,
+each link's response series with its square wave overlaid, the spectrum with the injection
+frequency marked, and the tables. Self-contained (figures embedded), built from the run
+directory alone, so `linkgrad report RUN_DIR` can redo it."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from common.square_wave import SquareWave
+from coordinator.core.spectral.binning import bin_series, fill_empty
+from coordinator.core.transactions import group_by_transaction, patterns_from
+from coordinator.core.weblog.model import RequestLog
+from coordinator.core.weblog.read import choose_format, line_parser
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def graph_figure(name: str, links: list[dict[str, Any]]) -> str:
+    """Hosts on a circle; each measured link an arrow labelled with the transaction's gradient."""
+    hosts = sorted({lk["link"][k] for lk in links for k in ("src_host", "dst_host")})
+    angle = {h: 2 * math.pi * i / max(len(hosts), 1) for i, h in enumerate(hosts)}
+    pos = {h: (math.cos(a), math.sin(a)) for h, a in angle.items()}
+    fig, ax = plt.subplots(figsize=(5, 5))
+    for h, (x, y) in pos.items():
+        ax.annotate(h, (x, y), ha="center", va="center", fontsize=11,
+                    bbox={"boxstyle": "round", "fc": "#eef", "ec": "#446"})
+    for lk in links:
+        t = lk["transactions"].get(name, {})
+        if t.get("gradient") is None:
+            continue
+        (x0, y0), (x1, y1) = pos[lk["link"]["src_host"]], pos[lk["link"]["dst_host"]]
+        bend = 0.15  # the two directions of a pair curve apart
+        ax.annotate("", (x1, y1), (x0, y0), arrowprops={
+            "arrowstyle": "->", "connectionstyle": f"arc3,rad={bend}",
+            "shrinkA": 22, "shrinkB": 22,  # stop short of the host labels
+            "lw": 1 + 2 * min(abs(t["gradient"]), 3), "color": "#a33"})
+        mx, my = (x0 + x1) / 2 + bend * (y1 - y0) / 2, (y0 + y1) / 2 - bend * (x1 - x0) / 2
+        lo, hi = t["ci95"]
+        ax.text(mx, my, f"{t['gradient']:.2f}\n[{lo:.2f}, {hi:.2f}]", fontsize=8,
+                ha="center", color="#722")
+    ax.set_xlim(-1.5, 1.5)
+    ax.set_ylim(-1.5, 1.5)
+    ax.axis("off")
+    ax.set_title(f"{name}: link gradients (95% CI)")
+    return _png(fig)
+
+
+def series_figures(log: RequestLog, rows: np.ndarray, record: dict[str, Any]) -> str:
+    """The transaction's binned response time over the window, the wave, and the spectrum."""
+    wave = SquareWave(record["start"], record["period_s"], record["cycles"],
+                      record["magnitude_ms"] / 1e3)
+    n_bins = 16 * wave.cycles
+    bin_s = wave.duration_s / n_bins
+    t, y = log.start_s[rows], log.response_s[rows] * 1e3
+    means, _ = bin_series(t, y, wave.start_s, bin_s, n_bins)
+    if np.all(np.isnan(means)):
+        return "<p>no requests in the window</p>"
+    series = fill_empty(means)
+    centers = np.arange(n_bins) * bin_s + bin_s / 2
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3))
+    a1.plot(centers, series, lw=1, label="mean response (ms)")
+    on = wave.is_on(wave.start_s + centers)
+    a1.fill_between(centers, series.min(), series.max(), where=on, alpha=0.15, color="red",
+                    step="mid", label=f"delay on ({record['magnitude_ms']:.1f} ms)")
+    a1.set_xlabel("seconds from the first rising edge")
+    a1.legend(fontsize=8)
+    spectrum = np.abs(np.fft.rfft(series - series.mean()))
+    freq = np.fft.rfftfreq(n_bins, bin_s)
+    a2.semilogy(freq[1:], spectrum[1:] + 1e-9, lw=1)
+    for m in (1, 3, 5):
+        a2.axvline(m / wave.period_s, color="red", alpha=0.4 if m > 1 else 0.8, lw=1)
+    a2.set_xlabel("Hz (red: injection frequency and odd harmonics)")
+    a2.set_ylabel("|FFT|")
+    return _png(fig)
+
+
+def _table(links: list[dict[str, Any]]) -> str:
+    names = sorted({n for lk in links for n in lk["transactions"]})
+    head = "".join(f"<th>{html.escape(n)}</th>" for n in names)
+    rows = []
+    for lk in links:
+        cells = []
+        for n in names:
+            t = lk["transactions"].get(n, {})
+            if t.get("gradient") is None:
+                cells.append("<td>-</td>")
+                continue
+            lo, hi = t["ci95"]
+            thesis = t["thesis_gradient"]
+            cells.append(f"<td><b>{t['gradient']:.3f}</b> [{lo:.3f}, {hi:.3f}]"
+                         f"<br><small>thesis {'-' if thesis is None else f'{thesis:.3f}'}, "
+                         f"n={t['requests']}</small></td>")
+        r, p = lk["record"], lk.get("perturbation", {})
+        rows.append(
+            f"<tr><td>{html.escape(lk['link']['label'])}<br><small>{r['cycles']}×"
+            f"{r['period_s']:g} s, {r['magnitude_ms']:.2f} ms actual; throughput "
+            f"{p.get('throughput_change', 0):+.1%}, response "
+            f"{p.get('mean_response_change_ms', 0):+.1f} ms</small></td>{''.join(cells)}</tr>")
+    return f"<table><tr><th>link</th>{head}</tr>{''.join(rows)}</table>"
+
+
+def write_report(run_dir: Path) -> Path:
+    experiment = json.loads((run_dir / "experiment.json").read_text())
+    gradients = json.loads((run_dir / "gradients.json").read_text())
+    status = json.loads((run_dir / "run.json").read_text())
+    plan = json.loads((run_dir / "plan.json").read_text())
+    links = gradients["links"]
+    weblog = experiment["web_log"]
+    parse, _ = line_parser(choose_format(Path(weblog["path"]), weblog["format"],
+                                         weblog["log_format"]), weblog["log_format"])
+    lines = (run_dir / "weblog.log").read_text().splitlines()
+    log = parse(lines, str(run_dir / "weblog.log")) if lines else None
+    patterns = patterns_from(experiment["transactions"])
+    groups = group_by_transaction(log.url, patterns) if log is not None else {}
+    parts = [f"<h1>{html.escape(experiment['name'])}</h1>",
+             f"<p>status: <b>{html.escape(status['status'])}</b> "
+             f"{html.escape(status.get('reason', ''))}; plan: "
+             f"{html.escape('; '.join(plan.get('notes', [])))}</p>",
+             "<h2>Gradients</h2>", _table(links), "<h2>Link gradient graphs</h2>"]
+    parts += [graph_figure(n, links) for n in experiment["transactions"]]
+    parts.append("<h2>Response series and spectra</h2>")
+    for lk in links:
+        best = max(lk["transactions"].items(), key=lambda kv: abs(kv[1]["gradient"] or 0))[0]
+        parts.append(f"<h3>{html.escape(lk['link']['label'])} — {html.escape(best)}</h3>")
+        if log is not None and best in groups:
+            parts.append(series_figures(log, groups[best], lk["record"]))
+    style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}")
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>linkgrad: "
+            f"{html.escape(experiment['name'])}</title><style>{style}</style></head><body>"
+            + "\n".join(parts) + "</body></html>")
+    target = run_dir / "report.html"
+    target.write_text(page)
+    return target

@@ -1,0 +1,100 @@
+"""`linkgrad route`: which copy of a tier each transaction should go to (thesis §5.5)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from common.errors import InputError, Problem
+from coordinator.config.latencies import Placement, latency_changes, load_latencies, load_placement
+from coordinator.config.run_dir import load_run, require_measured
+from coordinator.core.prediction import predict
+from coordinator.core.routing import RoutingAdvice, advise, nginx_map
+
+
+def add_route_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "route", help="per-transaction routing between two copies of a tier",
+        description="With a copy of COMPONENT at each of two sites, predict every "
+                    "transaction's mean response time at each copy (from the run's link "
+                    "gradients) and route each to its better copy; compared with the best "
+                    "fixed ratio of the mix (thesis §5.5).")
+    p.add_argument("--gradients", required=True, type=Path, metavar="RUN/gradients.json")
+    p.add_argument("--latencies", required=True, type=Path, metavar="SITES.yaml")
+    p.add_argument("--component", required=True, help="the host whose tier is copied")
+    p.add_argument("--copies", required=True, nargs=2, metavar="SITE",
+                   help="the two sites with a copy")
+    p.add_argument("--placement", type=Path, metavar="BASE.yaml",
+                   help="where the other components are (moved from now), if not where they are")
+    p.add_argument("--nginx", nargs=2, metavar=("UPSTREAM1", "UPSTREAM2"),
+                   help="print the advice as an nginx map setting $linkgrad_upstream, the "
+                        "upstream groups of the copy at each site (in --copies order); "
+                        "proxy_pass http://$linkgrad_upstream; uses it")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=route_command)
+
+
+def route_command(args: argparse.Namespace) -> int:
+    run = load_run(args.gradients)
+    if args.component not in run.hosts:
+        raise InputError(Problem(f"{args.component!r} is not a host of the run "
+                                 f"({', '.join(run.hosts)})", field="--component"))
+    latencies = load_latencies(args.latencies)
+    base = load_placement(args.placement).move if args.placement else {}
+    at_copy = []
+    for site in args.copies:
+        changes = latency_changes(run.hosts, latencies,
+                                  Placement(move={**base, args.component: site}),
+                                  str(args.latencies), args.placement)
+        require_measured(run, changes, f"with {args.component} at {site}", field="--copies")
+        at_copy.append({n: p.predicted_ms
+                        for n, p in predict(run.current_ms, run.gradients, changes).items()})
+    total = sum(run.requests.values())
+    advice = advise({n: c / total for n, c in run.requests.items()}, (at_copy[0], at_copy[1]))
+    out = advice_json(advice, args.copies)
+    if args.nginx:
+        try:
+            print(nginx_map(advice, run.patterns, (args.nginx[0], args.nginx[1])), end="")
+        except ValueError as e:
+            raise InputError(Problem(f"{e}: the run's experiment names none",
+                                     str(run.run_dir / "experiment.json"),
+                                     field="transactions")) from e
+    elif args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        _print(out)
+    return 0
+
+
+def advice_json(advice: RoutingAdvice, copies: list[str]) -> dict[str, Any]:
+    ratio, fixed = advice.best_fixed
+    return {
+        "copies": copies,
+        "transactions": {r.transaction: {"share": round(r.share, 4), "to": copies[r.copy],
+                                         "predicted_ms": {c: round(ms, 3) for c, ms in
+                                                          zip(copies, r.at_ms, strict=True)}}
+                         for r in advice.routes},
+        "per_transaction_ms": round(advice.per_transaction_ms, 3),
+        "best_fixed": {"to_first": ratio, "mean_ms": round(fixed, 3)},
+        "fixed_ratios_ms": {f"{r:.2f}": round(advice.fixed_ratio_ms(r), 3)
+                            for r in (0, 0.25, 0.5, 0.75, 1)},
+        "gain_ms": round(fixed - advice.per_transaction_ms, 3),
+    }
+
+
+def _print(out: dict[str, Any]) -> None:
+    a, b = out["copies"]
+    table = Table("transaction", "share", f"at {a} ms", f"at {b} ms", "route to")
+    for name, t in out["transactions"].items():
+        table.add_row(name, f"{t['share']:.2f}", f"{t['predicted_ms'][a]:.1f}",
+                      f"{t['predicted_ms'][b]:.1f}", t["to"])
+    Console().print(table)
+    Console().print(f"mix mean: {out['per_transaction_ms']:.1f} ms routed per transaction, "
+                    f"{out['best_fixed']['mean_ms']:.1f} ms at the best fixed ratio "
+                    f"({out['best_fixed']['to_first']:.0%} to {a}): "
+                    f"{out['gain_ms']:.1f} ms better")

@@ -1,0 +1,230 @@
+"""The experiment file (YAML): hosts and how to reach them, the web log, the transactions, the
+measurement's parameters and limits. Validated whole, with file:line:field errors, before any
+host is touched.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from common.yamlconf import line_of, load_yaml
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Host(_Strict):
+    """A host, by its ssh_config entry, or by address, port, user and key (which also
+    override that entry)."""
+
+    name: str  # as in the ssh_config (Host NAME), if there is one
+    address: str | None = None  # default: the ssh_config's HostName
+    port: int | None = Field(None, ge=1, le=65535)  # SSH port (default: ssh_config's, or 22)
+    user: str | None = None  # default: ssh_config's, or root
+    key: Path | None = None  # identity file (default: ssh_config's)
+
+
+class Ssh(_Strict):
+    config: Path | None = None  # an ssh_config with a Host entry per host (or hosts' fields)
+    known_hosts: Path | None = None  # default: the ssh_config's UserKnownHostsFile
+    python: str = "python3"  # on the hosts: a python that has linkgrad's injector and sniffer
+    connect_timeout_s: float = Field(10.0, gt=0)
+
+
+class Nodes(_Strict):
+    """The application's processes: a link counts when both its ends are one of them."""
+
+    processes: tuple[str, ...] = ()  # names as /proc/PID/comm gives them (nginx, postgres...)
+    ports: tuple[int, ...] = ()  # or the ports its servers listen on
+
+
+class WebLog(_Strict):
+    host: str
+    path: str
+    format: str = "nginx"
+    log_format: str | None = None
+
+
+class Parameters(_Strict):
+    """Thesis §3.2's knobs and linkgrad's safety limits."""
+
+    training_s: float = Field(60.0, ge=10, description="passive phase: graph and baseline")
+    message_threshold: int = Field(20, ge=1, description="messages for a link to count")
+    k: int = Field(8, ge=1, description="requests per bin (ΔTs = mean + 3 std of k-spans)")
+    n_bins: int = Field(32, ge=8, description="N, bins per measurement window")
+    chunks: int = Field(9, ge=2, description="M, training chunks for the baseline spectrum")
+    scale_d: float = Field(30.0, gt=0, description="delay scale factor d")
+    cycles: int = Field(6, ge=2, le=64, description="square-wave cycles per measurement")
+    period_s: float | None = Field(None, gt=0, description="fix the period (else training's)")
+    magnitude_ms: float | None = Field(None, gt=0, description="fix the delay (else d·σ rule)")
+    half_width: float = Field(0.2, gt=0, description="wanted 95% CI half-width of a gradient")
+    adaptive: bool = True  # one small cycle first to rescale the delay by a rough gradient
+    concurrent: int = Field(1, ge=1, le=4, description="links measured at once, at periods "
+                            "T, 2T, 4T, ... (orthogonal square waves)")
+    max_delay_ms: float = Field(100.0, gt=0)
+    max_duration_s: float = Field(900.0, gt=0, description="cap per measurement")
+    throughput_drop_limit: float = Field(0.3, gt=0, le=1, description="abort above this")
+    error_rate_limit: float = Field(0.05, gt=0, le=1, description="abort when the fraction of "
+                                    "failed requests (5xx, 499, 408) over the last 10 s exceeds "
+                                    "the training's by this")
+    include: tuple[str, ...] = ()  # link patterns "src->dst" (regex) to measure; empty: all
+    exclude: tuple[str, ...] = ()
+    magnitudes_ms: tuple[float, ...] = Field((), description="measure every link at each of "
+                                             "these delays (the curvature of thesis ch. 6)")
+    inject_at: Literal["receiver", "sender"] = Field(
+        "receiver", description="which end of a link holds its packets. The receiver delays "
+        "them as a network does; the sender keeps held packets charged to the socket, so TCP "
+        "autocorking holds its next write back and two-piece responses pay the delay twice")
+
+    @field_validator("magnitudes_ms")
+    @classmethod
+    def _magnitudes(cls, values: tuple[float, ...]) -> tuple[float, ...]:
+        if values and (len(set(values)) < 2 or min(values) <= 0):
+            raise ValueError("give two or more different positive delays (or none)")
+        return tuple(sorted(values))
+
+    @model_validator(mode="after")
+    def _within_cap(self) -> Parameters:
+        if self.magnitudes_ms and max(self.magnitudes_ms) > self.max_delay_ms:
+            raise ValueError(f"magnitudes_ms {max(self.magnitudes_ms):g} is above max_delay_ms "
+                             f"{self.max_delay_ms:g}")
+        return self
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _regexes(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for p in patterns:
+            re.compile(p)
+        return patterns
+
+
+class Workload(_Strict):
+    """A command run on a host for the whole run (a testbed has no users of its own)."""
+
+    host: str
+    argv: tuple[str, ...] | None = None
+    rate_per_s: float | None = Field(None, gt=0)  # or: the testbed's load generator
+    mix: str | None = None  # /PATH=WEIGHT,... (default: every transaction)
+    timeout_s: float = Field(30.0, gt=0)  # the load generator's clients give up after this
+
+    @model_validator(mode="after")
+    def _one(self) -> Workload:
+        if (self.argv is None) == (self.rate_per_s is None):
+            raise ValueError("give either argv or rate_per_s")
+        return self
+
+
+class Experiment(_Strict):
+    name: str
+    testbed: str | None = None  # a `linkgrad testbed` tag: hosts, ssh and web_log from it
+    hosts: tuple[Host, ...] = ()
+    ssh: Ssh | None = None
+    web_log: WebLog | None = None
+    transactions: dict[str, str] = Field(min_length=1)  # name -> regex on path+query
+    nodes: Nodes = Nodes()  # default: every process on the hosts
+    parameters: Parameters = Parameters()
+    workload: Workload | None = None
+    output: Path = Path("runs")
+    frontend_url: str | None = None  # for a workload's load generator (set from a testbed)
+
+    @field_validator("transactions")
+    @classmethod
+    def _transaction_regexes(cls, transactions: dict[str, str]) -> dict[str, str]:
+        for name, pattern in transactions.items():
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"transaction {name!r}: bad regex {pattern!r}: {e}") from e
+        return transactions
+
+    @model_validator(mode="after")
+    def _log_host_known(self) -> Experiment:
+        if self.testbed is not None:
+            return self  # filled from the testbed when loaded
+        missing = [f for f in ("hosts", "ssh", "web_log") if not getattr(self, f)]
+        if missing:
+            raise ValueError(f"give {', '.join(missing)} (or testbed: TAG)")
+        assert self.web_log is not None
+        names = [h.name for h in self.hosts]
+        if self.web_log.host not in names:
+            raise ValueError(f"web_log.host {self.web_log.host!r} is not one of {names}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"host names must be unique: {names}")
+        assert self.ssh is not None
+        if self.ssh.config is None:
+            if self.ssh.known_hosts is None:
+                raise ValueError("without ssh.config, give ssh.known_hosts (host keys are "
+                                 "always verified)")
+            if bare := [h.name for h in self.hosts if h.address is None]:
+                raise ValueError(f"without ssh.config, every host needs an address: "
+                                 f"{', '.join(bare)}")
+        return self
+
+
+def load_experiment(path: str | Path, testbed_root: Path | None = None) -> Experiment:
+    """Validate the experiment; relative paths in it are relative to the file; a `testbed:`
+    tag fills hosts, ssh and web_log from that running testbed."""
+    path = Path(path)
+    experiment = load_yaml(path, Experiment)
+    base = path.resolve().parent
+    if experiment.testbed is not None:
+        experiment = _from_testbed(experiment, path, testbed_root)
+    _check_error_watch(experiment, path)
+    assert experiment.ssh is not None
+    ssh = experiment.ssh.model_copy(update={
+        "config": base / experiment.ssh.config if experiment.ssh.config else None,
+        "known_hosts": base / experiment.ssh.known_hosts if experiment.ssh.known_hosts else None})
+    hosts = tuple(h.model_copy(update={"key": base / h.key}) if h.key else h
+                  for h in experiment.hosts)
+    return experiment.model_copy(update={"ssh": ssh, "hosts": hosts,
+                                         "output": base / experiment.output})
+
+
+def _check_error_watch(experiment: Experiment, path: Path) -> None:
+    """An error limit the user set needs a status in the log: say so before touching a host.
+    (A CSV log's columns are only known from its header: checked when the run reads it.)"""
+    from common.errors import InputError, Problem
+    from coordinator.core.weblog.apache_format import compile_apache
+    from coordinator.core.weblog.nginx_format import compile_nginx
+
+    log = experiment.web_log
+    if log is None or "error_rate_limit" not in experiment.parameters.model_fields_set:
+        return
+    if log.format in ("nginx", "apache"):
+        spec = (compile_nginx if log.format == "nginx" else compile_apache)(log.log_format)
+        if not spec.has_status:
+            variable = "$status" if log.format == "nginx" else "%>s"
+            raise InputError(Problem(
+                f"the web log's format logs no HTTP status ({variable}), so the error rate "
+                "cannot be watched: add it, or remove the limit",
+                str(path), line_of(path, ("parameters", "error_rate_limit")),
+                "parameters.error_rate_limit"))
+
+
+def _from_testbed(experiment: Experiment, path: Path, root: Path | None) -> Experiment:
+    import os
+    import sys
+
+    from common.errors import InputError, Problem
+    from testbed.lifecycle import status
+    from testbed.state import DEFAULT_ROOT
+
+    root = root or Path(os.environ.get("LINKGRAD_TESTBED_ROOT", DEFAULT_ROOT))
+    info = status(experiment.testbed or "", root)
+    if not info.get("up"):
+        raise InputError(Problem(f"testbed {experiment.testbed!r} is not up (linkgrad testbed "
+                                 "up)", str(path), field="testbed"))
+    log = info["web_log"]
+    return experiment.model_copy(update={
+        "hosts": tuple(Host(name=h["name"], address=h["address"]) for h in info["hosts"]),
+        # the testbed's hosts share this machine's files: the same python runs the daemons
+        "ssh": Ssh(config=Path(info["ssh_config"]), known_hosts=Path(info["known_hosts"]),
+                   python=sys.executable),
+        "web_log": WebLog(host=log["host"], path=log["path"], format=log["format"],
+                          log_format=log["log_format"]),
+        "frontend_url": info["frontend_url"]})

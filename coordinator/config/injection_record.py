@@ -1,0 +1,72 @@
+"""The injection record (DESIGN.md contract): JSON written by the coordinator per measurement.
+
+Fields: `start` (unix s, first rising edge), `period_s`, `cycles`, `magnitude_ms` (mean delay
+actually injected while on), optional `n_bins`, optional `link`. Unknown fields are an error:
+a misspelt `magnitude_ms` must never silently mean "no delay".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from common.errors import InputError, Problem
+from common.square_wave import SquareWave
+
+
+class InjectionRecord(BaseModel):
+    """One square-wave injection as the coordinator recorded it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    start: float = Field(gt=0, description="unix seconds of the first rising edge")
+    period_s: float = Field(gt=0)
+    cycles: int = Field(ge=1)
+    magnitude_ms: float = Field(gt=0, description="mean delay actually injected while on")
+    n_bins: int | None = Field(default=None, ge=2)
+    link: str | dict[str, Any] | None = None
+
+    def square_wave(self) -> SquareWave:
+        return SquareWave(self.start, self.period_s, self.cycles, self.magnitude_ms / 1000.0)
+
+
+def _line_of(text: str, key: str) -> int | None:
+    """Line number of the first `"key"` in a JSON text (pydantic knows no lines)."""
+    needle = f'"{key}"'
+    for number, line in enumerate(text.splitlines(), start=1):
+        if needle in line:
+            return number
+    return None
+
+
+def parse_injection_record(text: str, source: str = "<injection>") -> InjectionRecord:
+    """Validate a JSON injection record; every problem is reported with file, line and field."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(Problem(f"not valid JSON: {e.msg}", source, e.lineno)) from e
+    if not isinstance(data, dict):
+        raise InputError(Problem("expected one JSON object (an injection record)", source, 1))
+    try:
+        return InjectionRecord.model_validate(data)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            field = ".".join(str(p) for p in err["loc"]) or None
+            key = str(err["loc"][0]) if err["loc"] else ""
+            line = _line_of(text, key) if key else None
+            message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+            problems.append(Problem(message, source, line, field))
+        raise InputError(problems) from e
+
+
+def load_injection_record(path: str | Path) -> InjectionRecord:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InputError(Problem(f"cannot read injection record: {e.strerror}", str(path))) from e
+    return parse_injection_record(text, str(path))

@@ -1,0 +1,117 @@
+"""Sites, one-way latencies and placements (YAML), and the latency change each host pair sees
+when components move (thesis §5.3). Parsing at the edge; `latency_changes` is pure.
+
+A latencies file says where each component (an experiment host) is now and the one-way latency
+between sites; without `sites`, every host is a site of its own. A placement says which
+components move to which site.
+
+    sites: {web: here, app1: here, db: here}
+    latency_ms:                     # "a->b" one way, "a<->b" both ways
+      here<->here: 0.05
+      here<->east: {mean: 10.0, se: 0.2}   # se: standard error of the mean (default 0)
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from common.errors import InputError, Problem
+from common.yamlconf import line_of, load_yaml
+from coordinator.core.prediction import Estimate
+
+_PAIR = re.compile(r"^\s*([^\s<>-][^<>]*?)\s*(->|<->)\s*([^\s<>-][^<>]*?)\s*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Latency(_Strict):
+    mean: float = Field(ge=0)
+    se: float = Field(0.0, ge=0)
+
+
+class Latencies(_Strict):
+    sites: dict[str, str] = {}  # host -> site; empty: every host is its own site
+    latency_ms: dict[str, float | Latency] = Field(min_length=1)
+
+    @field_validator("latency_ms")
+    @classmethod
+    def _pairs(cls, latencies: dict[str, float | Latency]) -> dict[str, float | Latency]:
+        for key, value in latencies.items():
+            if not _PAIR.match(key):
+                raise ValueError(f"{key!r} is not 'a->b' or 'a<->b'")
+            if isinstance(value, float | int) and value < 0:
+                raise ValueError(f"{key}: a latency cannot be negative ({value})")
+        return latencies
+
+
+class Placement(_Strict):
+    move: dict[str, str] = Field(min_length=1)  # host -> the site it moves to
+
+
+def one_way(latencies: Latencies) -> dict[tuple[str, str], Estimate]:
+    """(site, site) -> one-way latency; "a<->b" fills both directions, "a->b" overrides."""
+    out: dict[tuple[str, str], Estimate] = {}
+    for both in (True, False):
+        for key, value in latencies.latency_ms.items():
+            m = _PAIR.match(key)
+            assert m is not None  # validated
+            a, arrow, b = m.groups()
+            if (arrow == "<->") != both:
+                continue
+            e = Estimate(value.mean, value.se) if isinstance(value, Latency) else Estimate(value)
+            out[(a, b)] = e
+            if both:
+                out[(b, a)] = e
+    return out
+
+
+def latency_changes(hosts: list[str], latencies: Latencies, placement: Placement,
+                    latencies_file: str = "<latencies>",
+                    placement_file: Path | None = None) -> dict[tuple[str, str], Estimate]:
+    """Δl (ms) for every ordered pair of distinct hosts whose latency changes.
+
+    A pair that keeps its sites changes by exactly 0; otherwise the new and the old latency are
+    independent measurements and their variances add. InputError names every unknown host and
+    every site pair the latencies file lacks.
+    """
+    site = {h: latencies.sites.get(h, h) for h in hosts}
+    unknown = [h for h in placement.move if h not in site]
+    if unknown:
+        raise InputError([Problem(
+            f"{h!r} is not a host of the experiment ({', '.join(hosts)})",
+            str(placement_file) if placement_file else None,
+            line_of(placement_file, ("move", h)) if placement_file else None, f"move.{h}")
+            for h in unknown])
+    new = {**site, **placement.move}
+    table = one_way(latencies)
+    changes, missing = {}, set()
+    for a in hosts:
+        for b in hosts:
+            before, after = (site[a], site[b]), (new[a], new[b])
+            if a == b or before == after:
+                continue
+            for pair in (before, after):
+                if pair not in table:
+                    missing.add(pair)
+            if before in table and after in table:
+                old, now = table[before], table[after]
+                changes[(a, b)] = Estimate(now.mean - old.mean,
+                                           (old.variance + now.variance) ** 0.5)
+    if missing:
+        raise InputError([Problem(f"no latency for {a}->{b} (give '{a}->{b}' or '{a}<->{b}')",
+                                  latencies_file, field="latency_ms")
+                          for a, b in sorted(missing)])
+    return changes
+
+
+def load_latencies(path: str | Path) -> Latencies:
+    return load_yaml(path, Latencies)
+
+
+def load_placement(path: str | Path) -> Placement:
+    return load_yaml(path, Placement)

@@ -1,0 +1,175 @@
+"""Link gradient of every transaction of a web log under one square-wave injection.
+
+The glue between the pure pieces: the training phase on the requests before the injection
+(thesis §3.2: bin size, baseline spectrum, periodic noise), the thesis's eq. 2.6 as the
+reference, and our phase-locked estimate with its interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from common.square_wave import SquareWave
+from coordinator.core.spectral.binning import (
+    bin_series,
+    bins_for_window,
+    fill_empty,
+    sampling_interval_s,
+)
+from coordinator.core.spectral.lockin import LockinEstimate, LockinSettings, lockin_gradient
+from coordinator.core.spectral.periodic import periodic_noise_hz
+from coordinator.core.spectral.thesis import thesis_gradient
+from coordinator.core.spectral.training import BaselineSpectrum, baseline_spectrum
+
+
+@dataclass(frozen=True)
+class GradientSettings:
+    k: int = 8  # requests per bin for the thesis's sampling interval (§3.2 step 1)
+    chunks: int = 9  # M training chunks (§3.2 step 2)
+    n_bins: int | None = None  # N; by default from the record, else from k
+    periodic_terms: int = 4  # most periodic-noise frequencies to model (0: none)
+    min_requests: int = 20
+    lockin: LockinSettings = field(default_factory=LockinSettings)
+
+
+def settings_for_log(time_resolution_s: float, k: int = 8, chunks: int = 9,
+                     n_bins: int | None = None) -> GradientSettings:
+    """The settings a log calls for: its stamps' resolution widens the edge guard. One function
+    for `linkgrad run` and `linkgrad gradient`, so a link recomputed offline gets the answer
+    the run got."""
+    base = GradientSettings(k=k, chunks=chunks, n_bins=n_bins)
+    return replace(base, lockin=replace(base.lockin, time_resolution_s=time_resolution_s))
+
+
+@dataclass(frozen=True)
+class ThesisResult:
+    gradient: float
+    n_bins: int
+    bin_s: float
+    chunks: int  # training chunks used for FFT⁰; 0 means FFT⁰ was taken as 0
+
+
+@dataclass(frozen=True)
+class TransactionGradient:
+    name: str
+    requests: int  # in the measurement window
+    baseline_requests: int
+    lockin: LockinEstimate | None
+    thesis: ThesisResult | None
+    periodic_hz: tuple[float, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def thesis_bins(
+    t_base: np.ndarray, t_window: np.ndarray, wave: SquareWave, settings: GradientSettings,
+    record_n_bins: int | None,
+) -> tuple[int, float]:
+    """N and ΔTs: the record's (or the user's) N, else the most bins that hold ~k requests."""
+    window_s = wave.cycles * wave.period_s
+    n_bins = settings.n_bins or record_n_bins
+    if n_bins is None:
+        source = t_base if len(t_base) > settings.k + 1 else t_window
+        n_bins = bins_for_window(window_s, wave.cycles, sampling_interval_s(source, settings.k))
+    return n_bins, window_s / n_bins
+
+
+def _training_spectrum(
+    t: np.ndarray, y: np.ndarray, end_s: float, n_bins: int, bin_s: float, chunks: int
+) -> BaselineSpectrum | None:
+    base = t < end_s
+    try:
+        return baseline_spectrum(t[base], y[base], end_s, bin_s, n_bins, chunks)
+    except ValueError:
+        return None
+
+
+def shared_periodic_noise_hz(
+    t: np.ndarray, y: np.ndarray, groups: dict[str, np.ndarray], before_s: float,
+    settings: GradientSettings,
+) -> tuple[float, ...]:
+    """Periodic noise common to every transaction (GC pauses, cron), in the training data.
+
+    Such noise comes from shared servers, so it is sought in all requests pooled, each centred
+    on its transaction's median: several times the data of one transaction.
+    """
+    if settings.periodic_terms == 0:
+        return ()
+    centred = np.full(len(y), np.nan)
+    for rows in groups.values():
+        train = rows[t[rows] < before_s]
+        if len(train):
+            centred[rows] = y[rows] - np.median(y[train])
+    base = (t < before_s) & ~np.isnan(centred)
+    if base.sum() < 16 * settings.k:
+        return ()
+    bin_s = sampling_interval_s(t[base], settings.k)
+    n_bins = int((before_s - t[base].min()) / (settings.chunks * bin_s))
+    if n_bins < 16:
+        return ()
+    spectrum = baseline_spectrum(t[base], centred[base], before_s, bin_s, n_bins, settings.chunks)
+    return periodic_noise_hz(spectrum, t[base], centred[base], before_s, settings.periodic_terms)
+
+
+def transaction_gradient(
+    name: str, t: np.ndarray, y: np.ndarray, wave: SquareWave, settings: GradientSettings,
+    record_n_bins: int | None = None, periodic: tuple[float, ...] = (),
+    baseline_end_s: float | None = None, others: tuple[SquareWave, ...] = (),
+) -> TransactionGradient:
+    """Both estimates for one transaction's requests (start times `t`, responses `y`, seconds).
+
+    `periodic` are periodic-noise frequencies (Hz) to model, from `shared_periodic_noise_hz`.
+    The training data end at `baseline_end_s` (default: the first rising edge); a run that
+    measures links one after another passes the end of its passive phase, so earlier
+    injections never count as unperturbed.
+    """
+    baseline_end = wave.start_s if baseline_end_s is None else baseline_end_s
+    base = t < baseline_end
+    window = (t >= wave.start_s) & (t < wave.end_s)
+    n_window, n_base = int(window.sum()), int(base.sum())
+    if n_window < settings.min_requests:
+        note = f"{n_window} requests during the injection; need {settings.min_requests}"
+        return TransactionGradient(name, n_window, n_base, None, None, (), (note,))
+    notes: list[str] = []
+    n_bins, bin_s = thesis_bins(t[base], t[window], wave, settings, record_n_bins)
+    spectrum = _training_spectrum(t, y, baseline_end, n_bins, bin_s, settings.chunks)
+    if spectrum is None:
+        notes.append("under 2 training chunks before the injection: thesis FFT⁰ taken as 0")
+    means, counts = bin_series(t, y, wave.start_s, bin_s, n_bins)
+    if (empty := int(np.sum(counts == 0))) > 0:
+        notes.append(f"{empty} of {n_bins} thesis bins empty (filled with the mean)")
+    fft0 = spectrum.mean[wave.cycles] if spectrum is not None else 0j
+    thesis: ThesisResult | None = None
+    try:
+        g0 = thesis_gradient(fill_empty(means), wave.cycles, wave.magnitude_s, fft0)
+        thesis = ThesisResult(g0, n_bins, bin_s, spectrum.chunks if spectrum else 0)
+    except ValueError as e:  # the reference method must never cost the run its answer
+        notes.append(f"thesis estimate: {e}")
+    notes += [
+        f"periodic noise at {f:.4g} Hz is within the window's resolution of the injection "
+        f"frequency {wave.frequency_hz:.4g} Hz: they cannot be told apart; inject at another period"
+        for f in periodic if abs(f - wave.frequency_hz) < 1 / (wave.cycles * wave.period_s)
+    ]
+    try:
+        estimate = lockin_gradient(t, y, wave, periodic, settings.lockin, others)
+    except ValueError as e:
+        estimate = None
+        notes.append(f"lockin: {e}")
+    return TransactionGradient(name, n_window, n_base, estimate, thesis, periodic, tuple(notes))
+
+
+def log_gradients(
+    t: np.ndarray, y: np.ndarray, groups: dict[str, np.ndarray], wave: SquareWave,
+    settings: GradientSettings, record_n_bins: int | None = None,
+    baseline_end_s: float | None = None, others: tuple[SquareWave, ...] = (),
+) -> dict[str, TransactionGradient]:
+    """Every transaction's gradients; `groups` maps a transaction to its rows of `t` and `y`;
+    `others`: waves injected on other links at the same time, fitted jointly."""
+    baseline_end = wave.start_s if baseline_end_s is None else baseline_end_s
+    periodic = shared_periodic_noise_hz(t, y, groups, baseline_end, settings)
+    return {
+        name: transaction_gradient(name, t[rows], y[rows], wave, settings, record_n_bins,
+                                   periodic, baseline_end, others)
+        for name, rows in groups.items()
+    }

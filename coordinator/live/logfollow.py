@@ -1,0 +1,62 @@
+"""The web log, followed over SSH from the moment the run starts (`tail -n 0 -F`).
+
+Lines are kept as they arrive (the raw samples go to the run's output, so `linkgrad gradient`
+can recompute any link offline) and parsed on demand with the same parser as files.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from pathlib import Path
+
+from coordinator.core.weblog.model import RequestLog
+from coordinator.core.weblog.read import choose_format, line_parser
+from coordinator.live.ssh import Connection, LineReader
+
+
+class LogFollower:
+    def __init__(self, connection: Connection, path: str, fmt: str,
+                 log_format: str | None, python: str = "python3") -> None:
+        self.source = f"{connection.endpoint.name}:{path}"
+        self.parse, _ = line_parser(choose_format(Path(path), fmt, log_format), log_format)
+        self.lines: list[str] = []
+        self.arrivals: list[float] = []  # when each line came in (sorted): cheap throughput
+        self._lock = threading.Lock()
+        # leased: `tail` on a quiet log would outlive the channel otherwise
+        self.channel = connection.open_lines(
+            [python, "-m", "injector.leased", "--", "tail", "-n", "0", "-F", path])
+        self.reader = LineReader(self.channel, self._take)
+
+    def _take(self, line: str) -> None:
+        now = time.time()
+        with self._lock:
+            self.lines.append(line)
+            self.arrivals.append(now)
+
+    def rate_per_s(self, window_s: float) -> float:
+        """Lines logged per second over the last `window_s` (requests ending then): no parse."""
+        since = time.time() - window_s
+        with self._lock:
+            return (len(self.arrivals) - bisect.bisect_left(self.arrivals, since)) / window_s
+
+    def recent(self, window_s: float) -> RequestLog:
+        """The requests logged over the last `window_s`, parsed (a few thousand lines)."""
+        since = time.time() - window_s
+        with self._lock:
+            lines = self.lines[bisect.bisect_left(self.arrivals, since):]
+        return self.parse(lines, self.source)
+
+    def snapshot(self) -> RequestLog:
+        with self._lock:
+            lines = list(self.lines)
+        return self.parse(lines, self.source)
+
+    def save(self, path: Path) -> None:
+        with self._lock:
+            path.write_text("".join(line + "\n" for line in self.lines))
+
+    def close(self) -> None:
+        self.channel.shutdown_write()  # end of input: the lease ends
+        self.channel.close()

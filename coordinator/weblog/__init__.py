@@ -1,6 +1,0 @@
-"""Web server logs (nginx, Apache, CSV) turned into per-request start times and response times."""
-
-from coordinator.weblog.model import MalformedLines, RequestLog
-from coordinator.weblog.read import read_log
-
-__all__ = ["MalformedLines", "RequestLog", "read_log"]
