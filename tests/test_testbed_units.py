@@ -111,3 +111,11 @@ def test_the_reference_experiment_is_valid_and_errors_point_at_lines(tmp_path):
     assert "bad regex" in text
     assert f"{bad}:6: field 'parameters.inject_at'" in text
     assert "'receiver' or 'sender'" in text
+
+
+def test_the_testbed_front_end_routes_by_the_variable_linkgrad_route_sets():
+    from coordinator.core import routing
+    from testbed import nginx
+
+    assert nginx.VARIABLE == routing.VARIABLE
+    assert routing.nginx_fixed_ratio(1.0, ("app_first", "app_first")) == nginx.DEFAULT_ROUTES

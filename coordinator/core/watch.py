@@ -4,18 +4,24 @@ limits that abort a run when the application suffers (throughput, failed request
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from common.errors import RuntimeFailure
-from coordinator.config.experiment import Parameters
 from coordinator.core.prediction import batch_mean
 from coordinator.core.transactions import TransactionPattern, group_by_transaction
 from coordinator.core.weblog.model import RequestLog
 
 WATCH_S = 10.0  # throughput and errors are judged over this many seconds of log
 MIN_WATCHED = 20  # requests in that window before an error fraction means anything
+
+
+class Limits(Protocol):
+    """The abort limits (an experiment's `parameters` has them)."""
+
+    throughput_drop_limit: float  # abort when throughput falls by more than this fraction
+    error_rate_limit: float  # ... or the failed fraction rises by more than this
 
 
 class Aborted(RuntimeFailure):
@@ -43,7 +49,7 @@ class Baseline:
     failed_fraction: float | None = None  # None: the log has no status to watch
 
 
-def check_limits(rate_per_s: float, recent: RequestLog, base: Baseline, p: Parameters,
+def check_limits(rate_per_s: float, recent: RequestLog, base: Baseline, p: Limits,
                  labels: str) -> None:
     """Aborted when the application suffers: throughput down by more than its limit, or the
     fraction of failed requests up by more than its limit, against the passive phase."""

@@ -4,13 +4,27 @@ our planner for the delay a wanted interval needs): pure functions."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-from coordinator.config.experiment import Parameters
 from coordinator.core.spectral.binning import sampling_interval_s
 from coordinator.core.spectral.planner import probe_noise
 from coordinator.core.spectral.training import baseline_spectrum, choose_injection
+
+
+class PlanSettings(Protocol):
+    """What the plan reads (an experiment's `parameters` has it): thesis §3.2's knobs."""
+
+    k: int
+    n_bins: int
+    chunks: int
+    scale_d: float
+    cycles: int
+    period_s: float | None
+    magnitude_ms: float | None
+    half_width: float
+    max_delay_ms: float
 
 
 @dataclass(frozen=True)
@@ -27,7 +41,7 @@ class WavePlan:
 
 
 def plan_wave(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: float,
-              params: Parameters) -> WavePlan:
+              params: PlanSettings) -> WavePlan:
     """`by_transaction`: training (start times, response times) per transaction."""
     notes: list[str] = []
     busiest = max(by_transaction.items(), key=lambda kv: len(kv[1][0]))
@@ -55,7 +69,7 @@ def plan_wave(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: f
 
 
 def _magnitude(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: float,
-               period: float, params: Parameters, choice: object, notes: list[str]) -> float:
+               period: float, params: PlanSettings, choice: object, notes: list[str]) -> float:
     if params.magnitude_ms is not None:
         return min(params.magnitude_ms, params.max_delay_ms) / 1e3
     wanted = []

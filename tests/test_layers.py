@@ -1,0 +1,76 @@
+"""The import rules of the layout (README "Layout"): arrows point down only.
+
+Every import statement is read, function-local ones included, so a rule cannot be dodged by
+importing inside a function.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Top-level packages, bottom first; a package imports only itself and those of a lower rank.
+RANK = {"common": 0, "injector": 1, "sniffer": 1, "testbed": 2, "coordinator": 3,
+        "benchmarks": 4, "tests": 5}
+
+PRESENTATION = ("rich", "argparse", "matplotlib")
+# sub-package -> what it must never import (prefixes of module names)
+FORBIDDEN = {
+    "coordinator.core": ("coordinator.config", "coordinator.live", "coordinator.cli", "yaml",
+                         "paramiko", "testbed", "injector", "sniffer", *PRESENTATION),
+    "coordinator.config": ("coordinator.live", "coordinator.cli", "paramiko", *PRESENTATION),
+    "coordinator.live": ("coordinator.cli", "injector", "sniffer", *PRESENTATION),
+    "common": ("rich", "argparse", "matplotlib", "paramiko"),
+}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def _sources() -> list[Path]:
+    return sorted(p for top in RANK for p in (ROOT / top).rglob("*.py"))
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def test_the_sources_are_found() -> None:
+    names = {_module(p) for p in _sources()}
+    assert {"common.errors", "coordinator.core.prediction", "coordinator.live.run",
+            "coordinator.cli.main", "injector.daemon", "testbed.lifecycle"} <= names
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_top_level_package_imports_one_above_it(path: Path) -> None:
+    mine = _module(path).split(".")[0]
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {name}" for line, name in _imports(path)
+             if (top := name.split(".")[0]) in RANK and top != mine
+             and RANK[top] >= RANK[mine]]
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_layer_imports_only_what_its_docstring_allows(path: Path) -> None:
+    module = _module(path)
+    rules = [banned for layer, banned in FORBIDDEN.items() if _within(module, layer)]
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {name}" for line, name in _imports(path)
+             for banned in rules for prefix in banned if _within(name, prefix)]
+    assert not wrong, "\n".join(wrong)
