@@ -59,8 +59,7 @@ def accuracy(hosts: Hosts, requested_ms: float, loaded: bool, probes: int,
         for p in burners:
             p.kill()
             p.wait()
-        daemon.proc.stdin.close()
-        daemon.proc.wait(timeout=15)
+        daemon.stop()
     errors_us = [(r - base_median - requested_ms / 1e3) * 1e6 for r in rtt if r == r]
     return {
         "requested_ms": requested_ms, "loaded": loaded, "realtime": realtime,
@@ -106,8 +105,7 @@ def rate(hosts: Hosts, rate_per_s: float, seconds: float,
         health = daemon.ok("health")
         drops = hosts.exec("r", "cat", "/proc/net/netfilter/nfnetlink_queue").stdout
     finally:
-        daemon.proc.stdin.close()
-        daemon.proc.wait(timeout=30)
+        daemon.stop()
     through_daemon = stats["actual"]["count"]
     queue = next(line.split() for line in drops.splitlines() if line.split()[0] == "6201")
     kernel_drops = int(queue[5]) + int(queue[6])  # queue_dropped + user_dropped

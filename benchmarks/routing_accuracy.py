@@ -31,11 +31,13 @@ from typing import Any
 from benchmarks.on_testbed import linkgrad, scratch_root
 from benchmarks.prediction_accuracy import SPLIT_SITES, experiment
 from benchmarks.results_md import update_section
+from common.protocol.injector import CONSTANT, ConstantSchedule, Remove, SetSchedule
 from coordinator.config.experiment import Experiment
 from coordinator.config.run_dir import Pair, load_run
 from coordinator.core.prediction import Z95, Curve, Estimate, predict
 from coordinator.core.routing import nginx_fixed_ratio
-from coordinator.live.session import Session, sleep_checking
+from coordinator.live.clock import SYSTEM, sleep_checking
+from coordinator.live.session import Session
 from coordinator.live.validate import add_links, applied_changes, measure_window
 from testbed import nginx
 from testbed.lifecycle import down, up
@@ -89,14 +91,14 @@ def measure(root: Path, info: dict[str, Any], rate: float, window_s: float) -> d
 
     def routes(text: str) -> None:
         nginx.install_routes(directory, web, text, "benchmark")
-        sleep_checking(SETTLE_S)
+        sleep_checking(SYSTEM, SETTLE_S)
 
     session = Session(Experiment.model_validate(
         json.loads((run_dir / "experiment.json").read_text())))
     measured: dict[str, dict[str, Estimate]] = {}
     try:
         session.open(sniffers=False)
-        sleep_checking(10.0)
+        sleep_checking(SYSTEM, 10.0)
         planned = {p: Estimate(DELAY_MS) for p in MOVED}
         links = add_links(session, run, planned, 6 * (window_s + 15) + 60)
         stats = []
@@ -106,21 +108,20 @@ def measure(root: Path, info: dict[str, Any], rate: float, window_s: float) -> d
                 routes(policies[policy])
                 before[copy], base = measure_window(session, window_s)
             for _, injector, link_id in links:
-                injector.request("schedule", link_id=link_id, schedule={
-                    "kind": "constant", "magnitude_ms": DELAY_MS,
-                    "duration_s": 4 * (window_s + 15) + 60})
+                injector.call(SetSchedule(link_id=link_id, schedule=ConstantSchedule(
+                    magnitude_ms=DELAY_MS, duration_s=4 * (window_s + 15) + 60)))
             for policy, text in policies.items():
                 routes(text)
                 measured[policy], _ = measure_window(session, window_s, base)
         finally:
             for pair, injector, link_id in links:
-                stats.append((pair, injector.request("remove", link_id=link_id)["stats"]))
+                stats.append((pair, injector.call(Remove(link_id=link_id)).stats))
     finally:
         routes(nginx.DEFAULT_ROUTES)
         problems = session.close()
     if problems:
         sys.exit("routing_accuracy: cleanup: " + "; ".join(problems))
-    applied = applied_changes(stats, schedule="1", phase="constant")
+    applied = applied_changes(stats, schedule_id=1, phase=CONSTANT)
     at = {"app1": predict(before["app1"], run.gradients, applied),
           "app2": predict(before["app2"], moved_to(run.gradients, "app1", "app2"), applied)}
     to = {n: COPIES[0] if t["to"] == "edge" else COPIES[1]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -55,8 +54,3 @@ class SquareWave:
     def delay_s(self, t_s: np.ndarray) -> np.ndarray:
         """The delay a packet crossing at `t_s` receives."""
         return np.where(self.is_on(t_s), self.magnitude_s, 0.0)
-
-    def injector_schedule(self) -> dict[str, Any]:
-        """The injector's square schedule for this wave (its wire format: unix s and ms)."""
-        return {"kind": "square", "start": self.start_s, "period_s": self.period_s,
-                "cycles": self.cycles, "magnitude_ms": self.magnitude_s * 1e3}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from common.protocol import injector as protocol
+
 
 @dataclass
 class Calipers:
@@ -31,14 +33,14 @@ class Calipers:
     def std_s(self) -> float:
         return math.sqrt(self._m2 / (self.count - 1)) if self.count > 1 else 0.0
 
-    def as_json(self) -> dict[str, float | int | None]:
-        """Milliseconds, the unit people read; empty calipers give nulls."""
+    def summary(self) -> protocol.Calipers:
+        """In milliseconds, the unit people read; empty calipers give nulls."""
         if not self.count:
-            return {"count": 0, "min_ms": None, "max_ms": None, "mean_ms": None, "std_ms": None}
-        return {
-            "count": self.count,
-            "min_ms": round(self.min_s * 1e3, 6),
-            "max_ms": round(self.max_s * 1e3, 6),
-            "mean_ms": round(self.mean_s * 1e3, 6),
-            "std_ms": round(self.std_s * 1e3, 6),
-        }
+            return protocol.Calipers()
+        return protocol.Calipers(count=self.count, min_ms=round(self.min_s * 1e3, 6),
+                                 max_ms=round(self.max_s * 1e3, 6),
+                                 mean_ms=round(self.mean_s * 1e3, 6),
+                                 std_ms=round(self.std_s * 1e3, 6))
+
+    def as_json(self) -> dict[str, float | int | None]:
+        return self.summary().model_dump()

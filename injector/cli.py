@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from common.errors import InputError, Problem
+from common.protocol.injector import LinkStats
 from injector.engine import Engine
 from injector.link import Endpoint, Link, parse_endpoint
 from injector.netem import NetemDelay, NetemUnavailable
@@ -131,19 +132,18 @@ def _wait(duration_s: float) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _print_stats(stats: dict[str, Any], as_json: bool) -> None:
+def _print_stats(stats: LinkStats, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(stats, indent=2))
+        print(stats.model_dump_json(indent=2))
         return
     table = Table("phase", "packets", "mean ms", "std ms", "min ms", "max ms", "mean error ms",
-                  title=f"delay actually applied: {stats['link']}")
-    for phases in stats["schedules"].values():
+                  title=f"delay actually applied: {stats.link}")
+    for phases in stats.schedules.values():
         for phase, s in phases.items():
-            a = s["actual"]
-            if a["count"]:
-                table.add_row(phase, str(a["count"]), f"{a['mean_ms']:.3f}", f"{a['std_ms']:.3f}",
-                              f"{a['min_ms']:.3f}", f"{a['max_ms']:.3f}",
-                              f"{s['error']['mean_ms']:+.3f}")
+            a = s.actual
+            if a.count:
+                table.add_row(phase, str(a.count), f"{a.mean_ms:.3f}", f"{a.std_ms:.3f}",
+                              f"{a.min_ms:.3f}", f"{a.max_ms:.3f}", f"{s.error.mean_ms:+.3f}")
     Console().print(table)
-    if stats["dropped"]:
-        Console().print(f"dropped (loss mode): {stats['dropped']}")
+    if stats.dropped:
+        Console().print(f"dropped (loss mode): {stats.dropped}")

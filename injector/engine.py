@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.errors import InputError, Problem, RuntimeFailure
+from common.protocol.injector import LinkStats
 from injector.holding import HoldingLine
 from injector.link import Link
 from injector.nfq import bind_queue
@@ -142,15 +143,15 @@ class Engine:
     def set_schedule(self, link_id: int, schedule: Schedule) -> int:
         return self._slot(link_id).line.set_schedule(schedule)
 
-    def remove_link(self, link_id: int) -> dict[str, Any]:
+    def remove_link(self, link_id: int) -> LinkStats:
         slot = self._slot(link_id)
         self.firewall.remove(slot.rule)
-        stats = slot.line.stats_json()
+        stats = slot.line.link_stats()
         self._forget(link_id)
         return stats
 
-    def stats(self) -> dict[int, dict[str, Any]]:
-        return {link_id: slot.line.stats_json() for link_id, slot in self.slots.items()}
+    def stats(self) -> dict[int, LinkStats]:
+        return {link_id: slot.line.link_stats() for link_id, slot in self.slots.items()}
 
     def _slot(self, link_id: int) -> _Slot:
         if link_id not in self.slots:

@@ -14,8 +14,9 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
+from common.protocol import injector as protocol
 from injector.calipers import Calipers
 from injector.link import Link
 from injector.schedule import OFF, Schedule
@@ -109,12 +110,12 @@ class HoldingLine:
             n += 1
         return n
 
-    def stats_json(self) -> dict[str, Any]:
-        phases: dict[str, Any] = {}
+    def link_stats(self) -> protocol.LinkStats:
+        phases: dict[str, dict[str, protocol.PhaseStats]] = {}
         with self._stats_lock:
             items = sorted(self.stats.items())
         for (schedule_id, phase), s in items:
-            entry = {"actual": s.actual.as_json(), "error": s.error.as_json()}
-            phases.setdefault(str(schedule_id), {})[phase] = entry
-        return {"link": str(self.link), "schedule_id": self.schedule_id,
-                "dropped": self.dropped, "held": len(self.fifo), "schedules": phases}
+            phases.setdefault(str(schedule_id), {})[phase] = protocol.PhaseStats(
+                actual=s.actual.summary(), error=s.error.summary())
+        return protocol.LinkStats(link=str(self.link), schedule_id=self.schedule_id,
+                                  dropped=self.dropped, held=len(self.fifo), schedules=phases)

@@ -8,13 +8,24 @@ phase must match the web log's clock); delays are seconds inside, milliseconds a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal, Protocol
+from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from common.errors import InputError, Problem
+from common.protocol.base import validation_problems
+from common.protocol.injector import (
+    CONSTANT,
+    OFF,
+    ON,
+    SCHEDULE,
+    ConstantSchedule,
+    OffSchedule,
+    SquareSchedule,
+)
 
-OFF, ON, CONSTANT = "off", "on", "constant"
+ScheduleSpec = OffSchedule | ConstantSchedule | SquareSchedule
+__all__ = ["CONSTANT", "OFF", "ON", "Caps", "Schedule", "build_schedule", "schedule_from_json"]
 
 
 class Schedule(Protocol):
@@ -105,63 +116,26 @@ class Caps:
     max_duration_s: float = 3600.0
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    loss_fraction: float = Field(0.0, ge=0.0, le=1.0)
-
-
-class OffSpec(_Spec):
-    kind: Literal["off"]
-
-
-class ConstantSpec(_Spec):
-    kind: Literal["constant"]
-    magnitude_ms: float = Field(ge=0.0)
-    start: float | None = None  # unix s; default now
-    duration_s: float | None = Field(None, gt=0.0)  # default: the duration cap
-
-
-class SquareSpec(_Spec):
-    kind: Literal["square"]
-    magnitude_ms: float = Field(gt=0.0)
-    start: float | None = None  # unix s of the first rising edge; default now
-    period_s: float = Field(gt=0.0)
-    cycles: int = Field(ge=1)
-
-
-ScheduleSpec = Annotated[OffSpec | ConstantSpec | SquareSpec, Field(discriminator="kind")]
-_ADAPTER: TypeAdapter[OffSpec | ConstantSpec | SquareSpec] = TypeAdapter(ScheduleSpec)
-
-
 def schedule_from_json(data: object, now_s: float, caps: Caps, where: str = "schedule") -> Schedule:
-    """Validate a schedule (JSON object) against the schema and the caps, and build it."""
+    """Validate a schedule (JSON object) against the protocol and the caps, and build it."""
     try:
-        spec = _ADAPTER.validate_python(data)
+        spec = SCHEDULE.validate_python(data)
     except ValidationError as e:
-        raise InputError([
-            Problem("unknown field" if err["type"] == "extra_forbidden" else err["msg"],
-                    field=".".join([where, *(str(p) for p in _without_tag(err["loc"]))]))
-            for err in e.errors()
-        ]) from e
+        raise InputError(validation_problems(e, where)) from e
     return build_schedule(spec, now_s, caps, where)
 
 
-def _without_tag(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
-    """pydantic puts the union's tag first in an error's path; a person reads the field."""
-    return loc[1:] if loc and loc[0] in ("off", "constant", "square") else loc
-
-
-def build_schedule(
-    spec: OffSpec | ConstantSpec | SquareSpec, now_s: float, caps: Caps, where: str = "schedule"
-) -> Schedule:
-    if isinstance(spec, OffSpec):
+def build_schedule(spec: ScheduleSpec, now_s: float, caps: Caps,
+                   where: str = "schedule") -> Schedule:
+    """The schedule a protocol spec asks for, checked against the caps (all problems)."""
+    if isinstance(spec, OffSchedule):
         return Off(spec.loss_fraction)
     problems = []
     if spec.magnitude_ms > caps.max_magnitude_ms:
         problems.append(Problem(f"{spec.magnitude_ms} ms is above the cap of "
                                 f"{caps.max_magnitude_ms} ms", field=f"{where}.magnitude_ms"))
     start = now_s if spec.start is None else spec.start
-    if isinstance(spec, ConstantSpec):
+    if isinstance(spec, ConstantSchedule):
         duration = caps.max_duration_s if spec.duration_s is None else spec.duration_s
         schedule: Schedule = Constant(spec.magnitude_ms / 1e3, start, duration, spec.loss_fraction)
     else:

@@ -1,6 +1,7 @@
 """`python -m sniffer`: reports the links that carried traffic, over JSON lines on stdio.
 
-Requests: `{"id": 1, "cmd": "health" | "poll" | "watch" | "unwatch" | "stop", ...}`.
+Requests (`common.protocol.sniffer`, served by `common.jsonlines`): `{"id": 1, "cmd": "health"
+| "poll" | "watch" | "unwatch" | "stop", ...}`.
 `poll` answers with every link that carried at least `threshold` messages since the previous
 poll; `watch` with `interval_s` emits such a report as an event (`{"event": "report", ...}`)
 every interval until `unwatch`, which first emits a last report up to that moment. Closing
@@ -9,7 +10,6 @@ stdin (the SSH channel) ends the daemon.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -18,6 +18,12 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
+from common import jsonlines
+from common.errors import InputError, Problem
+from common.jsonlines import LineWriter, StopServing
+from common.protocol import sniffer as protocol
+from common.protocol.base import Empty, Request, Result, Stopped
+from common.protocol.sniffer import LinkCount, Report
 from sniffer.kernel import ClosedSockets, dump_sockets, ephemeral_range, socket_owners
 from sniffer.links import Process, SocketRecord, active, link_counts, match_closed
 
@@ -45,7 +51,7 @@ class Sniffer:
         self.since = self.clock()
         self.lock = threading.Lock()
 
-    def poll(self, threshold: int = 1) -> dict[str, Any]:
+    def poll(self, threshold: int = 1) -> Report:
         with self.lock:
             ended = match_closed(self.closed(), self.previous)  # drained before the dump: a
             current = self.dump()  # socket closing in between is in the next drain
@@ -53,9 +59,9 @@ class Sniffer:
             counts = link_counts(self.previous, [*current, *ended],
                                  {**self.known_owners, **owners}, self.ephemeral)
             now = self.clock()
-            report = {"from": self.since, "to": now,
-                      "links": [{**link.as_json(), "messages": n}
-                                for link, n in active(counts, threshold).items()]}
+            report = Report(from_s=self.since, to_s=now, links=tuple(
+                LinkCount.model_validate({**link.as_json(), "messages": n})
+                for link, n in active(counts, threshold).items()))
             self._carry(current, ended)
             self.known_owners = owners
             self.since = now
@@ -79,84 +85,65 @@ class Sniffer:
 
 
 class Service:
+    """The sniffer's requests, and its `watch` thread's reports as events."""
+
     def __init__(self, sniffer: Sniffer, out: IO[str]) -> None:
         self.sniffer = sniffer
-        self.out = out
-        self.out_lock = threading.Lock()
+        self.out = LineWriter(out)
         self.watching = threading.Event()
+        self.woken = threading.Event()  # set by unwatch: the watch thread leaves now
         self.watcher: threading.Thread | None = None
         self.threshold = 1
 
-    def emit(self, message: dict[str, Any]) -> None:
-        with self.out_lock:
-            self.out.write(json.dumps(message) + "\n")
-            self.out.flush()
+    def handle(self, request: Request[Any]) -> Result:
+        match request:
+            case protocol.HealthRequest():
+                lo, hi = self.sniffer.ephemeral
+                return protocol.SnifferHealth(pid=os.getpid(), ephemeral_range=(lo, hi),
+                                              watching=self.watching.is_set())
+            case protocol.Poll(threshold=threshold):
+                return self.sniffer.poll(threshold)
+            case protocol.Watch(interval_s=interval, threshold=threshold):
+                self.unwatch()
+                self.threshold = threshold
+                self.woken.clear()
+                self.watching.set()
+                self.watcher = threading.Thread(target=self._watch, args=(interval, threshold),
+                                                daemon=True)
+                self.watcher.start()
+                return protocol.Watching(interval_s=interval)
+            case protocol.Unwatch():
+                self.unwatch()
+                return Empty()
+            case protocol.Stop():
+                raise StopServing(Empty())
+        raise InputError(Problem(f"unknown command {request.cmd!r}", field="cmd"))
 
-    def handle(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        cmd = request.get("cmd")
-        threshold = int(request.get("threshold", 1))
-        if cmd == "health":
-            return {"pid": os.getpid(), "ephemeral_range": list(self.sniffer.ephemeral),
-                    "watching": self.watching.is_set()}
-        if cmd == "poll":
-            return self.sniffer.poll(threshold)
-        if cmd == "watch":
-            interval = float(request.get("interval_s", 1.0))
-            if not 0.05 <= interval <= 3600:
-                raise ValueError("interval_s must be within [0.05, 3600]")
-            self.unwatch()
-            self.threshold = threshold
-            self.watching.set()
-            self.watcher = threading.Thread(target=self._watch, args=(interval, threshold),
-                                            daemon=True)
-            self.watcher.start()
-            return {"interval_s": interval}
-        if cmd == "unwatch":
-            self.unwatch()
-            return {}
-        if cmd == "stop":
-            return None
-        raise ValueError(f"unknown command {cmd!r}")
+    def report(self, threshold: int) -> None:
+        self.out.write(self.sniffer.poll(threshold).model_copy(update={"event": "report"}))
 
     def unwatch(self) -> None:
-        """Stop watching; a last report covers the time since the previous one."""
+        """Stop watching (at once, not at the next interval); a last report covers the time
+        since the previous one."""
         self.watching.clear()
+        self.woken.set()
         if self.watcher is not None:
             self.watcher.join(timeout=10)
             self.watcher = None
-            self.emit({"event": "report", **self.sniffer.poll(self.threshold)})
+            self.report(self.threshold)
 
     def _watch(self, interval: float, threshold: int) -> None:
         next_at = time.monotonic() + interval
         while self.watching.is_set():
-            time.sleep(max(0.0, next_at - time.monotonic()))
-            if not self.watching.is_set():
+            if self.woken.wait(max(0.0, next_at - time.monotonic())):
                 return
-            self.emit({"event": "report", **self.sniffer.poll(threshold)})
+            self.report(threshold)
             next_at += interval
 
 
 def serve(service: Service, stdin: IO[str]) -> str:
     """Answer requests until stop or end of input; returns why it stopped."""
-    for line in stdin:
-        if not line.strip():
-            continue
-        request_id = None
-        try:
-            request = json.loads(line)
-            request_id = request.get("id") if isinstance(request, dict) else None
-            if not isinstance(request, dict):
-                raise ValueError("a request is one JSON object")
-            result = service.handle(request)
-        except (ValueError, TypeError) as e:
-            service.emit({"id": request_id, "ok": False,
-                          "error": {"kind": "input", "message": str(e)}})
-            continue
-        if result is None:
-            service.emit({"id": request_id, "ok": True, "result": {}})
-            return "stop"
-        service.emit({"id": request_id, "ok": True, "result": result})
-    return "stdin closed"
+    return jsonlines.serve(stdin, service.out, protocol.SNIFFER_REQUEST, service.handle)
 
 
 def _interrupt(signum: int, _frame: object) -> None:
@@ -173,15 +160,22 @@ def main() -> int:
         closing, missing = None, f"closed sockets not reported ({e}): a connection's last " \
             "interval is not counted"
     service = Service(Sniffer(closed=closing.drain if closing else list), sys.stdout)
-    service.emit({"event": "ready", "pid": os.getpid(), "closed_sockets": closing is not None,
-                  **({"warning": missing} if missing else {})})
     try:
-        reason = serve(service, sys.stdin)
+        return run(service, sys.stdin, missing)
+    finally:
+        if closing is not None:
+            closing.close()
+
+
+def run(service: Service, stdin: IO[str], warning: str | None = None) -> int:
+    """The daemon's life: say ready, answer until stop or EOF, a last report, say stopped."""
+    service.out.write(protocol.SnifferReady(pid=os.getpid(), warning=warning,
+                                            closed_sockets=warning is None))
+    try:
+        reason = serve(service, stdin)
     except KeyboardInterrupt:
         reason = "signal"
     finally:
         service.unwatch()
-        if closing is not None:
-            closing.close()
-    service.emit({"event": "stopped", "reason": reason})
+    service.out.write(Stopped(reason=reason))
     return 0

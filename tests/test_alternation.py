@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from common.protocol.injector import SquareSchedule
 from coordinator.core.alternation import NEITHER, OFF, ON, Alternation
-from injector.schedule import Caps, schedule_from_json
+from injector.schedule import Caps, build_schedule
 
 ALT = Alternation.for_window(1000.0, 30.0, cycles=3, guard_s=2.0)  # sub-windows of 14 s
 
@@ -18,7 +19,7 @@ def test_each_side_is_measured_for_the_window_in_all():
 
 
 def test_the_injector_schedule_is_on_exactly_in_the_odd_sub_windows():
-    schedule = schedule_from_json(ALT.schedule(10.0), now_s=990.0, caps=Caps())
+    schedule = build_schedule(SquareSchedule.of(ALT.wave(10.0)), now_s=990.0, caps=Caps())
     mids = ALT.start_s + ALT.half_s * (np.arange(7) + 0.5)
     assert [schedule.delay_s(t) for t in mids] == [0.0, 0.01] * 3 + [0.0]
     assert schedule.delay_s(ALT.start_s - 1) == 0.0

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from common.errors import InputError
-from coordinator.config.injection_record import load_injection_record, parse_injection_record
+from common.protocol.record import load_injection_record, parse_injection_record
 
 GOOD = {"start": 1795000000.5, "period_s": 40, "cycles": 6, "magnitude_ms": 30.2}
 

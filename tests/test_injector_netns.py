@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from common.jsonlines import DidNotStart
 from testbed.pairs.hosts import DaemonClient, Hosts, make_pair, make_routed
 
 pytestmark = [
@@ -39,9 +40,7 @@ def pair():
 def daemon(pair):
     client = DaemonClient(pair, "a", "--queue", "5200")
     yield client
-    if client.proc.poll() is None:
-        client.proc.stdin.close()
-        client.proc.wait(timeout=15)
+    client.stop()
 
 
 def added_ms(probe: dict, base: dict) -> float:
@@ -89,8 +88,7 @@ def test_a_daemon_on_the_receiver_delays_the_link_once(pair):
         assert added_ms(pair.probe("b", "tcp", b, TCP_DELAYED, 20, 0.01), own_base) == (
             pytest.approx(20, abs=1.0))
     finally:
-        receiver.proc.stdin.close()
-        receiver.proc.wait(timeout=15)
+        receiver.stop()
     assert "LINKGRAD" not in pair.iptables_rules("b")
 
 
@@ -152,7 +150,7 @@ def test_nothing_is_left_after_the_daemon_ends(pair, daemon, how):
         os.kill(proc.pid, signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
     proc.wait(timeout=15)
     if how != "sigkill":
-        assert daemon.read()["event"] == "stopped"
+        assert daemon.client.wait_for("stopped")["reason"]
     deadline = time.monotonic() + 10
     while "LINKGRAD" in pair.iptables_rules("a") and time.monotonic() < deadline:
         time.sleep(0.05)  # after SIGKILL the reaper removes them; give it its moment
@@ -166,18 +164,17 @@ def test_stale_rules_of_a_killed_daemon_are_removed_at_start(pair):
               "--queue-num", "5301", "--queue-bypass")
     client = DaemonClient(pair, "a", "--queue", "5300")
     try:
-        assert client.ready["stale_removed"] is True
+        assert client.ready.stale_removed is True
         assert "5301" not in pair.iptables_rules("a")
     finally:
-        client.proc.stdin.close()
-        client.proc.wait(timeout=15)
+        client.stop()
 
 
 def test_a_queue_in_use_is_a_clear_error(pair, daemon):
-    second = DaemonClient(pair, "a", "--queue", "5200")
-    assert second.ready["event"] == "error"
-    assert "in use" in second.ready["message"]
-    assert second.proc.wait(timeout=15) == 1
+    with pytest.raises(DidNotStart, match="in use") as failed:
+        DaemonClient(pair, "a", "--queue", "5200")
+    assert failed.value.said["event"] == "error"
+    assert pair.procs[-1].wait(timeout=15) == 1
     assert daemon.ok("health")["chain"] == "LINKGRAD-Q5200"  # the first is untouched
 
 
@@ -209,8 +206,7 @@ def test_forwarded_packets_are_delayed_by_a_daemon_on_the_router():
                                "dst": f"{b}:{TCP_DELAYED}"}, schedule=constant(12))
         delayed = hosts.probe("a", "tcp", b, TCP_DELAYED, 20, 0.01)
         assert added_ms(delayed, base) == pytest.approx(12, abs=1.0)
-        router.proc.stdin.close()
-        router.proc.wait(timeout=15)
+        router.stop()
         assert "LINKGRAD" not in hosts.iptables_rules("r")
     finally:
         hosts.remove()
@@ -230,8 +226,7 @@ def test_a_stalled_daemon_fails_open(pair):
         answered = sum(1 for r in probe["rtt"] if r == r)  # not NaN
         assert answered >= 200 - 16 - 5  # all but the queued ones came back while stalled
     finally:
-        client.proc.stdin.close()
-        client.proc.wait(timeout=15)
+        client.stop()
     assert subprocess.run(["true"], check=True)
 
 

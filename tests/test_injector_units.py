@@ -102,9 +102,9 @@ def test_a_packet_never_leaves_before_its_time():
     clock.t = 1000.0101
     assert line.release(clock.t) is None
     assert log == [("accept", "p1")]
-    on = line.stats_json()["schedules"]["0"]["on"]
-    assert on["actual"]["mean_ms"] == pytest.approx(10.1)
-    assert on["error"]["mean_ms"] == pytest.approx(0.1)
+    on = line.link_stats().schedules["0"]["on"]
+    assert on.actual.mean_ms == pytest.approx(10.1)
+    assert on.error.mean_ms == pytest.approx(0.1)
 
 
 def test_off_phase_packet_waits_behind_held_ones():
@@ -118,8 +118,7 @@ def test_off_phase_packet_waits_behind_held_ones():
     clock.t = 1000.031
     line.release(clock.t)
     assert [name for _, name in log] == ["on", "off"]
-    stats = line.stats_json()["schedules"]["0"]
-    assert stats["off"]["actual"]["mean_ms"] == pytest.approx(16.0)
+    assert line.link_stats().applied(0, "off").mean_ms == pytest.approx(16.0)
 
 
 def test_loss_mode_drops_the_given_fraction_while_on():

@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+from common.protocol.injector import LinkSpec
+from common.protocol.sniffer import Report
 from coordinator.core.graph import build_graph, select
 from coordinator.core.wave_plan import WavePlan
 from coordinator.live.run import group_waves, rough_rescale
@@ -25,11 +27,23 @@ def test_concurrent_waves_are_orthogonal_and_share_no_harmonic():
 
 
 def test_rough_rescale_follows_the_thesis_and_respects_the_cap():
-    result = {"transactions": {"a": {"gradient": 4.0}, "b": {"gradient": 0.5},
-                               "c": {"gradient": None}}}
+    result = _wave_estimate({"a": {"gradient": 4.0}, "b": {"gradient": 0.5},
+                             "c": {"gradient": None}})
     assert rough_rescale(result, 0.04, 0.1) == pytest.approx(0.01)  # A / max gradient
-    small = {"transactions": {"a": {"gradient": 0.01}}}
+    small = _wave_estimate({"a": {"gradient": 0.01}})
     assert rough_rescale(small, 0.04, 0.1) == pytest.approx(0.1)  # /0.25 = 0.16, capped
+
+
+def _wave_estimate(transactions):
+    from common.protocol.record import InjectionRecord
+    from coordinator.config.run_dir import Perturbation, WaveEstimate
+
+    return WaveEstimate(
+        record=InjectionRecord(start=1.0, period_s=8.0, cycles=1, magnitude_ms=40.0),
+        requested_ms=40.0, packets_delayed=10,
+        perturbation=Perturbation(throughput_per_s=1, throughput_change=0, mean_response_ms=1,
+                                  mean_response_change_ms=0),
+        transactions=transactions)
 
 
 def test_graph_counts_each_link_once_from_its_sender():
@@ -48,31 +62,34 @@ def test_graph_counts_each_link_once_from_its_sender():
         {"proto": "tcp", "messages": 39,
          "src": {"addr": "10.0.0.5", "port": 5432, "pid": 3, "process": "postgres"},
          "dst": {"addr": "10.0.0.3", "port": 0, "pid": None, "process": None}}]}
-    graph = build_graph([("app1", app1), ("db", db)], hosts, threshold=10)
+    graph = build_graph([("app1", Report(from_s=0, to_s=1, **app1)),
+                         ("db", Report(from_s=0, to_s=1, **db))], hosts, threshold=10)
     assert [(g.label, g.messages, g.src_process, g.dst_process) for g in graph] == [
         ("tcp app1:0 -> db:5432", 40, "python", "postgres"),
         ("tcp db:5432 -> app1:0", 39, "postgres", "python")]
-    assert graph[1].injector_link() == {"proto": "tcp", "src": "10.0.0.5:5432",
-                                        "dst": "10.0.0.3"}
+    assert graph[1].injector_link() == LinkSpec(proto="tcp", src="10.0.0.5:5432",
+                                                dst="10.0.0.3")
     assert [g.label for g in select(graph, ["app1->"], [])] == ["tcp app1:0 -> db:5432"]
     assert select(graph, [], [r"db:5432 ->"]) == graph[:1]
 
 
 def test_log_follower_throughput_counts_recent_lines_without_parsing():
-    import threading
-    import time
-
     from coordinator.live.logfollow import LogFollower
+    from tests.fakes.remote import FakeClock, QueueChannel
 
-    follower = object.__new__(LogFollower)  # no SSH: only the bookkeeping
-    follower._lock = threading.Lock()
-    follower.lines = []
-    now = time.time()
-    follower.arrivals = [now - 20, now - 9, now - 5, now - 1]
+    clock, channel = FakeClock(start_s=1000.0), QueueChannel()
+    follower = LogFollower(channel, "web:/var/log/access.log", "nginx", None, clock)
+    for t in (980.0, 991.0, 995.0, 999.0):
+        clock.now = t
+        channel.push(f"line at {t}")
+        channel.drained()
+    clock.now = 1000.0
     assert follower.rate_per_s(10.0) == pytest.approx(0.3)
-    follower._take("a line")
+    channel.push("a line")
+    channel.drained()
     assert follower.rate_per_s(10.0) == pytest.approx(0.4)
-    assert follower.lines == ["a line"]
+    assert follower.lines[-1] == "a line"
+    follower.close()
 
 
 def test_session_close_tries_every_host_and_reports_each_failure():

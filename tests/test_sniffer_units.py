@@ -61,7 +61,7 @@ def test_the_protocol_answers_poll_and_stops():
 
 
 def _messages(report):
-    return sorted(link["messages"] for link in report["links"])
+    return sorted(link.messages for link in report.links)
 
 
 def test_a_closed_socket_counts_to_its_last_segment_once():

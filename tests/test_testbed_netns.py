@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from scipy.stats import trim_mean
 
+from common.protocol.injector import SquareSchedule
 from common.square_wave import SquareWave
 from coordinator.core.weblog import read_log
 from testbed.lifecycle import down, status, up
@@ -113,7 +114,7 @@ def test_a_constant_delay_moves_each_mean_by_gradient_times_delay(testbed):
     try:
         assert json.loads(daemon.stdout.readline())["event"] == "ready"
         daemon.stdin.write(json.dumps({"id": 1, "cmd": "add",
-                                       "schedule": wave.injector_schedule(),
+                                       "schedule": SquareSchedule.of(wave).model_dump(),
                                        "link": {"proto": "tcp", "dst": f"{db['address']}:5432"}})
                            + "\n")
         daemon.stdin.flush()

@@ -32,6 +32,12 @@ class InjectionRecord(BaseModel):
     def square_wave(self) -> SquareWave:
         return SquareWave(self.start, self.period_s, self.cycles, self.magnitude_ms / 1000.0)
 
+    @classmethod
+    def of(cls, wave: SquareWave, link: str | None = None) -> InjectionRecord:
+        """The record of `wave` (its magnitude: the delay actually applied)."""
+        return cls(start=wave.start_s, period_s=wave.period_s, cycles=wave.cycles,
+                   magnitude_ms=wave.magnitude_s * 1e3, link=link)
+
 
 def _line_of(text: str, key: str) -> int | None:
     """Line number of the first `"key"` in a JSON text (pydantic knows no lines)."""

@@ -15,8 +15,14 @@ from rich.console import Console
 from rich.table import Table
 
 from common.errors import InputError, Problem
-from coordinator.config.injection_record import InjectionRecord, load_injection_record
-from coordinator.core.estimate import TransactionGradient, log_gradients, settings_for_log
+from common.protocol.record import InjectionRecord, load_injection_record
+from coordinator.core.estimate import (
+    TransactionGradient,
+    gradient_json,
+    log_gradients,
+    rounded,
+    settings_for_log,
+)
 from coordinator.core.spectral.binning import sampling_interval_s
 from coordinator.core.spectral.planner import probe_noise
 from coordinator.core.spectral.training import baseline_spectrum, choose_injection
@@ -42,33 +48,6 @@ def _malformed_json(log: RequestLog) -> dict[str, Any]:
     return {
         "count": m.count, "total": m.total, "fraction": m.fraction,
         "examples": [{"line": line, "reason": reason} for line, reason in m.examples],
-    }
-
-
-def _round(x: float | None, digits: int = 4) -> float | None:
-    return None if x is None else round(float(x), digits)
-
-
-def gradient_json(r: TransactionGradient) -> dict[str, Any]:
-    e, th = r.lockin, r.thesis
-    return {
-        "gradient": _round(e.gradient) if e else None,
-        "ci95": [_round(e.ci[0]), _round(e.ci[1])] if e else None,
-        "thesis_gradient": _round(th.gradient) if th else None,
-        "requests": r.requests,
-        "baseline_requests": r.baseline_requests,
-        "method": "lockin",
-        "effect_ms": _round(e.effect_s * 1e3, 3) if e else None,
-        "se_ms": _round(e.se_s * 1e3, 3) if e else None,
-        "dof": e.dof if e else None,
-        "batches": e.batches if e else None,
-        "drift_degree": e.drift_degree if e else None,
-        "periodic_noise_hz": [_round(f, 5) for f in (e.periodic_hz if e else r.periodic_hz)],
-        "inside_fraction": _round(e.inside_fraction) if e else None,
-        "edge_guard_ms": _round(e.guard_s * 1e3, 2) if e else None,
-        "thesis": {"n_bins": th.n_bins, "bin_s": _round(th.bin_s), "training_chunks": th.chunks}
-        if th else None,
-        "notes": list(r.notes),
     }
 
 
@@ -155,20 +134,21 @@ def _plan_one(t: np.ndarray, y: np.ndarray, end: float, args: argparse.Namespace
     cycles = probe.cycles_for(args.half_width, magnitude_s)
     return {
         "training": {
-            "bin_s": _round(bin_s), "n_bins": args.n_bins, "chunks": spectrum.chunks,
-            "k_d": choice.k_d, "period_s": _round(choice.period_s, 3),
-            "frequency_hz": _round(1 / choice.period_s, 6),
-            "magnitude_ms": _round(choice.magnitude_s * 1e3, 3),
+            "bin_s": rounded(bin_s), "n_bins": args.n_bins, "chunks": spectrum.chunks,
+            "k_d": choice.k_d, "period_s": rounded(choice.period_s, 3),
+            "frequency_hz": rounded(1 / choice.period_s, 6),
+            "magnitude_ms": rounded(choice.magnitude_s * 1e3, 3),
         },
         "lockin": {
-            "period_s": _round(probe.period_s, 3), "cycles": probe.cycles,
-            "se_ms": _round(probe.se_s * 1e3, 4), "sham_rms_ms": _round(probe.empirical_s * 1e3, 4),
+            "period_s": rounded(probe.period_s, 3), "cycles": probe.cycles,
+            "se_ms": rounded(probe.se_s * 1e3, 4),
+            "sham_rms_ms": rounded(probe.empirical_s * 1e3, 4),
             "shams": probe.shams,
-            "magnitude_ms": _round(magnitude_s * 1e3, 3),
-            "half_width_at_magnitude": _round(probe.half_width(magnitude_s)),
-            "magnitude_ms_for_half_width": _round(probe.magnitude_for(args.half_width) * 1e3, 3),
+            "magnitude_ms": rounded(magnitude_s * 1e3, 3),
+            "half_width_at_magnitude": rounded(probe.half_width(magnitude_s)),
+            "magnitude_ms_for_half_width": rounded(probe.magnitude_for(args.half_width) * 1e3, 3),
             "cycles_for_half_width": cycles,
-            "duration_s_for_half_width": _round(cycles * probe.period_s, 1),
+            "duration_s_for_half_width": rounded(cycles * probe.period_s, 1),
         },
     }
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -22,6 +23,9 @@ from coordinator.config.latencies import (
 )
 from coordinator.config.run_dir import Pair, RunInputs, load_run, require_measured
 from coordinator.core.prediction import Estimate, Prediction, predict
+
+if TYPE_CHECKING:  # imported when validating: paramiko is slow to load
+    from coordinator.live.validate import Validation
 
 
 def add_predict_parser(sub: Any) -> None:
@@ -94,6 +98,27 @@ def _measured(run: RunInputs, pair: Pair) -> bool:
     return any(pair in per_pair for per_pair in run.gradients.values())
 
 
+@dataclass(frozen=True)
+class PlacementPrediction:
+    """One placement file: where hosts move, each pair's latency change, every transaction's
+    prediction, and (with --validate) what the live system then measured."""
+
+    source: str
+    placement: Placement
+    changes: dict[Pair, Estimate]
+    predictions: dict[str, Prediction]
+    validation: Validation | None = None
+
+    def as_json(self, run: RunInputs) -> dict[str, Any]:
+        return {
+            "placement": self.source, "move": self.placement.move,
+            "latency_changes_ms": {f"{a}->{b}": {"mean": round(d.mean, 3), "se": round(d.se, 3)}
+                                   for (a, b), d in sorted(self.changes.items())},
+            "transactions": {n: prediction_json(p, run, self.changes)
+                             for n, p in sorted(self.predictions.items())},
+            **({"validation": self.validation.as_json()} if self.validation else {})}
+
+
 def predict_command(args: argparse.Namespace) -> int:
     if args.window_s <= 0:
         raise InputError(Problem(f"must be positive, got {args.window_s}", field="--window-s"))
@@ -101,24 +126,20 @@ def predict_command(args: argparse.Namespace) -> int:
     results = []
     for path in args.placement:
         placement, changes = _changes(run, latencies, args.latencies, path)
-        predictions = predict(run.current_ms, run.gradients, changes)
-        results.append({
-            "placement": str(path), "move": placement.move,
-            "latency_changes_ms": {f"{a}->{b}": {"mean": round(d.mean, 3), "se": round(d.se, 3)}
-                                   for (a, b), d in sorted(changes.items())},
-            "transactions": {n: prediction_json(p, run, changes)
-                             for n, p in sorted(predictions.items())},
-            "_changes": changes})
+        results.append(PlacementPrediction(str(path), placement, changes,
+                                           predict(run.current_ms, run.gradients, changes)))
     if args.validate:
-        from coordinator.live.validate import validate_placements
+        from coordinator.live.validate import PlacementChanges, validate_placements
 
-        validate_placements(run, results, args.window_s, _say(args.json))
-    for r in results:
-        del r["_changes"]
+        validations = validate_placements(
+            run, [PlacementChanges(r.source, r.changes) for r in results], args.window_s,
+            _say(args.json))
+        results = [replace(r, validation=v) for r, v in zip(results, validations, strict=True)]
+    placements = [r.as_json(run) for r in results]
     if args.json:
-        print(json.dumps({"run": str(run.run_dir), "placements": results}, indent=2))
+        print(json.dumps({"run": str(run.run_dir), "placements": placements}, indent=2))
     else:
-        _print(results)
+        _print(placements)
     return 0
 
 

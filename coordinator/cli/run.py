@@ -66,12 +66,24 @@ def run_command(args: argparse.Namespace) -> int:
     def say(message: str) -> None:
         console.print(f"[dim]{time.monotonic() - started:7.1f} s[/] {message}")
 
-    status = run_experiment(experiment, run_dir, say, resume=args.resume is not None)
-    status["run_dir"] = str(run_dir)
+    try:
+        journal = run_experiment(experiment, run_dir, say, resume=args.resume is not None)
+    finally:  # a report of what was measured, however the run ended
+        report = _report_if_measured(run_dir)
+    status = {**journal.model_dump(mode="json", exclude_none=True), "run_dir": str(run_dir),
+              **({"report": str(report)} if report else {})}
     if args.json:
         print(json.dumps(status, indent=2, default=str))
     else:
-        console.print(f"{status['status']}: {run_dir}/gradients.json")
-    for problem in status.get("cleanup_problems", []):
+        console.print(f"{journal.status}: {run_dir}/gradients.json")
+    for problem in journal.cleanup_problems or []:
         console.print(f"[red]cleanup failed:[/] {problem}")
-    return 0 if status["status"] == "completed" and not status.get("cleanup_problems") else 1
+    return 0 if journal.succeeded else 1
+
+
+def _report_if_measured(run_dir: Path) -> Path | None:
+    if (run_dir / "gradients.json").exists() and (run_dir / "plan.json").exists():
+        from coordinator.cli.report import write_report
+
+        return write_report(run_dir)
+    return None

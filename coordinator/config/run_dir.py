@@ -1,5 +1,6 @@
-"""What a prediction needs from a finished run: each transaction's gradient per host pair, the
-pairs that carried traffic, and the current mean response times (the passive phase)."""
+"""A run directory: the typed records a run writes (the run journal `run.json`, each link's
+measurement in `gradients.json`) and what a prediction reads back from a finished run (each
+transaction's gradient per host pair, the pairs that carried traffic, the current means)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,115 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from common.errors import InputError, Problem
+from common.protocol.record import InjectionRecord
 from coordinator.core.prediction import Curve, Estimate
 
 Pair = tuple[str, str]
+Status = Literal["running", "completed", "aborted", "interrupted", "failed"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunJournal(_Record):
+    """`run.json`: how the run went (after chaostoolkit's journal)."""
+
+    status: Status
+    started: float  # unix s
+    links_done: int  # measurements already in gradients.json when the run (re)started
+    warnings: list[str] | None = None  # what a daemon could not do
+    reason: str | None = None  # why it was aborted or failed
+    cleanup_problems: list[str] | None = None  # daemons that did not confirm they stopped
+    ended: float | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "completed" and not self.cleanup_problems
+
+
+class Perturbation(_Record):
+    """What the wave did to the application, against the passive phase."""
+
+    throughput_per_s: float
+    throughput_change: float
+    mean_response_ms: float
+    mean_response_change_ms: float
+
+
+class WaveEstimate(_Record):
+    """One square wave on one link and every transaction's gradient from it."""
+
+    record: InjectionRecord  # DESIGN.md's injection record, at the delay actually applied
+    requested_ms: float
+    packets_delayed: int
+    perturbation: Perturbation
+    transactions: dict[str, dict[str, Any]]  # name -> `core.estimate.gradient_json`
+
+
+class LinkMeasurement(WaveEstimate):
+    """An entry of `gradients.json`: a link's measurement, the files that reproduce it."""
+
+    link: dict[str, Any]  # `core.graph.GraphLink.as_json()`
+    adaptive: WaveEstimate | None = None  # the adaptive cycle before it, if one ran
+    concurrent_with: int = 0  # other links measured at the same time
+    planned_ms: float | None = None  # the delay of magnitudes_ms this measurement was at
+    injection: str | None = None  # injections/NNN.json
+    concurrent_injections: list[str] = Field(default_factory=list)
+    recompute_argv: list[str] = Field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        """What a finished measurement is known by (for --resume): a link, at a delay if
+        fixed."""
+        return measurement_key(str(self.link["label"]), self.planned_ms)
+
+    def as_json(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json")
+        data["record"] = self.record.model_dump(mode="json", exclude_none=True)
+        if self.planned_ms is None:
+            del data["planned_ms"]
+        return data
+
+
+def measurement_key(label: str, planned_ms: float | None) -> str:
+    return label if planned_ms is None else f"{label} @ {planned_ms:g} ms"
+
+
+@dataclass
+class RunDir:
+    """The run's directory; every file written whole (a temporary file, then renamed), so an
+    interrupted run never leaves half a file."""
+
+    path: Path
+
+    def write(self, name: str, data: Any) -> None:
+        if isinstance(data, BaseModel):
+            data = data.model_dump(mode="json", exclude_none=True)
+        target = self.path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(target.suffix + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, default=str))
+        tmp.replace(target)
+
+    def read(self, name: str) -> Any:
+        target = self.path / name
+        return json.loads(target.read_text()) if target.exists() else None
+
+    def measurements(self) -> list[LinkMeasurement]:
+        """What `gradients.json` holds so far (none before the first link is done)."""
+        data = self.read("gradients.json") or {}
+        return [LinkMeasurement.model_validate(m) for m in data.get("links", [])]
+
+    def write_measurements(self, experiment: str, links: list[LinkMeasurement]) -> None:
+        self.write("gradients.json", {"experiment": experiment,
+                                      "links": [m.as_json() for m in links]})
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ where the batch means see it and widen the standard error instead of biasing the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -49,10 +48,10 @@ class Alternation:
         """Of each sub-window, the part measured."""
         return self.half_s - 2 * self.guard_s
 
-    def schedule(self, magnitude_ms: float) -> dict[str, Any]:
+    def wave(self, magnitude_ms: float) -> SquareWave:
         """The injector's square wave (on first), starting after the first off sub-window."""
         return SquareWave(self.start_s + self.half_s, 2 * self.half_s, self.cycles,
-                          magnitude_ms / 1e3).injector_schedule()
+                          magnitude_ms / 1e3)
 
     def sides(self, start_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For requests that started at `start_s`: OFF, ON or NEITHER (outside, or within a

@@ -8,6 +8,7 @@ reference, and our phase-locked estimate with its interval.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -172,4 +173,32 @@ def log_gradients(
         name: transaction_gradient(name, t[rows], y[rows], wave, settings, record_n_bins,
                                    periodic, baseline_end, others)
         for name, rows in groups.items()
+    }
+
+
+def rounded(x: float | None, digits: int = 4) -> float | None:
+    return None if x is None else round(float(x), digits)
+
+
+def gradient_json(r: TransactionGradient) -> dict[str, Any]:
+    """One transaction's estimate as `gradients.json` and `linkgrad gradient --json` give it."""
+    e, th = r.lockin, r.thesis
+    return {
+        "gradient": rounded(e.gradient) if e else None,
+        "ci95": [rounded(e.ci[0]), rounded(e.ci[1])] if e else None,
+        "thesis_gradient": rounded(th.gradient) if th else None,
+        "requests": r.requests,
+        "baseline_requests": r.baseline_requests,
+        "method": "lockin",
+        "effect_ms": rounded(e.effect_s * 1e3, 3) if e else None,
+        "se_ms": rounded(e.se_s * 1e3, 3) if e else None,
+        "dof": e.dof if e else None,
+        "batches": e.batches if e else None,
+        "drift_degree": e.drift_degree if e else None,
+        "periodic_noise_hz": [rounded(f, 5) for f in (e.periodic_hz if e else r.periodic_hz)],
+        "inside_fraction": rounded(e.inside_fraction) if e else None,
+        "edge_guard_ms": rounded(e.guard_s * 1e3, 2) if e else None,
+        "thesis": {"n_bins": th.n_bins, "bin_s": rounded(th.bin_s), "training_chunks": th.chunks}
+        if th else None,
+        "notes": list(r.notes),
     }

@@ -13,6 +13,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from common.protocol.injector import LinkSpec
+from common.protocol.sniffer import Report
+
 SSH_PORT = 22
 
 
@@ -38,34 +41,34 @@ class GraphLink:
     def hosts(self) -> str:
         return f"{self.src_host}->{self.dst_host}"
 
-    def injector_link(self) -> dict[str, str]:
-        """What the injector on the source host matches: packets this link sends."""
+    def injector_link(self) -> LinkSpec:
+        """What the injector matches: packets this link sends."""
         src = self.src_addr + (f":{self.src_port}" if self.src_port else "")
         dst = self.dst_addr + (f":{self.dst_port}" if self.dst_port else "")
-        return {"proto": self.proto, "src": src, "dst": dst}
+        return LinkSpec(proto=self.proto, src=src, dst=dst)
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "label": self.label}
 
 
-def build_graph(reports: Iterable[tuple[str, dict[str, Any]]], hosts: dict[str, str],
+def build_graph(reports: Iterable[tuple[str, Report]], hosts: dict[str, str],
                 threshold: int) -> list[GraphLink]:
     """`reports`: (reporting host, sniffer report); `hosts`: address -> host name."""
     messages: dict[tuple[Any, ...], int] = {}
     process: dict[tuple[str, int], str] = {}  # (addr, port) -> process name, any side
     for reporter, report in reports:
         own = next((a for a, n in hosts.items() if n == reporter), None)
-        for link in report["links"]:
-            src, dst = link["src"], link["dst"]
+        for link in report.links:
+            src, dst = link.src, link.dst
             for end in (src, dst):
-                if end["process"]:
-                    process[(end["addr"], end["port"])] = end["process"]
-            if src["addr"] != own or src["addr"] not in hosts or dst["addr"] not in hosts:
+                if end.process:
+                    process[(end.addr, end.port)] = end.process
+            if src.addr != own or src.addr not in hosts or dst.addr not in hosts:
                 continue
-            if SSH_PORT in (src["port"], dst["port"]):
+            if SSH_PORT in (src.port, dst.port):
                 continue
-            key = (link["proto"], src["addr"], src["port"], dst["addr"], dst["port"])
-            messages[key] = messages.get(key, 0) + (link["messages"] or 0)
+            key = (link.proto, src.addr, src.port, dst.addr, dst.port)
+            messages[key] = messages.get(key, 0) + (link.messages or 0)
     return sorted(
         (GraphLink(proto, hosts[sa], sa, sp, hosts[da], da, dp, n,
                    process.get((sa, sp)), process.get((da, dp)))

@@ -8,42 +8,52 @@ from __future__ import annotations
 
 import bisect
 import threading
-import time
 from pathlib import Path
 
+from common.jsonlines import Channel
 from coordinator.core.weblog.model import RequestLog
 from coordinator.core.weblog.read import choose_format, line_parser
-from coordinator.live.ssh import Connection, LineReader
+from coordinator.live.clock import SYSTEM, Clock
+
+
+def follow_argv(python: str, path: str) -> list[str]:
+    """`tail -F` of the log, leased: on a quiet log it would outlive the channel otherwise."""
+    return [python, "-m", "injector.leased", "--", "tail", "-n", "0", "-F", path]
 
 
 class LogFollower:
-    def __init__(self, connection: Connection, path: str, fmt: str,
-                 log_format: str | None, python: str = "python3") -> None:
-        self.source = f"{connection.endpoint.name}:{path}"
-        self.parse, _ = line_parser(choose_format(Path(path), fmt, log_format), log_format)
+    def __init__(self, channel: Channel, source: str, fmt: str, log_format: str | None,
+                 clock: Clock = SYSTEM) -> None:
+        self.what = f"log follower of {source}"
+        self.source = source
+        self.clock = clock
+        self.parse, _ = line_parser(choose_format(Path(source), fmt, log_format), log_format)
         self.lines: list[str] = []
         self.arrivals: list[float] = []  # when each line came in (sorted): cheap throughput
         self._lock = threading.Lock()
-        # leased: `tail` on a quiet log would outlive the channel otherwise
-        self.channel = connection.open_lines(
-            [python, "-m", "injector.leased", "--", "tail", "-n", "0", "-F", path])
-        self.reader = LineReader(self.channel, self._take)
+        self.channel = channel
+        self.reader = threading.Thread(target=self._read, name=self.what, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.channel.lines():
+            self._take(line)
 
     def _take(self, line: str) -> None:
-        now = time.time()
+        now = self.clock.time()
         with self._lock:
             self.lines.append(line)
             self.arrivals.append(now)
 
     def rate_per_s(self, window_s: float) -> float:
         """Lines logged per second over the last `window_s` (requests ending then): no parse."""
-        since = time.time() - window_s
+        since = self.clock.time() - window_s
         with self._lock:
             return (len(self.arrivals) - bisect.bisect_left(self.arrivals, since)) / window_s
 
     def recent(self, window_s: float) -> RequestLog:
         """The requests logged over the last `window_s`, parsed (a few thousand lines)."""
-        since = time.time() - window_s
+        since = self.clock.time() - window_s
         with self._lock:
             lines = self.lines[bisect.bisect_left(self.arrivals, since):]
         return self.parse(lines, self.source)
@@ -58,5 +68,5 @@ class LogFollower:
             path.write_text("".join(line + "\n" for line in self.lines))
 
     def close(self) -> None:
-        self.channel.shutdown_write()  # end of input: the lease ends
+        self.channel.close_input()  # end of input: the lease ends
         self.channel.close()

@@ -1,32 +1,61 @@
 """The SSH side of a run: a connection per host, a sniffer on each, an injector where delay is
-needed, the followed web log and the workload. `close()` ends every lease."""
+needed, the followed web log and the workload. `close()` ends every lease.
+
+The connections come from a factory (`connect`): SSH by default, or a fake remote whose
+daemons run in-process, so the run loop and its failure paths are tested without root.
+"""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from coordinator.config.experiment import Experiment
-from coordinator.live.logfollow import LogFollower
-from coordinator.live.ssh import Connection, RemoteDaemon, endpoint_for
+from common.jsonlines import Channel, DaemonClient
+from common.protocol.injector import InjectorReady
+from common.protocol.sniffer import Report, SnifferReady
+from coordinator.config.experiment import Experiment, Host, Ssh
+from coordinator.live.clock import SYSTEM, Clock
+from coordinator.live.logfollow import LogFollower, follow_argv
+from coordinator.live.ssh import Connection, endpoint_for
 
 QUEUE_BASE = 4700
 
 
+class Remote(Protocol):
+    """A host as the run uses it (`ssh.Connection`, or a fake)."""
+
+    name: str
+    address: str
+
+    def run(self, argv: list[str], timeout_s: float = 30.0) -> str: ...
+
+    def open_lines(self, argv: list[str]) -> Channel: ...
+
+    def close(self) -> None: ...
+
+
+Connect = Callable[[Host, Ssh], Remote]
+
+
+def ssh_connect(host: Host, ssh: Ssh) -> Remote:
+    return Connection(endpoint_for(host, ssh), ssh.connect_timeout_s)
+
+
 @dataclass
 class Session:
-    """Every SSH connection and daemon of a run; `close()` ends every lease."""
+    """Every connection and daemon of a run; `close()` ends every lease."""
 
     experiment: Experiment
-    connections: dict[str, Connection] = field(default_factory=dict)
-    sniffers: dict[str, RemoteDaemon] = field(default_factory=dict)
-    injectors: dict[str, RemoteDaemon] = field(default_factory=dict)
-    reports: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    connect: Connect = ssh_connect
+    clock: Clock = SYSTEM
+    connections: dict[str, Remote] = field(default_factory=dict)
+    sniffers: dict[str, DaemonClient] = field(default_factory=dict)
+    injectors: dict[str, DaemonClient] = field(default_factory=dict)
+    reports: list[tuple[str, Report]] = field(default_factory=list)
     addresses: dict[str, str] = field(default_factory=dict)  # address -> host
     log: LogFollower | None = None
-    workload: Any = None
+    workload: Channel | None = None
     warnings: list[str] = field(default_factory=list)  # what a daemon could not do
 
     def open(self, sniffers: bool = True) -> Session:
@@ -36,21 +65,27 @@ class Session:
         assert e.ssh is not None
         assert e.web_log is not None
         for host in e.hosts:
-            conn = Connection(endpoint_for(host, e.ssh), e.ssh.connect_timeout_s)
-            self.connections[host.name] = conn
-            self.addresses[host.address or conn.endpoint.hostname] = host.name
-        for name, conn in self.connections.items() if sniffers else ():
-            self.sniffers[name] = RemoteDaemon(
-                conn, [e.ssh.python, "-m", "sniffer"], "sniffer",
-                on_event=lambda m, n=name: self.reports.append((n, m)))
-        self.warnings = [f"{d.what}: {d.ready['warning']}" for d in self.sniffers.values()
-                         if "warning" in d.ready]
-        self.log = LogFollower(self.connections[e.web_log.host], e.web_log.path,
-                               e.web_log.format, e.web_log.log_format, e.ssh.python)
+            remote = self.connect(host, e.ssh)
+            self.connections[host.name] = remote
+            self.addresses[host.address or remote.address] = host.name
+        for name, remote in self.connections.items() if sniffers else ():
+            self.sniffers[name] = DaemonClient(
+                remote.open_lines([e.ssh.python, "-m", "sniffer"]), f"sniffer on {name}",
+                SnifferReady, on_event=lambda m, n=name: self._report(n, m))
+        self.warnings = [f"{d.what}: {d.ready.warning}" for d in self.sniffers.values()
+                         if isinstance(d.ready, SnifferReady) and d.ready.warning]
+        log_host = self.connections[e.web_log.host]
+        self.log = LogFollower(log_host.open_lines(follow_argv(e.ssh.python, e.web_log.path)),
+                               f"{e.web_log.host}:{e.web_log.path}", e.web_log.format,
+                               e.web_log.log_format, self.clock)
         if e.workload is not None:  # leased: it ends with the channel, as the daemons do
             self.workload = self.connections[e.workload.host].open_lines(
                 [e.ssh.python, "-m", "injector.leased", "--", *self._workload_argv()])
         return self
+
+    def _report(self, host: str, message: dict[str, Any]) -> None:
+        if message.get("event") == "report":
+            self.reports.append((host, Report.model_validate(message)))
 
     def _workload_argv(self) -> list[str]:
         w, e = self.experiment.workload, self.experiment
@@ -63,17 +98,18 @@ class Session:
                 "--mix", mix, "--rate", str(w.rate_per_s), "--duration", "86400",
                 "--timeout-s", str(w.timeout_s), "--json"]
 
-    def injector(self, host: str) -> RemoteDaemon:
+    def injector(self, host: str) -> DaemonClient:
         if host not in self.injectors:
             e = self.experiment
             assert e.ssh is not None
             argv = [e.ssh.python, "-m", "injector", "--queue", str(QUEUE_BASE),
                     "--max-magnitude-ms", str(e.parameters.max_delay_ms),
                     "--max-duration-s", str(e.parameters.max_duration_s)]
-            self.injectors[host] = RemoteDaemon(self.connections[host], argv, "injector")
+            self.injectors[host] = DaemonClient(self.connections[host].open_lines(argv),
+                                                f"injector on {host}", InjectorReady)
         return self.injectors[host]
 
-    def link_injector(self, src_host: str, dst_host: str) -> RemoteDaemon:
+    def link_injector(self, src_host: str, dst_host: str) -> DaemonClient:
         """The daemon that delays src->dst, as `inject_at` says: the receiver's holds a packet
         at no cost to the sending socket, as a network's delay would (the default); the sender's
         keeps it charged there."""
@@ -87,16 +123,29 @@ class Session:
         every failure returned, for run.json and the exit code.
         """
         problems = []
-        closers = [*self.injectors.values(), *self.sniffers.values(), self.log, self.workload,
-                   *self.connections.values()]
+        closers = [*self.injectors.values(), *self.sniffers.values(), self.log,
+                   _Leased(self.workload) if self.workload else None, *self.connections.values()]
         for closer in closers:
             if closer is None:
                 continue
             try:
                 closer.close()
             except Exception as e:  # reported; the next host must still close
-                problems.append(f"{getattr(closer, 'what', type(closer).__name__)}: {e}")
+                what = getattr(closer, "what", type(closer).__name__)
+                problems.append(str(e) if str(e).startswith(what) else f"{what}: {e}")
         return problems
+
+
+@dataclass
+class _Leased:
+    """The workload's channel: closing its input ends the command (injector.leased)."""
+
+    channel: Channel
+    what: str = "workload"
+
+    def close(self) -> None:
+        self.channel.close_input()
+        self.channel.close()
 
 
 def _example_path(pattern: str) -> str:
@@ -107,13 +156,3 @@ def _example_path(pattern: str) -> str:
 def sigterm_as_interrupt(signum: int, _frame: object) -> None:
     """A SIGTERM handler that ends a command like Ctrl-C, so every lease is closed."""
     raise KeyboardInterrupt
-
-
-def sleep_checking(seconds: float, check: Callable[[], None] | None = None,
-                   step: float = 1.0) -> None:
-    """Sleep, calling `check` every `step` s (it raises to stop: a limit crossed)."""
-    end = time.monotonic() + seconds
-    while (left := end - time.monotonic()) > 0:
-        time.sleep(min(step, left))
-        if check is not None:
-            check()

@@ -7,12 +7,8 @@ Commands are built with shlex.join from argument lists, never by pasting strings
 
 from __future__ import annotations
 
-import itertools
-import json
-import queue
 import shlex
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,98 +81,47 @@ class Connection:
                                  f"{stderr.read().decode().strip()}")
         return out
 
-    def open_lines(self, argv: Sequence[str]) -> paramiko.Channel:
+    @property
+    def name(self) -> str:
+        return self.endpoint.name
+
+    @property
+    def address(self) -> str:
+        return self.endpoint.hostname
+
+    def open_lines(self, argv: Sequence[str]) -> SshChannel:
+        """A command whose stdio is a channel of lines (a daemon, a followed file)."""
         transport = self.client.get_transport()
         if transport is None:
             raise RuntimeFailure(f"ssh {self.endpoint.name}: connection lost")
         channel = transport.open_session()
         channel.exec_command(shlex.join(argv))
-        return channel
+        return SshChannel(channel)
 
     def close(self) -> None:
         self.client.close()
 
 
-class LineReader:
-    """Reads a channel's stdout line by line in a thread, handing each line to `sink`."""
+class SshChannel:
+    """A command's SSH channel as a `common.jsonlines.Channel`."""
 
-    def __init__(self, channel: paramiko.Channel, sink: Callable[[str], None]) -> None:
+    def __init__(self, channel: paramiko.Channel) -> None:
         self.channel = channel
-        self.sink = sink
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
 
-    def _read(self) -> None:
+    def send(self, data: bytes) -> None:
+        self.channel.sendall(data)
+
+    def lines(self) -> Iterator[str]:
         with self.channel.makefile("r") as lines:
             for line in lines:
-                self.sink(line.rstrip("\n"))
+                yield line.rstrip("\n")
 
+    def close_input(self) -> None:
+        if not self.channel.closed:
+            self.channel.shutdown_write()
 
-class RemoteDaemon:
-    """A JSON-lines daemon (injector, sniffer) over one SSH channel."""
+    def exit_status(self, timeout_s: float) -> int | None:
+        return self.channel.exit_status if self.channel.status_event.wait(timeout_s) else None
 
-    def __init__(self, connection: Connection, argv: Sequence[str], what: str,
-                 on_event: Callable[[dict[str, Any]], None] | None = None,
-                 ready_timeout_s: float = 30.0) -> None:
-        self.what = f"{what} on {connection.endpoint.name}"
-        self.channel = connection.open_lines(argv)
-        self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.on_event = on_event
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        self.reader = LineReader(self.channel, self._take)
-        self.ready = self._reply(ready_timeout_s)
-        if self.ready.get("event") != "ready":
-            raise RuntimeFailure(f"{self.what} did not start: {self.ready}")
-
-    def _take(self, line: str) -> None:
-        try:
-            message = json.loads(line)
-        except json.JSONDecodeError:
-            return
-        if "event" in message and message["event"] not in ("ready", "error", "stopped") \
-                and self.on_event is not None:
-            self.on_event(message)
-        else:
-            self.replies.put(message)
-
-    def _reply(self, timeout_s: float) -> dict[str, Any]:
-        try:
-            return self.replies.get(timeout=timeout_s)
-        except queue.Empty as e:
-            status = self.channel.exit_status if self.channel.exit_status_ready() else None
-            raise RuntimeFailure(f"{self.what}: no answer in {timeout_s:g} s "
-                                 f"(exit status {status})") from e
-
-    def request(self, cmd: str, timeout_s: float = 30.0, **fields: Any) -> dict[str, Any]:
-        with self._lock:
-            request_id = next(self._ids)
-            self.channel.sendall((json.dumps({"id": request_id, "cmd": cmd, **fields}) + "\n")
-                                 .encode())
-            reply = self._reply(timeout_s)
-        if reply.get("id") != request_id:
-            raise RuntimeFailure(f"{self.what}: unexpected answer {reply}")
-        if not reply.get("ok"):
-            raise RuntimeFailure(f"{self.what}: {cmd} failed: {reply.get('error')}")
-        return reply["result"]
-
-    def close(self, timeout_s: float = 15.0) -> None:
-        """End the lease: EOF on the daemon's stdin; it stops and removes what it did.
-
-        RuntimeFailure if it did not confirm that (no "stopped" event, or a non-zero exit):
-        its rules may still be on the host until its reaper runs, and the user must know.
-        """
-        if self.channel.closed:
-            return
-        self.channel.shutdown_write()
-        self.reader.thread.join(timeout=timeout_s)
-        finished = not self.reader.thread.is_alive() and self.channel.status_event.wait(timeout_s)
-        status = self.channel.exit_status if finished else None
+    def close(self) -> None:
         self.channel.close()
-        stopped = False
-        while not self.replies.empty():
-            stopped = stopped or self.replies.get_nowait().get("event") == "stopped"
-        if not (stopped and status == 0):
-            state = "still running" if status is None else f"exit status {status}"
-            raise RuntimeFailure(f"{self.what} did not confirm it stopped ({state}): check the "
-                                 "host for rules left behind (iptables -S)")

@@ -16,21 +16,35 @@ from __future__ import annotations
 import json
 import math
 import signal
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from common.errors import InputError, Problem, RuntimeFailure
-from coordinator.config.experiment import Experiment
+from common.jsonlines import DaemonClient
+from common.protocol.injector import (
+    ON as PHASE_ON,
+)
+from common.protocol.injector import (
+    Add,
+    ConstantSchedule,
+    LinkSpec,
+    LinkStats,
+    Remove,
+    SetSchedule,
+    SquareSchedule,
+)
+from coordinator.config.experiment import Experiment, Parameters
 from coordinator.config.run_dir import Pair, RunInputs
 from coordinator.core.alternation import OFF, ON, Alternation
 from coordinator.core.prediction import Z95, Estimate, batch_mean, predict
 from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.core.watch import WATCH_S, Baseline, check_limits
 from coordinator.core.weblog import RequestLog
-from coordinator.live.session import Session, sigterm_as_interrupt, sleep_checking
+from coordinator.live.clock import SYSTEM, Clock, sleep_checking
+from coordinator.live.session import Connect, Session, sigterm_as_interrupt, ssh_connect
 
 WARMUP_S = 10.0  # the workload's first seconds, before anything is measured
 TAIL_S = 3.0  # requests that started in a window are still being logged
@@ -39,98 +53,140 @@ GUARD_S = 2.0  # not measured after an edge (queues settle) nor before it (reque
 LEAD_S = 1.0  # from setting the schedules to the first off sub-window
 
 
-def validate_placements(run: RunInputs, results: list[dict[str, Any]], window_s: float,
-                        say: Callable[[str], None]) -> None:
-    """Adds `validation` to each result (which carries its `_changes`); RuntimeFailure if a
-    daemon does not confirm it stopped."""
-    for r in results:
-        shorter = [f"{a}->{b}" for (a, b), d in r["_changes"].items() if d.mean < 0]
-        if shorter:
-            raise InputError(Problem(
-                f"shortens {', '.join(shorter)}: a live system can only be slowed down, so "
-                "this placement cannot be validated here", r["placement"], field="move"))
+@dataclass(frozen=True)
+class PlacementChanges:
+    """A placement to validate: its file (for errors) and each host pair's latency change."""
+
+    source: str
+    changes: dict[Pair, Estimate]
+
+
+@dataclass(frozen=True)
+class ValidatedTransaction:
+    current_ms: float
+    predicted_ms: float
+    ci95: tuple[float, float]
+    measured: Estimate
+    inside: bool  # within the prediction's and the measurement's errors together
+    inside_mean_ci: bool  # within the prediction's interval alone
+
+    def as_json(self) -> dict[str, Any]:
+        return {"current_ms": round(self.current_ms, 3),
+                "predicted_ms": round(self.predicted_ms, 3),
+                "ci95": [round(self.ci95[0], 3), round(self.ci95[1], 3)],
+                "measured_ms": round(self.measured.mean, 3),
+                "measured_se_ms": round(self.measured.se, 3),
+                "error": round((self.measured.mean - self.predicted_ms) / self.measured.mean, 4),
+                "inside": self.inside, "inside_mean_ci": self.inside_mean_ci}
+
+
+@dataclass(frozen=True)
+class Validation:
+    """One placement applied for real: every transaction measured against its prediction."""
+
+    window_s: float
+    transactions: dict[str, ValidatedTransaction]
+    applied_ms: dict[Pair, Estimate]  # the latency changes the injector actually made
+
+    def as_json(self) -> dict[str, Any]:
+        return {"window_s": self.window_s, "cycles": CYCLES,
+                "transactions": {n: t.as_json() for n, t in self.transactions.items()},
+                "applied_ms": {f"{a}->{b}": {"mean": round(e.mean, 4), "se": round(e.se, 4)}
+                               for (a, b), e in sorted(self.applied_ms.items())}}
+
+
+def validate_placements(run: RunInputs, placements: list[PlacementChanges], window_s: float,
+                        say: Callable[[str], None], connect: Connect = ssh_connect,
+                        clock: Clock = SYSTEM) -> list[Validation]:
+    """Each placement applied for real, in order; RuntimeFailure if a daemon does not confirm
+    it stopped."""
     experiment = Experiment.model_validate(
         json.loads((run.run_dir / "experiment.json").read_text()))
-    caps = experiment.parameters
-    if (kept_s := _links_kept_s(window_s)) > caps.max_duration_s:
-        raise InputError(Problem(f"each placement keeps its links in the injector for "
-                                 f"{kept_s:g} s with this window, beyond the "
-                                 f"experiment's max_duration_s {caps.max_duration_s:g}",
-                                 field="--window-s"))
-    for r in results:
-        big = [f"{a}->{b}" for (a, b), d in r["_changes"].items() if d.mean > caps.max_delay_ms]
-        if big:
-            raise InputError(Problem(f"adds more than the experiment's max_delay_ms "
-                                     f"{caps.max_delay_ms:g} to {', '.join(big)}",
-                                     r["placement"], field="move"))
-    session = Session(experiment)
+    _check_applicable(placements, experiment.parameters, window_s)
+    session = Session(experiment, connect, clock)
     previous = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     try:
         session.open(sniffers=False)
-        say(f"validating {len(results)} placement(s), {window_s:g} s before and under each")
-        sleep_checking(WARMUP_S)
-        for r in results:
-            r["validation"] = _validate_one(session, run, r, window_s, say)
+        say(f"validating {len(placements)} placement(s), {window_s:g} s before and under each")
+        sleep_checking(clock, WARMUP_S)
+        validations = [_validate_one(session, run, p, window_s, say) for p in placements]
     finally:
         problems = session.close()
         signal.signal(signal.SIGTERM, previous)
     if problems:
         raise RuntimeFailure("cleanup: " + "; ".join(problems))
+    return validations
+
+
+def _check_applicable(placements: list[PlacementChanges], caps: Parameters,
+                      window_s: float) -> None:
+    """InputError, before any host is touched, for what the live system cannot do."""
+    for p in placements:
+        shorter = [f"{a}->{b}" for (a, b), d in p.changes.items() if d.mean < 0]
+        if shorter:
+            raise InputError(Problem(
+                f"shortens {', '.join(shorter)}: a live system can only be slowed down, so "
+                "this placement cannot be validated here", p.source, field="move"))
+    if (kept_s := _links_kept_s(window_s)) > caps.max_duration_s:
+        raise InputError(Problem(f"each placement keeps its links in the injector for "
+                                 f"{kept_s:g} s with this window, beyond the "
+                                 f"experiment's max_duration_s {caps.max_duration_s:g}",
+                                 field="--window-s"))
+    for p in placements:
+        big = [f"{a}->{b}" for (a, b), d in p.changes.items() if d.mean > caps.max_delay_ms]
+        if big:
+            raise InputError(Problem(f"adds more than the experiment's max_delay_ms "
+                                     f"{caps.max_delay_ms:g} to {', '.join(big)}",
+                                     p.source, field="move"))
 
 
 def _links_kept_s(window_s: float) -> float:
     return Alternation.for_window(0.0, window_s, CYCLES, GUARD_S).duration_s + LEAD_S + 60
 
 
-def _validate_one(session: Session, run: RunInputs, result: dict[str, Any], window_s: float,
-                  say: Callable[[str], None]) -> dict[str, Any]:
-    planned: dict[Pair, Estimate] = result["_changes"]
+def _validate_one(session: Session, run: RunInputs, placement: PlacementChanges,
+                  window_s: float, say: Callable[[str], None]) -> Validation:
+    planned = placement.changes
     links = add_links(session, run, planned, _links_kept_s(window_s))
     stats = []
     try:
-        alternation = Alternation.for_window(time.time() + LEAD_S, window_s, CYCLES, GUARD_S)
+        alternation = Alternation.for_window(session.clock.time() + LEAD_S, window_s, CYCLES,
+                                             GUARD_S)
         for pair, injector, link_id in links:
-            injector.request("schedule", link_id=link_id,
-                             schedule=alternation.schedule(planned[pair].mean))
-        say(f"{result['placement']}: {len(links)} link(s) through the injector, their delay "
+            injector.call(SetSchedule(link_id=link_id,
+                                      schedule=SquareSchedule.of(alternation.wave(planned[pair].mean))))
+        say(f"{placement.source}: {len(links)} link(s) through the injector, their delay "
             f"off and on in turn for {alternation.duration_s:.0f} s")
         before, after = measure_alternation(session, alternation)
     finally:
         for pair, injector, link_id in links:
-            stats.append((pair, injector.request("remove", link_id=link_id)["stats"]))
-    measured_delays = applied_changes(stats, schedule="1", phase="on")
-    applied = {**planned, **measured_delays}
-    predictions = predict(before, run.gradients, applied)
-    out: dict[str, Any] = {}
+            stats.append((pair, injector.call(Remove(link_id=link_id)).stats))
+    measured_delays = applied_changes(stats, schedule_id=1, phase=PHASE_ON)
+    predictions = predict(before, run.gradients, {**planned, **measured_delays})
+    out = {}
     for name, p in predictions.items():
         if name not in after:
             continue
         measured, (lo, hi) = after[name], p.ci95
         half = Z95 * math.hypot(p.se_ms, measured.se)
-        out[name] = {"current_ms": round(p.current_ms.mean, 3),
-                     "predicted_ms": round(p.predicted_ms, 3),
-                     "ci95": [round(lo, 3), round(hi, 3)],
-                     "measured_ms": round(measured.mean, 3),
-                     "measured_se_ms": round(measured.se, 3),
-                     "error": round((measured.mean - p.predicted_ms) / measured.mean, 4),
-                     "inside": abs(measured.mean - p.predicted_ms) <= half,
-                     "inside_mean_ci": lo <= measured.mean <= hi}
-    return {"window_s": window_s, "cycles": CYCLES, "transactions": out,
-            "applied_ms": {f"{a}->{b}": {"mean": round(e.mean, 4), "se": round(e.se, 4)}
-                           for (a, b), e in sorted(measured_delays.items())}}
+        out[name] = ValidatedTransaction(
+            p.current_ms.mean, p.predicted_ms, (lo, hi), measured,
+            inside=abs(measured.mean - p.predicted_ms) <= half,
+            inside_mean_ci=lo <= measured.mean <= hi)
+    return Validation(window_s, out, measured_delays)
 
 
-def applied_changes(stats: list[tuple[Pair, dict[str, Any]]], schedule: str,
+def applied_changes(stats: list[tuple[Pair, LinkStats]], schedule_id: int,
                     phase: str) -> dict[Pair, Estimate]:
     """Per pair, the mean delay the injector applied in `phase` of `schedule` (its id): the
     latency change made for real. The NFQUEUE detour itself is outside the daemon's clock, and
     both sides pay it. Several protocols of one pair are pooled by packet count."""
     sums: dict[Pair, list[float]] = {}
     for pair, s in stats:
-        on = s["schedules"].get(schedule, {}).get(phase, {}).get("actual", {})
-        if not on.get("count"):
+        on = s.applied(schedule_id, phase)
+        if not on.count or on.mean_ms is None:
             continue
-        n, mean, std = on["count"], on["mean_ms"], on["std_ms"] or 0.0
+        n, mean, std = on.count, on.mean_ms, on.std_ms or 0.0
         acc = sums.setdefault(pair, [0.0, 0.0, 0.0])
         acc[0] += n
         acc[1] += n * mean
@@ -140,23 +196,23 @@ def applied_changes(stats: list[tuple[Pair, dict[str, Any]]], schedule: str,
 
 
 def add_links(session: Session, run: RunInputs, changes: dict[Pair, Estimate],
-              duration_s: float) -> list[tuple[Pair, Any, int]]:
+              duration_s: float) -> list[tuple[Pair, DaemonClient, int]]:
     """Every protocol the run saw between each pair whose latency grows, at 0 ms for now."""
     address = {host: addr for addr, host in session.addresses.items()}
-    added: list[tuple[Pair, Any, int]] = []
+    added: list[tuple[Pair, DaemonClient, int]] = []
     try:
         for (a, b), d in sorted(changes.items()):
             if d.mean <= 0:
                 continue
             for proto in sorted(run.traffic.get((a, b), {"tcp"})):
-                link = {"proto": proto, "src": address[a], "dst": address[b]}
-                schedule = {"kind": "constant", "magnitude_ms": 0.0, "duration_s": duration_s}
+                link = LinkSpec(proto=proto, src=address[a], dst=address[b])
+                schedule = ConstantSchedule(magnitude_ms=0.0, duration_s=duration_s)
                 injector = session.link_injector(a, b)  # as the run measured them
-                reply = injector.request("add", link=link, schedule=schedule)
-                added.append(((a, b), injector, reply["link_id"]))
+                reply = injector.call(Add(link=link, schedule=schedule))
+                added.append(((a, b), injector, reply.link_id))
     except Exception:
         for _, injector, link_id in added:
-            injector.request("remove", link_id=link_id)
+            injector.call(Remove(link_id=link_id))
         raise
     return added
 
@@ -166,22 +222,22 @@ def measure_alternation(session: Session, alternation: Alternation
     """Every transaction's mean with the delay off and with it on (requests that start in a
     sub-window, clear of its guards). The first off sub-window is the baseline of the abort
     limits, watched from then on."""
-    log, p = session.log, session.experiment.parameters
+    log, p, clock = session.log, session.experiment.parameters, session.clock
     assert log is not None
     first_end = alternation.start_s + alternation.half_s
-    sleep_checking(first_end + TAIL_S - time.time())
+    sleep_checking(clock, first_end + TAIL_S - clock.time())
     snap = log.snapshot()
     side, _ = alternation.sides(snap.start_s)
     base = _baseline(snap, (side == OFF) & (snap.start_s < first_end), alternation.usable_s,
                      first_end)
 
     def safe() -> None:
-        if time.time() > first_end + WATCH_S:
+        if clock.time() > first_end + WATCH_S:
             check_limits(log.rate_per_s(WATCH_S), log.recent(WATCH_S), base, p,
                          "validating a placement")
 
-    sleep_checking(alternation.end_s - time.time(), safe)
-    sleep_checking(TAIL_S)
+    sleep_checking(clock, alternation.end_s - clock.time(), safe)
+    sleep_checking(clock, TAIL_S)
     snap = log.snapshot()
     side, measured_s = alternation.sides(snap.start_s)
     return (_transaction_means(session, snap, side == OFF, measured_s),
@@ -214,17 +270,17 @@ def measure_window(session: Session, window_s: float,
              base: Baseline | None = None) -> tuple[dict[str, Estimate], Baseline]:
     """Every transaction's mean over the next `window_s` (requests that start in it), and what
     it saw as a baseline for the abort limits; with `base`, the limits are watched."""
-    log, p = session.log, session.experiment.parameters
+    log, p, clock = session.log, session.experiment.parameters, session.clock
     assert log is not None
-    start = time.time()
+    start = clock.time()
 
     def safe() -> None:
-        if base is not None and time.time() > start + WATCH_S:
+        if base is not None and clock.time() > start + WATCH_S:
             check_limits(log.rate_per_s(WATCH_S), log.recent(WATCH_S), base, p,
                          "validating a placement")
 
-    sleep_checking(window_s, safe)
-    sleep_checking(TAIL_S)
+    sleep_checking(clock, window_s, safe)
+    sleep_checking(clock, TAIL_S)
     snap = log.snapshot()
     inside = (snap.start_s >= start) & (snap.start_s < start + window_s)
     return (_transaction_means(session, snap, inside, snap.start_s),

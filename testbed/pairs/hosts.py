@@ -5,13 +5,15 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import select
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from common import jsonlines
+from common.protocol.injector import InjectorReady
 
 TOOLS = Path(__file__).parent  # probe.py, echo_server.py, blast.py
 _counter = itertools.count()
@@ -28,7 +30,7 @@ class Hosts:
     tag: str
     addresses: dict[str, str] = field(default_factory=dict)  # host -> address
     undo: list[tuple[str, ...]] = field(default_factory=list)
-    procs: list[subprocess.Popen[str]] = field(default_factory=list)
+    procs: list[subprocess.Popen[Any]] = field(default_factory=list)
 
     def ns(self, host: str) -> str:
         return f"{self.tag}{host}"
@@ -36,8 +38,9 @@ class Hosts:
     def exec(self, host: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return sh("ip", "netns", "exec", self.ns(host), *args, check=check)
 
-    def popen(self, host: str, *args: str, **kw: Any) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(["ip", "netns", "exec", self.ns(host), *args], text=True, **kw)
+    def popen(self, host: str, *args: str, **kw: Any) -> subprocess.Popen[Any]:
+        kw.setdefault("text", True)
+        proc = subprocess.Popen(["ip", "netns", "exec", self.ns(host), *args], **kw)
         self.procs.append(proc)
         return proc
 
@@ -129,32 +132,29 @@ def make_routed() -> Hosts:
 
 
 class DaemonClient:
-    """`python -m injector` in a namespace, spoken to in JSON lines."""
+    """`python -m injector` in a namespace, through `common.jsonlines`' client. `request`
+    sends any fields (the tests send bad ones on purpose) and gives the raw reply; `ok` its
+    result, asserting it is one."""
 
     def __init__(self, hosts: Hosts, host: str, *args: str) -> None:
         self.proc = hosts.popen(host, sys.executable, "-m", "injector", *args,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self._next = itertools.count(1)
-        self.ready = self.read()
-
-    def read(self, timeout_s: float = 15.0) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
-        assert ready, "daemon said nothing"
-        line = self.proc.stdout.readline()
-        assert line, f"daemon exited with {self.proc.wait(5)}"
-        return json.loads(line)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=False)
+        self.client = jsonlines.DaemonClient(jsonlines.ProcessChannel(self.proc),
+                                             f"injector on {host}", InjectorReady,
+                                             ready_timeout_s=15.0)
+        self.ready = self.client.ready
 
     def request(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        request_id = next(self._next)
-        self.proc.stdin.write(json.dumps({"id": request_id, "cmd": cmd, **fields}) + "\n")
-        self.proc.stdin.flush()
-        reply = self.read()
-        assert reply["id"] == request_id
-        return reply
+        return self.client.send({"cmd": cmd, **fields}).model_dump(exclude_none=True)
 
     def ok(self, cmd: str, **fields: Any) -> dict[str, Any]:
         reply = self.request(cmd, **fields)
         assert reply["ok"], reply
         return reply["result"]
+
+    def stop(self) -> None:
+        """End the lease (EOF on its stdin) and wait for the daemon to exit."""
+        self.client.channel.close_input()
+        self.proc.wait(timeout=15)
+        self.client.reader.join(timeout=15)
+        self.client.channel.close()

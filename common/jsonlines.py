@@ -1,0 +1,270 @@
+"""The one JSON-lines server and client of the daemons (protocol: `common.protocol`).
+
+The server side reads requests from a text stream, validates each against the daemon's request
+union, hands it to the daemon's handler and writes the reply; errors become replies, never a
+crash. The client side sends typed requests over a `Channel` (an SSH channel, a child's pipes,
+or an in-process fake), matches each reply to its request, hands events to a callback, and on
+`close` ends the lease (EOF on the daemon's stdin) and checks that the daemon said it stopped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import queue
+import subprocess
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any, Protocol, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from common.errors import InputError, LinkgradError, RuntimeFailure
+from common.protocol.base import (
+    LIFECYCLE,
+    ErrorInfo,
+    Reply,
+    Request,
+    Result,
+    Stopped,
+    parse_request,
+    validation_problems,
+)
+
+# ---------------------------------------------------------------------------------- server
+
+
+class StopServing(Exception):
+    """Raised by a handler (the stop command) or a signal handler: leave the request loop.
+    `result` is the stop command's answer."""
+
+    def __init__(self, result: Result | None = None) -> None:
+        super().__init__("stop")
+        self.result = result
+
+
+class LineWriter:
+    """Writes messages to a stream, one JSON line each, from any thread."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.lock = threading.Lock()
+
+    def write(self, message: BaseModel | dict[str, Any]) -> None:
+        data = message.model_dump(mode="json", by_alias=True) \
+            if isinstance(message, BaseModel) else message
+        with self.lock:
+            self.out.write(json.dumps(data) + "\n")
+            self.out.flush()
+
+
+Handler = Callable[[Request[Any]], Result]
+
+
+def answer(line: str, requests: TypeAdapter[Any], handle: Handler) -> tuple[Reply, bool]:
+    """(reply, stop?) for one request line."""
+    request_id = None
+    try:
+        data = json.loads(line)
+        if isinstance(data, dict) and isinstance(data.get("id"), int):
+            request_id = data["id"]
+        result = handle(parse_request(requests, data))
+        return _ok(request_id, result), False
+    except StopServing as stop:
+        return _ok(request_id, stop.result), True
+    except json.JSONDecodeError as e:
+        error = ErrorInfo(kind="input", message=f"not JSON: {e.msg}")
+    except LinkgradError as e:
+        error = ErrorInfo(kind="input" if isinstance(e, InputError) else "runtime",
+                          message=str(e))
+    return Reply(id=request_id, ok=False, error=error), False
+
+
+def _ok(request_id: int | None, result: Result | None) -> Reply:
+    data = result.model_dump(mode="json", by_alias=True, exclude_none=False) if result else {}
+    return Reply(id=request_id, ok=True, result=data)
+
+
+def serve(lines: Iterable[str], out: LineWriter, requests: TypeAdapter[Any],
+          handle: Handler) -> str:
+    """Answer every request line until the stop command or the end of input; why it ended."""
+    for line in lines:
+        if not line.strip():
+            continue
+        reply, stop = answer(line, requests, handle)
+        out.write(reply)
+        if stop:
+            return "stop"
+    return "stdin closed"
+
+
+# ---------------------------------------------------------------------------------- client
+
+
+class Channel(Protocol):
+    """A daemon's stdio as the client sees it."""
+
+    def send(self, data: bytes) -> None: ...
+
+    def lines(self) -> Iterator[str]: ...  # its stdout, line by line, until it closes
+
+    def close_input(self) -> None: ...  # EOF on its stdin: the lease ends
+
+    def exit_status(self, timeout_s: float) -> int | None: ...  # None: still running
+
+    def close(self) -> None: ...
+
+
+R = TypeVar("R", bound=Result)
+M = TypeVar("M", bound=BaseModel)
+
+
+class DidNotStart(RuntimeFailure):
+    """The daemon's first word was not "ready": `said` is what it said instead."""
+
+    def __init__(self, what: str, said: dict[str, Any]) -> None:
+        super().__init__(f"{what} did not start: {said.get('message', said)}")
+        self.said = said
+
+
+class DaemonClient:
+    """A JSON-lines daemon over one channel: the ready handshake, typed requests, events to
+    `on_event`, and a checked stop."""
+
+    def __init__(self, channel: Channel, what: str, ready: type[M],
+                 on_event: Callable[[dict[str, Any]], None] | None = None,
+                 ready_timeout_s: float = 30.0) -> None:
+        self.channel = channel
+        self.what = what
+        self.on_event = on_event
+        self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.lifecycle: list[dict[str, Any]] = []  # ready / stopped / error, in order
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._closed = False
+        self.reader = threading.Thread(target=self._read, name=f"lines {what}", daemon=True)
+        self.reader.start()
+        try:
+            first = self._next(ready_timeout_s)
+            try:
+                self.ready = ready.model_validate(first)
+            except ValidationError as e:
+                raise DidNotStart(what, first) from e
+        except BaseException:  # no client to close it later: the channel goes now
+            self._closed = True
+            channel.close_input()
+            channel.close()
+            raise
+
+    def _read(self) -> None:
+        for line in self.channel.lines():
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # not ours (a stray print); the protocol is JSON only
+            if not isinstance(message, dict):
+                continue
+            event = message.get("event")
+            if event is not None and event not in LIFECYCLE:
+                if self.on_event is not None:
+                    self.on_event(message)
+                continue
+            if event is not None:
+                self.lifecycle.append(message)
+            self.replies.put(message)
+
+    def _next(self, timeout_s: float) -> dict[str, Any]:
+        try:
+            return self.replies.get(timeout=timeout_s)
+        except queue.Empty as e:
+            status = self.channel.exit_status(0)
+            raise RuntimeFailure(f"{self.what}: no answer in {timeout_s:g} s "
+                                 f"(exit status {status})") from e
+
+    def call(self, request: Request[R], timeout_s: float = 30.0) -> R:
+        """Send `request`; its typed result, or RuntimeFailure with the daemon's error."""
+        reply = self.send(request.model_dump(mode="json", exclude={"id"}), timeout_s)
+        if not reply.ok:
+            message = reply.error.message if reply.error else "no error given"
+            raise RuntimeFailure(f"{self.what}: {request.cmd} failed: {message}")
+        try:
+            return request.reply.model_validate(reply.result or {})  # type: ignore[return-value]
+        except ValidationError as e:
+            raise RuntimeFailure(f"{self.what}: {request.cmd}: unexpected answer "
+                                 f"{reply.result}: {validation_problems(e)}") from e
+
+    def send(self, fields: dict[str, Any], timeout_s: float = 30.0) -> Reply:
+        """Send one request (any fields: tests send bad ones on purpose) and wait for its
+        reply, whatever it says."""
+        with self._lock:
+            request_id = next(self._ids)
+            self.channel.send((json.dumps({"id": request_id, **fields}) + "\n").encode())
+            raw = self._next(timeout_s)
+        try:
+            reply = Reply.model_validate(raw)
+        except ValidationError as e:
+            raise RuntimeFailure(f"{self.what}: unexpected answer {raw}") from e
+        if reply.id != request_id:
+            raise RuntimeFailure(f"{self.what}: answer {raw} is not to request {request_id}")
+        return reply
+
+    def wait_for(self, event: str, timeout_s: float = 15.0) -> dict[str, Any]:
+        """The daemon's lifecycle event `event` (e.g. "stopped"), once it has said it."""
+        self.reader.join(timeout_s)  # lifecycle events end the daemon's output
+        for message in self.lifecycle:
+            if message.get("event") == event:
+                return message
+        raise RuntimeFailure(f"{self.what} did not say {event!r}: {self.lifecycle}")
+
+    def close(self, timeout_s: float = 15.0) -> None:
+        """End the lease: EOF on the daemon's stdin; it stops and undoes what it did.
+
+        RuntimeFailure if it did not confirm that (no "stopped" event, or a non-zero exit):
+        what it changed may still be on the host, and the user must know.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self.channel.close_input()
+        self.reader.join(timeout=timeout_s)
+        status = self.channel.exit_status(timeout_s) if not self.reader.is_alive() else None
+        self.channel.close()
+        stopped = any(m.get("event") == Stopped.model_fields["event"].default
+                      for m in self.lifecycle)
+        if not (stopped and status == 0):
+            state = "still running" if status is None else f"exit status {status}"
+            raise RuntimeFailure(f"{self.what} did not confirm it stopped ({state}): check the "
+                                 "host for what it may have left (iptables -S)")
+
+
+
+class ProcessChannel:
+    """A child process's pipes as a Channel (a daemon started locally or in a namespace)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.stdin is None or proc.stdout is None:
+            raise ValueError("a ProcessChannel needs the child's stdin and stdout as pipes")
+        self.proc = proc
+        self.stdin, self.stdout = proc.stdin, proc.stdout
+
+    def send(self, data: bytes) -> None:
+        self.stdin.write(data)
+        self.stdin.flush()
+
+    def lines(self) -> Iterator[str]:
+        for raw in self.stdout:
+            yield raw.decode(errors="replace").rstrip("\n")
+
+    def close_input(self) -> None:
+        if not self.stdin.closed:
+            self.stdin.close()
+
+    def exit_status(self, timeout_s: float) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def close(self) -> None:
+        self.close_input()
+        self.stdout.close()

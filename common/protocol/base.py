@@ -1,0 +1,110 @@
+"""The envelope every daemon shares: requests, replies, errors and the lifecycle events."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    ValidationError,
+    model_serializer,
+)
+
+from common.errors import InputError, Problem
+
+
+class Message(BaseModel):
+    """Every protocol message: frozen, and an unknown field is an error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Result(Message):
+    """What a request gets back (each request names its own)."""
+
+
+class Empty(Result):
+    pass
+
+
+R = TypeVar("R", bound=Result)
+
+
+class Request(Message, Generic[R]):
+    """A command; `reply` is the Result type its answer carries."""
+
+    reply: ClassVar[type[Result]] = Empty
+    id: int | None = None
+    cmd: str
+
+
+class ErrorInfo(Message):
+    kind: Literal["input", "runtime"]
+    message: str
+
+
+class Reply(Message):
+    """`result` when ok, `error` when not; the other is absent on the wire."""
+
+    id: int | None
+    ok: bool
+    result: dict[str, Any] | None = None
+    error: ErrorInfo | None = None
+
+    @model_serializer(mode="wrap")
+    def _one_of(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None or k not in ("result", "error")}
+
+
+class Stopped(Message):
+    """The daemon's last word: it stopped and undid what it did."""
+
+    event: Literal["stopped"] = "stopped"
+    reason: str
+
+
+class Failed(Message):
+    """The daemon could not start (its message says why)."""
+
+    event: Literal["error"] = "error"
+    message: str
+
+
+LIFECYCLE = ("ready", "stopped", "error")  # events that answer the coordinator, not report
+
+
+def parse_request(adapter: TypeAdapter[Any], data: object) -> Request[Any]:
+    """A request of the daemon's union, or InputError naming each wrong field."""
+    if not isinstance(data, dict):
+        raise InputError(Problem("a request is one JSON object"))
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as e:
+        raise InputError(validation_problems(e)) from e
+
+
+def validation_problems(e: ValidationError, where: str = "") -> list[Problem]:
+    """pydantic's errors (from validating a discriminated union) as Problems, each with the
+    field path a person reads: the branch tags pydantic puts in the path are left out."""
+    problems = []
+    for err in e.errors():
+        loc = [str(p) for p in err["loc"]]
+        path = [p for i, p in enumerate(loc[1:], 1) if p not in UNION_FIELDS.get(loc[i - 1], ())]
+        if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            ctx = err.get("ctx", {})
+            tag = str(ctx.get("discriminator", "")).strip("'")
+            path.append(tag)
+            message = (f"unknown {'command' if tag == 'cmd' else tag} {ctx.get('tag')!r}"
+                       if err["type"] == "union_tag_invalid" else "missing")
+        else:
+            message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        problems.append(Problem(message, field=".".join(p for p in (where, *path) if p) or None))
+    return problems
+
+
+# field -> the tags of the union it holds (pydantic writes the branch after the field)
+UNION_FIELDS: dict[str, tuple[str, ...]] = {}

@@ -1,0 +1,175 @@
+"""The injector daemon's protocol: links, schedules, requests, replies and its statistics.
+
+Schedules (after Toxiproxy's toxics: one kind per impairment, units in field names): `off`,
+`constant` (for `duration_s`, default the cap) and `square` (50% duty, on first: the rising
+edge at `start`, `cycles` periods). Times are unix seconds, so the phase matches the web
+log's clock; delays are milliseconds on the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, TypeAdapter
+
+from common.protocol.base import UNION_FIELDS, Message, Request, Result
+from common.square_wave import SquareWave
+
+OFF, ON, CONSTANT = "off", "on", "constant"  # a link's phases
+
+
+class LinkSpec(Message):
+    """What the injector matches: protocol and `IP[:PORT]` or `NET/PREFIX[:PORT]` ends
+    (port 0 or none: any); at least one address."""
+
+    proto: str = "tcp"
+    src: str | None = None
+    dst: str | None = None
+
+
+class _Schedule(Message):
+    loss_fraction: float = Field(0.0, ge=0.0, le=1.0)
+
+
+class OffSchedule(_Schedule):
+    kind: Literal["off"] = "off"
+
+
+class ConstantSchedule(_Schedule):
+    kind: Literal["constant"] = "constant"
+    magnitude_ms: float = Field(ge=0.0)
+    start: float | None = None  # unix s; default now
+    duration_s: float | None = Field(None, gt=0.0)  # default: the duration cap
+
+
+class SquareSchedule(_Schedule):
+    kind: Literal["square"] = "square"
+    magnitude_ms: float = Field(gt=0.0)
+    start: float | None = None  # unix s of the first rising edge; default now
+    period_s: float = Field(gt=0.0)
+    cycles: int = Field(ge=1)
+
+    @classmethod
+    def of(cls, wave: SquareWave) -> SquareSchedule:
+        return cls(start=wave.start_s, period_s=wave.period_s, cycles=wave.cycles,
+                   magnitude_ms=wave.magnitude_s * 1e3)
+
+
+Schedule = Annotated[OffSchedule | ConstantSchedule | SquareSchedule,
+                     Field(discriminator="kind")]
+SCHEDULE: TypeAdapter[OffSchedule | ConstantSchedule | SquareSchedule] = TypeAdapter(Schedule)
+
+
+class Calipers(Message):
+    """Summary statistics of a delay, in ms (Kissel et al.'s calipers); nulls when empty."""
+
+    count: int = 0
+    min_ms: float | None = None
+    max_ms: float | None = None
+    mean_ms: float | None = None
+    std_ms: float | None = None
+
+
+class PhaseStats(Message):
+    actual: Calipers  # the delay each packet got
+    error: Calipers  # actual minus requested
+
+
+class LinkStats(Message):
+    """A link's statistics: per schedule (its id, 0 the first) and phase."""
+
+    link: str
+    schedule_id: int
+    dropped: int
+    held: int
+    schedules: dict[str, dict[str, PhaseStats]]
+
+    def applied(self, schedule_id: int = 0, phase: str = ON) -> Calipers:
+        """The delay actually applied in `phase` of schedule `schedule_id`."""
+        entry = self.schedules.get(str(schedule_id), {}).get(phase)
+        return entry.actual if entry is not None else Calipers()
+
+
+class Caps(Message):
+    max_magnitude_ms: float
+    max_duration_s: float
+
+
+class InjectorReady(Message):
+    event: Literal["ready"] = "ready"
+    pid: int
+    chain: str
+    stale_removed: bool
+
+
+class Health(Result):
+    pid: int
+    backend: str
+    chain: str
+    links: int
+    held: int
+    callback_errors: int
+    realtime: bool
+    stale_removed: bool
+    caps: Caps
+
+
+class Added(Result):
+    link_id: int
+    link: str
+    schedule_id: int
+
+
+class ScheduleSet(Result):
+    schedule_id: int
+
+
+class Removed(Result):
+    stats: LinkStats
+
+
+class AllStats(Result):
+    links: dict[str, LinkStats] = Field(default_factory=dict)
+
+
+class HealthRequest(Request[Health]):
+    reply: ClassVar[type[Result]] = Health
+    cmd: Literal["health"] = "health"
+
+
+class Add(Request[Added]):
+    reply: ClassVar[type[Result]] = Added
+    cmd: Literal["add"] = "add"
+    link: LinkSpec
+    schedule: Schedule
+
+
+class SetSchedule(Request[ScheduleSet]):
+    reply: ClassVar[type[Result]] = ScheduleSet
+    cmd: Literal["schedule"] = "schedule"
+    link_id: int
+    schedule: Schedule
+
+
+class Remove(Request[Removed]):
+    reply: ClassVar[type[Result]] = Removed
+    cmd: Literal["remove"] = "remove"
+    link_id: int
+
+
+class StatsRequest(Request[AllStats]):
+    reply: ClassVar[type[Result]] = AllStats
+    cmd: Literal["stats"] = "stats"
+    link_id: int | None = None
+
+
+class Stop(Request[AllStats]):
+    reply: ClassVar[type[Result]] = AllStats
+    cmd: Literal["stop"] = "stop"
+
+
+InjectorRequest = Annotated[HealthRequest | Add | SetSchedule | Remove | StatsRequest | Stop,
+                            Field(discriminator="cmd")]
+INJECTOR_REQUEST: TypeAdapter[HealthRequest | Add | SetSchedule | Remove | StatsRequest | Stop] \
+    = TypeAdapter(InjectorRequest)
+UNION_FIELDS["schedule"] = ("off", "constant", "square")

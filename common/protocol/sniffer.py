@@ -1,0 +1,87 @@
+"""The sniffer daemon's protocol: requests, and the reports of links that carried traffic.
+
+`poll` answers with every link that carried at least `threshold` messages since the previous
+poll; `watch` emits such a report as an event every `interval_s` until `unwatch`, which first
+emits a last report up to that moment.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import ConfigDict, Field, TypeAdapter
+
+from common.protocol.base import Empty, Message, Request, Result
+
+
+class LinkEnd(Message):
+    addr: str
+    port: int  # 0: an ephemeral port
+    pid: int | None = None
+    process: str | None = None  # /proc/PID/comm of the socket's owner, where known
+
+
+class LinkCount(Message):
+    proto: str
+    src: LinkEnd
+    dst: LinkEnd
+    messages: int | None  # data segments (None: seen, not counted: UDP, listening)
+
+
+class Report(Result):
+    """Links seen from `from` to `to` (unix s) on the reporting host."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    event: Literal["report"] | None = None  # set when sent as a `watch` event
+    from_s: float = Field(alias="from")
+    to_s: float = Field(alias="to")
+    links: tuple[LinkCount, ...] = ()
+
+
+class SnifferReady(Message):
+    event: Literal["ready"] = "ready"
+    pid: int
+    closed_sockets: bool  # the kernel's notices of freed sockets are heard
+    warning: str | None = None  # what the sniffer cannot do on this host
+
+
+class SnifferHealth(Result):
+    pid: int
+    ephemeral_range: tuple[int, int]
+    watching: bool
+
+
+class Watching(Result):
+    interval_s: float
+
+
+class HealthRequest(Request[SnifferHealth]):
+    reply: ClassVar[type[Result]] = SnifferHealth
+    cmd: Literal["health"] = "health"
+
+
+class Poll(Request[Report]):
+    reply: ClassVar[type[Result]] = Report
+    cmd: Literal["poll"] = "poll"
+    threshold: int = Field(1, ge=1)
+
+
+class Watch(Request[Watching]):
+    reply: ClassVar[type[Result]] = Watching
+    cmd: Literal["watch"] = "watch"
+    interval_s: float = Field(1.0, ge=0.05, le=3600)
+    threshold: int = Field(1, ge=1)
+
+
+class Unwatch(Request[Empty]):
+    cmd: Literal["unwatch"] = "unwatch"
+
+
+class Stop(Request[Empty]):
+    cmd: Literal["stop"] = "stop"
+
+
+SnifferRequest = Annotated[HealthRequest | Poll | Watch | Unwatch | Stop,
+                           Field(discriminator="cmd")]
+SNIFFER_REQUEST: TypeAdapter[HealthRequest | Poll | Watch | Unwatch | Stop] = \
+    TypeAdapter(SnifferRequest)

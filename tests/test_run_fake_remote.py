@@ -1,0 +1,187 @@
+"""The run loop end to end against a fake remote (no root, virtual time): a completed run
+measures the fake application's known gradients, and every failure path — Ctrl-C, SIGTERM,
+an abort, a daemon that cannot start or cannot clean up — ends every lease and keeps what
+was measured; `--resume` measures only what is missing; `predict --validate` applies a
+placement and measures it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from common.errors import RuntimeFailure
+from coordinator.config.experiment import Experiment
+from coordinator.config.run_dir import RunDir, load_run
+from coordinator.core.prediction import Estimate
+from coordinator.live.run import run_experiment
+from coordinator.live.validate import PlacementChanges, validate_placements
+from tests.fakes.remote import (
+    ADDRESSES,
+    LOG_FORMAT,
+    START_S,
+    FakeApplication,
+    FakeClock,
+    FakeHosts,
+)
+
+CROSSINGS = {"/two": 2, "/none": 0}  # app<->db round trips: the gradients on app->db, db->app
+
+
+def experiment(tmp_path: Path, **parameters: object) -> Experiment:
+    return Experiment.model_validate({
+        "name": "fake",
+        "hosts": [{"name": name, "address": address} for name, address in ADDRESSES.items()],
+        "ssh": {"known_hosts": str(tmp_path / "known_hosts")},
+        "web_log": {"host": "web", "path": "/var/log/nginx/access.log", "format": "nginx",
+                    "log_format": LOG_FORMAT},
+        "transactions": {"two": "^/two", "none": "^/none"},
+        "parameters": {"training_s": 30, "period_s": 8, "cycles": 4, "magnitude_ms": 10,
+                       "adaptive": False, "include": ["app->db", "db->app"],
+                       "concurrent": 2, **parameters},
+        "output": str(tmp_path / "runs")})
+
+
+class Fake:
+    """A fake application, its hosts and the virtual clock for one run."""
+
+    def __init__(self, **app: object) -> None:
+        self.clock = FakeClock()
+        self.app = FakeApplication(self.clock, CROSSINGS, **app)  # type: ignore[arg-type]
+        self.hosts = FakeHosts(self.app)
+
+    def run(self, exp: Experiment, run_dir: Path, resume: bool = False):
+        return run_experiment(exp, run_dir, lambda _: None, resume=resume,
+                              connect=self.hosts.connect, clock=self.clock)
+
+    def assert_every_lease_ended(self) -> None:
+        engines = [e for es in self.hosts.engines.values() for e in es]
+        assert engines, "no injector was started"
+        assert all(e.closed and not e.links for e in engines)  # every "rule" removed
+        assert self.hosts.daemons_running() == []
+
+
+def _journal(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run.json").read_text())
+
+
+def test_a_run_measures_the_applications_known_gradients(tmp_path):
+    fake, run_dir = Fake(), tmp_path / "run"
+    journal = fake.run(experiment(tmp_path), run_dir)
+    assert journal.status == "completed"
+    assert journal.succeeded
+    assert _journal(run_dir)["status"] == "completed"
+    fake.assert_every_lease_ended()
+    links = RunDir(run_dir).measurements()
+    assert sorted(m.link["label"] for m in links) == ["tcp app:0 -> db:5432",
+                                                     "tcp db:5432 -> app:0"]
+    for m in links:
+        for name, truth in (("two", 2.0), ("none", 0.0)):  # about 3 standard errors
+            assert abs(m.transactions[name]["gradient"] - truth) < 0.3, m.transactions[name]
+        assert m.record.magnitude_ms == pytest.approx(10.0)  # the applied delay, measured
+        assert m.concurrent_with == 1
+        assert len(m.concurrent_injections) == 1
+        assert (run_dir / m.injection).exists()
+    assert (run_dir / "weblog.log").read_text().count("\n") > 1000
+    graph = json.loads((run_dir / "graph.json").read_text())
+    assert {g["label"] for g in graph} >= {"tcp web:0 -> app:8000", "tcp app:0 -> db:5432"}
+
+
+def test_ctrl_c_during_a_measurement_ends_every_lease_and_keeps_the_training(tmp_path):
+    fake, run_dir = Fake(), tmp_path / "run"
+    fake.clock.interrupt_at = START_S + 40  # training ends at 30: in the first wave
+    journal = fake.run(experiment(tmp_path), run_dir)
+    assert journal.status == "interrupted"
+    assert _journal(run_dir)["status"] == "interrupted"
+    fake.assert_every_lease_ended()
+    assert (run_dir / "graph.json").exists()
+    assert (run_dir / "plan.json").exists()
+    assert not (run_dir / "gradients.json").exists()  # nothing finished, nothing claimed
+
+
+def test_sigterm_ends_the_run_as_ctrl_c_does(tmp_path):
+    fake, run_dir = Fake(), tmp_path / "run"
+    sent = []
+
+    def terminate(t0: float, _t1: float) -> None:
+        if t0 >= START_S + 40 and not sent:
+            sent.append(t0)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    fake.clock.steps.append(terminate)
+    previous = signal.getsignal(signal.SIGTERM)
+    journal = fake.run(experiment(tmp_path), run_dir)
+    assert sent
+    assert journal.status == "interrupted"
+    assert signal.getsignal(signal.SIGTERM) == previous  # the run's handler is gone again
+    fake.assert_every_lease_ended()
+
+
+def test_resume_measures_only_the_links_still_missing(tmp_path):
+    exp, run_dir = experiment(tmp_path, concurrent=1), tmp_path / "run"
+    first = Fake()
+    first.clock.interrupt_at = START_S + 30 + 55  # after the first link, in the second
+    assert first.run(exp, run_dir).status == "interrupted"
+    kept = RunDir(run_dir).measurements()
+    assert len(kept) == 1
+    second = Fake(seed=2)
+    journal = second.run(exp, run_dir, resume=True)
+    assert journal.status == "completed"
+    assert journal.links_done == 1
+    links = RunDir(run_dir).measurements()
+    assert len(links) == 2
+    assert links[0] == kept[0]  # the first one untouched
+    assert [m.injection for m in links] == ["injections/001.json", "injections/002.json"]
+    second.assert_every_lease_ended()
+
+
+def test_a_throughput_collapse_aborts_and_removes_the_delay(tmp_path):
+    fake, run_dir = Fake(collapse_when_delayed=True), tmp_path / "run"
+    journal = fake.run(experiment(tmp_path), run_dir)
+    assert journal.status == "aborted"
+    assert "throughput fell below 70%" in (journal.reason or "")
+    assert "app:0 -> db:5432" in (journal.reason or "")
+    fake.assert_every_lease_ended()
+
+
+def test_an_injector_that_cannot_clean_up_is_named_and_fails_the_run(tmp_path):
+    fake, run_dir = Fake(), tmp_path / "run"
+    fake.hosts.failing_injector.add("db")
+    journal = fake.run(experiment(tmp_path), run_dir)
+    assert journal.status == "completed"
+    assert not journal.succeeded
+    assert journal.cleanup_problems is not None
+    assert len(journal.cleanup_problems) == 1
+    assert journal.cleanup_problems[0].startswith("injector on db did not confirm it stopped")
+    assert _journal(run_dir)["cleanup_problems"] == journal.cleanup_problems
+    assert fake.hosts.daemons_running() == []  # the others were still closed
+
+
+def test_a_sniffer_that_cannot_start_fails_the_run_and_the_others_are_stopped(tmp_path):
+    fake, run_dir = Fake(), tmp_path / "run"
+    fake.hosts.broken_sniffer.add("db")
+    with pytest.raises(RuntimeFailure, match="sniffer on db did not start"):
+        fake.run(experiment(tmp_path), run_dir)
+    journal = _journal(run_dir)
+    assert journal["status"] == "failed"
+    assert "sniffer on db did not start" in journal["reason"]
+    assert fake.hosts.daemons_running() == []
+
+
+def test_validate_applies_a_placement_and_measures_it_inside_the_prediction(tmp_path):
+    exp, run_dir = experiment(tmp_path), tmp_path / "run"
+    assert Fake().run(exp, run_dir).status == "completed"
+    fake = Fake(seed=3)
+    changes = {("app", "db"): Estimate(5.0, 0.0), ("db", "app"): Estimate(5.0, 0.0)}
+    [validation] = validate_placements(load_run(run_dir / "gradients.json"),
+                                       [PlacementChanges("east.yaml", changes)], 30.0,
+                                       lambda _: None, fake.hosts.connect, fake.clock)
+    two, none = validation.transactions["two"], validation.transactions["none"]
+    assert two.predicted_ms - two.current_ms == pytest.approx(20.0, abs=3.0)  # 2 x 2 x 5 ms
+    assert two.inside
+    assert none.inside
+    assert validation.applied_ms[("app", "db")].mean == pytest.approx(5.0)
+    fake.assert_every_lease_ended()
