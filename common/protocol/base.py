@@ -34,11 +34,20 @@ R = TypeVar("R", bound=Result)
 
 
 class Request(Message, Generic[R]):
-    """A command; `reply` is the Result type its answer carries."""
+    """A command; `Request[X]` says its answer carries a result of type X (`reply`)."""
 
     reply: ClassVar[type[Result]] = Empty
     id: int | None = None
     cmd: str
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        for base in cls.__mro__:
+            args = getattr(base, "__pydantic_generic_metadata__", {}).get("args", ())
+            if args and isinstance(args[0], type) and issubclass(args[0], Result):
+                cls.reply = args[0]
+                return
 
 
 class ErrorInfo(Message):

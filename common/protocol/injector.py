@@ -8,7 +8,7 @@ log's clock; delays are milliseconds on the wire.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
@@ -133,38 +133,32 @@ class AllStats(Result):
 
 
 class HealthRequest(Request[Health]):
-    reply: ClassVar[type[Result]] = Health
     cmd: Literal["health"] = "health"
 
 
 class Add(Request[Added]):
-    reply: ClassVar[type[Result]] = Added
     cmd: Literal["add"] = "add"
     link: LinkSpec
     schedule: Schedule
 
 
 class SetSchedule(Request[ScheduleSet]):
-    reply: ClassVar[type[Result]] = ScheduleSet
     cmd: Literal["schedule"] = "schedule"
     link_id: int
     schedule: Schedule
 
 
 class Remove(Request[Removed]):
-    reply: ClassVar[type[Result]] = Removed
     cmd: Literal["remove"] = "remove"
     link_id: int
 
 
 class StatsRequest(Request[AllStats]):
-    reply: ClassVar[type[Result]] = AllStats
     cmd: Literal["stats"] = "stats"
     link_id: int | None = None
 
 
 class Stop(Request[AllStats]):
-    reply: ClassVar[type[Result]] = AllStats
     cmd: Literal["stop"] = "stop"
 
 

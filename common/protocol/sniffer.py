@@ -7,7 +7,7 @@ emits a last report up to that moment.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, TypeAdapter
 
@@ -56,18 +56,15 @@ class Watching(Result):
 
 
 class HealthRequest(Request[SnifferHealth]):
-    reply: ClassVar[type[Result]] = SnifferHealth
     cmd: Literal["health"] = "health"
 
 
 class Poll(Request[Report]):
-    reply: ClassVar[type[Result]] = Report
     cmd: Literal["poll"] = "poll"
     threshold: int = Field(1, ge=1)
 
 
 class Watch(Request[Watching]):
-    reply: ClassVar[type[Result]] = Watching
     cmd: Literal["watch"] = "watch"
     interval_s: float = Field(1.0, ge=0.05, le=3600)
     threshold: int = Field(1, ge=1)

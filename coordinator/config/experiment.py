@@ -173,7 +173,9 @@ def load_experiment(path: str | Path, testbed_root: Path | None = None) -> Exper
     experiment = load_yaml(path, Experiment)
     base = path.resolve().parent
     if experiment.testbed is not None:
-        experiment = _from_testbed(experiment, path, testbed_root)
+        from coordinator.config.testbed_tag import from_testbed
+
+        experiment = from_testbed(experiment, path, testbed_root)
     _check_error_watch(experiment, path)
     assert experiment.ssh is not None
     ssh = experiment.ssh.model_copy(update={
@@ -204,27 +206,3 @@ def _check_error_watch(experiment: Experiment, path: Path) -> None:
                 "cannot be watched: add it, or remove the limit",
                 str(path), line_of(path, ("parameters", "error_rate_limit")),
                 "parameters.error_rate_limit"))
-
-
-def _from_testbed(experiment: Experiment, path: Path, root: Path | None) -> Experiment:
-    import os
-    import sys
-
-    from common.errors import InputError, Problem
-    from testbed.lifecycle import status
-    from testbed.state import DEFAULT_ROOT
-
-    root = root or Path(os.environ.get("LINKGRAD_TESTBED_ROOT", DEFAULT_ROOT))
-    info = status(experiment.testbed or "", root)
-    if not info.get("up"):
-        raise InputError(Problem(f"testbed {experiment.testbed!r} is not up (linkgrad testbed "
-                                 "up)", str(path), field="testbed"))
-    log = info["web_log"]
-    return experiment.model_copy(update={
-        "hosts": tuple(Host(name=h["name"], address=h["address"]) for h in info["hosts"]),
-        # the testbed's hosts share this machine's files: the same python runs the daemons
-        "ssh": Ssh(config=Path(info["ssh_config"]), known_hosts=Path(info["known_hosts"]),
-                   python=sys.executable),
-        "web_log": WebLog(host=log["host"], path=log["path"], format=log["format"],
-                          log_format=log["log_format"]),
-        "frontend_url": info["frontend_url"]})
