@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from common.command import Command
 from common.errors import InputError, Problem
 from common.protocol.injector import LinkStats
 from injector.engine import Engine
@@ -31,13 +32,7 @@ examples:
   linkgrad inject --proto icmp --dst 10.0.0.5 --constant 5 --duration 10 --json"""
 
 
-def add_inject_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "inject", help="delay one link's packets now (foreground; stats on exit)",
-        description="Delay the packets of one link through NFQUEUE (needs root and iptables). "
-                    "A port of 0 or none matches any port. On exit prints the delay actually "
-                    "applied per phase.", epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dst", metavar="IP[:PORT]", help="destination address (and port)")
     p.add_argument("--src", metavar="IP[:PORT]", help="source address (and port)")
     p.add_argument("--proto", choices=["tcp", "udp", "icmp"], default="tcp")
@@ -55,8 +50,6 @@ def add_inject_parser(sub: Any) -> None:
     p.add_argument("--queue", type=int, default=4100, help="base NFQUEUE number (default 4100)")
     p.add_argument("--max-magnitude-ms", type=float, default=Caps.max_magnitude_ms)
     p.add_argument("--max-duration-s", type=float, default=Caps.max_duration_s)
-    p.add_argument("--json", action="store_true", help="print the statistics as JSON")
-    p.set_defaults(run=inject_command)
 
 
 def schedule_request(args: argparse.Namespace, caps: Caps) -> tuple[dict[str, Any], float]:
@@ -147,3 +140,12 @@ def _print_stats(stats: LinkStats, as_json: bool) -> None:
     Console().print(table)
     if stats.dropped:
         Console().print(f"dropped (loss mode): {stats.dropped}")
+
+
+COMMANDS = (
+    Command("inject", "delay one link's packets now (foreground; stats on exit)",
+            "Delay the packets of one link through NFQUEUE (needs root and iptables). A port of "
+            "0 or none matches any port. On exit prints the delay actually applied per phase.",
+            _arguments, inject_command, epilog=EPILOG,
+            json_help="print the statistics as JSON"),
+)

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from common.command import Command, CommandGroup
 from common.errors import InputError, Problem, RuntimeFailure
 from testbed import nginx
 from testbed.lifecycle import down, status, up
@@ -20,38 +21,33 @@ from testbed.state import DEFAULT_ROOT
 from testbed.topology import load_topology
 
 
-def add_testbed_parser(sub: Any) -> None:
-    p = sub.add_parser("testbed", help="a real multi-tier application on local namespaces",
-                       description="Hosts as network namespaces on a bridge, each with sshd; "
-                                   "nginx, app servers (uvicorn), PostgreSQL and memcached "
-                                   "started in them. Needs root.")
-    tb = p.add_subparsers(dest="testbed_command", required=True)
-    u = tb.add_parser("up", help="build the hosts and start the application")
-    u.add_argument("topology", nargs="?", type=Path, help="topology YAML (default: client, "
+def _tag_arguments(p: argparse.ArgumentParser) -> None:
+    """Which testbed: every testbed subcommand takes these."""
+    p.add_argument("--tag", default="tb", help="testbed name, 1-4 letters/digits (default tb)")
+    p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help=argparse.SUPPRESS)
+
+
+def _up_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topology", nargs="?", type=Path, help="topology YAML (default: client, "
                    "web, app1, app2, db, cache)")
-    u.add_argument("--mininet", action="store_true", help="build the network with Mininet "
+    p.add_argument("--mininet", action="store_true", help="build the network with Mininet "
                    "(Debian's mininet; LinuxBridge switch, no controller) instead of plain "
                    "namespaces; the application and SSH are the same")
-    d = tb.add_parser("down", help="remove everything the testbed made (safe twice)")
-    s = tb.add_parser("status", help="what is up")
-    ld = tb.add_parser("load", help="open-loop Poisson load from the client host")
-    ld.add_argument("--rate", type=float, default=20.0, help="requests/s (default 20)")
-    ld.add_argument("--duration", type=float, default=30.0, help="seconds (default 30)")
-    ld.add_argument("--mix", help="/PATH=WEIGHT,... (default: every transaction, equal weight)")
-    ld.add_argument("--out", type=Path, help="CSV of the client-side latencies")
-    rt = tb.add_parser("routes", help="install a routing policy in the front end (nginx)",
-                       description="Replace nginx's routes.conf (which must define "
-                                   "$linkgrad_upstream: a map or split_clients naming app "
-                                   "hosts, e.g. `linkgrad route --nginx app1 app2`'s output) "
-                                   "and reload gracefully. `--default` puts back the first app "
-                                   "server for everything.")
-    rt.add_argument("file", nargs="?", type=Path, help="nginx snippet")
-    rt.add_argument("--default", action="store_true")
-    for q in (u, d, s, ld, rt):
-        q.add_argument("--tag", default="tb", help="testbed name, 1-4 letters/digits (default tb)")
-        q.add_argument("--root", type=Path, default=DEFAULT_ROOT, help=argparse.SUPPRESS)
-        q.add_argument("--json", action="store_true")
-    p.set_defaults(run=testbed_command)
+    _tag_arguments(p)
+
+
+def _load_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rate", type=float, default=20.0, help="requests/s (default 20)")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds (default 30)")
+    p.add_argument("--mix", help="/PATH=WEIGHT,... (default: every transaction, equal weight)")
+    p.add_argument("--out", type=Path, help="CSV of the client-side latencies")
+    _tag_arguments(p)
+
+
+def _routes_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", nargs="?", type=Path, help="nginx snippet")
+    p.add_argument("--default", action="store_true")
+    _tag_arguments(p)
 
 
 def testbed_command(args: argparse.Namespace) -> int:
@@ -126,3 +122,33 @@ def _print(command: str, result: dict[str, Any]) -> None:
         console.print_json(data=result)
     else:
         console.print(result)
+
+
+COMMANDS = (
+    CommandGroup(
+        "testbed", "a real multi-tier application on local namespaces",
+        "Hosts as network namespaces on a bridge, each with sshd; nginx, app servers (uvicorn), "
+        "PostgreSQL and memcached started in them. Needs root.",
+        (Command("up", "build the hosts and start the application",
+                 "Build the testbed's hosts (network namespaces on a bridge, or Mininet with "
+                 "--mininet) and start the application in them.",
+                 _up_arguments, testbed_command),
+         Command("down", "remove everything the testbed made (safe twice)",
+                 "Remove everything the testbed TAG made (safe twice).",
+                 _tag_arguments, testbed_command),
+         Command("status", "what is up",
+                 "What is up: the hosts with their namespaces, addresses and roles, the front "
+                 "end, the web log, the SSH config and whether every service runs.",
+                 _tag_arguments, testbed_command),
+         Command("load", "open-loop Poisson load from the client host",
+                 "Open-loop Poisson load from the client host to the front end: --rate "
+                 "requests/s for --duration s, mixed by --mix; --out keeps the client-side "
+                 "latencies.",
+                 _load_arguments, testbed_command),
+         Command("routes", "install a routing policy in the front end (nginx)",
+                 "Replace nginx's routes.conf (which must define $linkgrad_upstream: a map or "
+                 "split_clients naming app hosts, e.g. `linkgrad route --nginx app1 app2`'s "
+                 "output) and reload gracefully. `--default` puts back the first app server for "
+                 "everything.",
+                 _routes_arguments, testbed_command))),
+)

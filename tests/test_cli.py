@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.command import CommandGroup
 from common.square_wave import SquareWave
-from coordinator.cli.main import main
+from coordinator.cli.main import COMMANDS, main
 from testbed.synthetic import NoiseSpec, generate, standard_workload
 from testbed.synthetic_log import EXAMPLE_LOG_FORMAT, injection_record, write_nginx_log
 
@@ -157,3 +158,34 @@ def test_a_partner_that_does_not_overlap_or_a_late_baseline_is_exit_2(capsys, co
     assert "--concurrent" in capsys.readouterr().err
     assert main([*args, "--baseline-end", "1795000001"]) == 2
     assert "--baseline-end" in capsys.readouterr().err
+
+
+SUBCOMMANDS = ["gradient", "plan", "inject", "testbed", "run", "report", "predict", "latency",
+               "place", "route"]
+
+
+def _leaves(commands, path=()):
+    """The command lines that run something: `testbed up`, not `testbed`."""
+    for c in commands:
+        if isinstance(c, CommandGroup):
+            yield from _leaves(c.commands, (*path, c.name))
+        else:
+            yield (*path, c.name)
+
+
+def _help(capsys, *argv):
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--help"])
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_every_subcommand_is_in_one_list_in_help_and_takes_json(capsys):
+    assert [c.name for c in COMMANDS] == SUBCOMMANDS
+    assert "{" + ",".join(SUBCOMMANDS) + "}" in _help(capsys)
+    leaves = list(_leaves(COMMANDS))
+    assert ("testbed", "up") in leaves
+    assert len(leaves) == len(set(leaves)) == len(SUBCOMMANDS) - 1 + 5  # testbed's five
+    for path in leaves:
+        usage = _help(capsys, *path).split("\n\n")[0]
+        assert "[--json]" in usage, path

@@ -1,4 +1,5 @@
-"""What `linkgrad gradient` and `linkgrad plan` do: read inputs, compute, print.
+"""`linkgrad gradient` and `linkgrad plan`: their options, and what they do (read inputs,
+compute, print).
 
 The computing is in pure modules; this is the thin shell that turns arguments into inputs and
 results into a table for a person or JSON for a script.
@@ -14,6 +15,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from common.command import Command
 from common.errors import InputError, Problem
 from common.protocol.record import InjectionRecord, load_injection_record
 from coordinator.core.estimate import (
@@ -28,6 +30,58 @@ from coordinator.core.spectral.planner import probe_noise
 from coordinator.core.spectral.training import baseline_spectrum, choose_injection
 from coordinator.core.transactions import group_by_transaction, parse_transaction_option
 from coordinator.core.weblog import RequestLog, read_log
+
+LOG_HELP = """\
+web log formats: nginx (default; give your log_format with --log-format, it needs $request_time
+and $msec or $time_local), apache (LogFormat with %D/%T/%{ms}T/%{us}T and %t/%{msec}t/%{usec}t),
+csv (start_unix_s,response_ms,url). Files ending in .gz are read as gzip."""
+
+
+def _add_log_options(p: argparse.ArgumentParser) -> None:
+    """The options of `gradient` and `plan` that say which log to read and how to bin it."""
+    p.add_argument("--log", required=True, metavar="FILE", help="web server access log")
+    p.add_argument("--format", choices=["nginx", "apache", "csv"], default=None,
+                   help="log format (default: csv for *.csv, else nginx)")
+    p.add_argument("--log-format", metavar="STR", default=None,
+                   help="nginx log_format or Apache LogFormat string of the log")
+    p.add_argument("--transaction", action="append", default=[], metavar="NAME=REGEX",
+                   help="a transaction: requests whose path+query matches REGEX (repeatable; "
+                        "default: one transaction per path)")
+    p.add_argument("--max-bad-fraction", type=float, default=0.05, metavar="F",
+                   help="fail (exit 2) if more than this fraction of lines is malformed "
+                        "(default 0.05)")
+    p.add_argument("-k", type=int, default=8, help="requests per bin for the sampling interval "
+                   "(thesis §3.2 step 1, default 8)")
+    p.add_argument("--chunks", type=int, default=9, metavar="M",
+                   help="training chunks for the baseline spectrum (default 9)")
+
+
+def _gradient_arguments(p: argparse.ArgumentParser) -> None:
+    _add_log_options(p)
+    p.add_argument("--injection", required=True, metavar="INJECTION.json",
+                   help="injection record: start, period_s, cycles, magnitude_ms [, n_bins, link]")
+    p.add_argument("--n-bins", type=int, default=None, metavar="N",
+                   help="bins for the thesis estimate (default: the record's, else from -k)")
+    p.add_argument("--concurrent", action="append", default=[], metavar="RECORD.json",
+                   help="injection record of a wave on another link during this one "
+                        "(repeatable): fitted jointly, as `linkgrad run` does with concurrent: N")
+    p.add_argument("--baseline-end", type=float, default=None, metavar="UNIX_S",
+                   help="end of the unperturbed training data (default: the record's start; "
+                        "a run's is the end of its passive phase, in plan.json 'training')")
+
+
+def _plan_arguments(p: argparse.ArgumentParser) -> None:
+    _add_log_options(p)
+    p.add_argument("--before", type=float, default=None, metavar="UNIX_S",
+                   help="use requests before this time (default: the whole log)")
+    p.add_argument("--n-bins", type=int, default=64, metavar="N",
+                   help="bins per measurement window N (default 64)")
+    p.add_argument("--scale-d", type=float, default=30.0, metavar="D",
+                   help="thesis delay scale factor d (default 30)")
+    p.add_argument("--half-width", type=float, default=0.1, metavar="H",
+                   help="wanted 95%% CI half-width of the gradient (default 0.1)")
+    p.add_argument("--magnitude-ms", type=float, default=None, metavar="MS",
+                   help="delay you are willing to inject (default: the thesis's A_d)")
 
 
 def _positive(value: float | int | None, name: str) -> None:
@@ -188,3 +242,17 @@ def _print_plans(plans: dict[str, Any], half_width: float) -> None:
                       f"{tr['magnitude_ms']:.2f}", f"{lk['magnitude_ms_for_half_width']:.2f}",
                       str(lk["cycles_for_half_width"]), f"{lk['duration_s_for_half_width']:.0f}")
     Console().print(table)
+
+
+COMMANDS = (
+    Command("gradient", "link gradient per transaction from a web log and an injection record",
+            "Estimate each transaction's link gradient from a web log recorded during a "
+            "square-wave injection. Requests before the record's start are the training data. "
+            "Prints our estimate with its 95% CI and the thesis's eq. 2.6.",
+            _gradient_arguments, gradient_command, epilog=LOG_HELP),
+    Command("plan", "plan an injection from training data: frequency, delay, duration",
+            "From unperturbed requests alone: the thesis's training phase (bin size, quietest "
+            "frequency, delay A_d = d·σ(FFT⁰)) and, for our estimator, the delay or the number "
+            "of cycles a wanted CI half-width needs.",
+            _plan_arguments, plan_command, epilog=LOG_HELP),
+)

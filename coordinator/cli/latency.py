@@ -14,28 +14,21 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from common.command import Command
 from common.errors import InputError, Problem, RuntimeFailure
 from coordinator.config.experiment import Experiment, load_experiment
 from coordinator.core.prediction import Estimate
 from coordinator.live.ssh import Connection, Endpoint, endpoint_for
 
 
-def add_latency_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "latency", help="measure one-way latency between an experiment's hosts",
-        description="From every host of the experiment to every host (itself included): "
-                    "COUNT TCP connects to its SSH port; one-way latency = mean RTT / 2, with "
-                    "its standard error. Writes the latencies file `linkgrad predict` reads.")
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", type=Path)
     p.add_argument("--count", type=int, default=100, help="connects per pair (default 100)")
     p.add_argument("--out", type=Path, metavar="NOW.yaml", help="write the latencies file")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(run=latency_command)
 
 
 def one_way_ms(rtts_s: list[float]) -> Estimate:
@@ -103,3 +96,12 @@ def latency_command(args: argparse.Namespace) -> int:
             table.add_row(f"{a} <-> {b}", f"{e.mean:.4f}", f"{e.se:.4f}")
         Console().print(table)
     return 0
+
+
+COMMANDS = (
+    Command("latency", "measure one-way latency between an experiment's hosts",
+            "From every host of the experiment to every host (itself included): COUNT TCP "
+            "connects to its SSH port; one-way latency = mean RTT / 2, with its standard error. "
+            "Writes the latencies file `linkgrad predict` reads.",
+            _arguments, latency_command),
+)

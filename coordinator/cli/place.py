@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.table import Table
 
+from common.command import Command
 from common.errors import InputError, Problem
 from common.yamlconf import load_yaml
 from coordinator.config.latencies import Latencies, load_latencies, one_way
@@ -55,24 +56,12 @@ class App:
         return sum(share * self.run.current_ms[n].mean for n, share in self.mix.items())
 
 
-def add_place_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "place", help="rank placements of components over sites (one or several applications)",
-        description="Search the placements of components over candidate sites for the lowest "
-                    "weighted mean response time, predicted from each application's link "
-                    "gradients (eq. 2.1): per application its transaction mix (the run's "
-                    "requests) and importance. Exhaustive up to 200,000 placements; above, "
-                    "best-improvement local search from several starts, reported with a lower "
-                    "bound on the optimum (the gap is at most best minus bound).",
-        epilog="Candidates file: `candidates: {HOST: [SITE, ...]}`; a host not listed stays, "
-               "and staying is always a candidate. Latencies file: as for `linkgrad predict`.")
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--app", required=True, action="append", metavar="RUN/gradients.json[=W]",
                    help="an application's run, with its importance W (default 1); repeatable")
     p.add_argument("--latencies", required=True, type=Path, metavar="SITES.yaml")
     p.add_argument("--candidates", required=True, type=Path, metavar="CANDIDATES.yaml")
     p.add_argument("--top", type=int, default=5, help="placements to show (default 5)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(run=place_command)
 
 
 def _apps(specs: list[str]) -> list[App]:
@@ -224,3 +213,18 @@ def _print(out: dict[str, Any]) -> None:
             console.print(f"[yellow]{i}: {note}[/]")
     if out["method"] != "exhaustive":
         console.print(f"the best is within {out['gap_bound_ms']:.2f} ms of the optimum")
+
+
+COMMANDS = (
+    Command("place", "rank placements of components over sites (one or several applications)",
+            "Search the placements of components over candidate sites for the lowest weighted "
+            "mean response time, predicted from each application's link gradients (eq. 2.1): "
+            "per application its transaction mix (the run's requests) and importance. "
+            "Exhaustive up to 200,000 placements; above, best-improvement local search from "
+            "several starts, reported with a lower bound on the optimum (the gap is at most "
+            "best minus bound).",
+            _arguments, place_command,
+            epilog="Candidates file: `candidates: {HOST: [SITE, ...]}`; a host not listed "
+                   "stays, and staying is always a candidate. Latencies file: as for "
+                   "`linkgrad predict`."),
+)

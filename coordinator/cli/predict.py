@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from common.command import Command
 from common.errors import InputError, Problem
 from coordinator.config.latencies import (
     Latencies,
@@ -28,18 +29,7 @@ if TYPE_CHECKING:  # imported when validating: paramiko is slow to load
     from coordinator.live.validate import Validation
 
 
-def add_predict_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "predict", help="predict response times after components move (what-if)",
-        description="Each transaction's mean response time if components moved to other sites: "
-                    "the current mean (the run's passive phase) plus, for every host pair, its "
-                    "link gradient times its change of one-way latency (thesis eq. 2.1). The "
-                    "95% interval carries the uncertainty of the current mean, of the latencies "
-                    "and of the gradients. --validate applies the new latencies on the live "
-                    "system with the injector (latencies can only grow there) and measures.",
-        epilog="Latencies file: `sites: {HOST: SITE}` (default: every host is its own site) and "
-               "`latency_ms: {'a<->b': MS, 'a->b': {mean: MS, se: MS}}` (one way; se is the "
-               "standard error of the mean). Placement file: `move: {HOST: SITE}`.")
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gradients", required=True, type=Path, metavar="RUN/gradients.json",
                    help="a run's gradients (its directory also gives graph and baseline)")
     p.add_argument("--latencies", required=True, type=Path, metavar="NOW.yaml")
@@ -51,8 +41,6 @@ def add_predict_parser(sub: Any) -> None:
     p.add_argument("--window-s", type=float, default=60.0,
                    help="with --validate: seconds measured at the current latencies and under "
                         "each placement (in three turns each)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(run=predict_command)
 
 
 def _changes(run: RunInputs, latencies: Latencies, latencies_path: Path,
@@ -167,3 +155,18 @@ def _print(results: list[dict[str, Any]]) -> None:
         for name, t in r["transactions"].items():
             for note in t["notes"]:
                 console.print(f"[yellow]{name}: {note}")
+
+
+COMMANDS = (
+    Command("predict", "predict response times after components move (what-if)",
+            "Each transaction's mean response time if components moved to other sites: the "
+            "current mean (the run's passive phase) plus, for every host pair, its link gradient "
+            "times its change of one-way latency (thesis eq. 2.1). The 95% interval carries the "
+            "uncertainty of the current mean, of the latencies and of the gradients. --validate "
+            "applies the new latencies on the live system with the injector (latencies can only "
+            "grow there) and measures.",
+            _arguments, predict_command,
+            epilog="Latencies file: `sites: {HOST: SITE}` (default: every host is its own site) "
+                   "and `latency_ms: {'a<->b': MS, 'a->b': {mean: MS, se: MS}}` (one way; se is "
+                   "the standard error of the mean). Placement file: `move: {HOST: SITE}`."),
+)

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from common.command import Command
 from common.errors import InputError, Problem
 from coordinator.config.latencies import Placement, latency_changes, load_latencies, load_placement
 from coordinator.config.run_dir import load_run, require_measured
@@ -17,13 +18,7 @@ from coordinator.core.prediction import predict
 from coordinator.core.routing import RoutingAdvice, advise, nginx_map
 
 
-def add_route_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "route", help="per-transaction routing between two copies of a tier",
-        description="With a copy of COMPONENT at each of two sites, predict every "
-                    "transaction's mean response time at each copy (from the run's link "
-                    "gradients) and route each to its better copy; compared with the best "
-                    "fixed ratio of the mix (thesis §5.5).")
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gradients", required=True, type=Path, metavar="RUN/gradients.json")
     p.add_argument("--latencies", required=True, type=Path, metavar="SITES.yaml")
     p.add_argument("--component", required=True, help="the host whose tier is copied")
@@ -35,8 +30,6 @@ def add_route_parser(sub: Any) -> None:
                    help="print the advice as an nginx map setting $linkgrad_upstream, the "
                         "upstream groups of the copy at each site (in --copies order); "
                         "proxy_pass http://$linkgrad_upstream; uses it")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(run=route_command)
 
 
 def route_command(args: argparse.Namespace) -> int:
@@ -98,3 +91,12 @@ def _print(out: dict[str, Any]) -> None:
                     f"{out['best_fixed']['mean_ms']:.1f} ms at the best fixed ratio "
                     f"({out['best_fixed']['to_first']:.0%} to {a}): "
                     f"{out['gain_ms']:.1f} ms better")
+
+
+COMMANDS = (
+    Command("route", "per-transaction routing between two copies of a tier",
+            "With a copy of COMPONENT at each of two sites, predict every transaction's mean "
+            "response time at each copy (from the run's link gradients) and route each to its "
+            "better copy; compared with the best fixed ratio of the mix (thesis §5.5).",
+            _arguments, route_command),
+)

@@ -6,35 +6,23 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
+from common.command import Command
 from common.errors import InputError, Problem
 from coordinator.config.experiment import load_experiment
 from coordinator.live.run import run_experiment
 
 
-def add_run_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "run", help="measure the link gradient graph of a live application",
-        description="Connect to the experiment's hosts over SSH, start the sniffer and delay "
-                    "daemons, learn the communication graph and the noise in a passive phase, "
-                    "then measure every link (both directions) with a square-wave delay and "
-                    "write each transaction's gradient per link to RUN_DIR/gradients.json. "
-                    "Ctrl-C stops every injection and keeps what was measured.")
+def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", type=Path, help="experiment YAML (see experiments/)")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR",
                    help="continue a run, skipping the links it finished")
-    p.add_argument("--json", action="store_true", help="print the run's status as JSON")
-    p.set_defaults(run=run_command)
-    r = sub.add_parser("report", help="(re)write RUN_DIR/report.html from a run's files",
-                       description="The link gradient graph per transaction, every link's "
-                                   "response series with its square wave, spectra and tables, "
-                                   "in one self-contained HTML file.")
-    r.add_argument("run_dir", type=Path)
-    r.add_argument("--json", action="store_true")
-    r.set_defaults(run=report_command)
+
+
+def _report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", type=Path)
 
 
 def report_command(args: argparse.Namespace) -> int:
@@ -87,3 +75,18 @@ def _report_if_measured(run_dir: Path) -> Path | None:
 
         return write_report(run_dir)
     return None
+
+
+COMMANDS = (
+    Command("run", "measure the link gradient graph of a live application",
+            "Connect to the experiment's hosts over SSH, start the sniffer and delay "
+            "daemons, learn the communication graph and the noise in a passive phase, then "
+            "measure every link (both directions) with a square-wave delay and write each "
+            "transaction's gradient per link to RUN_DIR/gradients.json. Ctrl-C stops every "
+            "injection and keeps what was measured.",
+            _run_arguments, run_command, json_help="print the run's status as JSON"),
+    Command("report", "(re)write RUN_DIR/report.html from a run's files",
+            "The link gradient graph per transaction, every link's response series with its "
+            "square wave, spectra and tables, in one self-contained HTML file.",
+            _report_arguments, report_command),
+)
