@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -16,12 +15,9 @@ import pytest
 
 from common.jsonlines import DidNotStart
 from testbed.pairs.hosts import DaemonClient, Hosts, make_pair, make_routed
+from tests.marks import IPTABLES
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and iptables need root"),
-    pytest.mark.skipif(shutil.which("iptables") is None, reason="iptables is not installed"),
-]
+pytestmark = IPTABLES
 
 TCP_DELAYED, TCP_OTHER, UDP_PORT = 7101, 7102, 7103
 

@@ -1,7 +1,6 @@
 """Placement search: exhaustive, local search and its bound, and `linkgrad place`."""
 
 import json
-import shutil
 import subprocess
 
 import numpy as np
@@ -13,6 +12,7 @@ from coordinator.core.placement import (
     local_search,
     lower_bound,
 )
+from tests.marks import needs_tool
 
 
 def random_problem(hosts: int, sites: int, seed: int, density: float = 0.3) -> PlacementProblem:
@@ -177,7 +177,7 @@ def test_routing_sends_each_transaction_to_its_better_copy():
         assert advice.fixed_ratio_ms(r) >= advice.per_transaction_ms
 
 
-@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed")
+@needs_tool("nginx")
 def test_routing_advice_and_fixed_ratios_become_nginx_config_nginx_accepts(tmp_path):
     from coordinator.core.routing import advise, nginx_fixed_ratio, nginx_map
 

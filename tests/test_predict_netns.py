@@ -13,17 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.marks import TESTBED
 from tests.netns_tools.testbeds import (
     LINKGRAD,
-    TESTBED_MARKS,
     assert_no_rules,
     running_testbed,
+    unique_tag,
 )
 
-pytestmark = TESTBED_MARKS
+pytestmark = TESTBED
 EXPERIMENT = """
 name: gradients
-testbed: tpr
+testbed: {tag}
 workload: {{host: client, rate_per_s: 60}}
 transactions:
   ViewItem: ^/rubis/ViewItem
@@ -57,14 +58,19 @@ PLACEMENTS = {"db-east": "move: {db: east}\n",  # app1<->db +10
 
 
 @pytest.fixture(scope="module")
-def testbed():
-    yield from running_testbed("tpr")
+def tag():
+    return unique_tag("p")
 
 
-def test_predictions_of_three_placements_hold_when_applied_for_real(testbed):
+@pytest.fixture(scope="module")
+def testbed(tag):
+    yield from running_testbed(tag)
+
+
+def test_predictions_of_three_placements_hold_when_applied_for_real(testbed, tag):
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
     experiment = testbed / "gradients.yaml"
-    experiment.write_text(EXPERIMENT.format(output=testbed / "runs"))
+    experiment.write_text(EXPERIMENT.format(tag=tag, output=testbed / "runs"))
     done = subprocess.run([LINKGRAD, "run", str(experiment), "--json"], capture_output=True,
                           text=True, timeout=900, env=env, check=False)
     assert done.returncode == 0, done.stderr
@@ -92,26 +98,26 @@ def test_predictions_of_three_placements_hold_when_applied_for_real(testbed):
                v["measured_se_ms"]) for p, name, v in cases if not v["inside"]]
     assert inside >= 0.9 * len(cases), missed
     assert statistics.median(abs(v["error"]) for _, _, v in cases) < 0.05, cases
-    assert_no_rules("tpr")  # every constant delay removed
+    assert_no_rules(tag)  # every constant delay removed
 
 
-def test_latency_measures_every_pair_and_sees_an_injected_delay(testbed):
+def test_latency_measures_every_pair_and_sees_an_injected_delay(testbed, tag):
     """Every pair (and each host to itself) by TCP connects; with 10 ms added to what app1
     sends to db, app1<->db reads about 5 ms one way (10 ms more round trip, halved)."""
     from testbed.lifecycle import status
 
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
     experiment = testbed / "latency.yaml"
-    experiment.write_text(f"name: latency\ntestbed: tpr\ntransactions: {{all: ^/}}\n"
+    experiment.write_text(f"name: latency\ntestbed: {tag}\ntransactions: {{all: ^/}}\n"
                           f"output: {testbed / 'runs'}\n")
-    db = next(h["address"] for h in status("tpr", testbed)["hosts"] if h["name"] == "db")
-    inject = subprocess.Popen(["ip", "netns", "exec", "lgtb-tpr-app1", LINKGRAD, "inject",
+    db = next(h["address"] for h in status(tag, testbed)["hosts"] if h["name"] == "db")
+    inject = subprocess.Popen(["ip", "netns", "exec", f"lgtb-{tag}-app1", LINKGRAD, "inject",
                                "--dst", db, "--constant", "10", "--duration", "120"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 20
         while "NFQUEUE" not in subprocess.run(
-                ["ip", "netns", "exec", "lgtb-tpr-app1", "iptables", "-S"], capture_output=True,
+                ["ip", "netns", "exec", f"lgtb-{tag}-app1", "iptables", "-S"], capture_output=True,
                 text=True, check=True).stdout:
             assert inject.poll() is None, inject.stderr.read()
             assert time.monotonic() < deadline, "the delay never started"

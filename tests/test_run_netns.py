@@ -12,18 +12,19 @@ from pathlib import Path
 import pytest
 
 from testbed.pairs.hosts import sh
+from tests.marks import TESTBED
 from tests.netns_tools.testbeds import (
     LINKGRAD,
-    TESTBED_MARKS,
     assert_no_rules,
     running_testbed,
+    unique_tag,
     wait_until_gone,
 )
 
-pytestmark = TESTBED_MARKS
+pytestmark = TESTBED
 EXPERIMENT = """
 name: {name}
-testbed: trn
+testbed: {tag}
 workload: {{host: client, rate_per_s: 60}}
 transactions:
   ViewItem: ^/rubis/ViewItem
@@ -44,29 +45,35 @@ EXPECTED = {"ViewItem": 2.0, "PutBidAuth": 1.0, "PutBid": 3.0, "async": 0.0}
 
 
 @pytest.fixture(scope="module")
-def testbed():
-    yield from running_testbed("trn")
+def tag():
+    return unique_tag("r")
 
 
-def _experiment(root: Path, name: str, adaptive: bool = False, concurrent: int = 1) -> Path:
+@pytest.fixture(scope="module")
+def testbed(tag):
+    yield from running_testbed(tag)
+
+
+def _experiment(root: Path, tag: str, name: str, adaptive: bool = False,
+                concurrent: int = 1) -> Path:
     path = root / f"{name}.yaml"
-    path.write_text(EXPERIMENT.format(name=name, adaptive=str(adaptive).lower(),
+    path.write_text(EXPERIMENT.format(name=name, tag=tag, adaptive=str(adaptive).lower(),
                                       concurrent=concurrent, output=root / "runs"))
     return path
 
 
 @pytest.mark.parametrize("concurrent", [1, 2], ids=["one-at-a-time", "concurrent"])
-def test_run_measures_known_gradients_in_both_directions(testbed, concurrent):
+def test_run_measures_known_gradients_in_both_directions(testbed, tag, concurrent):
     """Both directions of app1<->db, one after the other or at once (periods T and 2T)."""
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
-    experiment = _experiment(testbed, f"short{concurrent}", concurrent=concurrent)
+    experiment = _experiment(testbed, tag, f"short{concurrent}", concurrent=concurrent)
     done = subprocess.run([LINKGRAD, "run", str(experiment), "--json"],
                           capture_output=True, text=True, timeout=600, env=env, check=False)
     assert done.returncode == 0, done.stderr
     status = json.loads(done.stdout)
     assert status["status"] == "completed"
     assert "cleanup_problems" not in status  # every daemon confirmed it stopped
-    wait_until_gone("trn")  # the workload and the log follower ended with their channels
+    wait_until_gone(tag)  # the workload and the log follower ended with their channels
     run_dir = Path(status["run_dir"])
     graph = {g["label"] for g in json.loads((run_dir / "graph.json").read_text())}
     assert {"tcp app1:0 -> db:5432", "tcp db:5432 -> app1:0", "tcp client:0 -> web:80",
@@ -104,18 +111,18 @@ def test_run_measures_known_gradients_in_both_directions(testbed, concurrent):
     page = (run_dir / "report.html").read_text()
     assert page.count("data:image/png;base64,") == len(EXPECTED) + len(links)  # graphs, series
     assert "tcp app1:0 -&gt; db:5432" in page
-    assert_no_rules("trn")
+    assert_no_rules(tag)
 
 
-def test_sigterm_stops_every_injection_and_keeps_the_run(testbed):
+def test_sigterm_stops_every_injection_and_keeps_the_run(testbed, tag):
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
-    proc = subprocess.Popen([LINKGRAD, "run", str(_experiment(testbed, "stopped")), "--json"],
+    proc = subprocess.Popen([LINKGRAD, "run", str(_experiment(testbed, tag, "stopped")), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
     delaying = False
     while not delaying and time.monotonic() < deadline:
         out = "".join(sh("ip", "netns", "exec", ns, "iptables", "-S").stdout
-                      for ns in ("lgtb-trn-app1", "lgtb-trn-db"))
+                      for ns in (f"lgtb-{tag}-app1", f"lgtb-{tag}-db"))
         delaying = "NFQUEUE" in out
         time.sleep(0.2)
     assert delaying, "the run never started injecting"
@@ -126,12 +133,12 @@ def test_sigterm_stops_every_injection_and_keeps_the_run(testbed):
     status = json.loads(out)
     assert status["status"] == "interrupted"
     assert (Path(status["run_dir"]) / "graph.json").exists()
-    assert_no_rules("trn")
+    assert_no_rules(tag)
 
 
-def test_an_interrupted_run_resumes_without_redoing_finished_links(testbed):
+def test_an_interrupted_run_resumes_without_redoing_finished_links(testbed, tag):
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
-    experiment = _experiment(testbed, "resumed")
+    experiment = _experiment(testbed, tag, "resumed")
     proc = subprocess.Popen([LINKGRAD, "run", str(experiment), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     runs = testbed / "runs"
@@ -155,17 +162,17 @@ def test_an_interrupted_run_resumes_without_redoing_finished_links(testbed):
     assert {lk["link"]["label"] for lk in links} == {"tcp app1:0 -> db:5432",
                                                      "tcp db:5432 -> app1:0"}
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
-    assert_no_rules("trn")
+    assert_no_rules(tag)
 
 
-def test_a_delay_that_makes_clients_give_up_aborts_the_run(testbed):
+def test_a_delay_that_makes_clients_give_up_aborts_the_run(testbed, tag):
     """Clients give up after 150 ms; 100 ms on app1->db adds 200 ms to ViewItem, so nginx logs
     499s while the wave is on: the error limit aborts the run and no rule is left."""
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
     path = testbed / "errors.yaml"
     path.write_text(f"""
 name: errors
-testbed: trn
+testbed: {tag}
 workload: {{host: client, rate_per_s: 60, timeout_s: 0.15}}
 transactions: {{ViewItem: ^/rubis/ViewItem, PutBidAuth: ^/rubis/PutBidAuth}}
 parameters: {{training_s: 20, cycles: 6, period_s: 6, magnitude_ms: 100, adaptive: false,
@@ -181,4 +188,4 @@ output: {testbed / "runs"}
     assert "app1:0 -> db:5432" in status["reason"]
     plan = json.loads((Path(status["run_dir"]) / "plan.json").read_text())
     assert plan["training_failed_fraction"] < 0.01
-    assert_no_rules("trn")
+    assert_no_rules(tag)

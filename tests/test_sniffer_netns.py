@@ -1,16 +1,13 @@
 """The sniffer on real sockets in a namespace (root)."""
 
 import json
-import os
 import subprocess
 import sys
 
-import pytest
-
 from testbed.pairs.hosts import make_pair
+from tests.marks import NETNS
 
-pytestmark = [pytest.mark.netns,
-              pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")]
+pytestmark = NETNS
 
 
 def _summed(reports: list[dict]) -> list[dict]:

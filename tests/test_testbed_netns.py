@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,31 +19,21 @@ from coordinator.core.weblog import read_log
 from testbed.lifecycle import down, status, up
 from testbed.pairs.hosts import sh
 from testbed.topology import DEFAULT
+from tests.marks import TESTBED, needs_mininet
+from tests.netns_tools.testbeds import private_root, private_testbed, unique_tag
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root (network namespaces)"),
-    pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed"),
-]
-
-
-def _root() -> Path:
-    """Under /var/tmp: the postgres and www-data users must reach the testbed's files, and
-    pytest's own temporary directories are private to root."""
-    root = Path(tempfile.mkdtemp(prefix="lgtest-", dir="/var/tmp"))
-    root.chmod(0o755)
-    return root
+pytestmark = TESTBED
 
 
 @pytest.fixture(scope="module")
-def testbed():
-    root = _root()
-    try:
-        info = up(DEFAULT, "tst", root)
+def tag():
+    return unique_tag("s")
+
+
+@pytest.fixture(scope="module")
+def testbed(tag):
+    with private_testbed(tag) as (info, root):
         yield info, root
-        down("tst", root=root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def load(info: dict, mix: str, rate: float, seconds: float) -> list[dict]:
@@ -157,7 +145,7 @@ def _served_by(info: dict, paths: list[str]) -> list[str]:
     return json.loads(done.stdout)
 
 
-def test_routes_send_each_transaction_or_a_share_to_an_app_server(testbed):
+def test_routes_send_each_transaction_or_a_share_to_an_app_server(testbed, tag):
     from coordinator.cli.main import main
     from coordinator.core.routing import advise, nginx_fixed_ratio, nginx_map
 
@@ -169,7 +157,7 @@ def test_routes_send_each_transaction_or_a_share_to_an_app_server(testbed):
     routes = directory / "per-transaction.conf"
     routes.write_text(nginx_map(advice, {"asked": r"^/health\?who=2$", "plain": "^/health"},
                                 ("app1", "app2")))
-    cli = ["testbed", "routes", "--tag", "tst", "--root", str(root)]
+    cli = ["testbed", "routes", "--tag", tag, "--root", str(root)]
     assert main([*cli, str(routes)]) == 0
     assert _served_by(info, ["/health", "/health?who=2", "/health?who=22"]) == [
         "app1", "app2", "app1"]  # the regex as written: `\?` and `$` kept through nginx
@@ -185,51 +173,49 @@ def test_routes_send_each_transaction_or_a_share_to_an_app_server(testbed):
     assert _served_by(info, ["/health"] * 3) == ["app1"] * 3
 
 
-def test_status_reports_every_service(testbed):
+def test_status_reports_every_service(testbed, tag):
     _, root = testbed
-    s = status("tst", root)
+    s = status(tag, root)
     assert s["up"] is True
     assert {"web/nginx", "db/postgres", "cache/memcached", "app1/app", "app2/app",
             "client/sshd"} <= set(s["services"])
 
 
 def test_down_leaves_nothing_and_up_recovers_from_a_crash():
-    root = _root()
-    sh("ip", "netns", "add", "lgtb-tcr-web")  # what a crashed run would have left
+    tag, root = unique_tag("c"), private_root()
+    sh("ip", "netns", "add", f"lgtb-{tag}-web")  # what a crashed run of this tag would have left
     try:
-        info = up(DEFAULT, "tcr", root)
+        info = up(DEFAULT, tag, root)
         assert info["recovered_stale"] is True
     finally:
-        down("tcr", root=root)
+        down(tag, root=root)  # also the namespace above, by its name, if `up` failed before
     try:
-        assert down("tcr", root=root)["removed"] is False  # safe twice
-        assert "lgtb-tcr" not in sh("ip", "netns", "list").stdout
-        assert "lgbr-tcr" not in sh("ip", "link", "show").stdout
-        assert "lgvtcr" not in sh("ip", "link", "show").stdout
-        assert not (root / "linkgrad-testbed-tcr").exists()
-        assert "linkgrad-testbed-tcr" not in sh("ps", "-eo", "args").stdout
+        assert down(tag, root=root)["removed"] is False  # safe twice
+        assert f"lgtb-{tag}-" not in sh("ip", "netns", "list").stdout
+        assert f"lgbr-{tag}" not in sh("ip", "link", "show").stdout
+        assert f"lgv{tag}" not in sh("ip", "link", "show").stdout
+        assert not (root / f"linkgrad-testbed-{tag}").exists()
+        assert f"linkgrad-testbed-{tag}" not in sh("ps", "-eo", "args").stdout
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.mark.skipif(subprocess.run(["/usr/bin/python3", "-c", "import mininet"],
-                                   capture_output=True, check=False).returncode != 0
-                    if Path("/usr/bin/python3").exists() else True,
-                    reason="Debian's mininet is not installed for /usr/bin/python3")
+@needs_mininet
 def test_the_same_testbed_on_mininet():
-    root = _root()
+    tag, root = unique_tag("m"), private_root()
     try:
-        info = up(DEFAULT, "tmn", root, mininet=True)
+        info = up(DEFAULT, tag, root, mininet=True)
         assert info["network"].startswith("mininet")
-        assert status("tmn", root)["up"] is True
+        assert status(tag, root)["up"] is True
         rows = load(info, "/rubis/ViewItem?id=3=1,/pattern/cache=1", rate=20, seconds=2)
         assert rows
         assert all(r["status"] == "200" for r in rows)
         out = sh("ssh", "-F", info["ssh_config"], "db", "ip", "-br", "-4", "addr")
         assert next(h["address"] for h in info["hosts"] if h["name"] == "db") in out.stdout
     finally:
-        down("tmn", root=root)
+        down(tag, root=root)
         shutil.rmtree(root, ignore_errors=True)
-    assert "lgtb-tmn" not in sh("ip", "netns", "list").stdout
-    assert "lgbr-tmn" not in sh("ip", "link", "show").stdout
-    assert "mininet_keeper" not in sh("ps", "-eo", "args").stdout
+    assert f"lgtb-{tag}-" not in sh("ip", "netns", "list").stdout
+    assert f"lgbr-{tag}" not in sh("ip", "link", "show").stdout
+    assert not [line for line in sh("ps", "-eo", "args").stdout.splitlines()
+                if "mininet_keeper" in line and f"linkgrad-testbed-{tag}/" in line]  # its keeper

@@ -1,39 +1,96 @@
-"""A testbed for a test module (made in a private root, removed after), and the check that no
-injection rule is left in any of its hosts."""
+"""A testbed for a test module (a tag of its own, made in a private root, removed after), and the
+check that no injection rule is left in any of its hosts."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
-
 from testbed.lifecycle import down, up
+from testbed.netns import TAG
 from testbed.topology import DEFAULT
 
-TESTBED_MARKS = [
-    pytest.mark.netns,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root"),
-    pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed"),
-]
 LINKGRAD = str(Path(sys.executable).parent / "linkgrad")
+_CLAIMS: list[socket.socket] = []  # this process's tags, held until it ends
+atexit.register(lambda: [claim.close() for claim in _CLAIMS])
+
+
+def unique_tag(prefix: str) -> str:
+    """A testbed tag that no other live process claimed and nothing on this machine uses:
+    `prefix` (one lowercase letter naming the test) and three digits, tried from this process's
+    id onwards, e.g. `r417`.
+
+    Four characters is the testbed's limit (`testbed.netns.TAG`), and Linux's 15-character
+    interface names are why: under Mininet the bridge's ports are `lgbr-<tag>-eth<n>`, 15
+    characters with a 4-character tag and 10-50 hosts (the plain build's `lgbr-<tag>` and
+    `lgv<tag><i>` are shorter). The digits keep an experiment's `testbed: <tag>` a YAML string
+    (never `true` or `null`).
+
+    The claim is an abstract Unix socket `linkgrad-test-tag-<tag>`: the kernel releases it when
+    the process ends, even killed, and it leaves no file. A tag whose namespaces, bridge or veths
+    exist (a crashed run's, or someone's `linkgrad testbed up`) is passed over, never removed.
+    """
+    if len(prefix) != 1 or not prefix.islower() or not prefix.isascii():
+        raise ValueError(f"{prefix=} must be one lowercase letter")
+    for i in range(1000):
+        tag = f"{prefix}{(os.getpid() + i) % 1000:03d}"
+        assert TAG.match(tag), tag
+        claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            claim.bind(f"\0linkgrad-test-tag-{tag}")
+        except OSError:  # another live process (or this one) has it
+            claim.close()
+            continue
+        if _in_use(tag):
+            claim.close()
+            continue
+        _CLAIMS.append(claim)
+        return tag
+    raise RuntimeError(f"every testbed tag {prefix}000-{prefix}999 is taken on this machine")
+
+
+def _in_use(tag: str) -> bool:
+    """Whether anything named for testbed `tag` exists (testbed.netns's names)."""
+    return (any(Path("/run/netns").glob(f"lgtb-{tag}-*"))
+            or Path(f"/sys/class/net/lgbr-{tag}").exists()
+            or any(Path("/sys/class/net").glob(f"lgv{tag}*")))
+
+
+def private_root() -> Path:
+    """Under /var/tmp: the postgres and www-data users must reach the testbed's files, and
+    pytest's own temporary directories are private to root."""
+    root = Path(tempfile.mkdtemp(prefix="lgtest-", dir="/var/tmp"))
+    root.chmod(0o755)
+    return root
+
+
+@contextmanager
+def private_testbed(tag: str, **kwargs: bool) -> Iterator[tuple[dict, Path]]:
+    """The testbed `tag` up in a private root: yields its description and the root. However the
+    body ends, takes down that tag in that root (nothing else), then removes the root."""
+    root = private_root()
+    try:
+        info = up(DEFAULT, tag, root, **kwargs)  # a failed `up` undoes what it made itself
+        try:
+            yield info, root
+        finally:
+            down(tag, root=root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def running_testbed(tag: str) -> Iterator[Path]:
-    """Yields the root of a testbed `tag` that is up; always taken down."""
-    root = Path(tempfile.mkdtemp(prefix="lgtest-", dir="/var/tmp"))
-    root.chmod(0o755)
-    try:
-        up(DEFAULT, tag, root)
+    """Yields the root of a testbed `tag` that is up; always taken down (for a fixture)."""
+    with private_testbed(tag) as (_, root):
         yield root
-        down(tag, root=root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def assert_no_rules(tag: str) -> None:
