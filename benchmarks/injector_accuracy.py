@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.results_md import update_section
-from testbed.pairs.hosts import DaemonClient, Hosts, make_pair, make_routed
+from testbed.pairs.hosts import Hosts, InjectorProcess, make_pair, make_routed
 
 OUT = Path(__file__).with_name("out")
 UDP_ECHO, UDP_SINK = 7201, 7202
@@ -49,7 +49,7 @@ def accuracy(hosts: Hosts, requested_ms: float, loaded: bool, probes: int,
     base = hosts.probe("a", "udp", b, UDP_ECHO, 200, 0.005)["rtt"]
     base_median = statistics.median(base)
     burners = _busy_cores(2) if loaded else []
-    daemon = DaemonClient(hosts, "a", "--queue", "6100", *(["--realtime"] if realtime else []))
+    daemon = InjectorProcess(hosts, "a", "--queue", "6100", *(["--realtime"] if realtime else []))
     try:
         daemon.ok("add", link={"proto": "udp", "dst": f"{b}:{UDP_ECHO}"},
                   schedule={"kind": "constant", "magnitude_ms": requested_ms})
@@ -91,7 +91,7 @@ def rate(hosts: Hosts, rate_per_s: float, seconds: float,
     """The daemon on the router: a sender's own socket buffer would cap the rate at the
     sender (its held datagrams stay charged to it), which is not the daemon's limit."""
     b = hosts.addresses["b"]
-    daemon = DaemonClient(hosts, "r", "--queue", "6200", *(["--realtime"] if realtime else []))
+    daemon = InjectorProcess(hosts, "r", "--queue", "6200", *(["--realtime"] if realtime else []))
     pid = daemon.ok("health")["pid"]
     try:
         daemon.ok("add", link={"proto": "udp", "dst": f"{b}:{UDP_SINK}"},

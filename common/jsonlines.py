@@ -26,7 +26,6 @@ from common.protocol.base import (
     Reply,
     Request,
     Result,
-    Stopped,
     parse_request,
     validation_problems,
 )
@@ -62,12 +61,12 @@ Handler = Callable[[Request[Any]], Result]
 
 
 def answer(line: str, requests: TypeAdapter[Any], handle: Handler) -> tuple[Reply, bool]:
-    """(reply, stop?) for one request line."""
+    """(reply, stop?) for one request line; any error becomes a reply, never a crash."""
     request_id = None
     try:
         data = json.loads(line)
-        if isinstance(data, dict) and isinstance(data.get("id"), int):
-            request_id = data["id"]
+        if isinstance(data, dict):
+            request_id = data.get("id")
         result = handle(parse_request(requests, data))
         return _ok(request_id, result), False
     except StopServing as stop:
@@ -77,10 +76,12 @@ def answer(line: str, requests: TypeAdapter[Any], handle: Handler) -> tuple[Repl
     except LinkgradError as e:
         error = ErrorInfo(kind="input" if isinstance(e, InputError) else "runtime",
                           message=str(e))
+    except (ValueError, TypeError) as e:  # a value the handler could not take
+        error = ErrorInfo(kind="input", message=str(e))
     return Reply(id=request_id, ok=False, error=error), False
 
 
-def _ok(request_id: int | None, result: Result | None) -> Reply:
+def _ok(request_id: Any, result: Result | None) -> Reply:
     data = result.model_dump(mode="json", by_alias=True, exclude_none=False) if result else {}
     return Reply(id=request_id, ok=True, result=data)
 
@@ -127,6 +128,9 @@ class DidNotStart(RuntimeFailure):
         self.said = said
 
 
+_END = {"event": "end of output"}  # the reader's last word: the daemon's stdout closed
+
+
 class DaemonClient:
     """A JSON-lines daemon over one channel: the ready handshake, typed requests, events to
     `on_event`, and a checked stop."""
@@ -139,6 +143,7 @@ class DaemonClient:
         self.on_event = on_event
         self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
         self.lifecycle: list[dict[str, Any]] = []  # ready / stopped / error, in order
+        self.event_error: Exception | None = None  # on_event failed: said at the next call
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._closed = False
@@ -157,33 +162,50 @@ class DaemonClient:
             raise
 
     def _read(self) -> None:
-        for line in self.channel.lines():
-            try:
-                message = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # not ours (a stray print); the protocol is JSON only
-            if not isinstance(message, dict):
-                continue
-            event = message.get("event")
-            if event is not None and event not in LIFECYCLE:
-                if self.on_event is not None:
+        try:
+            for line in self.channel.lines():
+                try:
+                    message = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # not ours (a stray print); the protocol is JSON only
+                if isinstance(message, dict):
+                    self._take(message)
+        finally:
+            self.replies.put(_END)
+
+    def _take(self, message: dict[str, Any]) -> None:
+        event = message.get("event")
+        if event is not None and event not in LIFECYCLE:
+            if self.on_event is not None:
+                try:
                     self.on_event(message)
-                continue
-            if event is not None:
-                self.lifecycle.append(message)
-            self.replies.put(message)
+                except Exception as e:  # the reader must go on: replies still come
+                    self.event_error = self.event_error or e
+            return
+        if event is not None:
+            self.lifecycle.append(message)
+        self.replies.put(message)
 
     def _next(self, timeout_s: float) -> dict[str, Any]:
         try:
-            return self.replies.get(timeout=timeout_s)
+            message = self.replies.get(timeout=timeout_s)
         except queue.Empty as e:
             status = self.channel.exit_status(0)
             raise RuntimeFailure(f"{self.what}: no answer in {timeout_s:g} s "
                                  f"(exit status {status})") from e
+        if message is _END:
+            self.replies.put(_END)  # for whoever asks next
+            raise RuntimeFailure(f"{self.what} ended (exit status "
+                                 f"{self.channel.exit_status(1.0)})")
+        return message
 
     def call(self, request: Request[R], timeout_s: float = 30.0) -> R:
         """Send `request`; its typed result, or RuntimeFailure with the daemon's error."""
-        reply = self.send(request.model_dump(mode="json", exclude={"id"}), timeout_s)
+        if self.event_error is not None:
+            raise RuntimeFailure(f"{self.what} sent an event that could not be taken: "
+                                 f"{self.event_error}") from self.event_error
+        fields = request.model_dump(mode="json", exclude={"id"}, exclude_none=True)
+        reply = self.send(fields, timeout_s)
         if not reply.ok:
             message = reply.error.message if reply.error else "no error given"
             raise RuntimeFailure(f"{self.what}: {request.cmd} failed: {message}")
@@ -195,11 +217,21 @@ class DaemonClient:
 
     def send(self, fields: dict[str, Any], timeout_s: float = 30.0) -> Reply:
         """Send one request (any fields: tests send bad ones on purpose) and wait for its
-        reply, whatever it says."""
+        reply, whatever it says. A reply to an earlier request that was given up on (Ctrl-C
+        while waiting) is passed over."""
         with self._lock:
             request_id = next(self._ids)
-            self.channel.send((json.dumps({"id": request_id, **fields}) + "\n").encode())
-            raw = self._next(timeout_s)
+            try:
+                self.channel.send((json.dumps({"id": request_id, **fields}) + "\n").encode())
+            except OSError as e:
+                raise RuntimeFailure(f"{self.what}: cannot send {fields.get('cmd')!r}: {e}") \
+                    from e
+            while True:
+                raw = self._next(timeout_s)
+                if "event" in raw:
+                    raise RuntimeFailure(f"{self.what} stopped instead of answering: {raw}")
+                if not (isinstance(raw.get("id"), int) and raw["id"] < request_id):
+                    break
         try:
             reply = Reply.model_validate(raw)
         except ValidationError as e:
@@ -220,22 +252,22 @@ class DaemonClient:
         """End the lease: EOF on the daemon's stdin; it stops and undoes what it did.
 
         RuntimeFailure if it did not confirm that (no "stopped" event, or a non-zero exit):
-        what it changed may still be on the host, and the user must know.
+        its rules may still be on the host until its reaper runs, and the user must know.
         """
         if self._closed:
             return
         self._closed = True
-        self.channel.close_input()
-        self.reader.join(timeout=timeout_s)
-        status = self.channel.exit_status(timeout_s) if not self.reader.is_alive() else None
-        self.channel.close()
-        stopped = any(m.get("event") == Stopped.model_fields["event"].default
-                      for m in self.lifecycle)
+        try:
+            self.channel.close_input()
+            self.reader.join(timeout=timeout_s)
+            status = self.channel.exit_status(timeout_s) if not self.reader.is_alive() else None
+        finally:
+            self.channel.close()
+        stopped = any(m.get("event") == "stopped" for m in self.lifecycle)
         if not (stopped and status == 0):
             state = "still running" if status is None else f"exit status {status}"
             raise RuntimeFailure(f"{self.what} did not confirm it stopped ({state}): check the "
-                                 "host for what it may have left (iptables -S)")
-
+                                 "host for rules left behind (iptables -S)")
 
 
 class ProcessChannel:
@@ -266,5 +298,10 @@ class ProcessChannel:
             return None
 
     def close(self) -> None:
+        """EOF first; a child still running after that is killed (its lease has ended), so
+        closing its stdout never waits on a reader blocked in it."""
         self.close_input()
+        if self.exit_status(5.0) is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
         self.stdout.close()

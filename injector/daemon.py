@@ -23,7 +23,7 @@ from common import jsonlines
 from common.errors import InputError, LinkgradError, Problem
 from common.jsonlines import LineWriter, StopServing
 from common.protocol import injector as protocol
-from common.protocol.base import Failed, Request, Result, Stopped
+from common.protocol.base import Empty, Failed, Request, Result, Stopped
 from common.protocol.injector import LinkSpec
 from injector.engine import Engine
 from injector.link import Endpoint, Link, parse_endpoint
@@ -50,11 +50,11 @@ class Daemon:
         match request:
             case protocol.HealthRequest():
                 return self.health()
-            case protocol.Add(link=link, schedule=spec):
-                schedule = build_schedule(spec, self.clock(), self.caps)
-                link_id = self.engine.add_link(link_from_spec(link), schedule)
-                return protocol.Added(link_id=link_id, link=str(link_from_spec(link)),
-                                      schedule_id=0)
+            case protocol.Add(link=spec, schedule=schedule_spec):
+                link = link_from_spec(spec)
+                schedule = build_schedule(schedule_spec, self.clock(), self.caps)
+                return protocol.Added(link_id=self.engine.add_link(link, schedule),
+                                      link=str(link), schedule_id=0)
             case protocol.SetSchedule(link_id=link_id, schedule=spec):
                 schedule = build_schedule(spec, self.clock(), self.caps)
                 return protocol.ScheduleSet(schedule_id=self.engine.set_schedule(link_id,
@@ -62,14 +62,18 @@ class Daemon:
             case protocol.Remove(link_id=link_id):
                 return protocol.Removed(stats=self.engine.remove_link(link_id))
             case protocol.StatsRequest(link_id=link_id):
-                stats = self.engine.stats()
-                if link_id is not None:
-                    stats = {link_id: stats[link_id]} if link_id in stats else {}
-                return protocol.AllStats(links={str(k): v for k, v in stats.items()})
+                stats = self._stats()
+                if link_id is None:
+                    return protocol.AllStats(links=stats)
+                # one link: {} when there is none of that id, as it always answered
+                return protocol.AllStats(links={str(link_id): stats[str(link_id)]}) \
+                    if str(link_id) in stats else Empty()
             case protocol.Stop():
-                raise StopServing(protocol.AllStats(
-                    links={str(k): v for k, v in self.engine.stats().items()}))
+                raise StopServing(protocol.Stopping(stats=self._stats()))
         raise InputError(Problem(f"unknown command {request.cmd!r}", field="cmd"))
+
+    def _stats(self) -> dict[str, protocol.LinkStats]:
+        return {str(k): v for k, v in self.engine.stats().items()}
 
     def health(self) -> protocol.Health:
         stats = self.engine.stats()

@@ -21,10 +21,9 @@ from common.protocol.injector import (
     SCHEDULE,
     ConstantSchedule,
     OffSchedule,
-    SquareSchedule,
+    ScheduleSpec,
 )
 
-ScheduleSpec = OffSchedule | ConstantSchedule | SquareSchedule
 __all__ = ["CONSTANT", "OFF", "ON", "Caps", "Schedule", "build_schedule", "schedule_from_json"]
 
 

@@ -23,7 +23,7 @@ from common.errors import InputError, Problem
 from common.jsonlines import LineWriter, StopServing
 from common.protocol import sniffer as protocol
 from common.protocol.base import Empty, Request, Result, Stopped
-from common.protocol.sniffer import LinkCount, Report
+from common.protocol.sniffer import LinkCount, Report, ReportEvent
 from sniffer.kernel import ClosedSockets, dump_sockets, ephemeral_range, socket_owners
 from sniffer.links import Process, SocketRecord, active, link_counts, match_closed
 
@@ -120,7 +120,7 @@ class Service:
         raise InputError(Problem(f"unknown command {request.cmd!r}", field="cmd"))
 
     def report(self, threshold: int) -> None:
-        self.out.write(self.sniffer.poll(threshold).model_copy(update={"event": "report"}))
+        self.out.write(ReportEvent(**dict(self.sniffer.poll(threshold))))
 
     def unwatch(self) -> None:
         """Stop watching (at once, not at the next interval); a last report covers the time

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from common.jsonlines import DidNotStart
-from testbed.pairs.hosts import DaemonClient, Hosts, make_pair, make_routed
+from testbed.pairs.hosts import Hosts, InjectorProcess, make_pair, make_routed
 from tests.marks import IPTABLES
 
 pytestmark = IPTABLES
@@ -34,7 +34,7 @@ def pair():
 
 @pytest.fixture
 def daemon(pair):
-    client = DaemonClient(pair, "a", "--queue", "5200")
+    client = InjectorProcess(pair, "a", "--queue", "5200")
     yield client
     client.stop()
 
@@ -75,7 +75,7 @@ def test_a_daemon_on_the_receiver_delays_the_link_once(pair):
     b = pair.addresses["b"]
     base = pair.probe("a", "tcp", b, TCP_DELAYED, 20, 0.01)
     own_base = pair.probe("b", "tcp", b, TCP_DELAYED, 20, 0.01)
-    receiver = DaemonClient(pair, "b", "--queue", "5400")
+    receiver = InjectorProcess(pair, "b", "--queue", "5400")
     try:
         receiver.ok("add", link={"proto": "tcp", "dst": f"{b}:{TCP_DELAYED}"},
                     schedule=constant(20))
@@ -158,7 +158,7 @@ def test_stale_rules_of_a_killed_daemon_are_removed_at_start(pair):
     pair.exec("a", "iptables", "-I", "OUTPUT", "1", "-j", "LINKGRAD-Q5300")
     pair.exec("a", "iptables", "-A", "LINKGRAD-Q5300", "-p", "tcp", "-j", "NFQUEUE",
               "--queue-num", "5301", "--queue-bypass")
-    client = DaemonClient(pair, "a", "--queue", "5300")
+    client = InjectorProcess(pair, "a", "--queue", "5300")
     try:
         assert client.ready.stale_removed is True
         assert "5301" not in pair.iptables_rules("a")
@@ -168,7 +168,7 @@ def test_stale_rules_of_a_killed_daemon_are_removed_at_start(pair):
 
 def test_a_queue_in_use_is_a_clear_error(pair, daemon):
     with pytest.raises(DidNotStart, match="in use") as failed:
-        DaemonClient(pair, "a", "--queue", "5200")
+        InjectorProcess(pair, "a", "--queue", "5200")
     assert failed.value.said["event"] == "error"
     assert pair.procs[-1].wait(timeout=15) == 1
     assert daemon.ok("health")["chain"] == "LINKGRAD-Q5200"  # the first is untouched
@@ -197,7 +197,7 @@ def test_forwarded_packets_are_delayed_by_a_daemon_on_the_router():
         hosts.echo_servers("b", [TCP_DELAYED], [])
         b = hosts.addresses["b"]
         base = hosts.probe("a", "tcp", b, TCP_DELAYED, 20, 0.01)
-        router = DaemonClient(hosts, "r", "--queue", "5400")
+        router = InjectorProcess(hosts, "r", "--queue", "5400")
         router.ok("add", link={"proto": "tcp", "src": hosts.addresses["a"],
                                "dst": f"{b}:{TCP_DELAYED}"}, schedule=constant(12))
         delayed = hosts.probe("a", "tcp", b, TCP_DELAYED, 20, 0.01)
@@ -211,7 +211,7 @@ def test_forwarded_packets_are_delayed_by_a_daemon_on_the_router():
 def test_a_stalled_daemon_fails_open(pair):
     """SIGSTOP the daemon: the kernel queue fills, then packets pass instead of dropping."""
     b = pair.addresses["b"]
-    client = DaemonClient(pair, "a", "--queue", "5500", "--max-queue-len", "16")
+    client = InjectorProcess(pair, "a", "--queue", "5500", "--max-queue-len", "16")
     try:
         client.ok("add", link={"proto": "udp", "dst": f"{b}:{UDP_PORT}"}, schedule=constant(1))
         os.kill(client.proc.pid, signal.SIGSTOP)

@@ -147,7 +147,7 @@ def test_limits_abort_on_a_throughput_drop_or_an_error_rise_against_training():
 
 def test_an_error_limit_without_a_status_in_the_log_format_is_bad_input(tmp_path):
     from common.errors import InputError
-    from coordinator.config.experiment import load_experiment
+    from coordinator.config.experiment_file import load_experiment
 
     (tmp_path / "ssh_config").write_text("Host a\n  HostName 192.0.2.1\n")
     path = tmp_path / "x.yaml"
@@ -183,7 +183,7 @@ def test_jobs_measure_every_link_at_every_fixed_delay_and_skip_what_is_done():
 
 def test_hosts_by_address_port_user_and_key_without_an_ssh_config(tmp_path):
     from common.errors import InputError
-    from coordinator.config.experiment import load_experiment
+    from coordinator.config.experiment_file import load_experiment
     from coordinator.live.ssh import endpoint_for
 
     path = tmp_path / "x.yaml"

@@ -91,7 +91,7 @@ def test_the_shipped_topology_file_is_the_default():
 def test_the_reference_experiment_is_valid_and_errors_point_at_lines(tmp_path):
     from pathlib import Path
 
-    from coordinator.config.experiment import load_experiment
+    from coordinator.config.experiment_file import load_experiment
 
     shipped = Path(__file__).parent.parent / "experiments" / "reference.yaml"
     experiment = load_experiment(shipped)

@@ -17,9 +17,17 @@ from common.errors import InputError, Problem
 
 
 class Message(BaseModel):
-    """Every protocol message: frozen, and an unknown field is an error."""
+    """Every protocol message: frozen, and an unknown field is an error. A field named in
+    `absent_when_none` is left out of the wire form when it is None (as it always was)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    absent_when_none: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _leave_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        return {k: v for k, v in data.items()
+                if v is not None or k not in self.absent_when_none}
 
 
 class Result(Message):
@@ -34,10 +42,13 @@ R = TypeVar("R", bound=Result)
 
 
 class Request(Message, Generic[R]):
-    """A command; `Request[X]` says its answer carries a result of type X (`reply`)."""
+    """A command; `Request[X]` says its answer carries a result of type X (`reply`). Unknown
+    top-level fields are ignored, as the daemons always did (a field inside a link or a
+    schedule is checked: that is where a misspelling would mean "no delay")."""
 
+    model_config = ConfigDict(extra="ignore", frozen=True)
     reply: ClassVar[type[Result]] = Empty
-    id: int | None = None
+    id: Any = None  # echoed in the reply, whatever it is
     cmd: str
 
     @classmethod
@@ -58,15 +69,11 @@ class ErrorInfo(Message):
 class Reply(Message):
     """`result` when ok, `error` when not; the other is absent on the wire."""
 
-    id: int | None
+    absent_when_none = ("result", "error")
+    id: Any
     ok: bool
     result: dict[str, Any] | None = None
     error: ErrorInfo | None = None
-
-    @model_serializer(mode="wrap")
-    def _one_of(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
-        return {k: v for k, v in data.items() if v is not None or k not in ("result", "error")}
 
 
 class Stopped(Message):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, StrictInt, TypeAdapter
 
 from common.protocol.base import UNION_FIELDS, Message, Request, Result
 from common.square_wave import SquareWave
@@ -55,9 +55,9 @@ class SquareSchedule(_Schedule):
                    magnitude_ms=wave.magnitude_s * 1e3)
 
 
-Schedule = Annotated[OffSchedule | ConstantSchedule | SquareSchedule,
-                     Field(discriminator="kind")]
-SCHEDULE: TypeAdapter[OffSchedule | ConstantSchedule | SquareSchedule] = TypeAdapter(Schedule)
+ScheduleSpec = OffSchedule | ConstantSchedule | SquareSchedule
+Schedule = Annotated[ScheduleSpec, Field(discriminator="kind")]
+SCHEDULE: TypeAdapter[ScheduleSpec] = TypeAdapter(Schedule)
 
 
 class Calipers(Message):
@@ -132,6 +132,10 @@ class AllStats(Result):
     links: dict[str, LinkStats] = Field(default_factory=dict)
 
 
+class Stopping(Result):
+    stats: dict[str, LinkStats]  # every link's, as the daemon stops
+
+
 class HealthRequest(Request[Health]):
     cmd: Literal["health"] = "health"
 
@@ -144,21 +148,21 @@ class Add(Request[Added]):
 
 class SetSchedule(Request[ScheduleSet]):
     cmd: Literal["schedule"] = "schedule"
-    link_id: int
+    link_id: StrictInt
     schedule: Schedule
 
 
 class Remove(Request[Removed]):
     cmd: Literal["remove"] = "remove"
-    link_id: int
+    link_id: StrictInt
 
 
 class StatsRequest(Request[AllStats]):
     cmd: Literal["stats"] = "stats"
-    link_id: int | None = None
+    link_id: StrictInt | None = None  # none: every link
 
 
-class Stop(Request[AllStats]):
+class Stop(Request[Stopping]):
     cmd: Literal["stop"] = "stop"
 
 

@@ -11,16 +11,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from common.errors import InputError, Problem
+from common.protocol.base import Message
 from common.square_wave import SquareWave
 
 
-class InjectionRecord(BaseModel):
+class InjectionRecord(Message):
     """One square-wave injection as the coordinator recorded it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    absent_when_none = ("n_bins", "link")
 
     start: float = Field(gt=0, description="unix seconds of the first rising edge")
     period_s: float = Field(gt=0)
@@ -33,10 +34,12 @@ class InjectionRecord(BaseModel):
         return SquareWave(self.start, self.period_s, self.cycles, self.magnitude_ms / 1000.0)
 
     @classmethod
-    def of(cls, wave: SquareWave, link: str | None = None) -> InjectionRecord:
-        """The record of `wave` (its magnitude: the delay actually applied)."""
+    def of(cls, wave: SquareWave, applied_ms: float, link: str | None = None
+           ) -> InjectionRecord:
+        """The record of `wave`, whose delay while on was `applied_ms` (as the injector
+        measured it: written as it came, not through seconds and back)."""
         return cls(start=wave.start_s, period_s=wave.period_s, cycles=wave.cycles,
-                   magnitude_ms=wave.magnitude_s * 1e3, link=link)
+                   magnitude_ms=applied_ms, link=link)
 
 
 def _line_of(text: str, key: str) -> int | None:

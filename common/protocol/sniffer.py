@@ -29,18 +29,24 @@ class LinkCount(Message):
 
 
 class Report(Result):
-    """Links seen from `from` to `to` (unix s) on the reporting host."""
+    """Links seen from `from` to `to` (unix s) on the reporting host: `poll`'s answer."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-    event: Literal["report"] | None = None  # set when sent as a `watch` event
     from_s: float = Field(alias="from")
     to_s: float = Field(alias="to")
     links: tuple[LinkCount, ...] = ()
 
 
+class ReportEvent(Report):
+    """A report sent while watching, as an event."""
+
+    event: Literal["report"] = "report"
+
+
 class SnifferReady(Message):
     event: Literal["ready"] = "ready"
     pid: int
+    absent_when_none = ("warning",)
     closed_sockets: bool  # the kernel's notices of freed sockets are heard
     warning: str | None = None  # what the sniffer cannot do on this host
 
@@ -61,13 +67,13 @@ class HealthRequest(Request[SnifferHealth]):
 
 class Poll(Request[Report]):
     cmd: Literal["poll"] = "poll"
-    threshold: int = Field(1, ge=1)
+    threshold: int = Field(1, ge=0)
 
 
 class Watch(Request[Watching]):
     cmd: Literal["watch"] = "watch"
     interval_s: float = Field(1.0, ge=0.05, le=3600)
-    threshold: int = Field(1, ge=1)
+    threshold: int = Field(1, ge=0)
 
 
 class Unwatch(Request[Empty]):

@@ -20,7 +20,8 @@ from rich.table import Table
 
 from common.command import Command
 from common.errors import InputError, Problem, RuntimeFailure
-from coordinator.config.experiment import Experiment, load_experiment
+from coordinator.config.experiment import Experiment
+from coordinator.config.experiment_file import load_experiment
 from coordinator.core.prediction import Estimate
 from coordinator.live.ssh import Connection, Endpoint, endpoint_for
 

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from common.command import Command
 from common.errors import InputError, Problem
-from coordinator.config.experiment import load_experiment
+from coordinator.config.experiment_file import load_experiment
 from coordinator.live.run import run_experiment
 
 

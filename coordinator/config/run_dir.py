@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.errors import InputError, Problem
 from common.protocol.record import InjectionRecord
@@ -79,9 +79,8 @@ class LinkMeasurement(WaveEstimate):
 
     def as_json(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")
-        data["record"] = self.record.model_dump(mode="json", exclude_none=True)
         if self.planned_ms is None:
-            del data["planned_ms"]
+            del data["planned_ms"]  # measured at the planned delay, not one of magnitudes_ms
         return data
 
 
@@ -110,9 +109,17 @@ class RunDir:
         return json.loads(target.read_text()) if target.exists() else None
 
     def measurements(self) -> list[LinkMeasurement]:
-        """What `gradients.json` holds so far (none before the first link is done)."""
-        data = self.read("gradients.json") or {}
-        return [LinkMeasurement.model_validate(m) for m in data.get("links", [])]
+        """What `gradients.json` holds so far (none before the first link is done); a file
+        that is not one is InputError naming it and the field."""
+        path = self.path / "gradients.json"
+        try:
+            data = self.read("gradients.json") or {}
+            return [LinkMeasurement.model_validate(m) for m in data.get("links", [])]
+        except json.JSONDecodeError as e:
+            raise InputError(Problem(f"not valid JSON: {e.msg}", str(path), e.lineno)) from e
+        except (ValidationError, AttributeError, TypeError) as e:
+            raise InputError(Problem(f"not a linkgrad gradients.json: {e}", str(path),
+                                     field="links")) from e
 
     def write_measurements(self, experiment: str, links: list[LinkMeasurement]) -> None:
         self.write("gradients.json", {"experiment": experiment,

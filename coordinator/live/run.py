@@ -222,7 +222,8 @@ def _estimate(snap: RequestLog, groups: dict[str, np.ndarray], link: GraphLink,
     rate = float(during.sum() / wave.duration_s)
     mean_ms = float(snap.response_s[during].mean() * 1e3) if during.any() else float("nan")
     return WaveEstimate(
-        record=InjectionRecord.of(measured, link.label), requested_ms=wave.magnitude_s * 1e3,
+        record=InjectionRecord.of(wave, actual_ms, link.label),
+        requested_ms=wave.magnitude_s * 1e3,
         packets_delayed=packets,
         perturbation=Perturbation(throughput_per_s=rate,
                                   throughput_change=rate / base.rate_per_s - 1,

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from common.jsonlines import Channel, DaemonClient
 from common.protocol.injector import InjectorReady
-from common.protocol.sniffer import Report, SnifferReady
+from common.protocol.sniffer import Report, ReportEvent, SnifferReady
 from coordinator.config.experiment import Experiment, Host, Ssh
 from coordinator.live.clock import SYSTEM, Clock
 from coordinator.live.logfollow import LogFollower, follow_argv
@@ -74,10 +74,15 @@ class Session:
                 SnifferReady, on_event=lambda m, n=name: self._report(n, m))
         self.warnings = [f"{d.what}: {d.ready.warning}" for d in self.sniffers.values()
                          if isinstance(d.ready, SnifferReady) and d.ready.warning]
-        log_host = self.connections[e.web_log.host]
-        self.log = LogFollower(log_host.open_lines(follow_argv(e.ssh.python, e.web_log.path)),
-                               f"{e.web_log.host}:{e.web_log.path}", e.web_log.format,
-                               e.web_log.log_format, self.clock)
+        channel = self.connections[e.web_log.host].open_lines(
+            follow_argv(e.ssh.python, e.web_log.path))
+        try:
+            self.log = LogFollower(channel, f"{e.web_log.host}:{e.web_log.path}",
+                                   e.web_log.format, e.web_log.log_format, self.clock)
+        except BaseException:  # no follower to close it: the channel goes now
+            channel.close_input()
+            channel.close()
+            raise
         if e.workload is not None:  # leased: it ends with the channel, as the daemons do
             self.workload = self.connections[e.workload.host].open_lines(
                 [e.ssh.python, "-m", "injector.leased", "--", *self._workload_argv()])
@@ -85,7 +90,7 @@ class Session:
 
     def _report(self, host: str, message: dict[str, Any]) -> None:
         if message.get("event") == "report":
-            self.reports.append((host, Report.model_validate(message)))
+            self.reports.append((host, ReportEvent.model_validate(message)))
 
     def _workload_argv(self) -> list[str]:
         w, e = self.experiment.workload, self.experiment

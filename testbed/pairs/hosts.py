@@ -131,7 +131,7 @@ def make_routed() -> Hosts:
     return hosts
 
 
-class DaemonClient:
+class InjectorProcess:
     """`python -m injector` in a namespace, through `common.jsonlines`' client. `request`
     sends any fields (the tests send bad ones on purpose) and gives the raw reply; `ok` its
     result, asserting it is one."""

@@ -58,6 +58,9 @@ class FakeClock:
     def time(self) -> float:
         return self.now
 
+    def monotonic(self) -> float:
+        return self.now
+
     def sleep(self, seconds: float) -> None:
         end = self.now + max(seconds, 0.0)
         while self.now < end:
@@ -85,8 +88,11 @@ class QueueChannel:
         if not self.closed.is_set():
             self.queue.put(line)
 
-    def drained(self) -> None:
-        self.queue.join()
+    def drained(self, timeout_s: float = 10.0) -> None:
+        with self.queue.all_tasks_done:  # Queue.join, with a time limit
+            while self.queue.unfinished_tasks:
+                assert self.queue.all_tasks_done.wait(timeout_s), \
+                    "the log follower stopped reading"
 
     def send(self, data: bytes) -> None:
         pass
