@@ -206,12 +206,12 @@ class FakeEngine:
     """`injector.engine.Engine`'s interface, holding no packets: the application asks it for
     the delay of each crossing, and its statistics are what that delay was."""
 
-    def __init__(self, close_fails: bool = False) -> None:
+    def __init__(self, close_fails: bool = False, dies: bool = False) -> None:
         self.links: dict[int, _FakeLink] = {}
         self.firewall = _Firewall()
         self.callback_errors, self.realtime, self.stale_removed = 0, False, False
         self.started = self.closed = False
-        self.close_fails = close_fails
+        self.close_fails, self.dies = close_fails, dies
         self.lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -227,6 +227,8 @@ class FakeEngine:
             raise RuntimeFailure("iptables: cannot remove the chain (fake)")
 
     def add_link(self, link: Link, schedule: Schedule) -> int:
+        if self.dies:  # not an error it answers: the daemon is gone (a crash, the OOM killer)
+            raise SystemExit(137)
         with self.lock:
             link_id = next(self._ids)
             self.links[link_id] = _FakeLink(link, schedule)
@@ -333,6 +335,8 @@ class FakeHosts:
     app: FakeApplication
     broken_sniffer: set[str] = field(default_factory=set)  # hosts whose sniffer cannot start
     failing_injector: set[str] = field(default_factory=set)  # engine fails to clean up
+    refusing_injector: set[str] = field(default_factory=set)  # cannot start (queue in use)
+    dying_injector: set[str] = field(default_factory=set)  # dies at its first request
     engines: dict[str, list[FakeEngine]] = field(default_factory=dict)
     channels: list[ThreadChannel | QueueChannel] = field(default_factory=list)
 
@@ -385,7 +389,10 @@ class FakeRemote:
     def _injector(self, argv: list[str]) -> Callable[[IO[str], IO[str]], int]:
         caps = Caps(float(argv[argv.index("--max-magnitude-ms") + 1]),
                     float(argv[argv.index("--max-duration-s") + 1]))
-        engine = FakeEngine(close_fails=self.name in self.hosts.failing_injector)
+        if self.name in self.hosts.refusing_injector:
+            return _refuse
+        engine = FakeEngine(close_fails=self.name in self.hosts.failing_injector,
+                            dies=self.name in self.hosts.dying_injector)
         self.hosts.app.engines.append(engine)
         self.hosts.engines.setdefault(self.name, []).append(engine)
         clock = self.hosts.app.clock
@@ -398,4 +405,10 @@ class FakeRemote:
 
     def close(self) -> None:
         pass
+
+
+def _refuse(stdin: IO[str], stdout: IO[str]) -> int:
+    """An injector that cannot start, as `python -m injector` says so and exits 1."""
+    stdout.write('{"event": "error", "message": "NFQUEUE 4700 is in use"}\n')
+    return 1
 
