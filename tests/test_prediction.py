@@ -7,7 +7,7 @@ import pytest
 
 from common.errors import InputError
 from coordinator.config.latencies import Latencies, Placement, latency_changes, one_way
-from coordinator.config.run_dir import RunInputs, pair_gradients, unmeasured
+from coordinator.config.run_dir import LinkMeasurement, RunInputs, pair_gradients, unmeasured
 from coordinator.core.prediction import Curve, Estimate, batch_mean, predict
 
 HOSTS = ["web", "app1", "db"]
@@ -78,15 +78,28 @@ def test_batch_means_see_autocorrelation_that_a_plain_standard_error_misses():
     assert batch_mean(t, white).se == pytest.approx(white.std(ddof=1) / math.sqrt(6000), rel=0.5)
 
 
+def measurement(src: str, dst: str, label: str, magnitude_ms: float,
+                transactions: dict) -> dict:
+    """A `gradients.json` entry as `linkgrad run` writes it: `link` from the graph, the
+    injection record at `magnitude_ms`, and `transactions` (name -> gradient, se_ms)."""
+    return LinkMeasurement.model_validate({
+        "link": {"proto": "tcp", "src_host": src, "src_addr": f"10.0.0.{len(src)}",
+                 "src_port": 0, "dst_host": dst, "dst_addr": f"10.0.1.{len(dst)}",
+                 "dst_port": 0, "messages": 100, "label": label},
+        "record": {"start": 1.7e9, "period_s": 4.0, "cycles": 8, "magnitude_ms": magnitude_ms,
+                   "link": label},
+        "requested_ms": magnitude_ms, "packets_delayed": 500,
+        "perturbation": {"throughput_per_s": 50.0, "throughput_change": -0.01,
+                         "mean_response_ms": 12.0, "mean_response_change_ms": 1.0},
+        "transactions": transactions}).as_json()
+
+
 def test_links_between_the_same_hosts_add_and_unmeasured_traffic_is_found():
-    links = [
-        {"link": {"src_host": "app1", "dst_host": "db", "label": "tcp app1:0 -> db:5432"},
-         "record": {"magnitude_ms": 10.0},
-         "transactions": {"V": {"gradient": 1.5, "se_ms": 0.3}, "A": {"gradient": None}}},
-        {"link": {"src_host": "app1", "dst_host": "db", "label": "tcp app1:0 -> db:6379"},
-         "record": {"magnitude_ms": 20.0},
-         "transactions": {"V": {"gradient": 0.5, "se_ms": 0.8}}},
-    ]
+    links = [LinkMeasurement.model_validate(m) for m in (
+        measurement("app1", "db", "tcp app1:0 -> db:5432", 10.0,
+                    {"V": {"gradient": 1.5, "se_ms": 0.3}, "A": {"gradient": None}}),
+        measurement("app1", "db", "tcp app1:0 -> db:6379", 20.0,
+                    {"V": {"gradient": 0.5, "se_ms": 0.8}}))]
     g = pair_gradients(links)
     assert g["V"][("app1", "db")].gradient.mean == pytest.approx(2.0)
     assert g["V"][("app1", "db")].gradient.se == pytest.approx(math.hypot(0.03, 0.04))
@@ -100,10 +113,9 @@ def test_links_between_the_same_hosts_add_and_unmeasured_traffic_is_found():
 
 def _run_dir(tmp_path):
     """A run's files as `linkgrad run` writes them: app1<->db measured, web->app1 seen."""
-    link = {"record": {"magnitude_ms": 10.0}}
-    links = [{**link, "link": {"src_host": a, "dst_host": b, "label": f"tcp {a} -> {b}"},
-              "transactions": {"ViewItem": {"gradient": 2.0, "se_ms": 0.2},
-                               "async": {"gradient": 0.01, "se_ms": 0.1}}}
+    links = [measurement(a, b, f"tcp {a} -> {b}", 10.0,
+                         {"ViewItem": {"gradient": 2.0, "se_ms": 0.2},
+                          "async": {"gradient": 0.01, "se_ms": 0.1}})
              for a, b in (("app1", "db"), ("db", "app1"))]
     graph = [{"src_host": a, "dst_host": b, "proto": "tcp"}
              for a, b in (("app1", "db"), ("db", "app1"), ("web", "app1"), ("app1", "web"))]
@@ -142,6 +154,25 @@ def test_predict_command_prints_every_placement_as_json(tmp_path, capsys):
                  str(d / "now.yaml"), "--placement", str(d / "app-east.yaml")])
     assert code == 2
     assert "app1->web, web->app1 carry traffic and change latency" in capsys.readouterr().err
+
+
+def test_a_gradients_file_that_is_not_one_is_named_with_its_field(tmp_path, capsys):
+    from coordinator.cli.main import main
+
+    d = _run_dir(tmp_path)
+    argv = ["predict", "--gradients", str(d / "other.json"), "--latencies",
+            str(d / "now.yaml"), "--placement", str(d / "db-east.yaml")]
+    assert main(argv) == 2
+    assert "other.json: no other.json (the link gradients)" in capsys.readouterr().err
+    entries = __import__("json").loads((d / "gradients.json").read_text())["links"]
+    del entries[1]["record"]["magnitude_ms"]
+    (d / "other.json").write_text(__import__("json").dumps({"links": entries}))
+    assert main(argv) == 2
+    assert "other.json: field 'links.1.record.magnitude_ms' Field required" in (
+        capsys.readouterr().err)
+    (d / "other.json").write_text('{"links": [')
+    assert main(argv) == 2
+    assert "other.json:1: not valid JSON" in capsys.readouterr().err
 
 
 def test_measured_round_trips_become_a_latencies_file_predict_reads(tmp_path):

@@ -19,7 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from common.square_wave import SquareWave
+from common.protocol.record import InjectionRecord
+from coordinator.config.run_dir import LinkMeasurement, read_measurements
 from coordinator.core.spectral.binning import bin_series, fill_empty
 from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.core.weblog.model import RequestLog
@@ -33,9 +34,9 @@ def _png(fig: Any) -> str:
     return f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
 
 
-def graph_figure(name: str, links: list[dict[str, Any]]) -> str:
+def graph_figure(name: str, links: list[LinkMeasurement]) -> str:
     """Hosts on a circle; each measured link an arrow labelled with the transaction's gradient."""
-    hosts = sorted({lk["link"][k] for lk in links for k in ("src_host", "dst_host")})
+    hosts = sorted({h for lk in links for h in lk.pair})
     angle = {h: 2 * math.pi * i / max(len(hosts), 1) for i, h in enumerate(hosts)}
     pos = {h: (math.cos(a), math.sin(a)) for h, a in angle.items()}
     fig, ax = plt.subplots(figsize=(5, 5))
@@ -43,10 +44,11 @@ def graph_figure(name: str, links: list[dict[str, Any]]) -> str:
         ax.annotate(h, (x, y), ha="center", va="center", fontsize=11,
                     bbox={"boxstyle": "round", "fc": "#eef", "ec": "#446"})
     for lk in links:
-        t = lk["transactions"].get(name, {})
+        t = lk.transactions.get(name, {})
         if t.get("gradient") is None:
             continue
-        (x0, y0), (x1, y1) = pos[lk["link"]["src_host"]], pos[lk["link"]["dst_host"]]
+        src, dst = lk.pair
+        (x0, y0), (x1, y1) = pos[src], pos[dst]
         bend = 0.15  # the two directions of a pair curve apart
         ax.annotate("", (x1, y1), (x0, y0), arrowprops={
             "arrowstyle": "->", "connectionstyle": f"arc3,rad={bend}",
@@ -63,10 +65,9 @@ def graph_figure(name: str, links: list[dict[str, Any]]) -> str:
     return _png(fig)
 
 
-def series_figures(log: RequestLog, rows: np.ndarray, record: dict[str, Any]) -> str:
+def series_figures(log: RequestLog, rows: np.ndarray, record: InjectionRecord) -> str:
     """The transaction's binned response time over the window, the wave, and the spectrum."""
-    wave = SquareWave(record["start"], record["period_s"], record["cycles"],
-                      record["magnitude_ms"] / 1e3)
+    wave = record.square_wave()
     n_bins = 16 * wave.cycles
     bin_s = wave.duration_s / n_bins
     t, y = log.start_s[rows], log.response_s[rows] * 1e3
@@ -79,7 +80,7 @@ def series_figures(log: RequestLog, rows: np.ndarray, record: dict[str, Any]) ->
     a1.plot(centers, series, lw=1, label="mean response (ms)")
     on = wave.is_on(wave.start_s + centers)
     a1.fill_between(centers, series.min(), series.max(), where=on, alpha=0.15, color="red",
-                    step="mid", label=f"delay on ({record['magnitude_ms']:.1f} ms)")
+                    step="mid", label=f"delay on ({record.magnitude_ms:.1f} ms)")
     a1.set_xlabel("seconds from the first rising edge")
     a1.legend(fontsize=8)
     spectrum = np.abs(np.fft.rfft(series - series.mean()))
@@ -92,14 +93,14 @@ def series_figures(log: RequestLog, rows: np.ndarray, record: dict[str, Any]) ->
     return _png(fig)
 
 
-def _table(links: list[dict[str, Any]]) -> str:
-    names = sorted({n for lk in links for n in lk["transactions"]})
+def _table(links: list[LinkMeasurement]) -> str:
+    names = sorted({n for lk in links for n in lk.transactions})
     head = "".join(f"<th>{html.escape(n)}</th>" for n in names)
     rows = []
     for lk in links:
         cells = []
         for n in names:
-            t = lk["transactions"].get(n, {})
+            t = lk.transactions.get(n, {})
             if t.get("gradient") is None:
                 cells.append("<td>-</td>")
                 continue
@@ -108,21 +109,20 @@ def _table(links: list[dict[str, Any]]) -> str:
             cells.append(f"<td><b>{t['gradient']:.3f}</b> [{lo:.3f}, {hi:.3f}]"
                          f"<br><small>thesis {'-' if thesis is None else f'{thesis:.3f}'}, "
                          f"n={t['requests']}</small></td>")
-        r, p = lk["record"], lk.get("perturbation", {})
+        r, p = lk.record, lk.perturbation
         rows.append(
-            f"<tr><td>{html.escape(lk['link']['label'])}<br><small>{r['cycles']}×"
-            f"{r['period_s']:g} s, {r['magnitude_ms']:.2f} ms actual; throughput "
-            f"{p.get('throughput_change', 0):+.1%}, response "
-            f"{p.get('mean_response_change_ms', 0):+.1f} ms</small></td>{''.join(cells)}</tr>")
+            f"<tr><td>{html.escape(str(lk.link['label']))}<br><small>{r.cycles}×"
+            f"{r.period_s:g} s, {r.magnitude_ms:.2f} ms actual; throughput "
+            f"{p.throughput_change:+.1%}, response "
+            f"{p.mean_response_change_ms:+.1f} ms</small></td>{''.join(cells)}</tr>")
     return f"<table><tr><th>link</th>{head}</tr>{''.join(rows)}</table>"
 
 
 def write_report(run_dir: Path) -> Path:
     experiment = json.loads((run_dir / "experiment.json").read_text())
-    gradients = json.loads((run_dir / "gradients.json").read_text())
     status = json.loads((run_dir / "run.json").read_text())
     plan = json.loads((run_dir / "plan.json").read_text())
-    links = gradients["links"]
+    links = read_measurements(run_dir / "gradients.json")
     weblog = experiment["web_log"]
     parse, _ = line_parser(choose_format(Path(weblog["path"]), weblog["format"],
                                          weblog["log_format"]), weblog["log_format"])
@@ -138,10 +138,10 @@ def write_report(run_dir: Path) -> Path:
     parts += [graph_figure(n, links) for n in experiment["transactions"]]
     parts.append("<h2>Response series and spectra</h2>")
     for lk in links:
-        best = max(lk["transactions"].items(), key=lambda kv: abs(kv[1]["gradient"] or 0))[0]
-        parts.append(f"<h3>{html.escape(lk['link']['label'])} — {html.escape(best)}</h3>")
+        best = max(lk.transactions.items(), key=lambda kv: abs(kv[1]["gradient"] or 0))[0]
+        parts.append(f"<h3>{html.escape(str(lk.link['label']))} — {html.escape(best)}</h3>")
         if log is not None and best in groups:
-            parts.append(series_figures(log, groups[best], lk["record"]))
+            parts.append(series_figures(log, groups[best], lk.record))
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}")
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>linkgrad: "

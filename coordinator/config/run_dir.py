@@ -72,6 +72,11 @@ class LinkMeasurement(WaveEstimate):
     recompute_argv: list[str] = Field(default_factory=list)
 
     @property
+    def pair(self) -> Pair:
+        """The hosts the link goes between (a latency is per host pair)."""
+        return str(self.link["src_host"]), str(self.link["dst_host"])
+
+    @property
     def key(self) -> str:
         """What a finished measurement is known by (for --resume): a link, at a delay if
         fixed."""
@@ -109,21 +114,37 @@ class RunDir:
         return json.loads(target.read_text()) if target.exists() else None
 
     def measurements(self) -> list[LinkMeasurement]:
-        """What `gradients.json` holds so far (none before the first link is done); a file
-        that is not one is InputError naming it and the field."""
+        """What `gradients.json` holds so far (none before the first link is done)."""
         path = self.path / "gradients.json"
-        try:
-            data = self.read("gradients.json") or {}
-            return [LinkMeasurement.model_validate(m) for m in data.get("links", [])]
-        except json.JSONDecodeError as e:
-            raise InputError(Problem(f"not valid JSON: {e.msg}", str(path), e.lineno)) from e
-        except (ValidationError, AttributeError, TypeError) as e:
-            raise InputError(Problem(f"not a linkgrad gradients.json: {e}", str(path),
-                                     field="links")) from e
+        return read_measurements(path) if path.exists() else []
 
     def write_measurements(self, experiment: str, links: list[LinkMeasurement]) -> None:
         self.write("gradients.json", {"experiment": experiment,
                                       "links": [m.as_json() for m in links]})
+
+
+def read_measurements(path: Path) -> list[LinkMeasurement]:
+    """The one reader of a `gradients.json` (at `path`, whatever its name): its links, typed.
+    A file that is missing, not JSON or not a linkgrad gradients.json is InputError naming it
+    (and each wrong field)."""
+    data = _read(path, "the link gradients")
+    links = data.get("links") if isinstance(data, dict) else None
+    if not isinstance(links, list):
+        raise InputError(Problem("not a linkgrad gradients.json (no list of links)", str(path),
+                                 field="links"))
+    out: list[LinkMeasurement] = []
+    problems: list[Problem] = []
+    for i, entry in enumerate(links):
+        try:
+            out.append(LinkMeasurement.model_validate(entry))
+        except ValidationError as e:
+            problems += [Problem("unknown field" if err["type"] == "extra_forbidden"
+                                 else err["msg"], str(path),
+                                 field=".".join(str(p) for p in ("links", i, *err["loc"])))
+                         for err in e.errors()]
+    if problems:
+        raise InputError(problems)
+    return out
 
 
 @dataclass(frozen=True)
@@ -158,19 +179,18 @@ def fit_curve(points: list[tuple[float, float, float]]) -> Curve:
                  Estimate(float(beta[1]), math.sqrt(cov[1, 1])), float(cov[0, 1]))
 
 
-def pair_gradients(links: list[dict[str, Any]]) -> dict[str, dict[Pair, Curve]]:
+def pair_gradients(links: list[LinkMeasurement]) -> dict[str, dict[Pair, Curve]]:
     """Each link's curve over the delays it was measured at; links between the same two hosts
     (other ports) add up, since a latency is per host pair. A gradient's standard error is its
     effect's over the delay actually injected."""
     points: dict[tuple[str, Pair, str], list[tuple[float, float, float]]] = {}
     for link in links:
-        pair = (link["link"]["src_host"], link["link"]["dst_host"])
-        magnitude = link["record"]["magnitude_ms"]
-        for name, t in link["transactions"].items():
+        magnitude = link.record.magnitude_ms
+        for name, t in link.transactions.items():
             if t.get("gradient") is None:
                 continue
             se = t["se_ms"] / magnitude if t.get("se_ms") is not None else math.inf
-            key = (name, pair, link["link"]["label"])
+            key = (name, link.pair, link.link["label"])
             points.setdefault(key, []).append((magnitude, t["gradient"], se))
     out: dict[str, dict[Pair, Curve]] = {}
     for (name, pair, _), measured in points.items():
@@ -187,42 +207,42 @@ def _add(a: Curve, b: Curve) -> Curve:
                  a.covariance + b.covariance)
 
 
-def measured_range(links: list[dict[str, Any]]) -> dict[Pair, float]:
+def measured_range(links: list[LinkMeasurement]) -> dict[Pair, float]:
     """Per host pair, the largest delay its gradients were measured with: beyond it, a
     prediction extrapolates the linear relation (thesis ch. 6)."""
     out: dict[Pair, float] = {}
     for link in links:
-        pair = (link["link"]["src_host"], link["link"]["dst_host"])
-        out[pair] = max(out.get(pair, 0.0), link["record"]["magnitude_ms"])
+        out[link.pair] = max(out.get(link.pair, 0.0), link.record.magnitude_ms)
     return out
 
 
-def _read(run_dir: Path, name: str, what: str) -> Any:
-    path = run_dir / name
+def _read(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise InputError(Problem(f"no {name} ({what}): not a linkgrad run directory, or a run "
-                                 "from before it was written", str(path))) from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputError(Problem(f"cannot read {name}: {e}", str(path))) from e
+        raise InputError(Problem(f"no {path.name} ({what}): not a linkgrad run directory, or a "
+                                 "run from before it was written", str(path))) from None
+    except json.JSONDecodeError as e:
+        raise InputError(Problem(f"not valid JSON: {e.msg}", str(path), e.lineno)) from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(Problem(f"cannot read {path.name}: {e}", str(path))) from e
 
 
 def load_run(gradients_file: Path) -> RunInputs:
     run_dir = gradients_file.parent
-    gradients = _read(run_dir, gradients_file.name, "the link gradients")
-    graph = _read(run_dir, "graph.json", "the communication graph")
-    baseline = _read(run_dir, "baseline.json", "the current response times")
-    experiment = _read(run_dir, "experiment.json", "the experiment as run")
+    links = read_measurements(gradients_file)
+    graph = _read(run_dir / "graph.json", "the communication graph")
+    baseline = _read(run_dir / "baseline.json", "the current response times")
+    experiment = _read(run_dir / "experiment.json", "the experiment as run")
     return RunInputs(
         run_dir=run_dir,
         hosts=[h["name"] for h in experiment["hosts"]],
-        gradients=pair_gradients(gradients["links"]),
+        gradients=pair_gradients(links),
         traffic=_traffic(graph),
         current_ms={name: Estimate(b["mean_ms"], b["se_ms"])
                     for name, b in baseline["transactions"].items()},
         requests={name: b["requests"] for name, b in baseline["transactions"].items()},
-        measured_ms=measured_range(gradients["links"]),
+        measured_ms=measured_range(links),
         patterns=dict(experiment.get("transactions") or {}),
     )
 
