@@ -21,8 +21,6 @@ from common.square_wave import SquareWave
 class InjectionRecord(Message):
     """One square-wave injection as the coordinator recorded it."""
 
-    absent_when_none = ("n_bins", "link")
-
     start: float = Field(gt=0, description="unix seconds of the first rising edge")
     period_s: float = Field(gt=0)
     cycles: int = Field(ge=1)

@@ -83,9 +83,14 @@ class LinkMeasurement(WaveEstimate):
         return measurement_key(str(self.link["label"]), self.planned_ms)
 
     def as_json(self) -> dict[str, Any]:
+        """As `gradients.json` has always had it: a record without null fields, no
+        planned_ms for a measurement at the planned delay."""
         data = self.model_dump(mode="json")
+        for entry in (data, data["adaptive"] or {}):
+            if "record" in entry:
+                entry["record"] = {k: v for k, v in entry["record"].items() if v is not None}
         if self.planned_ms is None:
-            del data["planned_ms"]  # measured at the planned delay, not one of magnitudes_ms
+            del data["planned_ms"]
         return data
 
 
