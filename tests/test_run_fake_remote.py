@@ -171,28 +171,22 @@ def test_a_sniffer_that_cannot_start_fails_the_run_and_the_others_are_stopped(tm
     assert fake.hosts.daemons_running() == []
 
 
-def test_an_injector_that_cannot_start_fails_the_run_and_every_lease_ends(tmp_path):
-    fake, run_dir = Fake(), tmp_path / "run"
-    fake.hosts.refusing_injector.add("db")
-    with pytest.raises(RuntimeFailure, match="injector on db did not start: NFQUEUE 4700"):
-        fake.run(experiment(tmp_path), run_dir)
-    journal = _journal(run_dir)
-    assert journal["status"] == "failed"
-    assert "cleanup_problems" not in journal  # the sniffers stopped as they should
-    assert (run_dir / "plan.json").exists()  # the passive phase is kept
-    assert fake.hosts.daemons_running() == []
-
-
-def test_an_injector_that_dies_mid_run_fails_it_and_is_named(tmp_path):
-    fake, run_dir = Fake(), tmp_path / "run"
-    fake.hosts.dying_injector.add("db")
-    with pytest.raises(RuntimeFailure, match="injector on db ended"):
-        fake.run(experiment(tmp_path), run_dir)
-    journal = _journal(run_dir)
-    assert journal["status"] == "failed"
-    assert journal["cleanup_problems"] == [
+@pytest.mark.parametrize(("trouble", "error", "cleanup"), [
+    ("refusing_injector", "injector on db did not start: NFQUEUE 4700", None),
+    ("dying_injector", "injector on db ended", [
         "injector on db did not confirm it stopped (exit status 1): check the host for rules "
-        "left behind (iptables -S)"]
+        "left behind (iptables -S)"]),
+])
+def test_an_injector_that_cannot_start_or_dies_fails_the_run_and_every_lease_ends(
+        tmp_path, trouble, error, cleanup):
+    fake, run_dir = Fake(), tmp_path / "run"
+    getattr(fake.hosts, trouble).add("db")
+    with pytest.raises(RuntimeFailure, match=error):
+        fake.run(experiment(tmp_path), run_dir)
+    journal = _journal(run_dir)
+    assert journal["status"] == "failed"
+    assert journal.get("cleanup_problems") == cleanup  # the sniffers stopped as they should
+    assert (run_dir / "plan.json").exists()  # the passive phase is kept
     assert fake.hosts.daemons_running() == []
 
 
