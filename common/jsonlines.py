@@ -113,7 +113,7 @@ class Channel(Protocol):
 
     def exit_status(self, timeout_s: float) -> int | None: ...  # None: still running
 
-    def close(self) -> None: ...
+    def close(self) -> None: ...  # ends the lease too: EOF first, then the channel
 
 
 R = TypeVar("R", bound=Result)
@@ -157,7 +157,6 @@ class DaemonClient:
                 raise DidNotStart(what, first) from e
         except BaseException:  # no client to close it later: the channel goes now
             self._closed = True
-            channel.close_input()
             channel.close()
             raise
 

@@ -68,5 +68,4 @@ class LogFollower:
             path.write_text("".join(line + "\n" for line in self.lines))
 
     def close(self) -> None:
-        self.channel.close_input()  # end of input: the lease ends
-        self.channel.close()
+        self.channel.close()  # EOF first: the lease ends

@@ -80,7 +80,6 @@ class Session:
             self.log = LogFollower(channel, f"{e.web_log.host}:{e.web_log.path}",
                                    e.web_log.format, e.web_log.log_format, self.clock)
         except BaseException:  # no follower to close it: the channel goes now
-            channel.close_input()
             channel.close()
             raise
         if e.workload is not None:  # leased: it ends with the channel, as the daemons do
@@ -149,7 +148,6 @@ class _Leased:
     what: str = "workload"
 
     def close(self) -> None:
-        self.channel.close_input()
         self.channel.close()
 
 

@@ -124,4 +124,5 @@ class SshChannel:
         return self.channel.exit_status if self.channel.status_event.wait(timeout_s) else None
 
     def close(self) -> None:
+        self.close_input()
         self.channel.close()
