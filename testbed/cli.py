@@ -18,7 +18,7 @@ from testbed import nginx
 from testbed.lifecycle import down, status, up
 from testbed.netns import TAG
 from testbed.state import DEFAULT_ROOT
-from testbed.topology import load_topology
+from testbed.topology import BUILT_IN, Topology, load_topology
 
 
 def _tag_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,8 +28,13 @@ def _tag_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _up_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topology", nargs="?", type=Path, help="topology YAML (default: client, "
-                   "web, app1, app2, db, cache)")
+    p.add_argument("topology", nargs="?", type=Path, help="topology YAML (default: the "
+                   "built-in one of --app)")
+    p.add_argument("--app", choices=sorted(BUILT_IN), help="the application: rubis (default; "
+                   "client, web, app1, app2, db, cache: nginx, Python app servers, PostgreSQL, "
+                   "memcached) or mediawiki (client, web, db: Debian's MediaWiki 1.39 on Apache "
+                   "+ mod_php, MariaDB; its web log is Apache's). With a topology file, its "
+                   "`app:` decides and --app must agree")
     p.add_argument("--mininet", action="store_true", help="build the network with Mininet "
                    "(Debian's mininet; LinuxBridge switch, no controller) instead of plain "
                    "namespaces; the application and SSH are the same")
@@ -54,7 +59,7 @@ def testbed_command(args: argparse.Namespace) -> int:
     if not TAG.match(args.tag):
         raise InputError(Problem("1-4 lowercase letters or digits", field="--tag"))
     if args.testbed_command == "up":
-        result = up(load_topology(args.topology), args.tag, args.root, mininet=args.mininet)
+        result = up(_topology(args), args.tag, args.root, mininet=args.mininet)
     elif args.testbed_command == "down":
         result = down(args.tag, root=args.root)
     elif args.testbed_command == "status":
@@ -68,6 +73,14 @@ def testbed_command(args: argparse.Namespace) -> int:
     else:
         _print(args.testbed_command, result)
     return 0
+
+
+def _topology(args: argparse.Namespace) -> Topology:
+    topology = load_topology(args.topology, args.app)
+    if args.app is not None and topology.app != args.app:
+        raise InputError(Problem(f"--app {args.app} but the topology file says app: "
+                                 f"{topology.app}", str(args.topology), field="app"))
+    return topology
 
 
 def _load(args: argparse.Namespace) -> dict[str, Any]:
@@ -94,6 +107,9 @@ def _routes(args: argparse.Namespace) -> dict[str, Any]:
     state = status(args.tag, args.root)
     if not state.get("up"):
         raise RuntimeFailure(f"testbed {args.tag!r} is not up: linkgrad testbed up")
+    if state.get("app", "rubis") != "rubis":
+        raise InputError(Problem(f"testbed {args.tag!r} runs {state['app']}: routes are for the "
+                                 "default application's nginx front end", field="--tag"))
     if args.default:
         text, source = nginx.DEFAULT_ROUTES, "--default"
     else:
@@ -128,7 +144,8 @@ COMMANDS = (
     CommandGroup(
         "testbed", "a real multi-tier application on local namespaces",
         "Hosts as network namespaces on a bridge, each with sshd; nginx, app servers (uvicorn), "
-        "PostgreSQL and memcached started in them. Needs root.",
+        "PostgreSQL and memcached started in them, or with --app mediawiki Apache + mod_php "
+        "running MediaWiki and MariaDB. Needs root.",
         (Command("up", "build the hosts and start the application",
                  "Build the testbed's hosts (network namespaces on a bridge, or Mininet with "
                  "--mininet) and start the application in them.",

@@ -1,8 +1,10 @@
 """`linkgrad testbed up|down|status`: bring a topology to life, describe it, remove it.
 
 `up` removes what a crashed earlier run of the same tag left, builds the network, starts sshd
-everywhere, then PostgreSQL (seeded), memcached, the app servers and nginx, waiting for each to
-answer. Any failure tears down everything made so far and re-raises the original error.
+everywhere, then the application, waiting for each server to answer: for `app: rubis`
+PostgreSQL (seeded), memcached, the app servers and nginx; for `app: mediawiki` MariaDB,
+MediaWiki installed and seeded, and Apache with mod_php (`testbed.mediawiki`). Any failure
+tears down everything made so far and re-raises the original error.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import RuntimeFailure
-from testbed import nginx, postgres, sshd
+from testbed import apache, mediawiki, nginx, postgres, sshd
 from testbed.addressing import free_subnet, networks_in_use
 from testbed.build import Builder, namespace_pids, port_open, teardown, wait_until
 from testbed.netns import TestbedPlan, network_steps, plan_testbed
@@ -26,13 +28,16 @@ from testbed.transactions import transactions_of
 MININET_PYTHON = "/usr/bin/python3"  # Debian's python3-mininet lives there, not in the venv
 
 
-def _check_root_and_tools() -> None:
+def _check_root_and_tools(app: str = "rubis") -> None:
     if os.geteuid() != 0:
         raise RuntimeFailure("the testbed needs root: it makes network namespaces")
-    missing = [tool for tool in ("ip", "nginx", "memcached", "psql", "ssh-keygen", "/usr/sbin/sshd",
-                                 "runuser") if not _which(tool)]
+    servers = ("nginx", "memcached", "psql") if app == "rubis" else ()
+    missing = [tool for tool in ("ip", *servers, "ssh-keygen", "/usr/sbin/sshd", "runuser")
+               if not _which(tool)]
     if missing:
         raise RuntimeFailure(f"missing {', '.join(missing)}: run scripts/setup")
+    if app == "mediawiki":
+        mediawiki.check_installed()
 
 
 def _which(tool: str) -> bool:
@@ -63,7 +68,7 @@ def recover(tag: str, topology: Topology, root: Path) -> bool:
 
 def up(topology: Topology, tag: str = "tb", root: Path = DEFAULT_ROOT,
        mininet: bool = False) -> dict[str, Any]:
-    _check_root_and_tools()
+    _check_root_and_tools(topology.app)
     recovered = recover(tag, topology, root)
     plan = plan_testbed(topology, tag, _subnet(topology))
     directory = directory_for(tag, root)
@@ -76,6 +81,8 @@ def up(topology: Topology, tag: str = "tb", root: Path = DEFAULT_ROOT,
         _network(builder, plan, directory, mininet)
         _build(builder, plan, topology, directory)
         state.info = describe(plan, topology, directory, recovered)
+        if topology.app == "mediawiki":
+            mediawiki.warm_up([t["url"] for t in state.info["transactions"]])
         state.info["network"] = "mininet (LinuxBridge, no controller)" if mininet else "netns"
         state.save()
     except BaseException:
@@ -116,6 +123,16 @@ def _build(builder: Builder, plan: TestbedPlan, topology: Topology, directory: P
     sshd.prepare(plan, directory)
     for h in plan.hosts:
         builder.start(h, "sshd", sshd.sshd_argv(h, directory))
+    if topology.app == "mediawiki":
+        mediawiki.build(builder, plan, directory)
+    else:
+        _build_rubis(builder, plan, topology, directory)
+    for h in plan.hosts:
+        wait_until(lambda h=h: port_open(h.address, 22), f"sshd on {h.name}")
+
+
+def _build_rubis(builder: Builder, plan: TestbedPlan, topology: Topology, directory: Path
+                 ) -> None:
     db, cache, web = (plan.with_role(r)[0] for r in ("db", "cache", "web"))
     postgres.init_cluster(directory / "pg", plan.subnet)
     builder.start(db, "postgres", postgres.postgres_argv(db, directory / "pg"))
@@ -128,8 +145,6 @@ def _build(builder: Builder, plan: TestbedPlan, topology: Topology, directory: P
         builder.start(app, "app", _app_argv(app.name, app.address, plan, topology))
     nginx.write_conf(plan, directory)
     builder.start(web, "nginx", nginx.nginx_argv(directory))
-    for h in plan.hosts:
-        wait_until(lambda h=h: port_open(h.address, 22), f"sshd on {h.name}")
     for app in apps:
         wait_until(lambda a=app: port_open(a.address, nginx.APP_PORT), f"the app on {app.name}")
     wait_until(lambda: port_open(cache.address, 11211), "memcached")
@@ -152,14 +167,17 @@ def describe(plan: TestbedPlan, topology: Topology, directory: Path,
              recovered: bool = False) -> dict[str, Any]:
     web = plan.with_role("web")[0]
     url = f"http://{web.address}"
+    if topology.app == "mediawiki":
+        log_format = {"format": "apache", "log_format": apache.LOG_FORMAT}
+    else:
+        log_format = {"format": "nginx", "log_format": nginx.LOG_FORMAT}
     return {
-        "tag": plan.tag, "directory": str(directory), "subnet": plan.subnet,
-        "recovered_stale": recovered,
+        "tag": plan.tag, "app": topology.app, "directory": str(directory),
+        "subnet": plan.subnet, "recovered_stale": recovered,
         "hosts": [{"name": h.name, "namespace": h.namespace, "address": h.address,
                    "ssh_port": 22, "roles": list(h.roles)} for h in plan.hosts],
         "frontend_url": url,
-        "web_log": {"host": web.name, "path": str(directory / "access.log"), "format": "nginx",
-                    "log_format": nginx.LOG_FORMAT},
+        "web_log": {"host": web.name, "path": str(directory / "access.log"), **log_format},
         "ssh_config": str(directory / "ssh" / "ssh_config"),
         "known_hosts": str(directory / "ssh" / "known_hosts"),
         "transactions": [{**t.as_json(), "url": url + t.path}

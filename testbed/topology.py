@@ -1,7 +1,8 @@
 """A testbed topology is a description: hosts, their roles, and the application's parameters.
 
-Validated from YAML (file:line: field errors) or the built-in default: client, web, app1, app2,
-db, cache. A separate builder (`testbed.netns`) turns it into live namespaces.
+Validated from YAML (file:line: field errors) or a built-in one: the default (`app: rubis`:
+client, web, app1, app2, db, cache) or MediaWiki's (`app: mediawiki`: client, web, db). A
+separate builder (`testbed.netns`) turns it into live namespaces.
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from common.yamlconf import load_yaml
 
 Role = Literal["client", "web", "app", "db", "cache"]
+App = Literal["rubis", "mediawiki"]
+# Per application: the roles a topology must have (exactly one host each, except "app").
+REQUIRED_ROLES: dict[str, tuple[Role, ...]] = {
+    "rubis": ("client", "web", "app", "db", "cache"),
+    "mediawiki": ("client", "web", "db"),  # Apache + mod_php on web, MariaDB on db
+}
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 
 
@@ -46,6 +53,7 @@ class ServiceTimes(BaseModel):
 class Topology(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = "default"
+    app: App = "rubis"  # the application the testbed runs
     hosts: tuple[HostSpec, ...]
     subnet: str | None = None  # a /24; default: the first free one in 10.201.0.0/16
     service: ServiceTimes = ServiceTimes()
@@ -57,12 +65,17 @@ class Topology(BaseModel):
             raise ValueError(f"host names must be unique: {names}")
         if not 2 <= len(self.hosts) <= 50:
             raise ValueError("a topology has 2 to 50 hosts")
-        for role in ("client", "web", "app", "db", "cache"):
+        required = REQUIRED_ROLES[self.app]
+        for role in required:
             if not self.with_role(role):
                 raise ValueError(f"no host has the role {role!r}")
         for role in ("client", "web", "db", "cache"):
             if len(self.with_role(role)) > 1:
                 raise ValueError(f"only one host may have the role {role!r}")
+        for role in ("app", "cache"):
+            if role not in required and self.with_role(role):
+                raise ValueError(f"app {self.app!r} has no {role!r} role (roles: "
+                                 f"{', '.join(required)})")
         if len(self.with_role("app")) > 2:
             raise ValueError("at most two app hosts (app1 serves, app2 is also S3)")
         return self
@@ -84,5 +97,17 @@ DEFAULT = Topology(hosts=(
 ))
 
 
-def load_topology(path: str | Path | None) -> Topology:
-    return DEFAULT if path is None else load_yaml(path, Topology)
+MEDIAWIKI = Topology(name="mediawiki", app="mediawiki", hosts=(
+    HostSpec(name="client", roles=("client",)),
+    HostSpec(name="web", roles=("web",)),
+    HostSpec(name="db", roles=("db",)),
+))
+
+BUILT_IN: dict[str, Topology] = {"rubis": DEFAULT, "mediawiki": MEDIAWIKI}
+
+
+def load_topology(path: str | Path | None, app: str | None = None) -> Topology:
+    """The topology in `path`, else the built-in one of `app` (default: rubis)."""
+    if path is None:
+        return BUILT_IN[app or "rubis"]
+    return load_yaml(path, Topology)

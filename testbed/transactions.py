@@ -4,6 +4,10 @@ benchmarks), from the crossings of each link on the critical path (thesis §2.1,
 Links are one-way and named `src->dst` by host. A request-response crosses each direction
 once, so both directions share the number. Every transaction crosses client->web once each
 way (keep-alive connections) and the web->app hop the number of times nginx routes it there.
+
+MediaWiki's page types (`app: mediawiki`) are somebody else's code: their crossings are not
+known in advance, so their expected gradients are None; `benchmarks/mediawiki_truth.py`
+measures them (packet turns on web<->db, and slopes under constant delays).
 """
 
 from __future__ import annotations
@@ -19,14 +23,14 @@ class Transaction:
     name: str
     path: str
     pattern: str  # thesis Table 2.1 row, or the RUBiS transaction
-    expected: dict[str, float]  # link "a->b" -> gradient (each direction listed)
+    expected: dict[str, float | None]  # link "a->b" -> gradient (each direction); None: unknown
 
     def as_json(self) -> dict[str, object]:
         return {"name": self.name, "path": self.path, "pattern": self.pattern,
                 "expected": self.expected}
 
 
-def _both(a: str, b: str, g: float) -> dict[str, float]:
+def _both(a: str, b: str, g: float) -> dict[str, float | None]:
     return {f"{a}->{b}": g, f"{b}->{a}": g}
 
 
@@ -38,7 +42,37 @@ def prob_slower(mean_a: float, sd_a: float, mean_b: float, sd_b: float) -> float
     return 0.5 * (1 + math.erf((mean_a - mean_b) / (spread * math.sqrt(2))))
 
 
+# MediaWiki page types: name, path (the titles are those `testbed.mediawiki` seeds), what it is.
+MEDIAWIKI_PAGES = (
+    ("article", "/index.php?title=Topic_7", "article view: an infobox, links, categories"),
+    ("hub", "/index.php?title=Hub", "article with ~40 links and several templates"),
+    ("category", "/index.php?title=Category:Rivers", "category page listing its members"),
+    ("recent", "/index.php?title=Special:RecentChanges&days=90&limit=50",
+     "Special:RecentChanges, 50 rows"),
+    ("api", "/api.php?action=query&prop=links&titles=Hub&pllimit=max&format=json",
+     "api.php query: the links of a page"),
+    ("search", "/index.php?title=Special:Search&search=river&fulltext=1",
+     "full-text search (MySQL FULLTEXT on searchindex)"),
+)
+
+
 def transactions_of(topology: Topology) -> list[Transaction]:
+    if topology.app == "mediawiki":
+        return mediawiki_transactions(topology)
+    return rubis_transactions(topology)
+
+
+def mediawiki_transactions(topology: Topology) -> list[Transaction]:
+    """Every page type crosses web<->db an unknown number of times (None, measured by the
+    benchmark), and client<->web once each way."""
+    client, web, db = (topology.host(r).name for r in ("client", "web", "db"))
+    unknown: dict[str, float | None] = {f"{web}->{db}": None, f"{db}->{web}": None}
+    return [Transaction(name, path, f"MediaWiki: {what}",
+                        {**_both(client, web, 1.0), **unknown})
+            for name, path, what in MEDIAWIKI_PAGES]
+
+
+def rubis_transactions(topology: Topology) -> list[Transaction]:
     s: ServiceTimes = topology.service
     client, web = topology.host("client").name, topology.host("web").name
     apps = [h.name for h in topology.with_role("app")]
