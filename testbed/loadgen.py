@@ -1,12 +1,23 @@
-"""Open-loop load: Poisson arrivals at a given rate over a transaction mix.
+"""Load over a transaction mix, open-loop (Poisson arrivals) or closed-loop (N clients).
 
-Arrival times are drawn up front and each request is issued at its time whether or not earlier
-ones have answered, so slow responses cannot hold back the offered load (no coordinated
-omission). It records its own latencies as CSV (`start_unix_s,response_ms,url,status`, which
-`linkgrad gradient --format csv` reads) and how late it issued each request, its own overhead.
+Open loop (`--rate`): arrival times are drawn up front and each request is issued at its time
+whether or not earlier ones have answered, so slow responses cannot hold back the offered load
+(no coordinated omission); the throughput cannot fall unless requests fail.
+
+Closed loop (`--clients N`): N clients, each sending its next request only after the previous
+one answered and it then thought for an exponential time of mean `--think-s` (default 0.5 s;
+0: no thinking, each client as fast as the server answers, which saturates it). Each client
+starts by thinking, so they do not all arrive at once. A slower response delays everything the
+client does afterwards, as with real users and the thesis's RUBiS clients: throughput is
+N / (mean response + mean think), and falls when responses slow.
+
+Either way it records its own latencies as CSV (`start_unix_s,response_ms,url,status`, which
+`linkgrad gradient --format csv` reads) and how late it issued each request against its
+scheduled time (its arrival, or the end of the client's think time), its own overhead.
 
     python -m testbed.loadgen --url http://WEB --mix /pattern/single=1,/rubis/ViewItem?id=1=2
-                              --rate 20 --duration 60 [--seed 1] [--out latencies.csv] [--json]
+                              (--rate 20 | --clients 20 [--think-s 0.5]) --duration 60
+                              [--seed 1] [--out latencies.csv] [--json]
 """
 
 from __future__ import annotations
@@ -19,10 +30,13 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+DEFAULT_THINK_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -31,7 +45,7 @@ class Sample:
     response_ms: float
     url: str
     status: int
-    issue_lag_ms: float  # how late the request left against its scheduled arrival
+    issue_lag_ms: float  # how late the request left against its scheduled time
 
 
 def arrival_times(rate_per_s: float, duration_s: float, rng: random.Random) -> list[float]:
@@ -54,24 +68,49 @@ def parse_mix(text: str) -> list[tuple[str, float]]:
     return mix
 
 
+def client_rng(seed: int, client: int) -> random.Random:
+    """Client `client`'s own stream: a run is reproducible whatever order clients run in."""
+    return random.Random(seed * 1_000_003 + client)
+
+
+def client_steps(rng: random.Random, mix: list[tuple[str, float]],
+                 think_s: float) -> Iterator[tuple[float, str]]:
+    """A closed-loop client's script, endless: (think time before the request, its path).
+    Think times are exponential of mean `think_s` (0: none); paths drawn by the mix's weights."""
+    if think_s < 0:
+        raise ValueError(f"{think_s=} must be >= 0")
+    paths, weights = [p for p, _ in mix], [w for _, w in mix]
+    while True:
+        think = rng.expovariate(1.0 / think_s) if think_s > 0 else 0.0
+        yield think, rng.choices(paths, weights=weights)[0]
+
+
+def _client(base_url: str, connections: int, timeout_s: float) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout_s)
+
+
+async def _get(client: httpx.AsyncClient, path: str, lag_ms: float) -> Sample:
+    start = time.time()
+    t0 = time.perf_counter()
+    try:
+        status = (await client.get(path)).status_code
+    except httpx.HTTPError:
+        status = 0
+    return Sample(start, (time.perf_counter() - t0) * 1e3, path, status, lag_ms)
+
+
 async def run_load(base_url: str, mix: list[tuple[str, float]], rate_per_s: float,
                    duration_s: float, seed: int = 1, timeout_s: float = 30.0) -> list[Sample]:
+    """Open loop: Poisson arrivals at `rate_per_s` for `duration_s`."""
     rng = random.Random(seed)
     plan = arrival_times(rate_per_s, duration_s, rng)
     paths = rng.choices([p for p, _ in mix], weights=[w for _, w in mix], k=len(plan))
     samples: list[Sample] = []
-    limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits,
-                                 timeout=timeout_s) as client:
+    async with _client(base_url, 2000, timeout_s) as client:
 
         async def one(path: str, lag_ms: float) -> None:
-            start = time.time()
-            t0 = time.perf_counter()
-            try:
-                status = (await client.get(path)).status_code
-            except httpx.HTTPError:
-                status = 0
-            samples.append(Sample(start, (time.perf_counter() - t0) * 1e3, path, status, lag_ms))
+            samples.append(await _get(client, path, lag_ms))
 
         tasks = []
         origin = time.perf_counter()
@@ -85,6 +124,34 @@ async def run_load(base_url: str, mix: list[tuple[str, float]], rate_per_s: floa
     return sorted(samples, key=lambda s: s.start_unix_s)
 
 
+async def run_closed_load(base_url: str, mix: list[tuple[str, float]], clients: int,
+                          think_s: float, duration_s: float, seed: int = 1,
+                          timeout_s: float = 30.0) -> list[Sample]:
+    """Closed loop: `clients` clients, each think-then-request, for `duration_s` (no request
+    is sent after it; those under way are waited for, up to `timeout_s`)."""
+    if clients < 1:
+        raise ValueError(f"{clients=} must be at least 1")
+    samples: list[Sample] = []
+    async with _client(base_url, clients, timeout_s) as client:
+        origin = time.perf_counter()
+        end = origin + duration_s
+
+        async def user(steps: Iterator[tuple[float, str]]) -> None:
+            ready = origin  # when the previous response came (the start, for the first)
+            for think, path in steps:
+                due = ready + think
+                if due >= end:
+                    return
+                if (wait := due - time.perf_counter()) > 0:
+                    await asyncio.sleep(wait)
+                samples.append(await _get(client, path, (time.perf_counter() - due) * 1e3))
+                ready = time.perf_counter()
+
+        await asyncio.gather(*(user(client_steps(client_rng(seed, i), mix, think_s))
+                               for i in range(clients)))
+    return sorted(samples, key=lambda s: s.start_unix_s)
+
+
 def write_csv(samples: list[Sample], path: Path) -> None:
     with path.open("w", newline="") as f:
         out = csv.writer(f)
@@ -93,14 +160,24 @@ def write_csv(samples: list[Sample], path: Path) -> None:
                       for s in samples)
 
 
-def summary(samples: list[Sample], rate_per_s: float, duration_s: float) -> dict[str, object]:
+def summary(samples: list[Sample], rate_per_s: float | None, duration_s: float,
+            clients: int | None = None, think_s: float | None = None) -> dict[str, object]:
+    """What a run did. Open loop: `offered_per_s` first, as always; closed loop: `clients`,
+    `think_s`, and the throughput Little's law expects from the mean response,
+    clients / (mean response + mean think), beside the achieved one."""
     ok = [s for s in samples if 200 <= s.status < 400]
     lags = [s.issue_lag_ms for s in samples]
     by_url: dict[str, list[float]] = {}
     for s in ok:
         by_url.setdefault(s.url, []).append(s.response_ms)
+    offered: dict[str, object] = {"offered_per_s": rate_per_s}
+    if clients is not None:
+        mean_ms = statistics.fmean(s.response_ms for s in samples) if samples else None
+        offered = {"clients": clients, "think_s": think_s, "mean_response_ms": mean_ms,
+                   "littles_law_per_s": None if mean_ms is None or think_s is None
+                   or mean_ms / 1e3 + think_s == 0 else clients / (mean_ms / 1e3 + think_s)}
     return {
-        "offered_per_s": rate_per_s, "duration_s": duration_s, "requests": len(samples),
+        **offered, "duration_s": duration_s, "requests": len(samples),
         "achieved_per_s": len(samples) / duration_s, "errors": len(samples) - len(ok),
         "issue_lag_ms": {"median": statistics.median(lags) if lags else None,
                          "p99": statistics.quantiles(lags, n=100)[98] if len(lags) > 100 else None,
@@ -110,12 +187,17 @@ def summary(samples: list[Sample], rate_per_s: float, duration_s: float) -> dict
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True)
     parser.add_argument("--mix", required=True, help="/PATH=WEIGHT,... (relative weights)")
-    parser.add_argument("--rate", type=float, required=True, help="requests per second")
+    load = parser.add_mutually_exclusive_group(required=True)
+    load.add_argument("--rate", type=float, help="open loop: requests per second (Poisson)")
+    load.add_argument("--clients", type=int, help="closed loop: concurrent clients, each "
+                      "waiting for its response and then thinking before the next request")
+    parser.add_argument("--think-s", type=float, help="closed loop: mean think time in "
+                        f"seconds, exponential (default {DEFAULT_THINK_S}; 0: none)")
     parser.add_argument("--duration", type=float, required=True, help="seconds")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout-s", type=float, default=30.0,
@@ -123,17 +205,47 @@ def main(argv: list[str] | None = None) -> int:
                              "in nginx's log), as an impatient user would (default 30)")
     parser.add_argument("--out", type=Path, help="CSV of every request's latency")
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def check_args(args: argparse.Namespace) -> list[str]:
+    """Every problem with the load's numbers (the parser has checked the rest)."""
+    problems = []
+    if args.rate is not None and not args.rate > 0:
+        problems.append(f"--rate {args.rate:g}: must be > 0")
+    if args.clients is not None and args.clients < 1:
+        problems.append(f"--clients {args.clients}: must be at least 1")
+    if args.think_s is not None and args.clients is None:
+        problems.append("--think-s goes with --clients (the closed loop)")
+    if args.think_s is not None and not args.think_s >= 0:
+        problems.append(f"--think-s {args.think_s:g}: must be >= 0")
+    if not args.duration > 0:
+        problems.append(f"--duration {args.duration:g}: must be > 0")
     try:
-        mix = parse_mix(args.mix)
+        parse_mix(args.mix)
     except ValueError as e:
-        print(f"loadgen: --mix: {e}", file=sys.stderr)
+        problems.append(f"--mix: {e}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if problems := check_args(args):
+        for problem in problems:
+            print(f"loadgen: {problem}", file=sys.stderr)
         return 2
-    samples = asyncio.run(run_load(args.url, mix, args.rate, args.duration, args.seed,
-                                        args.timeout_s))
+    mix = parse_mix(args.mix)
+    if args.clients is None:
+        samples = asyncio.run(run_load(args.url, mix, args.rate, args.duration, args.seed,
+                                       args.timeout_s))
+        result = summary(samples, args.rate, args.duration)
+    else:
+        think_s = DEFAULT_THINK_S if args.think_s is None else args.think_s
+        samples = asyncio.run(run_closed_load(args.url, mix, args.clients, think_s,
+                                              args.duration, args.seed, args.timeout_s))
+        result = summary(samples, None, args.duration, args.clients, think_s)
     if args.out:
         write_csv(samples, args.out)
-    result = summary(samples, args.rate, args.duration)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 
