@@ -130,7 +130,7 @@ def test_resume_measures_only_the_links_still_missing(tmp_path):
     second = Fake(seed=2)
     journal = second.run(exp, run_dir, resume=True)
     assert journal.status == "completed"
-    assert journal.links_done == 1
+    assert (journal.links_done, journal.links_resumed, journal.links_planned) == (2, 1, 2)
     links = RunDir(run_dir).measurements()
     assert len(links) == 2
     assert links[0] == kept[0]  # the first one untouched
@@ -204,3 +204,39 @@ def test_validate_applies_a_placement_and_measures_it_inside_the_prediction(tmp_
     assert none.inside
     assert validation.applied_ms[("app", "db")].mean == pytest.approx(5.0)
     fake.assert_every_lease_ended()
+
+
+def test_a_run_with_default_parameters_starts_small_grows_and_says_why(tmp_path):
+    """No delay, period or training length given: training goes on as long as the spectrum
+    needs, the first delay is 1 ms, a link crossed 30 times is measured at a fraction of it,
+    one crossed twice at more, and the console says the plan and every change of delay."""
+    clock = FakeClock()
+    fake = Fake.__new__(Fake)
+    fake.clock = clock
+    fake.app = FakeApplication(clock, {"/many": 30, "/two": 2})
+    fake.hosts = FakeHosts(fake.app)
+    exp = Experiment.model_validate({
+        **experiment(tmp_path).model_dump(mode="json"),
+        "transactions": {"many": "^/many", "two": "^/two"},
+        "parameters": {"include": ["app->db"]}})
+    said: list[str] = []
+    journal = run_experiment(exp, tmp_path / "run", said.append, connect=fake.hosts.connect,
+                             clock=clock)
+    assert journal.status == "completed", journal.reason
+    text = "\n".join(said)
+    assert "then as long as the spectrum needs" in text
+    assert "plan: period" in text
+    assert "plan: ±10% needs an effect of" in text
+    assert "adaptive cycle: tcp app:0 -> db:5432 at 1.00 ms" in text
+    [m] = RunDir(tmp_path / "run").measurements()
+    assert m.adaptive is not None
+    assert m.adaptive.record.magnitude_ms == pytest.approx(1.0, rel=0.05)  # never the cap
+    assert m.record.magnitude_ms < 1.0  # 30 crossings: a fraction of the first delay
+    assert "rough gradients many 3" in text
+    assert f"measuring at {m.record.magnitude_ms:.2f} ms" in text
+    many = m.transactions["many"]
+    assert many["ci95"][0] <= 30 <= many["ci95"][1], many
+    # the effect is kept under the response time's spread (13.7 ms): 13.7 / (32 + 4.6) is
+    # 0.37 ms, below the smallest delay NFQUEUE holds well (0.5 ms)
+    assert m.record.magnitude_ms == pytest.approx(0.5)
+    assert m.perturbation.throughput_off_per_s is not None

@@ -1,4 +1,4 @@
-"""Pure parts of the run: concurrent waves, the rough rescale, the graph."""
+"""Pure parts of the run: concurrent waves, the graph, limits, jobs."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ from common.protocol.injector import LinkSpec
 from common.protocol.sniffer import Report
 from coordinator.core.graph import build_graph, select
 from coordinator.core.wave_plan import WavePlan
-from coordinator.live.run import group_waves, rough_rescale
+from coordinator.live.run import group_waves
 
 
 def test_concurrent_waves_are_orthogonal_and_share_no_harmonic():
@@ -24,26 +24,6 @@ def test_concurrent_waves_are_orthogonal_and_share_no_harmonic():
     lines = [set(np.flatnonzero(s > 0.05 * s.max())) for s in spectra]
     for i, j in ((0, 1), (1, 2), (0, 2)):
         assert not lines[i] & lines[j], (i, j)
-
-
-def test_rough_rescale_follows_the_thesis_and_respects_the_cap():
-    result = _wave_estimate({"a": {"gradient": 4.0}, "b": {"gradient": 0.5},
-                             "c": {"gradient": None}})
-    assert rough_rescale(result, 0.04, 0.1) == pytest.approx(0.01)  # A / max gradient
-    small = _wave_estimate({"a": {"gradient": 0.01}})
-    assert rough_rescale(small, 0.04, 0.1) == pytest.approx(0.1)  # /0.25 = 0.16, capped
-
-
-def _wave_estimate(transactions):
-    from common.protocol.record import InjectionRecord
-    from coordinator.config.run_dir import Perturbation, WaveEstimate
-
-    return WaveEstimate(
-        record=InjectionRecord(start=1.0, period_s=8.0, cycles=1, magnitude_ms=40.0),
-        requested_ms=40.0, packets_delayed=10,
-        perturbation=Perturbation(throughput_per_s=1, throughput_change=0, mean_response_ms=1,
-                                  mean_response_change_ms=0),
-        transactions=transactions)
 
 
 def test_graph_counts_each_link_once_from_its_sender():

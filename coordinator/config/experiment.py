@@ -6,9 +6,33 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    field_validator,
+    model_validator,
+)
+
+from coordinator.core.wave_plan import Precision
+
+
+def _precision(value: object) -> Precision:
+    if isinstance(value, Precision):
+        return value
+    if isinstance(value, str):
+        return Precision.parse(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("a percentage like '10%' or a positive number")
+    return Precision(float(value), relative=False)
+
+
+# YAML `half_width: 10%` or `half_width: 0.2`; written back the same way (experiment.json)
+HalfWidth = Annotated[Precision, BeforeValidator(_precision), PlainSerializer(str)]
 
 
 class _Strict(BaseModel):
@@ -50,7 +74,11 @@ class WebLog(_Strict):
 class Parameters(_Strict):
     """Thesis §3.2's knobs and linkgrad's safety limits."""
 
-    training_s: float = Field(60.0, ge=10, description="passive phase: graph and baseline")
+    training_s: float | None = Field(None, ge=10, description="passive phase: graph and "
+                                     "baseline. Default: at least min_training_s, then until "
+                                     "the spectrum has what it needs (max_training_s at most)")
+    min_training_s: float = Field(60.0, ge=10, description="the graph needs this much at least")
+    max_training_s: float = Field(600.0, ge=10, description="automatic training stops here")
     message_threshold: int = Field(20, ge=1, description="messages for a link to count")
     k: int = Field(8, ge=1, description="requests per bin (ΔTs = mean + 3 std of k-spans)")
     n_bins: int = Field(32, ge=8, description="N, bins per measurement window")
@@ -59,7 +87,9 @@ class Parameters(_Strict):
     cycles: int = Field(6, ge=2, le=64, description="square-wave cycles per measurement")
     period_s: float | None = Field(None, gt=0, description="fix the period (else training's)")
     magnitude_ms: float | None = Field(None, gt=0, description="fix the delay (else d·σ rule)")
-    half_width: float = Field(0.2, gt=0, description="wanted 95% CI half-width of a gradient")
+    half_width: HalfWidth = Field(Precision(0.1, relative=True), description="wanted 95% CI "
+                                  "half-width of a gradient: '10%' of it (the default; ±0.1 "
+                                  "below a gradient of 1) or a number in gradient units")
     adaptive: bool = True  # one small cycle first to rescale the delay by a rough gradient
     concurrent: int = Field(1, ge=1, le=4, description="links measured at once, at periods "
                             "T, 2T, 4T, ... (orthogonal square waves)")
@@ -77,6 +107,13 @@ class Parameters(_Strict):
         "receiver", description="which end of a link holds its packets. The receiver delays "
         "them as a network does; the sender keeps held packets charged to the socket, so TCP "
         "autocorking holds its next write back and two-piece responses pay the delay twice")
+
+    @model_validator(mode="after")
+    def _training_bounds(self) -> Parameters:
+        if self.max_training_s < self.min_training_s:
+            raise ValueError(f"max_training_s {self.max_training_s:g} is below min_training_s "
+                             f"{self.min_training_s:g}")
+        return self
 
     @field_validator("magnitudes_ms")
     @classmethod

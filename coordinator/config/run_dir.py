@@ -30,7 +30,9 @@ class RunJournal(_Record):
 
     status: Status
     started: float  # unix s
-    links_done: int  # measurements already in gradients.json when the run (re)started
+    links_done: int  # measurements in gradients.json (this run's and resumed ones)
+    links_resumed: int = 0  # of them, already there when the run was resumed
+    links_planned: int | None = None  # measurements the run set out to make (once planned)
     warnings: list[str] | None = None  # what a daemon could not do
     reason: str | None = None  # why it was aborted or failed
     cleanup_problems: list[str] | None = None  # daemons that did not confirm they stopped
@@ -42,12 +44,18 @@ class RunJournal(_Record):
 
 
 class Perturbation(_Record):
-    """What the wave did to the application, against the passive phase."""
+    """What the wave did to the application: its on half-periods against its off ones, at the
+    same offered load and interleaved with them (thesis Tables 5.1 and 5.2: throughput and
+    response time with and without injection). Throughput counts requests by their start;
+    under an open-loop load it falls only when requests are lost, under a closed one (a fixed
+    number of users) by about the added response time."""
 
-    throughput_per_s: float
-    throughput_change: float
-    mean_response_ms: float
-    mean_response_change_ms: float
+    throughput_per_s: float  # while on
+    throughput_change: float  # on / off - 1
+    mean_response_ms: float  # while on
+    mean_response_change_ms: float  # on - off
+    throughput_off_per_s: float | None = None
+    mean_response_off_ms: float | None = None
 
 
 class WaveEstimate(_Record):

@@ -1,8 +1,27 @@
-"""Choosing the square wave for a run from its training requests (thesis §3.2 steps 1-4, and
-our planner for the delay a wanted interval needs): pure functions."""
+"""Choosing the square wave for a run from its training requests (thesis §3.2 steps 1-4), and
+the delay each link is measured at: pure functions.
+
+The period comes from the quietest frequency of the training spectrum (thesis §3.2). The delay
+is ours. A gradient g measured with delay A shows as an effect g·A on the response time, and
+our estimator's noise on that effect is measured on sham waves laid over the training data
+(`probe_noise`): its 95% half-width `noise_s`. The interval on g is then ±noise_s/A. So:
+
+* a wanted precision ±h (gradient units) needs A = noise_s/h;
+* a relative one, ±r·g (and ±r below a gradient of 1), needs the *effect* g·A = noise_s/r,
+  whatever g is: the delay is that effect divided by the gradient;
+* the effect is kept below the response time's own spread in training (thesis §4.4: the delay
+  "never exceeds standard deviation of the system response time" — intrusiveness comparable
+  with the system's own variance); where that cap binds, the wanted precision needs more
+  cycles, and the plan says how many.
+
+The gradient is not known before the link is measured, so each link starts small (`FIRST_DELAY_S`,
+never the cap) and the delay grows by `GROWTH` per adaptive cycle until a rough gradient is
+known well enough to size the delay by (`next_delay`).
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -11,6 +30,44 @@ import numpy as np
 from coordinator.core.spectral.binning import sampling_interval_s
 from coordinator.core.spectral.planner import probe_noise
 from coordinator.core.spectral.training import baseline_spectrum, choose_injection
+
+FIRST_DELAY_S = 0.001  # the adaptive cycle's first delay: small on any application
+MIN_DELAY_S = 0.0005  # below this NFQUEUE's own jitter (~0.04 ms) is no longer small
+GROWTH = 4.0  # an unresolved rough gradient: the next adaptive cycle's delay is this × larger
+TRAIN_CHUNKS, TRAIN_BINS = 4, 16  # automatic training: this many chunks of this many bins
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A wanted 95% CI half-width: `value` in gradient units, or, `relative`, a fraction of
+    the gradient (of 1 for gradients below 1, so a gradient of 0 can be measured too)."""
+
+    value: float
+    relative: bool = True
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.value) and self.value > 0):
+            raise ValueError(f"half-width must be a positive number, not {self.value!r}")
+        if self.relative and self.value >= 1:
+            raise ValueError(f"relative half-width {self.value:.0%} must be below 100%")
+
+    @classmethod
+    def parse(cls, text: str) -> Precision:
+        """'10%' (relative) or '0.2' (gradient units)."""
+        body = text.strip()
+        relative = body.endswith("%")
+        try:
+            number = float(body.rstrip("%").strip())
+        except ValueError as e:
+            raise ValueError(f"{text!r}: a percentage like '10%' or a positive number") from e
+        return cls(number / 100 if relative else number, relative)
+
+    def __str__(self) -> str:
+        return f"{self.value * 100:g}%" if self.relative else f"{self.value:g}"
+
+    def at(self, gradient: float) -> float:
+        """The half-width (gradient units) wanted for a gradient of this size."""
+        return self.value * max(abs(gradient), 1.0) if self.relative else self.value
 
 
 class PlanSettings(Protocol):
@@ -23,7 +80,7 @@ class PlanSettings(Protocol):
     cycles: int
     period_s: float | None
     magnitude_ms: float | None
-    half_width: float
+    half_width: Precision
     max_delay_ms: float
 
 
@@ -31,13 +88,27 @@ class PlanSettings(Protocol):
 class WavePlan:
     period_s: float
     cycles: int
-    magnitude_s: float
+    magnitude_s: float  # the first delay (adaptive), or the fixed one
     n_bins: int
     notes: tuple[str, ...] = field(default=())
+    noise_s: dict[str, float] = field(default_factory=dict)  # per transaction: 95% half-width
+    effect_cap_s: dict[str, float] = field(default_factory=dict)  # of the effect, from shams;
+    # and the largest effect on its response time (its training sd)
 
     @property
     def duration_s(self) -> float:
         return self.period_s * self.cycles
+
+
+def training_needed_s(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]],
+                      k: int) -> float | None:
+    """Training the spectrum needs at the busiest transaction's request rate: TRAIN_CHUNKS
+    chunks of TRAIN_BINS bins of ~k requests (None: too few requests to tell yet)."""
+    busiest = max((t for t, _ in by_transaction.values()), key=len, default=np.zeros(0))
+    try:
+        return TRAIN_CHUNKS * TRAIN_BINS * sampling_interval_s(busiest, k)
+    except ValueError:
+        return None
 
 
 def plan_wave(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: float,
@@ -53,40 +124,121 @@ def plan_wave(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: f
     n_bins = params.n_bins
     while n_bins > 8 and 2 * n_bins * bin_s > span:
         n_bins //= 2  # training must hold two chunks of N bins
-    period, choice = params.period_s, None
+    period = params.period_s
     if period is None:
         try:
             choice = choose_injection(baseline_spectrum(t, y, end_s, bin_s, n_bins, params.chunks),
                                       params.scale_d, (2, max(2, min(16, n_bins // 2 - 1))))
             period = choice.period_s
-            notes.append(f"period from training: k_d={choice.k_d} of N={n_bins} bins of "
-                         f"{bin_s:.2f} s ({busiest[0]})")
+            notes.append(f"period {period:.1f} s: the quietest frequency of training (k_d="
+                         f"{choice.k_d} of N={n_bins} bins of {bin_s:.2f} s, {busiest[0]})")
         except ValueError as e:
             period = max(4 * bin_s, 10.0)
             notes.append(f"training too short for the spectrum ({e}); period {period:.1f} s")
-    magnitude = _magnitude(by_transaction, end_s, period, params, choice, notes)
-    return WavePlan(period, params.cycles, magnitude, n_bins, tuple(notes))
-
-
-def _magnitude(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: float,
-               period: float, params: PlanSettings, choice: object, notes: list[str]) -> float:
+    noise, caps = _noise_and_caps(by_transaction, end_s, period, params.cycles)
     if params.magnitude_ms is not None:
-        return min(params.magnitude_ms, params.max_delay_ms) / 1e3
-    wanted = []
-    for t, y in by_transaction.values():
+        first = min(params.magnitude_ms, params.max_delay_ms) / 1e3
+        notes.append(f"delay fixed at {first * 1e3:g} ms")
+    else:
+        first = min(FIRST_DELAY_S, params.max_delay_ms / 1e3)
+        notes.append(_precision_note(noise, caps, params))
+    return WavePlan(period, params.cycles, first, n_bins, tuple(notes), noise, caps)
+
+
+def _noise_and_caps(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: float,
+                    period_s: float, cycles: int) -> tuple[dict[str, float], dict[str, float]]:
+    noise, caps = {}, {}
+    for name, (t, y) in by_transaction.items():
+        if len(y) >= 2:
+            caps[name] = float(np.std(y, ddof=1))
         try:
-            wanted.append(probe_noise(t, y, end_s, period, params.cycles)
-                          .magnitude_for(params.half_width))
+            probe = probe_noise(t, y, end_s, period_s, cycles)
         except ValueError:
             continue
-    if wanted:
-        magnitude = float(np.median(wanted))
-        notes.append(f"delay for a ±{params.half_width:g} interval (median over "
-                     f"{len(wanted)} transactions): {magnitude * 1e3:.1f} ms")
-    else:
-        magnitude = getattr(choice, "magnitude_s", params.max_delay_ms / 1e3)
-        notes.append("no sham fitted in the training data: the thesis's d·σ delay")
-    capped = min(max(magnitude, 0.001), params.max_delay_ms / 1e3)
-    if capped < magnitude:
-        notes.append(f"capped at max_delay_ms={params.max_delay_ms:g}")
-    return capped
+        noise[name] = probe.t_quantile() * probe.se_s
+    return noise, caps
+
+
+def _precision_note(noise: dict[str, float], caps: dict[str, float],
+                    params: PlanSettings) -> str:
+    if not noise:
+        return ("no sham fitted in training: each link's delay keeps its effect below the "
+                "response time's spread")
+    name = min(noise, key=noise.__getitem__)
+    wanted = noise[name] / params.half_width.at(1.0)
+    text = (f"±{params.half_width} needs an effect of {wanted * 1e3:.1f} ms on {name}'s response "
+            f"time (±{noise[name] * 1e3:.2f} ms of noise in {params.cycles} cycles)")
+    if name in caps and caps[name] < wanted:
+        more = math.ceil(params.cycles * (wanted / caps[name]) ** 2)
+        text += (f"; its spread caps the effect at {caps[name] * 1e3:.1f} ms, so the interval "
+                 f"will be wider (cycles: {more} would reach it)")
+    return text + f"; first delay {min(FIRST_DELAY_S, params.max_delay_ms / 1e3) * 1e3:g} ms"
+
+
+@dataclass(frozen=True)
+class RoughGradient:
+    """One transaction's gradient from the adaptive cycles so far (inverse-variance mean)."""
+
+    gradient: float
+    half_width: float  # 95%
+
+    def combined(self, other: RoughGradient) -> RoughGradient:
+        w1, w2 = self.half_width ** -2, other.half_width ** -2
+        return RoughGradient((w1 * self.gradient + w2 * other.gradient) / (w1 + w2),
+                             (w1 + w2) ** -0.5)
+
+    @property
+    def resolved(self) -> bool:
+        """Known well enough to size the delay by: within a factor ~2."""
+        return self.half_width <= max(abs(self.gradient), 1.0) / 2
+
+
+@dataclass(frozen=True)
+class DelayChoice:
+    delay_s: float
+    final: bool  # False: grow and run another adaptive cycle
+    reason: str
+
+
+def next_delay(rough: dict[str, RoughGradient], current_s: float, plan: WavePlan,
+               precision: Precision, max_delay_s: float) -> DelayChoice:
+    """After an adaptive cycle at `current_s`: grow (a rough gradient still unresolved, and the
+    next delay under what a gradient of 1 would need and under the effect cap of the
+    transactions already resolved), or the delay to measure at: the precision's (median over
+    transactions) held under every transaction's effect cap."""
+    if not rough:
+        return DelayChoice(current_s, True, "no transaction had requests to size the delay by")
+    unresolved = [n for n, r in rough.items() if not r.resolved]
+    # an unresolved gradient is at least its lower end (or 1): growth stops where that caps it
+    as_one = {n: r if r.resolved else RoughGradient(max(1.0, abs(r.gradient) - r.half_width),
+                                                    0.0) for n, r in rough.items()}
+    ceiling = min(_wanted_delay(plan, precision, {n: RoughGradient(1.0, 0.0) for n in unresolved}),
+                  _capped_delay(plan, as_one), max_delay_s)
+    if unresolved and current_s * GROWTH <= ceiling * 1.001:
+        worst = max(unresolved, key=lambda n: rough[n].half_width)
+        return DelayChoice(current_s * GROWTH, False, f"{worst}'s rough gradient "
+                           f"{_show(rough[worst])} is not yet known within a factor 2")
+    delay = min(_wanted_delay(plan, precision, rough), _capped_delay(plan, rough), max_delay_s)
+    delay = max(delay, min(MIN_DELAY_S, max_delay_s))
+    shown = ", ".join(f"{n} {_show(r)}" for n, r in sorted(rough.items()))
+    return DelayChoice(delay, True, f"rough gradients {shown}")
+
+
+def _wanted_delay(plan: WavePlan, precision: Precision,
+                  rough: dict[str, RoughGradient]) -> float:
+    """The delay the precision needs (median over transactions; inf if nothing is known)."""
+    wanted = [plan.noise_s[n] / precision.at(r.gradient) for n, r in rough.items()
+              if n in plan.noise_s]
+    return float(np.median(wanted)) if wanted else math.inf
+
+
+def _capped_delay(plan: WavePlan, rough: dict[str, RoughGradient]) -> float:
+    """The largest delay whose effect stays under every transaction's cap (at the upper end
+    of its rough gradient); FIRST_DELAY_S if no cap is known."""
+    caps = [plan.effect_cap_s[n] / max(abs(r.gradient) + r.half_width, 1e-9)
+            for n, r in rough.items() if n in plan.effect_cap_s]
+    return min(caps) if caps else FIRST_DELAY_S
+
+
+def _show(r: RoughGradient) -> str:
+    return f"{r.gradient:.2g} ± {r.half_width:.2g}"

@@ -18,6 +18,7 @@ Everything measured is written as it is measured; Ctrl-C or SIGTERM ends the run
 
 from __future__ import annotations
 
+import math
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -52,11 +53,20 @@ from coordinator.core.watch import (
     failed_fraction,
     training_requests,
 )
-from coordinator.core.wave_plan import WavePlan, plan_wave
+from coordinator.core.wave_plan import (
+    TRAIN_BINS,
+    TRAIN_CHUNKS,
+    RoughGradient,
+    WavePlan,
+    next_delay,
+    plan_wave,
+    training_needed_s,
+)
 from coordinator.core.weblog.model import RequestLog
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
 from coordinator.live.session import Connect, Session, sigterm_as_interrupt, ssh_connect
 
+ADAPTIVE_S = 10.0  # an adaptive round lasts at least this long (or half the measurement)
 TAIL_S = 3.0  # after a wave ends, the requests that started in it are still being logged
 Say = Callable[[str], None]
 
@@ -77,7 +87,8 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Say, resume: bool
     out = RunDir(run_dir)
     out.write("experiment.json", experiment.model_dump(mode="json"))
     done = {m.key: m for m in out.measurements()} if resume else {}
-    journal = RunJournal(status="running", started=clock.time(), links_done=len(done))
+    journal = RunJournal(status="running", started=clock.time(), links_done=len(done),
+                         links_resumed=len(done))
     out.write("run.json", journal)
     session = Session(experiment, connect, clock)
     with _sigterm_as_interrupt():
@@ -85,6 +96,9 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Say, resume: bool
             journal = journal.model_copy(update={"warnings": open_session(session, say)})
             training = train(session, say)
             base, plan, links = plan_measurement(session, out, training, say)
+            planned = len(links) * max(1, len(experiment.parameters.magnitudes_ms))
+            journal = journal.model_copy(update={"links_planned": planned})
+            out.write("run.json", journal)
             measure_all(session, out, links, plan, base, done, say)
             journal = journal.model_copy(update={"status": "completed"})
         except Aborted as e:
@@ -117,18 +131,50 @@ def open_session(session: Session, say: Say) -> list[str]:
 
 
 def train(session: Session, say: Say) -> Training:
-    """Phase 2a: passive observation; the communication graph from the sniffers' reports."""
+    """Phase 2a: passive observation; the communication graph from the sniffers' reports.
+    `training_s`, or by default `min_training_s` and then until the spectrum has enough."""
     p, clock = session.experiment.parameters, session.clock
     start = clock.time()
     for sniffer in session.sniffers.values():
         sniffer.call(Watch(interval_s=2.0))
-    say(f"training: {p.training_s:.0f} s of passive observation")
-    sleep_checking(clock, p.training_s)
+    first = p.training_s if p.training_s is not None else p.min_training_s
+    say(f"training: {first:.0f} s of passive observation"
+        + ("" if p.training_s is not None else ", then as long as the spectrum needs"))
+    sleep_checking(clock, first)
+    if p.training_s is None:
+        train_until_enough(session, start, say)
     for sniffer in session.sniffers.values():
         sniffer.call(Unwatch())  # its last report comes before this answer
     end = clock.time()
     return Training(build_graph(session.reports, session.addresses, p.message_threshold),
                     start, end)
+
+
+def train_until_enough(session: Session, start: float, say: Say) -> None:
+    """Go on until the training holds what the spectrum needs at the request rate seen
+    (`training_needed_s`), or `max_training_s`; say how long and why."""
+    p, clock, log = session.experiment.parameters, session.clock, session.log
+    assert log is not None
+    patterns = patterns_from(session.experiment.transactions)
+    while True:
+        now = clock.time()
+        elapsed = now - start
+        needed = training_needed_s(training_requests(log.snapshot(), patterns, start, now), p.k)
+        if needed is None:
+            say(f"training: too few requests of the transactions in {elapsed:.0f} s to size "
+                "the spectrum's bins")
+            return
+        if needed <= elapsed:
+            say(f"training: {elapsed:.0f} s hold what the spectrum needs ({needed:.0f} s)")
+            return
+        if elapsed >= p.max_training_s - 1:
+            say(f"[yellow]training stops at max_training_s={p.max_training_s:g}: the spectrum "
+                f"needs {needed:.0f} s at this request rate")
+            return
+        wait = min(needed, p.max_training_s) - elapsed
+        say(f"training: the spectrum needs {needed:.0f} s at this request rate "
+            f"({TRAIN_CHUNKS} chunks of {TRAIN_BINS} bins of ~{p.k} requests); {wait:.0f} s more")
+        sleep_checking(clock, wait)
 
 
 def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
@@ -159,7 +205,9 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
     nodes = experiment.nodes
     links = select(application(training.graph, nodes.processes, nodes.ports),
                    experiment.parameters.include, experiment.parameters.exclude)
-    say(f"graph: {len(training.graph)} links, measuring {len(links)}; " + "; ".join(wave.notes))
+    say(f"graph: {len(training.graph)} links, measuring {len(links)}")
+    for note in wave.notes:
+        say(f"plan: {note}")
     return base, wave, links
 
 
@@ -171,7 +219,8 @@ def finish(session: Session, out: RunDir, journal: RunJournal, say: Say) -> RunJ
         say("[red]cleanup: " + "; ".join(problems))
     if session.log is not None:
         session.log.save(out.path / "weblog.log")
-    journal = journal.model_copy(update={"ended": session.clock.time()})
+    done = len(out.measurements())
+    journal = journal.model_copy(update={"ended": session.clock.time(), "links_done": done})
     out.write("run.json", journal)
     return journal
 
@@ -218,27 +267,42 @@ def _estimate(snap: RequestLog, groups: dict[str, np.ndarray], link: GraphLink,
     results = log_gradients(snap.start_s, snap.response_s, groups, measured,
                             settings_for_log(snap.time_resolution_s, p.k, p.chunks),
                             baseline_end_s=base.end_s, others=others)
-    during = (snap.start_s >= wave.start_s) & (snap.start_s < wave.end_s)
-    rate = float(during.sum() / wave.duration_s)
-    mean_ms = float(snap.response_s[during].mean() * 1e3) if during.any() else float("nan")
     return WaveEstimate(
         record=InjectionRecord.of(wave, actual_ms, link.label),
         requested_ms=wave.magnitude_s * 1e3,
         packets_delayed=packets,
-        perturbation=Perturbation(throughput_per_s=rate,
-                                  throughput_change=rate / base.rate_per_s - 1,
-                                  mean_response_ms=mean_ms,
-                                  mean_response_change_ms=mean_ms - base.mean_response_ms),
+        perturbation=perturbation(snap, wave),
         transactions={n: gradient_json(r) for n, r in results.items()})
 
 
-def rough_rescale(result: WaveEstimate, planned_s: float, cap_s: float) -> float:
-    """Thesis §3.2.2: A' = A / (rough gradient), the largest over transactions, so the
-    response-time effect stays about A however many times the link is crossed."""
-    rough = [abs(t["gradient"]) for t in result.transactions.values()
-             if t["gradient"] is not None]
-    g = max(rough, default=1.0)
-    return float(min(cap_s, max(0.001, planned_s / max(g, 0.25))))
+def perturbation(snap: RequestLog, wave: SquareWave) -> Perturbation:
+    """On half-periods against off ones: `cycles` on, and `cycles + 1` off (the one before
+    the first edge too, so both sides have the same mean time)."""
+    t = snap.start_s
+    window = (t >= wave.start_s - wave.half_s) & (t < wave.end_s)
+    on = window & wave.is_on(t)
+    off = window & ~on
+
+    def mean_ms(rows: np.ndarray) -> float:
+        return float(snap.response_s[rows].mean() * 1e3) if rows.any() else float("nan")
+
+    rate_on = float(on.sum() / (wave.cycles * wave.half_s))
+    rate_off = float(off.sum() / ((wave.cycles + 1) * wave.half_s))
+    return Perturbation(
+        throughput_per_s=rate_on,
+        throughput_change=rate_on / rate_off - 1 if rate_off else float("nan"),
+        mean_response_ms=mean_ms(on), mean_response_change_ms=mean_ms(on) - mean_ms(off),
+        throughput_off_per_s=rate_off, mean_response_off_ms=mean_ms(off))
+
+
+def rough_gradients(result: WaveEstimate) -> dict[str, RoughGradient]:
+    """Each transaction's gradient and 95% half-width from an adaptive cycle."""
+    out = {}
+    for name, t in result.transactions.items():
+        if t["gradient"] is not None and t["ci95"] is not None:
+            lo, hi = t["ci95"]
+            out[name] = RoughGradient(float(t["gradient"]), max((hi - lo) / 2, 1e-9))
+    return out
 
 
 def group_waves(plan: WavePlan, count: int, start_s: float,
@@ -253,35 +317,71 @@ def group_waves(plan: WavePlan, count: int, start_s: float,
 
 def group_duration_s(plan: WavePlan, count: int, adaptive: bool) -> float:
     window = max(plan.cycles * plan.period_s, 2 * plan.period_s * 2 ** (count - 1))
-    first = (plan.period_s * 2 ** (count - 1) + plan.period_s + TAIL_S + 1) if adaptive else 0
+    first = (plan.period_s * 2 ** (count - 1) * adaptive_cycles(plan) + plan.period_s + TAIL_S
+             + 1) if adaptive else 0
     return first + window + plan.period_s * 2 ** (count - 1) / 2 + TAIL_S + 1
 
 
 def measure_group(session: Session, links: list[GraphLink], plan: WavePlan, base: Baseline,
                   say: Say, fixed_ms: float | None = None) -> list[LinkMeasurement]:
     """Links at once, at periods T, 2T...; at `fixed_ms` (one of magnitudes_ms) if given,
-    else at the plan's delay rescaled by the adaptive cycle."""
+    else at the delay the adaptive cycles choose for each (`adapt`)."""
     p, clock = session.experiment.parameters, session.clock
     magnitudes = [plan.magnitude_s if fixed_ms is None else fixed_ms / 1e3] * len(links)
     adaptive: list[WaveEstimate | None] = [None] * len(links)
-    if p.adaptive and fixed_ms is None:  # one cycle of each wave, then rescale each
-        waves = group_waves(plan, len(links), clock.time() + 1.0, magnitudes)
-        waves = [SquareWave(w.start_s, w.period_s, max(1, w.cycles // plan.cycles), w.magnitude_s)
-                 for w in waves]
-        say(f"adaptive cycle: {', '.join(link.label for link in links)}")
-        rough = inject_and_estimate(session, list(zip(links, waves, strict=True)), base)
-        adaptive = list(rough)
-        magnitudes = [rough_rescale(a, plan.magnitude_s, p.max_delay_ms / 1e3) for a in rough]
-        sleep_checking(clock, max(w.period_s for w in waves) / 2)  # off before the next edge
+    if p.adaptive and p.magnitude_ms is None and fixed_ms is None:
+        magnitudes, adaptive = adapt(session, links, plan, base, say)
     waves = group_waves(plan, len(links), clock.time() + 1.0, magnitudes)
     for link, wave in zip(links, waves, strict=True):
         say(f"{link.label}: {wave.cycles} cycles of {wave.period_s:.1f} s at "
-            f"{wave.magnitude_s * 1e3:.1f} ms")
+            f"{wave.magnitude_s * 1e3:.2f} ms")
     results = inject_and_estimate(session, list(zip(links, waves, strict=True)), base)
     sleep_checking(clock, max(w.period_s for w in waves) / 2)
     return [LinkMeasurement(link=link.as_json(), adaptive=a, concurrent_with=len(links) - 1,
                             planned_ms=fixed_ms, **dict(r))
             for link, a, r in zip(links, adaptive, results, strict=True)]
+
+
+def adaptive_cycles(plan: WavePlan) -> int:
+    """The thesis's single cycle, or as many as make ADAPTIVE_S (a short period's one cycle
+    holds too few requests for a rough gradient), at most half the measurement's."""
+    return max(1, min(math.ceil(ADAPTIVE_S / plan.period_s), plan.cycles // 2))
+
+
+def adapt(session: Session, links: list[GraphLink], plan: WavePlan, base: Baseline, say: Say
+          ) -> tuple[list[float], list[WaveEstimate | None]]:
+    """Thesis §3.2.2, grown from a small start: one cycle per link at a small delay, a rough
+    gradient from it, and again at GROWTH times the delay while the rough gradient is unknown;
+    then the delay the wanted precision needs under the effect cap (`next_delay`). Every
+    change is said with its reason."""
+    p, clock = session.experiment.parameters, session.clock
+    delays = [plan.magnitude_s] * len(links)
+    rough: list[dict[str, RoughGradient]] = [{} for _ in links]
+    last: list[WaveEstimate | None] = [None] * len(links)
+    pending = list(range(len(links)))
+    while pending:
+        waves = group_waves(plan, len(pending), clock.time() + 1.0, [delays[i] for i in pending])
+        waves = [SquareWave(w.start_s, w.period_s, max(1, w.cycles * adaptive_cycles(plan)
+                                                       // plan.cycles), w.magnitude_s)
+                 for w in waves]
+        say("adaptive cycle: " + ", ".join(f"{links[i].label} at {delays[i] * 1e3:.2f} ms"
+                                           for i in pending))
+        estimates = inject_and_estimate(
+            session, [(links[i], w) for i, w in zip(pending, waves, strict=True)], base)
+        sleep_checking(clock, max(w.period_s for w in waves) / 2)  # off before the next edge
+        still = []
+        for i, estimate in zip(pending, estimates, strict=True):
+            last[i] = estimate
+            for name, r in rough_gradients(estimate).items():
+                rough[i][name] = rough[i][name].combined(r) if name in rough[i] else r
+            choice = next_delay(rough[i], delays[i], plan, p.half_width, p.max_delay_ms / 1e3)
+            verb = "measuring at" if choice.final else "growing to"
+            say(f"{links[i].label}: {choice.reason}; {verb} {choice.delay_s * 1e3:.2f} ms")
+            delays[i] = choice.delay_s
+            if not choice.final:
+                still.append(i)
+        pending = still
+    return delays, last
 
 
 def jobs(links: list[GraphLink], done: dict[str, LinkMeasurement], p: Parameters
@@ -304,10 +404,13 @@ def measure_all(session: Session, out: RunDir, links: list[GraphLink], plan: Wav
     results = list(done.values())
     todo = jobs(links, done, experiment.parameters)
     for i, (group, fixed) in enumerate(todo, 1):
-        left = sum(group_duration_s(plan, len(g), experiment.parameters.adaptive and f is None)
+        p = experiment.parameters
+        adaptive = p.adaptive and p.magnitude_ms is None
+        left = sum(group_duration_s(plan, len(g), adaptive and f is None)
                    for g, f in todo[i - 1:])
         at = f" at {fixed:g} ms" if fixed is not None else ""
-        say(f"group {i}/{len(todo)} ({len(group)} link(s){at}); about {left:.0f} s left")
+        say(f"group {i}/{len(todo)} ({len(group)} link(s){at}); about {left:.0f} s left"
+            + (" (more while a delay grows)" if adaptive and fixed is None else ""))
         measured = measure_group(session, group, plan, base, say, fixed)
         files = [f"injections/{len(results) + j:03d}.json" for j in range(1, len(group) + 1)]
         for result, name in zip(measured, files, strict=True):  # DESIGN.md's record

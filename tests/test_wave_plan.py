@@ -1,0 +1,108 @@
+"""The delay a link is measured at: wanted precision, rough gradients, growth from a small
+start, the effect cap (pure)."""
+
+import numpy as np
+import pytest
+
+from coordinator.config.experiment import Parameters
+from coordinator.core.wave_plan import (
+    FIRST_DELAY_S,
+    Precision,
+    RoughGradient,
+    WavePlan,
+    next_delay,
+    plan_wave,
+    training_needed_s,
+)
+
+PLAN = WavePlan(period_s=10.0, cycles=6, magnitude_s=FIRST_DELAY_S, n_bins=32,
+                noise_s={"a": 0.002}, effect_cap_s={"a": 0.05})
+TEN_PERCENT = Precision(0.1, relative=True)
+
+
+def test_precision_reads_a_percentage_or_gradient_units_and_says_which():
+    assert Precision.parse("10%") == TEN_PERCENT
+    assert Precision.parse(" 0.2 ") == Precision(0.2, relative=False)
+    assert str(Precision.parse("5%")) == "5%"
+    assert str(Precision.parse("0.2")) == "0.2"
+    assert TEN_PERCENT.at(40.0) == pytest.approx(4.0)
+    assert TEN_PERCENT.at(0.3) == pytest.approx(0.1)  # below 1: as if 1 (a 0 is measurable)
+    assert Precision(0.2, relative=False).at(40.0) == 0.2
+    for bad in ("150%", "-1", "0", "abc", "nan%"):
+        with pytest.raises(ValueError, match=r"percentage|positive|below 100%"):
+            Precision.parse(bad)
+
+
+def test_experiment_half_width_defaults_to_ten_percent_and_round_trips_through_json():
+    assert Parameters().half_width == TEN_PERCENT
+    p = Parameters(half_width="5%")
+    assert p.model_dump(mode="json")["half_width"] == "5%"
+    assert Parameters(**p.model_dump(mode="json")).half_width == Precision(0.05)
+    assert Parameters(half_width=0.2).half_width == Precision(0.2, relative=False)
+    with pytest.raises(ValueError, match="percentage"):
+        Parameters(half_width=True)
+
+
+def test_a_large_gradient_is_measured_at_the_delay_its_relative_precision_needs():
+    # 40 ± 4 at 1 ms: ±10% of 40 needs A = 2 ms / 4 = 0.5 ms (effect 20 ms, under the 50 ms cap)
+    choice = next_delay({"a": RoughGradient(40.0, 4.0)}, FIRST_DELAY_S, PLAN, TEN_PERCENT, 0.1)
+    assert choice.final
+    assert choice.delay_s == pytest.approx(0.0005)
+
+
+def test_an_unknown_gradient_grows_the_delay_by_four_until_a_gradient_of_1_would_do():
+    rough = {"a": RoughGradient(0.5, 3.0)}
+    first = next_delay(rough, FIRST_DELAY_S, PLAN, TEN_PERCENT, 0.1)
+    assert not first.final
+    assert first.delay_s == pytest.approx(0.004)
+    assert "not yet known" in first.reason
+    # at 16 ms, 64 ms would pass the 20 ms a gradient of 1 needs: measure, held under the cap
+    # by the rough gradient's upper end (50 ms / 3.5)
+    last = next_delay(rough, 0.016, PLAN, TEN_PERCENT, 0.1)
+    assert last.final
+    assert last.delay_s == pytest.approx(0.05 / 3.5)
+
+
+def test_an_absolute_half_width_sets_the_delay_whatever_the_gradient_under_the_cap():
+    absolute = Precision(0.2, relative=False)
+    choice = next_delay({"a": RoughGradient(2.0, 0.2)}, FIRST_DELAY_S, PLAN, absolute, 0.1)
+    assert choice.delay_s == pytest.approx(0.01)  # 2 ms / 0.2
+    capped = next_delay({"a": RoughGradient(8.0, 0.5)}, FIRST_DELAY_S, PLAN, absolute, 0.1)
+    assert capped.delay_s == pytest.approx(0.05 / 8.5)
+    assert next_delay({"a": RoughGradient(0.0, 0.1)}, 0.001, PLAN, absolute, 0.004).delay_s \
+        == pytest.approx(0.004)  # max_delay_ms
+
+
+def test_rough_gradients_of_successive_cycles_combine_by_inverse_variance():
+    both = RoughGradient(1.0, 2.0).combined(RoughGradient(3.0, 2.0))
+    assert both.gradient == pytest.approx(2.0)
+    assert both.half_width == pytest.approx(2 ** 0.5)
+    assert RoughGradient(40.0, 15.0).resolved
+    assert not RoughGradient(0.2, 0.6).resolved
+
+
+def _training(rate_per_s: float, seconds: float, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(0.0, seconds, int(rate_per_s * seconds)))
+    return {"a": (t, 0.09 + 0.02 * rng.standard_normal(len(t)))}
+
+
+def test_the_plan_starts_small_even_when_training_is_too_short_for_the_spectrum():
+    p = Parameters(max_delay_ms=100)
+    short = plan_wave(_training(4.0, 60.0), 60.0, p)
+    assert short.magnitude_s == FIRST_DELAY_S  # never the cap
+    assert any("too short" in n for n in short.notes)
+    full = plan_wave(_training(12.0, 400.0), 400.0, p)
+    assert full.magnitude_s == FIRST_DELAY_S
+    assert "a" in full.noise_s
+    assert full.effect_cap_s["a"] == pytest.approx(0.02, rel=0.1)
+    assert any("needs an effect of" in n for n in full.notes)
+
+
+def test_training_needed_grows_as_the_request_rate_falls():
+    slow = training_needed_s(_training(4.0, 60.0), k=8)
+    fast = training_needed_s(_training(40.0, 60.0), k=8)
+    assert slow is not None
+    assert fast is not None
+    assert slow > 5 * fast
+    assert training_needed_s({"a": (np.zeros(3), np.zeros(3))}, k=8) is None
