@@ -53,23 +53,53 @@ def test_graph_counts_each_link_once_from_its_sender():
     assert select(graph, [], [r"db:5432 ->"]) == graph[:1]
 
 
-def test_log_follower_throughput_counts_recent_lines_without_parsing():
+def test_the_limits_judge_requests_by_start_once_all_of_them_can_have_been_logged():
+    """Servers log a request when it ends: while responses slow down, fewer lines arrive
+    although requests keep starting. The judged window ends a lag ago (the slowest response
+    lately, at least 10 s), so a slowdown is no throughput drop; requests that never end are."""
+    from coordinator.core.watch import judged_window
+
+    now, rate = 1000.0, 12.0
+    starts = np.arange(900.0, now, 1 / rate)
+    slow = np.where(starts > 995.0, 4.0, 0.09)  # a 4 s slowdown began 5 s ago
+    ended = starts + slow <= now  # what the log holds now
+    log = _log(starts[ended], slow[ended])
+    lines_lately = np.sum(starts[ended] + slow[ended] > now - 10.0) / 10.0
+    started_lately = np.sum(starts[ended] > now - 10.0) / 10.0
+    assert lines_lately < 0.65 * rate  # either naive count: a false drop beyond 30%
+    assert started_lately < 0.65 * rate
+    judged, lag = judged_window(log, now)
+    assert lag == pytest.approx(10.0)  # the slowest logged (4 s) + flush is under 10 s
+    assert len(judged) / 10.0 == pytest.approx(rate, rel=0.02)  # [980, 990): all logged
+    slower = _log(starts[ended], np.where(slow[ended] > 1, 12.0, 0.09))
+    assert judged_window(slower, now)[1] == pytest.approx(13.0)  # 12 s + 1 s flush
+    hung = _log(starts[starts < 960.0], np.full(int(np.sum(starts < 960.0)), 0.09))
+    judged, _ = judged_window(hung, now)  # nothing started after 960 has ended
+    assert len(judged) / 10.0 < 0.5 * rate
+
+
+def test_log_follower_judges_the_requests_it_was_sent():
     from coordinator.live.logfollow import LogFollower
     from tests.fakes.remote import FakeClock, QueueChannel
 
     clock, channel = FakeClock(start_s=1000.0), QueueChannel()
-    follower = LogFollower(channel, "web:/var/log/access.log", "nginx", None, clock)
-    for t in (980.0, 991.0, 995.0, 999.0):
-        clock.now = t
-        channel.push(f"line at {t}")
+    follower = LogFollower(channel, "web:/var/log/access.log", "csv", None, clock)
+    for i in range(300):  # one request a second, each logged as it ends 0.1 s later
+        clock.now = 700.0 + i + 0.1
+        channel.push(f"{700.0 + i},100,/x")
         channel.drained()
     clock.now = 1000.0
-    assert follower.rate_per_s(10.0) == pytest.approx(0.3)
-    channel.push("a line")
-    channel.drained()
-    assert follower.rate_per_s(10.0) == pytest.approx(0.4)
-    assert follower.lines[-1] == "a line"
+    judged = follower.judged()  # started in [980, 990)
+    assert list(judged.start_s) == [float(t) for t in range(980, 990)]
     follower.close()
+
+
+def _log(starts, responses):
+    from coordinator.core.weblog.model import RequestLog
+
+    url = np.empty(len(starts), dtype=object)
+    url[:] = "/x"
+    return RequestLog(np.asarray(starts, float), np.asarray(responses, float), url)
 
 
 def test_session_close_tries_every_host_and_reports_each_failure():
@@ -110,17 +140,18 @@ def test_limits_abort_on_a_throughput_drop_or_an_error_rise_against_training():
     from coordinator.core.watch import Aborted, Baseline, check_limits, failed_fraction
 
     p = Parameters(throughput_drop_limit=0.3, error_rate_limit=0.05)
-    base = Baseline(end_s=0.0, rate_per_s=100.0, mean_response_ms=10.0, failed_fraction=0.02)
-    fine = _requests([200] * 94 + [500] * 6)  # 6%: within 2% + 5%
-    check_limits(100.0, fine, base, p, "a->b")
+    base = Baseline(end_s=0.0, rate_per_s=10.0, mean_response_ms=10.0, failed_fraction=0.02)
+    fine = _requests([200] * 94 + [500] * 6)  # 100 in the 10 s judged: 6%, within 2% + 5%
+    check_limits(fine, base, p, "a->b")
     with pytest.raises(Aborted, match="throughput fell below 70%"):
-        check_limits(69.0, fine, base, p, "a->b")
+        check_limits(_requests([200] * 69), base, p, "a->b")
     with pytest.raises(Aborted, match=r"8.0% of requests failed .*\+5%\) while delaying a->b"):
-        check_limits(100.0, _requests([200] * 92 + [499] * 8), base, p, "a->b")
-    check_limits(100.0, _requests([200] * 10 + [502] * 9), base, p, "a->b")  # too few to judge
-    check_limits(100.0, _requests([404] * 100), base, p, "a->b")  # the clients' own errors
-    no_status = Baseline(0.0, 100.0, 10.0, None)
-    check_limits(100.0, _requests([500] * 100), no_status, p, "a->b")  # nothing to compare to
+        check_limits(_requests([200] * 92 + [499] * 8), base, p, "a->b")
+    slow = Baseline(0.0, 1.9, 10.0, 0.02)
+    check_limits(_requests([200] * 10 + [502] * 9), slow, p, "a->b")  # too few to judge
+    check_limits(_requests([404] * 100), base, p, "a->b")  # the clients' own errors
+    no_status = Baseline(0.0, 10.0, 10.0, None)
+    check_limits(_requests([500] * 100), no_status, p, "a->b")  # nothing to compare to
     log = _requests([200, 500, 200, 200])  # starts 0, 1, 2, 3
     assert failed_fraction(log, 1.0, 3.0) == pytest.approx(0.5)
 

@@ -13,7 +13,9 @@ from coordinator.core.prediction import batch_mean
 from coordinator.core.transactions import TransactionPattern, group_by_transaction
 from coordinator.core.weblog.model import RequestLog
 
-WATCH_S = 10.0  # throughput and errors are judged over this many seconds of log
+WATCH_S = 10.0  # throughput and errors are judged over this many seconds of requests
+LAG_S = 10.0  # ... that started at least this long ago (or the slowest response lately)
+FLUSH_S = 1.0  # from a request's end to its line reaching us
 MIN_WATCHED = 20  # requests in that window before an error fraction means anything
 
 
@@ -49,19 +51,40 @@ class Baseline:
     failed_fraction: float | None = None  # None: the log has no status to watch
 
 
-def check_limits(rate_per_s: float, recent: RequestLog, base: Baseline, p: Limits,
-                 labels: str) -> None:
+def judged_window(recent: RequestLog, now_s: float, window_s: float = WATCH_S
+                  ) -> tuple[RequestLog, float]:
+    """The requests that started in the last window whose requests have all had time to end
+    and be logged: [now - lag - window, now - lag), lag = the slowest response among `recent`
+    (what was logged lately) plus stamp resolution and flush, at least LAG_S; and the lag.
+
+    Servers write a request's line when it ends (nginx and Apache alike, whatever the stamp
+    says). Counting the lines written lately undercounts while responses slow down although
+    requests keep arriving (Apache + mod_php under a 4 s slowdown: a false throughput abort);
+    counting by start over the most recent seconds misses the requests still running. A
+    window that ends `lag` ago misses neither; a request that never ends is missed, which is
+    the drop the limit is for.
+    """
+    slowest = float(recent.response_s.max()) if len(recent) else 0.0
+    lag = max(LAG_S, slowest + recent.time_resolution_s + FLUSH_S)
+    inside = (recent.start_s >= now_s - lag - window_s) & (recent.start_s < now_s - lag)
+    return recent.select(inside), lag
+
+
+def check_limits(judged: RequestLog, base: Baseline, p: Limits, labels: str) -> None:
     """Aborted when the application suffers: throughput down by more than its limit, or the
-    fraction of failed requests up by more than its limit, against the passive phase."""
+    fraction of failed requests up by more than its limit, against the passive phase;
+    `judged` are WATCH_S of requests by their start (`judged_window`)."""
+    rate_per_s = len(judged) / WATCH_S
     if rate_per_s < (1 - p.throughput_drop_limit) * base.rate_per_s:
         raise Aborted(f"throughput fell below {1 - p.throughput_drop_limit:.0%} of the "
-                      f"training's {base.rate_per_s:.1f}/s while delaying {labels}")
-    failed = recent.failed()
+                      f"training's {base.rate_per_s:.1f}/s (requests by their start) while "
+                      f"delaying {labels}")
+    failed = judged.failed()
     if base.failed_fraction is None or failed is None or len(failed) < MIN_WATCHED:
         return
     if (fraction := float(failed.mean())) > base.failed_fraction + p.error_rate_limit:
-        raise Aborted(f"{fraction:.1%} of requests failed (5xx, 499, 408) over the last "
-                      f"{WATCH_S:g} s against {base.failed_fraction:.1%} in training (limit "
+        raise Aborted(f"{fraction:.1%} of requests failed (5xx, 499, 408) over {WATCH_S:g} s "
+                      f"of requests against {base.failed_fraction:.1%} in training (limit "
                       f"+{p.error_rate_limit:.0%}) while delaying {labels}")
 
 

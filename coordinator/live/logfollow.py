@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 from common.jsonlines import Channel
+from coordinator.core.watch import FLUSH_S, LAG_S, WATCH_S, judged_window
 from coordinator.core.weblog.model import RequestLog
 from coordinator.core.weblog.read import choose_format, line_parser
 from coordinator.live.clock import SYSTEM, Clock
@@ -29,7 +30,8 @@ class LogFollower:
         self.clock = clock
         self.parse, _ = line_parser(choose_format(Path(source), fmt, log_format), log_format)
         self.lines: list[str] = []
-        self.arrivals: list[float] = []  # when each line came in (sorted): cheap throughput
+        self.arrivals: list[float] = []  # when each line came in (sorted)
+        self._lag_s = LAG_S
         self._lock = threading.Lock()
         self.channel = channel
         self.reader = threading.Thread(target=self._read, name=self.what, daemon=True)
@@ -45,11 +47,12 @@ class LogFollower:
             self.lines.append(line)
             self.arrivals.append(now)
 
-    def rate_per_s(self, window_s: float) -> float:
-        """Lines logged per second over the last `window_s` (requests ending then): no parse."""
-        since = self.clock.time() - window_s
-        with self._lock:
-            return (len(self.arrivals) - bisect.bisect_left(self.arrivals, since)) / window_s
+    def judged(self) -> RequestLog:
+        """The requests the abort limits judge: those that started in a window ending a lag
+        ago (`core.watch.judged_window`), so every one of them has been logged by now."""
+        recent = self.recent(WATCH_S + self._lag_s + 2 * FLUSH_S)
+        judged, self._lag_s = judged_window(recent, self.clock.time())
+        return judged
 
     def recent(self, window_s: float) -> RequestLog:
         """The requests logged over the last `window_s`, parsed (a few thousand lines)."""

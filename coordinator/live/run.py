@@ -244,7 +244,7 @@ def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWav
 
         def safe() -> None:
             if clock.time() > start + WATCH_S:
-                check_limits(log.rate_per_s(WATCH_S), log.recent(WATCH_S), base, p, labels)
+                check_limits(log.judged(), base, p, labels)
 
         sleep_checking(clock, max(w.end_s for _, w in waves) - clock.time(), safe)
     finally:

@@ -233,8 +233,7 @@ def measure_alternation(session: Session, alternation: Alternation
 
     def safe() -> None:
         if clock.time() > first_end + WATCH_S:
-            check_limits(log.rate_per_s(WATCH_S), log.recent(WATCH_S), base, p,
-                         "validating a placement")
+            check_limits(log.judged(), base, p, "validating a placement")
 
     sleep_checking(clock, alternation.end_s - clock.time(), safe)
     sleep_checking(clock, TAIL_S)
@@ -276,8 +275,7 @@ def measure_window(session: Session, window_s: float,
 
     def safe() -> None:
         if base is not None and clock.time() > start + WATCH_S:
-            check_limits(log.rate_per_s(WATCH_S), log.recent(WATCH_S), base, p,
-                         "validating a placement")
+            check_limits(log.judged(), base, p, "validating a placement")
 
     sleep_checking(clock, window_s, safe)
     sleep_checking(clock, TAIL_S)
