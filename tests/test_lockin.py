@@ -143,3 +143,28 @@ def test_concurrent_waves_are_fitted_jointly():
     assert back.gradient == pytest.approx(3.0, abs=0.05)
     assert alone.gradient == pytest.approx(2.0, abs=0.3)  # orthogonal: unbiased, but
     assert (joint.ci[1] - joint.ci[0]) < (alone.ci[1] - alone.ci[0]) / 5  # far noisier
+
+
+def test_cycles_that_disagree_beyond_the_noise_widen_the_interval_and_it_holds():
+    """The effect itself changes from cycle to cycle (other work on the machine makes the
+    link's crossings slower at times): the residuals within the cycles are small, the cycles
+    disagree. Where the jackknife over cycles says so, the interval comes from it, with
+    cycles - 1 degrees of freedom, and the intervals still hold the mean effect."""
+    wave = SquareWave(start_s=1000.0, period_s=20.0, cycles=8, magnitude_s=0.002)
+    t = uniform_requests(wave, rate_per_s=12.0)
+    cycle = np.clip(((t - wave.start_s) // wave.period_s).astype(int), 0, wave.cycles - 1)
+    widened, held = [], []
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        gains = 30.0 * rng.lognormal(0.0, 0.5, wave.cycles)
+        y = 0.09 + 0.01 * rng.standard_normal(len(t)) + gains[cycle] * wave.delay_s(t)
+        est = lockin_gradient(t, y, wave)
+        widened.append(est.widened_by_cycles)
+        held.append(est.ci[0] <= gains.mean() <= est.ci[1])
+        if est.widened_by_cycles:
+            assert est.dof == wave.cycles - 1
+    assert sum(widened) >= 3
+    assert sum(held) >= 19
+    calm = lockin_gradient(t, 0.09 + 0.01 * np.random.default_rng(0).standard_normal(len(t))
+                           + 30.0 * wave.delay_s(t), wave)
+    assert not calm.widened_by_cycles

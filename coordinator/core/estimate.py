@@ -157,6 +157,10 @@ def transaction_gradient(
     except ValueError as e:
         estimate = None
         notes.append(f"lockin: {e}")
+    if estimate is not None and estimate.widened_by_cycles:
+        notes.append("the cycles disagreed beyond the noise within them (a burst of other work "
+                     "or a change of load): the interval is from the spread between cycles, "
+                     "wider; more cycles narrow it")
     return TransactionGradient(name, n_window, n_base, estimate, thesis, periodic, tuple(notes))
 
 
@@ -198,6 +202,7 @@ def gradient_json(r: TransactionGradient) -> dict[str, Any]:
         "periodic_noise_hz": [rounded(f, 5) for f in (e.periodic_hz if e else r.periodic_hz)],
         "inside_fraction": rounded(e.inside_fraction) if e else None,
         "edge_guard_ms": rounded(e.guard_s * 1e3, 2) if e else None,
+        "interval_from": ("cycles" if e.widened_by_cycles else "batches") if e else None,
         "thesis": {"n_bins": th.n_bins, "bin_s": rounded(th.bin_s), "training_chunks": th.chunks}
         if th else None,
         "notes": list(r.notes),

@@ -27,12 +27,14 @@ and off halves have the same mean time and a linear drift cannot leak into the e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
 
 from common.square_wave import SquareWave
+
+MIN_JACKKNIFE_CYCLES = 4  # fewer cycles: the jackknife's own spread is too wide to judge by
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class LockinSettings:
     confidence: float = 0.95
     min_dof: int = 4
     time_resolution_s: float = 0.0
+    cycle_test_level: float = 0.05  # the between-cycles spread is tested at this level
 
 
 @dataclass(frozen=True)
@@ -67,10 +70,12 @@ class LockinEstimate:
     inside_fraction: float
     guard_s: float
     lag1_autocorrelation: float
+    widened_by_cycles: bool = False  # the cycles disagreed beyond the model's noise
 
 
 @dataclass(frozen=True)
 class _Batches:
+    half: np.ndarray  # the half-cycle each batch lies in (0: the off half before the wave)
     count: np.ndarray
     mean: np.ndarray
     center_s: np.ndarray  # mean start time of the batch's requests, relative to window start
@@ -135,7 +140,9 @@ def _batch(
     used = count > 0
     on = (np.arange(n_total) // per_half) % 2 == 1
     c = count[used]
-    return _Batches(c, y_sum[used] / c, t_sum[used] / c, on[used], o_sum[used] / c[:, None])
+    half = np.arange(n_total) // per_half
+    return _Batches(half[used], c, y_sum[used] / c, t_sum[used] / c, on[used],
+                    o_sum[used] / c[:, None])
 
 
 def _design(
@@ -175,6 +182,34 @@ def _weighted_fit(b: _Batches, design: np.ndarray) -> _Fit | None:
     denom = float(resid @ resid)
     lag1 = float(resid[1:] @ resid[:-1]) / denom if denom > 0 else 0.0
     return _Fit(float(coef[1]), float(np.sqrt(cov[1, 1])), dof, lag1)
+
+
+def between_cycles_se(b: _Batches, design: np.ndarray) -> tuple[float, int]:
+    """Leave-one-cycle-out jackknife of the wave's coefficient: its standard error and the
+    number of cycles it used (0: too few to say).
+
+    The model's standard error assumes the residual noise is alike in every cycle. A burst of
+    someone else's work on the machine, or a change of load the drift terms cannot follow,
+    lands in one or two cycles; dropping each cycle in turn shows how much the estimate
+    depends on it, which the residual spread does not (jackknife of dependent data in blocks:
+    Künsch 1989).
+    """
+    cycle = np.maximum(b.half - 1, 0) // 2  # the leading off half goes with the first cycle
+    cycles = np.unique(cycle)
+    if len(cycles) < MIN_JACKKNIFE_CYCLES:
+        return 0.0, 0
+    estimates = []
+    for c in cycles:
+        keep = cycle != c
+        part = _Batches(b.half[keep], b.count[keep], b.mean[keep], b.center_s[keep], b.on[keep],
+                        b.others_on[keep])
+        fit = _weighted_fit(part, design[keep])
+        if fit is None:
+            return 0.0, 0
+        estimates.append(fit.beta)
+    n = len(estimates)
+    spread = np.asarray(estimates) - np.mean(estimates)
+    return float(np.sqrt((n - 1) / n * np.sum(spread**2))), n
 
 
 def _model_ladder(degree: int, periodic: tuple[float, ...]) -> list[tuple[int, tuple[float, ...]]]:
@@ -244,11 +279,27 @@ def lockin_gradient(
     clipped, inside = outlier_fence(y_w - first * on, *fence)  # others stay: they are fitted
     b = _batch(rel, clipped, h, offset, wave.half_s, per_half, others_on)
     window_s = (2 * wave.cycles + 1) * wave.half_s
-    rest = _weighted_fit(b, _design(b, window_s, degree, terms))
+    design = _design(b, window_s, degree, terms)
+    rest = _weighted_fit(b, design)
     if rest is not None:
         fit = _Fit(first * inside + rest.beta, rest.se, rest.dof, rest.lag1)
-    return _estimate(fit, wave, settings, inside, len(y_w), n_batches, per_half, degree,
-                     terms, guard)
+    fit, widened = _honest(fit, *between_cycles_se(b, design), settings)
+    return replace(_estimate(fit, wave, settings, inside, len(y_w), n_batches, per_half,
+                             degree, terms, guard), widened_by_cycles=widened)
+
+
+def _honest(fit: _Fit, cycle_se: float, cycles: int, settings: LockinSettings
+            ) -> tuple[_Fit, bool]:
+    """The between-cycles standard error (with cycles - 1 degrees of freedom) where it is
+    significantly larger than the model's (an F test at `settings.cycle_test_level`): the
+    data then say the noise was not alike in every cycle, and the model's interval would be
+    too narrow. Otherwise the model's, which uses every batch."""
+    if cycles == 0 or fit.se <= 0:
+        return fit, False
+    ratio = (cycle_se / fit.se) ** 2
+    if ratio <= stats.f.ppf(1 - settings.cycle_test_level, cycles - 1, fit.dof):
+        return fit, False
+    return _Fit(fit.beta, cycle_se, cycles - 1, fit.lag1), True
 
 
 def _choose_and_fit(
