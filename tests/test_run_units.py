@@ -238,3 +238,15 @@ def test_the_application_is_the_links_between_its_processes_or_ports():
     assert application(graph, ["nginx", "python", "postgres"], []) == [web_app, app_db]
     assert application(graph, ["nginx", "python"], [5432]) == [web_app, app_db]
     assert application(graph, [], [8000, 5432]) == []  # an ephemeral end needs its process
+
+
+def test_gradients_at_two_delays_that_disagree_beyond_their_intervals_are_noted():
+    from coordinator.core.estimate import delay_disagreement
+
+    small = {"gradient": 36.0, "ci95": [34.0, 38.0]}
+    large = {"gradient": 30.0, "ci95": [29.0, 31.0]}
+    note = delay_disagreement(small, 1.0, large, 10.0)
+    assert note == "not linear: 36 ± 2 at 1.00 ms against 30 ± 1 at 10.00 ms"
+    assert delay_disagreement(small, 1.0, {"gradient": 35.0, "ci95": [33.0, 37.0]}, 10.0) is None
+    assert delay_disagreement(small, 1.0, large, 1.2) is None  # about the same delay
+    assert delay_disagreement({"gradient": None, "ci95": None}, 1.0, large, 10.0) is None

@@ -207,3 +207,20 @@ def gradient_json(r: TransactionGradient) -> dict[str, Any]:
         if th else None,
         "notes": list(r.notes),
     }
+
+
+def delay_disagreement(first: dict[str, Any], first_ms: float, second: dict[str, Any],
+                       second_ms: float) -> str | None:
+    """A note when one transaction's gradients at two delays (`gradient_json` entries) differ
+    beyond both intervals: the response is not linear over that range (thesis ch. 6), which
+    belongs in the result, not in its error."""
+    if None in (first["gradient"], second["gradient"], first["ci95"], second["ci95"]):
+        return None
+    if max(first_ms, second_ms) < 1.5 * min(first_ms, second_ms):
+        return None
+    h1 = (first["ci95"][1] - first["ci95"][0]) / 2
+    h2 = (second["ci95"][1] - second["ci95"][0]) / 2
+    if abs(first["gradient"] - second["gradient"]) <= float(np.hypot(h1, h2)):
+        return None
+    return (f"not linear: {first['gradient']:.3g} ± {h1:.2g} at {first_ms:.2f} ms against "
+            f"{second['gradient']:.3g} ± {h2:.2g} at {second_ms:.2f} ms")

@@ -41,7 +41,12 @@ from coordinator.config.run_dir import (
     WaveEstimate,
     measurement_key,
 )
-from coordinator.core.estimate import gradient_json, log_gradients, settings_for_log
+from coordinator.core.estimate import (
+    delay_disagreement,
+    gradient_json,
+    log_gradients,
+    settings_for_log,
+)
 from coordinator.core.graph import GraphLink, application, build_graph, select
 from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.core.watch import (
@@ -338,8 +343,22 @@ def measure_group(session: Session, links: list[GraphLink], plan: WavePlan, base
     results = inject_and_estimate(session, list(zip(links, waves, strict=True)), base)
     sleep_checking(clock, max(w.period_s for w in waves) / 2)
     return [LinkMeasurement(link=link.as_json(), adaptive=a, concurrent_with=len(links) - 1,
-                            planned_ms=fixed_ms, **dict(r))
+                            planned_ms=fixed_ms, **dict(_with_linearity(r, a)))
             for link, a, r in zip(links, adaptive, results, strict=True)]
+
+
+def _with_linearity(result: WaveEstimate, adaptive: WaveEstimate | None) -> WaveEstimate:
+    """The measurement with a note per transaction whose last adaptive cycle, at another
+    delay, disagreed with it beyond both intervals."""
+    if adaptive is None:
+        return result
+    transactions = {}
+    for name, t in result.transactions.items():
+        rough = adaptive.transactions.get(name)
+        note = rough and delay_disagreement(rough, adaptive.record.magnitude_ms, t,
+                                            result.record.magnitude_ms)
+        transactions[name] = {**t, "notes": [*t["notes"], note]} if note else t
+    return result.model_copy(update={"transactions": transactions})
 
 
 def adaptive_cycles(plan: WavePlan) -> int:
