@@ -1,5 +1,7 @@
 """Pure parts of the run: concurrent waves, the graph, limits, jobs."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -51,6 +53,59 @@ def test_graph_counts_each_link_once_from_its_sender():
                                                 dst="10.0.0.3")
     assert [g.label for g in select(graph, ["app1->"], [])] == ["tcp app1:0 -> db:5432"]
     assert select(graph, [], [r"db:5432 ->"]) == graph[:1]
+
+
+def _links(*pairs: str) -> list:
+    from coordinator.core.graph import GraphLink
+
+    out = []
+    for pair in pairs:
+        (src, sp), (dst, dp) = (side.split(":") for side in pair.split("->"))
+        out.append(GraphLink("tcp", src, "10.0.0.1", int(sp), dst, "10.0.0.2", int(dp), 100))
+    return out
+
+
+def test_host_selectors_match_exact_host_names_and_regexes_only_when_asked():
+    from coordinator.core.graph import parse_selector
+
+    graph = _links("app1:0->db:5432", "app1:0->db2:5432", "db:5432->app1:0",
+                   "app1:0->webcache:11211", "db:0->web:80", "app1:0->web:80")
+    labels = [g.hosts for g in graph]
+
+    def chosen(include: list[str], exclude: tuple[str, ...] = ()) -> list[str]:
+        return [g.hosts for g in select(graph, include, exclude)]
+
+    assert chosen(["app1->db"]) == ["app1->db"]  # not app1->db2
+    assert chosen(["^app1->db$", "db->app1"]) == ["app1->db", "db->app1"]  # the old anchors
+    assert chosen(["->web"]) == chosen(["*->web"]) == ["db->web", "app1->web"]  # not webcache
+    assert chosen([], ["->web"]) == [h for h in labels if not h.endswith("->web")]
+    assert chosen(["app1->"]) == chosen(["app1->*"]) == [h for h in labels if h[:4] == "app1"]
+    assert chosen(["db:5432 ->"]) == chosen(["db:5432->*"]) == ["db->app1"]  # the old label form
+    assert chosen(["*->*:80"]) == ["db->web", "app1->web"]
+    assert chosen(["re:->web"]) == ["app1->webcache", "db->web", "app1->web"]  # as asked
+    assert chosen(["re:^app1->db"]) == ["app1->db", "app1->db2"]
+    assert parse_selector("->web").host_names == ("web",)
+    assert parse_selector("re:db").host_names == ()  # a regex names no host
+    for bad, why in (("app[12]->db", "not a link selector"), ("app1", "not a link selector"),
+                     ("a->b->c", "not a link selector"), ("re:(", "bad regex after 're:'"),
+                     ("a:70000->b", "above 65535")):
+        with pytest.raises(ValueError, match=re.escape(why)):
+            parse_selector(bad)
+
+
+def test_explain_selection_says_what_each_selector_matched():
+    from coordinator.core.graph import explain_selection
+
+    graph = _links("app1:0->db:5432", "db:5432->app1:0", "db:0->web:80", "app1:0->web:80")
+    assert explain_selection(graph, ["app1->db", "app2->db"], ["->web"]) == [
+        "include 'app1->db': 1 link: tcp app1:0 -> db:5432",
+        "include 'app2->db': matches no link of the graph",
+        "exclude '->web' (*->web): 2 links: tcp db:0 -> web:80, tcp app1:0 -> web:80",
+        "measuring 1 of 4 links"]
+    assert explain_selection(graph, [], ["re:db:5432 ->"]) == [
+        "include: none given, so every link",
+        "exclude 're:db:5432 ->': 1 link: tcp db:5432 -> app1:0",
+        "measuring 3 of 4 links"]
 
 
 def test_the_limits_judge_requests_by_start_once_all_of_them_can_have_been_logged():

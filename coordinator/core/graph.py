@@ -91,12 +91,104 @@ def application(links: list[GraphLink], processes: Iterable[str],
     return [g for g in links if node(g.src_process, g.src_port) and node(g.dst_process, g.dst_port)]
 
 
+SELECTOR_SYNTAX = ("SRC->DST with a host name, HOST:PORT or * on each side (app1->db, *->web, "
+                   "db:5432->*), or re:REGEX")
+_HOST_SIDE = re.compile(r"(?P<host>[A-Za-z0-9_.-]+|\*)?(?::(?P<port>\d{1,5}))?")
+
+
+@dataclass(frozen=True)
+class Selector:
+    """A link selector of `parameters.include`/`exclude`, parsed (`parse_selector`).
+
+    `SRC->DST`: each side a host name (matched exactly), `*` (any host) or nothing (the same),
+    optionally `:PORT` (exactly; 0 is an ephemeral port). A '^' before and a '$' after are
+    allowed and change nothing: the match is exact already. `re:REGEX`: the regex is searched
+    in the link's hosts "src->dst" and in its label "tcp src:port -> dst:port"; only this form
+    can match hosts by part of their name."""
+
+    text: str  # as written
+    src_host: str | None = None  # None: any
+    src_port: int | None = None
+    dst_host: str | None = None
+    dst_port: int | None = None
+    regex: re.Pattern[str] | None = None
+
+    @property
+    def host_names(self) -> tuple[str, ...]:
+        """The hosts it names (they must be the experiment's); none for a regex."""
+        return tuple(h for h in (self.src_host, self.dst_host) if h is not None)
+
+    @property
+    def meaning(self) -> str:
+        """How it was read: `*->web` for '->web', `re:...` for a regex."""
+        if self.regex is not None:
+            return f"re:{self.regex.pattern}"
+
+        def side(host: str | None, port: int | None) -> str:
+            return (host or "*") + (f":{port}" if port is not None else "")
+
+        return f"{side(self.src_host, self.src_port)}->{side(self.dst_host, self.dst_port)}"
+
+    def matches(self, g: GraphLink) -> bool:
+        if self.regex is not None:
+            return bool(self.regex.search(g.hosts) or self.regex.search(g.label))
+        return ((self.src_host is None or g.src_host == self.src_host)
+                and (self.src_port is None or g.src_port == self.src_port)
+                and (self.dst_host is None or g.dst_host == self.dst_host)
+                and (self.dst_port is None or g.dst_port == self.dst_port))
+
+
+def parse_selector(text: str) -> Selector:
+    """`SRC->DST` or `re:REGEX` (see Selector); ValueError saying what is expected."""
+    if text.startswith("re:"):
+        try:
+            return Selector(text, regex=re.compile(text[3:]))
+        except re.error as e:
+            raise ValueError(f"{text!r}: bad regex after 're:': {e}") from None
+    body = text.strip()
+    body = body[1:] if body.startswith("^") else body
+    body = body[:-1] if body.endswith("$") else body
+    parsed = [m for side in body.split("->") if (m := _HOST_SIDE.fullmatch(side.strip()))]
+    if len(parsed) != 2 or body.count("->") != 1:
+        raise ValueError(f"{text!r} is not a link selector: expected {SELECTOR_SYNTAX}")
+    src, dst = parsed
+
+    def host(m: re.Match[str]) -> str | None:
+        return None if m["host"] in (None, "*") else m["host"]
+
+    def port(m: re.Match[str]) -> int | None:
+        if m["port"] is None:
+            return None
+        if int(m["port"]) > 65535:
+            raise ValueError(f"{text!r}: port {m['port']} is above 65535")
+        return int(m["port"])
+
+    return Selector(text, host(src), port(src), host(dst), port(dst))
+
+
 def select(links: list[GraphLink], include: Iterable[str],
            exclude: Iterable[str]) -> list[GraphLink]:
-    """Links whose `src->dst` hosts or label match an include (all if none) and no exclude."""
-    inc, exc = [re.compile(p) for p in include], [re.compile(p) for p in exclude]
+    """Links matched by an include (all if none) and by no exclude (selectors: `Selector`)."""
+    inc, exc = [parse_selector(p) for p in include], [parse_selector(p) for p in exclude]
+    return [g for g in links if (not inc or any(s.matches(g) for s in inc))
+            and not any(s.matches(g) for s in exc)]
 
-    def hit(patterns: list[re.Pattern[str]], g: GraphLink) -> bool:
-        return any(p.search(g.hosts) or p.search(g.label) for p in patterns)
 
-    return [g for g in links if (not inc or hit(inc, g)) and not hit(exc, g)]
+def explain_selection(links: list[GraphLink], include: Iterable[str],
+                      exclude: Iterable[str]) -> list[str]:
+    """What each selector matched among `links` (the graph), one line each, then how many are
+    measured: 'include 'app1->db' (app1->db): 1 link: tcp app1:0 -> db:5432'. A selector
+    that matches nothing says so."""
+    include, exclude = list(include), list(exclude)
+    lines = [] if include else ["include: none given, so every link"]
+    for what, patterns in (("include", include), ("exclude", exclude)):
+        for text in patterns:
+            s = parse_selector(text)
+            hits = [g.label for g in links if s.matches(g)]
+            read = f" ({s.meaning})" if s.meaning != text else ""
+            found = (f"{len(hits)} link{'s' if len(hits) != 1 else ''}: " + ", ".join(hits)
+                     if hits else "matches no link of the graph")
+            lines.append(f"{what} {text!r}{read}: {found}")
+    chosen = select(links, include, exclude)
+    lines.append(f"measuring {len(chosen)} of {len(links)} links")
+    return lines
