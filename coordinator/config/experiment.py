@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -18,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from coordinator.core.graph import parse_selector
 from coordinator.core.wave_plan import Precision
 
 
@@ -33,6 +35,16 @@ def _precision(value: object) -> Precision:
 
 # YAML `half_width: 10%` or `half_width: 0.2`; written back the same way (experiment.json)
 HalfWidth = Annotated[Precision, BeforeValidator(_precision), PlainSerializer(str)]
+
+
+def _selector(text: str) -> str:
+    parse_selector(text)  # ValueError: what a selector looks like, or the regex's error
+    return text
+
+
+# `app1->db`, `*->web`, `db:5432->*` (host names exact) or `re:REGEX` (core.graph.Selector);
+# each checked on its own, so an error names its index (parameters.include.0)
+LinkSelector = Annotated[str, AfterValidator(_selector)]
 
 
 class _Strict(BaseModel):
@@ -99,8 +111,11 @@ class Parameters(_Strict):
     error_rate_limit: float = Field(0.05, gt=0, le=1, description="abort when the fraction of "
                                     "failed requests (5xx, 499, 408) over the last 10 s exceeds "
                                     "the training's by this")
-    include: tuple[str, ...] = ()  # link patterns "src->dst" (regex) to measure; empty: all
-    exclude: tuple[str, ...] = ()
+    include: tuple[LinkSelector, ...] = Field((), description="links to measure (empty: all): "
+                                              "SRC->DST, each side a host name, HOST:PORT or "
+                                              "*; or re:REGEX on 'src->dst' and the label")
+    exclude: tuple[LinkSelector, ...] = Field((), description="links not to measure (same "
+                                              "selectors)")
     magnitudes_ms: tuple[float, ...] = Field((), description="measure every link at each of "
                                              "these delays (the curvature of thesis ch. 6)")
     inject_at: Literal["receiver", "sender"] = Field(
@@ -128,13 +143,6 @@ class Parameters(_Strict):
             raise ValueError(f"magnitudes_ms {max(self.magnitudes_ms):g} is above max_delay_ms "
                              f"{self.max_delay_ms:g}")
         return self
-
-    @field_validator("include", "exclude")
-    @classmethod
-    def _regexes(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
-        for p in patterns:
-            re.compile(p)
-        return patterns
 
 
 class Workload(_Strict):
@@ -183,10 +191,7 @@ class Experiment(_Strict):
         missing = [f for f in ("hosts", "ssh", "web_log") if not getattr(self, f)]
         if missing:
             raise ValueError(f"give {', '.join(missing)} (or testbed: TAG)")
-        assert self.web_log is not None
         names = [h.name for h in self.hosts]
-        if self.web_log.host not in names:
-            raise ValueError(f"web_log.host {self.web_log.host!r} is not one of {names}")
         if len(set(names)) != len(names):
             raise ValueError(f"host names must be unique: {names}")
         assert self.ssh is not None
@@ -198,3 +203,27 @@ class Experiment(_Strict):
                 raise ValueError(f"without ssh.config, every host needs an address: "
                                  f"{', '.join(bare)}")
         return self
+
+    def dangling_references(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Fields that name a host the experiment does not have, or need a URL it does not
+        give: (the field's path, what is wrong). `load_experiment` checks them once a testbed
+        tag has filled the hosts and URL in, so each is reported at its own line."""
+        names = [h.name for h in self.hosts]
+        known = f"one of the hosts ({', '.join(names)})" if names else "a host (hosts is empty)"
+        out: list[tuple[tuple[str | int, ...], str]] = []
+        if self.web_log is not None and self.web_log.host not in names:
+            out.append((("web_log", "host"), f"{self.web_log.host!r} is not {known}"))
+        if self.workload is not None:
+            if self.workload.host not in names:
+                out.append((("workload", "host"), f"{self.workload.host!r} is not {known}"))
+            if self.workload.rate_per_s is not None and not self.frontend_url:
+                out.append((("workload", "rate_per_s"), "the load generator needs the "
+                            "application's URL: give frontend_url (a testbed: tag sets it)"))
+        for field in ("include", "exclude"):
+            for i, text in enumerate(getattr(self.parameters, field)):
+                for host in parse_selector(text).host_names:
+                    if host not in names:
+                        out.append((("parameters", field, i), f"{text!r} names host {host!r}, "
+                                    f"which is not {known} (a regex on part of a name: "
+                                    "re:REGEX)"))
+        return out

@@ -1,6 +1,7 @@
 """Loading an experiment file: validated whole (file:line:field), relative paths made
-relative to the file, a `testbed:` tag resolved, and the error watch checked against the web
-log's format, all before any host is touched."""
+relative to the file, a `testbed:` tag resolved, every host a field names checked against the
+hosts (after the tag filled them in), and the error watch checked against the web log's
+format, all before any host is touched."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def load_experiment(path: str | Path, testbed_root: Path | None = None) -> Exper
     base = path.resolve().parent
     if experiment.testbed is not None:
         experiment = from_testbed(experiment, path, testbed_root)
+    _check_references(experiment, path)
     _check_error_watch(experiment, path)
     assert experiment.ssh is not None
     ssh = experiment.ssh.model_copy(update={
@@ -31,6 +33,20 @@ def load_experiment(path: str | Path, testbed_root: Path | None = None) -> Exper
                   for h in experiment.hosts)
     return experiment.model_copy(update={"ssh": ssh, "hosts": hosts,
                                          "output": base / experiment.output})
+
+
+def _check_references(experiment: Experiment, path: Path) -> None:
+    """Every field naming a host names one of the experiment's (a testbed's, once filled
+    in), and a load generator has a URL: each problem at its own line and field."""
+    problems = []
+    for loc, message in experiment.dangling_references():
+        line = line_of(path, loc)
+        if experiment.testbed is not None and loc[0] == "web_log":  # not in the file
+            line, message = line_of(path, ("testbed",)), message.replace(
+                " is not", " (the testbed's) is not", 1)
+        problems.append(Problem(message, str(path), line, ".".join(str(p) for p in loc)))
+    if problems:
+        raise InputError(problems)
 
 
 def _check_error_watch(experiment: Experiment, path: Path) -> None:
