@@ -1,15 +1,53 @@
-"""What `linkgrad run` says: an experiment file that names a host it does not have, or a
-selector that is no selector, is exit 2 at its file, line and field."""
+"""What `linkgrad run` says: however a run ends (completed, aborted, interrupted, failed) it
+names the files it kept — only those that exist — and, when links are left to measure, the
+`--resume` command that measures them; and an experiment file that names a host it does not
+have, or a selector that is no selector, is exit 2 at its file, line and field. The runs use
+the fake remote (tests/fakes/remote.py) through the real command line."""
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
+from coordinator.cli import run as run_cli
 from coordinator.cli.main import main
-from tests.fakes.remote import ADDRESSES
+from coordinator.live.run import run_experiment
+from tests.fakes.remote import ADDRESSES, LOG_FORMAT, START_S, FakeApplication, FakeClock, FakeHosts
+
+CROSSINGS = {"/two": 2, "/none": 0}
+FILES = ("graph.json", "baseline.json", "plan.json", "gradients.json", "report.html",
+         "weblog.log", "run.json")
+
+
+def write_experiment(tmp_path: Path, **parameters: object) -> Path:
+    path = tmp_path / "fake.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "fake",
+        "hosts": [{"name": name, "address": address} for name, address in ADDRESSES.items()],
+        "ssh": {"known_hosts": "known_hosts"},
+        "web_log": {"host": "web", "path": "/var/log/nginx/access.log", "format": "nginx",
+                    "log_format": LOG_FORMAT},
+        "transactions": {"two": "^/two", "none": "^/none"},
+        "parameters": {"training_s": 30, "period_s": 8, "cycles": 4, "magnitude_ms": 10,
+                       "adaptive": False, "include": ["app->db", "db->app"], "concurrent": 1,
+                       **parameters},
+        "output": "runs"}, sort_keys=False))
+    return path
+
+
+def use_fake(monkeypatch: pytest.MonkeyPatch, **app: object) -> tuple[FakeClock, FakeHosts]:
+    """`linkgrad run` against a fake application in virtual time instead of SSH."""
+    clock = FakeClock()
+    hosts = FakeHosts(FakeApplication(clock, CROSSINGS, **app))  # type: ignore[arg-type]
+    monkeypatch.setattr(run_cli, "run_experiment", functools.partial(
+        run_experiment, connect=hosts.connect, clock=clock))
+    return clock, hosts
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -17,6 +55,121 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     out, err = capsys.readouterr()
     return code, out, err
 
+
+def kept_listing(err: str) -> tuple[Path, dict[str, str]]:
+    """The run directory and the files named under 'kept in RUN_DIR:'."""
+    lines = err.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("kept in "))
+    run_dir = Path(lines[start].removeprefix("kept in ").removesuffix(":"))
+    files = {}
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        name, _, what = line.strip().partition(" ")
+        files[name] = what.strip()
+    return run_dir, files
+
+
+def resume_argv(err: str) -> list[str] | None:
+    found = re.search(r"^.*: (linkgrad run .* --resume .*)$", err, re.MULTILINE)
+    return shlex.split(found[1]) if found else None
+
+
+def test_an_aborted_run_names_only_the_files_it_kept_and_how_to_resume(
+        tmp_path, monkeypatch, capsys):
+    path = write_experiment(tmp_path)
+    use_fake(monkeypatch, collapse_when_delayed=True)
+    code, _, err = run([str(path)], capsys)
+    assert code == 1
+    assert err.count("aborted: throughput fell below 70%") == 1
+    run_dir, files = kept_listing(err)
+    assert all((run_dir / name).exists() for name in files)
+    assert {"graph.json", "plan.json", "weblog.log", "run.json"} <= set(files)
+    assert "gradients.json" not in files  # none was measured: none is named
+    assert not (run_dir / "gradients.json").exists()
+    assert "gradients.json" not in err
+    assert "no link measured" in err
+    assert re.search(r"graph\.json +the communication graph: \d+ links", err)
+    assert "2 links left to measure: " in err
+    assert resume_argv(err) == ["linkgrad", "run", str(path), "--resume", str(run_dir)]
+
+
+def test_an_interrupted_run_counts_what_it_measured_and_its_resume_command_finishes_it(
+        tmp_path, monkeypatch, capsys):
+    path = write_experiment(tmp_path)
+    clock, _ = use_fake(monkeypatch)
+    clock.interrupt_at = START_S + 30 + 55  # after the first link, in the second
+    code, _, err = run([str(path)], capsys)
+    assert code == 1
+    assert "\ninterrupted\n" in err
+    run_dir, files = kept_listing(err)
+    assert set(files) == set(FILES)
+    assert all((run_dir / name).exists() for name in files)
+    assert files["gradients.json"] == "1 of 2 links measured"
+    assert "1 link left to measure: " in err
+    argv = resume_argv(err)
+    assert argv is not None
+    assert argv[:2] == ["linkgrad", "run"]
+
+    use_fake(monkeypatch, seed=2)  # the command it printed, as printed
+    code, _, err = run(argv[2:], capsys)
+    assert code == 0
+    assert "\ncompleted\n" in err
+    _, files = kept_listing(err)
+    assert files["gradients.json"] == "2 of 2 links measured (1 from before)"
+    assert resume_argv(err) is None  # nothing left
+    assert "left to measure" not in err
+
+
+def test_an_interrupt_in_training_keeps_no_graph_and_says_nothing_was_planned(
+        tmp_path, monkeypatch, capsys):
+    path = write_experiment(tmp_path)
+    clock, _ = use_fake(monkeypatch)
+    clock.interrupt_at = START_S + 10
+    code, out, err = run([str(path), "--json"], capsys)
+    assert code == 1
+    run_dir, files = kept_listing(err)
+    assert set(files) <= {"weblog.log", "run.json"}
+    assert all((run_dir / name).exists() for name in files)
+    assert "no link planned yet: linkgrad run" in err
+    status = json.loads(out)
+    assert status["status"] == "interrupted"
+    assert status["kept"] == sorted(files)
+    assert status["resume_argv"] == ["linkgrad", "run", str(path), "--resume", str(run_dir)]
+    assert "report" not in status
+
+
+def test_a_failed_run_says_what_it_kept_before_the_error(tmp_path, monkeypatch, capsys):
+    path = write_experiment(tmp_path)
+    _, hosts = use_fake(monkeypatch)
+    hosts.refusing_injector.add("db")
+    code, _, err = run([str(path)], capsys)
+    assert code == 1
+    assert "failed: injector on db did not start" in err
+    assert "linkgrad: error: injector on db did not start" in err
+    run_dir, files = kept_listing(err)
+    assert {"graph.json", "plan.json", "run.json"} <= set(files)
+    assert "gradients.json" not in files
+    assert all((run_dir / name).exists() for name in files)
+    assert resume_argv(err) is not None
+
+
+def test_a_completed_run_names_its_gradients_and_no_resume(tmp_path, monkeypatch, capsys):
+    path = write_experiment(tmp_path, concurrent=2)
+    use_fake(monkeypatch)
+    code, out, err = run([str(path), "--json"], capsys)
+    assert code == 0
+    run_dir, files = kept_listing(err)
+    assert files["gradients.json"] == "2 of 2 links measured"
+    assert "report.html" in files
+    assert all((run_dir / name).exists() for name in files)
+    status = json.loads(out)
+    assert status["links_done"] == status["links_planned"] == 2
+    assert "resume_argv" not in status
+    assert set(status["kept"]) == set(files)
+
+
+# ------------------------------------------------------------------ bad experiment files
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from common.command import Command
 from common.errors import InputError, Problem
 from coordinator.config.experiment_file import load_experiment
+from coordinator.config.run_dir import RunJournal
 from coordinator.live.run import run_experiment
 
 
@@ -56,17 +59,92 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         journal = run_experiment(experiment, run_dir, say, resume=args.resume is not None)
+    except Exception:  # failed: say what it kept before the error is printed
+        if (failed := _journal(run_dir)) is not None:
+            _say_outcome(console, failed, run_dir, args.experiment)
+        raise
     finally:  # a report of what was measured, however the run ended
         report = _report_if_measured(run_dir)
-    status = {**journal.model_dump(mode="json", exclude_none=True), "run_dir": str(run_dir),
-              **({"report": str(report)} if report else {})}
+    resume = _resume_argv(journal, run_dir, args.experiment)
     if args.json:
+        status = {**journal.model_dump(mode="json", exclude_none=True), "run_dir": str(run_dir),
+                  **({"report": str(report)} if report else {}),
+                  "kept": sorted(_kept(run_dir, journal)),
+                  **({"resume_argv": resume} if resume else {})}
         print(json.dumps(status, indent=2, default=str))
-    else:
-        console.print(f"{journal.status}: {run_dir}/gradients.json")
+    _say_outcome(console, journal, run_dir, args.experiment)
     for problem in journal.cleanup_problems or []:
-        console.print(f"[red]cleanup failed:[/] {problem}")
+        console.print(f"[red]cleanup failed:[/] {escape(problem)}")
     return 0 if journal.succeeded else 1
+
+
+def _journal(run_dir: Path) -> RunJournal | None:
+    try:
+        return RunJournal.model_validate_json((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _kept(run_dir: Path, journal: RunJournal) -> dict[str, str]:
+    """The files of the run directory worth naming that exist, each with what it holds."""
+    described = {
+        "graph.json": lambda: _graph_size(run_dir / "graph.json"),
+        "baseline.json": lambda: "the response times before any delay",
+        "plan.json": lambda: "the square wave's period and delay",
+        "gradients.json": lambda: _measured(journal),
+        "report.html": lambda: "the link gradient graph and every link's series",
+        "weblog.log": lambda: "the web log's requests",
+        "run.json": lambda: "how the run went",
+    }
+    return {name: what() for name, what in described.items() if (run_dir / name).exists()}
+
+
+def _graph_size(path: Path) -> str:
+    try:
+        links = len(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return "the communication graph"
+    return f"the communication graph: {links} link{'s' if links != 1 else ''}"
+
+
+def _measured(journal: RunJournal) -> str:
+    planned = f" of {journal.links_planned}" if journal.links_planned is not None else ""
+    resumed = f" ({journal.links_resumed} from before)" if journal.links_resumed else ""
+    return f"{journal.links_done}{planned} links measured{resumed}"
+
+
+def _left(journal: RunJournal) -> int | None:
+    """Measurements still missing; None when the run ended before it planned them."""
+    if journal.links_planned is None:
+        return None
+    return max(0, journal.links_planned - journal.links_done)
+
+
+def _resume_argv(journal: RunJournal, run_dir: Path, experiment: Path) -> list[str] | None:
+    """`linkgrad run EXPERIMENT --resume RUN_DIR` when the run did not complete and something
+    is left to measure."""
+    if journal.status == "completed" or _left(journal) == 0:
+        return None
+    return ["linkgrad", "run", str(experiment), "--resume", str(run_dir)]
+
+
+def _say_outcome(console: Console, journal: RunJournal, run_dir: Path, experiment: Path) -> None:
+    """How the run ended, the files it kept (only those that exist) and, when something is
+    left to measure, the command that measures only that."""
+    reason = f": {journal.reason}" if journal.reason else ""
+    console.print(f"{journal.status}{reason}", markup=False, soft_wrap=True)
+    kept = _kept(run_dir, journal)
+    if "gradients.json" not in kept:
+        console.print("no link measured", markup=False)
+    console.print(f"kept in {run_dir}:", markup=False, soft_wrap=True)
+    width = max(map(len, kept), default=0)
+    for name, what in kept.items():
+        console.print(f"  {name:<{width}}  {what}", markup=False, soft_wrap=True)
+    if (resume := _resume_argv(journal, run_dir, experiment)) is not None:
+        left = _left(journal)
+        what = (f"{left} link{'s' if left != 1 else ''} left to measure" if left is not None
+                else "no link planned yet")
+        console.print(f"{what}: {shlex.join(resume)}", markup=False, soft_wrap=True)
 
 
 def _report_if_measured(run_dir: Path) -> Path | None:
