@@ -106,3 +106,17 @@ def test_training_needed_grows_as_the_request_rate_falls():
     assert fast is not None
     assert slow > 5 * fast
     assert training_needed_s({"a": (np.zeros(3), np.zeros(3))}, k=8) is None
+
+
+def test_automatic_cycles_reach_the_precision_within_max_duration():
+    quiet = plan_wave(_training(12.0, 400.0), 400.0, Parameters())
+    assert quiet.cycles >= 6
+    assert any(f"{quiet.cycles} cycles (" in n for n in quiet.notes)
+    short = plan_wave(_training(12.0, 400.0), 400.0, Parameters(half_width="2%",
+                                                                max_duration_s=60))
+    assert short.cycles == max(6, int(60 // short.period_s))
+    assert any("beyond max_duration_s=60" in n for n in short.notes)
+    fixed = plan_wave(_training(12.0, 400.0), 400.0, Parameters(cycles=4))
+    assert fixed.cycles == 4
+    # the noise a delay is sized by is the noise of the cycles chosen: more cycles, less noise
+    assert quiet.noise_s["a"] < fixed.noise_s["a"] * (4 / quiet.cycles) ** 0.5 * 1.5

@@ -96,7 +96,10 @@ class Parameters(_Strict):
     n_bins: int = Field(32, ge=8, description="N, bins per measurement window")
     chunks: int = Field(9, ge=2, description="M, training chunks for the baseline spectrum")
     scale_d: float = Field(30.0, gt=0, description="delay scale factor d")
-    cycles: int = Field(6, ge=2, le=64, description="square-wave cycles per measurement")
+    cycles: int | None = Field(None, ge=2, le=512, description="square-wave cycles per "
+                               "measurement. Default: as many as half_width needs with the "
+                               "effect under the response time's spread (6 at least, "
+                               "max_duration_s at most)")
     period_s: float | None = Field(None, gt=0, description="fix the period (else training's)")
     magnitude_ms: float | None = Field(None, gt=0, description="fix the delay (else d·σ rule)")
     half_width: HalfWidth = Field(Precision(0.1, relative=True), description="wanted 95% CI "

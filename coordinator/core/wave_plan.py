@@ -35,6 +35,7 @@ FIRST_DELAY_S = 0.001  # the adaptive cycle's first delay: small on any applicat
 MIN_DELAY_S = 0.0005  # below this NFQUEUE's own jitter (~0.04 ms) is no longer small
 GROWTH = 4.0  # an unresolved rough gradient: the next adaptive cycle's delay is this × larger
 TRAIN_CHUNKS, TRAIN_BINS = 4, 16  # automatic training: this many chunks of this many bins
+MIN_CYCLES = 6  # automatic cycles: at least this many (the thesis's default)
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,12 @@ class PlanSettings(Protocol):
     n_bins: int
     chunks: int
     scale_d: float
-    cycles: int
+    cycles: int | None  # None: as many as the precision needs (`_cycles_for_precision`)
     period_s: float | None
     magnitude_ms: float | None
     half_width: Precision
     max_delay_ms: float
+    max_duration_s: float
 
 
 @dataclass(frozen=True)
@@ -135,14 +137,38 @@ def plan_wave(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: f
         except ValueError as e:
             period = max(4 * bin_s, 10.0)
             notes.append(f"training too short for the spectrum ({e}); period {period:.1f} s")
-    noise, caps = _noise_and_caps(by_transaction, end_s, period, params.cycles)
+    cycles = params.cycles or MIN_CYCLES
+    noise, caps = _noise_and_caps(by_transaction, end_s, period, cycles)
+    if params.cycles is None and params.magnitude_ms is None:
+        cycles = _cycles_for_precision(noise, caps, period, params, notes)
+        noise = {n: v * math.sqrt(MIN_CYCLES / cycles) for n, v in noise.items()}
     if params.magnitude_ms is not None:
         first = min(params.magnitude_ms, params.max_delay_ms) / 1e3
-        notes.append(f"delay fixed at {first * 1e3:g} ms")
+        notes.append(f"delay fixed at {first * 1e3:g} ms, {cycles} cycles")
     else:
         first = min(FIRST_DELAY_S, params.max_delay_ms / 1e3)
-        notes.append(_precision_note(noise, caps, params))
-    return WavePlan(period, params.cycles, first, n_bins, tuple(notes), noise, caps)
+        notes.append(_precision_note(noise, caps, cycles, params))
+    return WavePlan(period, cycles, first, n_bins, tuple(notes), noise, caps)
+
+
+def _cycles_for_precision(noise: dict[str, float], caps: dict[str, float], period_s: float,
+                          params: PlanSettings, notes: list[str]) -> int:
+    """Cycles that give the wanted precision with each transaction's effect at its cap (the
+    median over transactions): the noise falls as 1/sqrt(cycles). MIN_CYCLES at least, what
+    max_duration_s holds at most."""
+    most = max(MIN_CYCLES, int(params.max_duration_s // period_s))
+    needed = [MIN_CYCLES * (noise[n] / params.half_width.at(1.0) / caps[n]) ** 2
+              for n in noise if caps.get(n, 0) > 0]
+    if not needed:
+        return MIN_CYCLES
+    want = math.ceil(float(np.median(needed)))
+    cycles = min(max(MIN_CYCLES, want), most)
+    why = (f"{cycles} cycles ({cycles * period_s:.0f} s a link): what ±{params.half_width} "
+           "needs with the effect under the response time's spread")
+    if want > most:
+        why += f"; {want} would, beyond max_duration_s={params.max_duration_s:g}"
+    notes.append(why)
+    return cycles
 
 
 def _noise_and_caps(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: float,
@@ -159,7 +185,7 @@ def _noise_and_caps(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], en
     return noise, caps
 
 
-def _precision_note(noise: dict[str, float], caps: dict[str, float],
+def _precision_note(noise: dict[str, float], caps: dict[str, float], cycles: int,
                     params: PlanSettings) -> str:
     if not noise:
         return ("no sham fitted in training: each link's delay keeps its effect below the "
@@ -167,9 +193,9 @@ def _precision_note(noise: dict[str, float], caps: dict[str, float],
     name = min(noise, key=noise.__getitem__)
     wanted = noise[name] / params.half_width.at(1.0)
     text = (f"±{params.half_width} needs an effect of {wanted * 1e3:.1f} ms on {name}'s response "
-            f"time (±{noise[name] * 1e3:.2f} ms of noise in {params.cycles} cycles)")
+            f"time (±{noise[name] * 1e3:.2f} ms of noise in {cycles} cycles)")
     if name in caps and caps[name] < wanted:
-        more = math.ceil(params.cycles * (wanted / caps[name]) ** 2)
+        more = math.ceil(cycles * (wanted / caps[name]) ** 2)
         text += (f"; its spread caps the effect at {caps[name] * 1e3:.1f} ms, so the interval "
                  f"will be wider (cycles: {more} would reach it)")
     return text + f"; first delay {min(FIRST_DELAY_S, params.max_delay_ms / 1e3) * 1e3:g} ms"
