@@ -147,13 +147,13 @@ def test_every_value_given_is_the_default_unless_its_line_says_not():
 
 
 def test_values_that_are_not_the_default_are_caught():
-    text = REFERENCE.read_text().replace("  cycles: 6 ", "  cycles: 7 ")
+    text = REFERENCE.read_text().replace("  k: 8 ", "  k: 9 ")
     text = text.replace("half_width: '10%' ", "half_width: 0.2   ")
     bad = [(s, n) for s, m, n, _, c in _value_lines(text)
            if not type(m).model_fields[n].is_required()
            and (getattr(m, n) == type(m).model_fields[n].get_default(
                call_default_factory=True)) == (NOT_DEFAULT in c)]
-    assert bad == [("parameters", "cycles"), ("parameters", "half_width")]
+    assert bad == [("parameters", "k"), ("parameters", "half_width")]
 
 
 def test_the_model_walk_sees_through_optional_and_containers():
