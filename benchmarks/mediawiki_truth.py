@@ -1,0 +1,286 @@
+"""MediaWiki: the truth per page type, measured two independent ways on the MediaWiki testbed.
+
+(a) Crossings from a capture. Each page type is requested alone (one at a time, a pause after
+each) while a packet socket on the db host's eth0 records every web<->db packet and MariaDB's
+general log every statement. Per request: the queries, the connections, and per direction the
+*turns* (a maximal run of payload packets one way on a connection is one message) and the
+payload-less handshake and teardown packets, each counted before and after the response ended.
+The gradient's expectation (what a delay on the link waits for):
+  web->db: per connection the SYN and the handshake's last ACK (mariadbd accepts on it and only
+           then sends its greeting), plus every web->db turn that db answers (COM_QUIT is not
+           answered: nobody waits for it);
+  db->web: per connection the SYN-ACK, plus every db->web turn (greeting, auth OK, results);
+both counted only before the response ended (Apache's %D).
+(b) Slopes. Under the load generator's open-loop load (every page type, equal weights), a
+constant delay on one direction (the injector daemon on the receiving host, as `linkgrad run`
+injects by default) is switched off and on in turn (coordinator.core.alternation: off, on, ...,
+off), and each page type's mean response time (the access log, Apache's %D) on minus off,
+divided by the delay the injector actually applied, is the slope; its standard error is
+Welch's.
+
+    .venv/bin/python -m benchmarks.mediawiki_truth [--requests 10] [--delay-ms 2]
+                                                   [--window-s 40] [--rate 12]
+
+Brings up its own MediaWiki testbed (tag mwt, a scratch root) and takes it down. Writes
+benchmarks/out/mediawiki_truth.json and its section of benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.on_testbed import scratch_root
+from benchmarks.results_md import update_section
+from common.protocol.injector import ON as PHASE_ON
+from common.protocol.injector import SquareSchedule
+from coordinator.core.alternation import OFF, ON, Alternation
+from coordinator.core.weblog import read_log
+from testbed import mariadb
+from testbed.lifecycle import down, up
+from testbed.pairs.hosts import Hosts, InjectorProcess
+from testbed.topology import MEDIAWIKI
+
+OUT = Path(__file__).with_name("out")
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+PORT = mariadb.PORT
+SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
+
+
+def sniff(port: int) -> None:
+    """In the db host's namespace: every TCP packet to or from `port` on any interface as a
+    JSON line (t, src, dst, sport, dport, flags, payload bytes) until stdin closes."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))
+    sock.settimeout(0.2)
+    threading.Thread(target=lambda: (sys.stdin.read(), sock.close()), daemon=True).start()
+    print("ready", flush=True)
+    while True:
+        try:
+            frame = sock.recv(65535)
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+        if len(frame) < 34 or frame[12:14] != b"\x08\x00" or frame[23] != 6:
+            continue
+        ihl = (frame[14] & 0x0F) * 4
+        total = struct.unpack("!H", frame[16:18])[0]
+        tcp = frame[14 + ihl:]
+        sport, dport = struct.unpack("!HH", tcp[:4])
+        if port not in (sport, dport):
+            continue
+        data_off = (tcp[12] >> 4) * 4
+        print(json.dumps({"t": time.time(), "src": socket.inet_ntoa(frame[26:30]),
+                          "sport": sport, "dport": dport, "flags": tcp[13],
+                          "len": total - ihl - data_off}), flush=True)
+
+
+def count_request(packets: list[dict[str, Any]], end_s: float) -> dict[str, int]:
+    """Turns and control packets of one request's web<->db packets (time order), split at the
+    response's end. Keys `<dir>_<what>_<before|after>`, dir `up` (web->db) or `down`; what:
+    `syn` (SYN or SYN-ACK), `handshake_ack`, `fin` (FIN or RST), `turns`, `answered` (up turns
+    that a down turn followed on the same connection)."""
+    counts: dict[str, int] = {}
+    last_dir: dict[int, str] = {}  # connection (web's port) -> direction of its last payload
+    syn_acked: set[int] = set()
+    accepted: set[int] = set()
+
+    def add(key: str, when: float) -> None:
+        k = f"{key}_{'before' if when <= end_s else 'after'}"
+        counts[k] = counts.get(k, 0) + 1
+
+    for p in packets:
+        up_ = p["dport"] == PORT
+        conn, direction = (p["sport"] if up_ else p["dport"]), ("up" if up_ else "down")
+        if p["flags"] & SYN:
+            add(f"{direction}_syn", p["t"])
+            if not up_:
+                syn_acked.add(conn)
+        elif p["flags"] & (FIN | RST):
+            add(f"{direction}_fin", p["t"])
+        elif p["len"] == 0 and up_ and conn in syn_acked and conn not in accepted:
+            accepted.add(conn)  # the handshake's last ACK: mariadbd accepts on it
+            add("up_handshake_ack", p["t"])
+        if p["len"] > 0 and last_dir.get(conn) != direction:
+            add(f"{direction}_turns", p["t"])
+            if direction == "down" and last_dir.get(conn) == "up":
+                add("up_answered", p["t"])
+            last_dir[conn] = direction
+    return counts
+
+
+def expectation(c: dict[str, float]) -> dict[str, float]:
+    """What each direction's gradient should be, from one request's (mean) counts."""
+    b = {k[: -len("_before")]: v for k, v in c.items() if k.endswith("_before")}
+    return {"web->db": b.get("up_syn", 0) + b.get("up_handshake_ack", 0) + b.get("up_answered", 0),
+            "db->web": b.get("down_syn", 0) + b.get("down_turns", 0)}
+
+
+def crossings(info: dict[str, Any], directory: Path, requests: int) -> dict[str, Any]:
+    db = next(h for h in info["hosts"] if h["name"] == "db")
+    sniffer = subprocess.Popen(["ip", "netns", "exec", db["namespace"], sys.executable, "-m",
+                                "benchmarks.mediawiki_truth", "--sniff"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    packets: list[dict[str, Any]] = []
+    try:
+        assert sniffer.stdout is not None
+        if sniffer.stdout.readline().strip() != "ready":
+            sys.exit("mediawiki_truth: the packet capture did not start")
+        reader = threading.Thread(target=lambda: packets.extend(
+            json.loads(line) for line in sniffer.stdout), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        log = mariadb.general_log(directory, True)
+        result = {}
+        for t in info["transactions"]:
+            per = []
+            for _ in range(requests):
+                offset, mark = log.stat().st_size, len(packets)
+                start = time.time()
+                with DIRECT.open(t["url"], timeout=60) as answer:
+                    answer.read()
+                end = time.time()
+                time.sleep(0.4)  # what the request does after its response (closing, deferred)
+                text = log.read_bytes()[offset:].decode(errors="replace")
+                counts = count_request(sorted(packets[mark:], key=lambda p: p["t"]), end)
+                counts["queries"] = sum(" Query\t" in line for line in text.splitlines())
+                counts["connections"] = sum(" Connect\t" in line for line in text.splitlines())
+                counts["response_ms"] = round((end - start) * 1e3, 1)
+                per.append(counts)
+            keys = sorted({k for c in per for k in c})
+            mean = {k: float(np.mean([c.get(k, 0) for c in per])) for k in keys}
+            result[t["name"]] = {"mean": mean, "min_queries": min(c["queries"] for c in per),
+                                 "max_queries": max(c["queries"] for c in per),
+                                 "expected": expectation(mean)}
+        mariadb.general_log(directory, False)
+        return result
+    finally:
+        assert sniffer.stdin is not None
+        sniffer.stdin.close()
+        sniffer.wait(timeout=15)
+
+
+def slopes(info: dict[str, Any], link: str, delay_ms: float, window_s: float,
+           rate_per_s: float) -> dict[str, Any]:
+    """d(mean response)/d(delay) per page type, the delay on `link` off and on in turn."""
+    address = {h["name"]: h["address"] for h in info["hosts"]}
+    namespace = {h["name"]: h["namespace"] for h in info["hosts"]}
+    receiver, spec = (("db", {"proto": "tcp", "src": address["web"],
+                              "dst": f"{address['db']}:{PORT}"}) if link == "web->db" else
+                      ("web", {"proto": "tcp", "src": f"{address['db']}:{PORT}",
+                               "dst": address["web"]}))
+    hosts = Hosts(tag=namespace["client"].removesuffix("client"))  # ns(name): lgtb-TAG-name
+    alternation = Alternation.for_window(time.time() + 8.0, window_s, cycles=4, guard_s=1.0)
+    try:
+        injector = InjectorProcess(hosts, receiver, "--queue", "7300")
+        injector.ok("add", link=spec,
+                    schedule=SquareSchedule.of(alternation.wave(delay_ms)).model_dump())
+        mix = ",".join(f"{t['path']}=1" for t in info["transactions"])
+        duration_s = alternation.end_s - time.time() + 1.0
+        subprocess.run(["ip", "netns", "exec", namespace["client"], sys.executable, "-m",
+                        "testbed.loadgen", "--url", info["frontend_url"], "--mix", mix,
+                        "--rate", str(rate_per_s), "--duration", f"{duration_s:.1f}", "--json"],
+                       capture_output=True, text=True, timeout=duration_s + 120, check=True)
+        stats = injector.ok("stats")["links"]
+        applied_ms = next(iter(stats.values()))["schedules"]["0"][PHASE_ON]["actual"]["mean_ms"]
+        injector.stop()
+    finally:
+        hosts.remove()
+    log = read_log(info["web_log"]["path"], "apache", info["web_log"]["log_format"])
+    side, _ = alternation.sides(log.start_s)
+    found = {"link": link, "requested_ms": delay_ms, "applied_ms": applied_ms,
+             "alternation": {"start": alternation.start_s, "half_s": alternation.half_s,
+                             "cycles": alternation.cycles, "guard_s": alternation.guard_s},
+             "pages": {}}
+    for t in info["transactions"]:
+        mine = log.url == t["path"]
+        on = log.response_s[mine & (side == ON)] * 1e3
+        off = log.response_s[mine & (side == OFF)] * 1e3
+        se = float(np.sqrt(on.var(ddof=1) / len(on) + off.var(ddof=1) / len(off)))
+        found["pages"][t["name"]] = {
+            "slope": float(on.mean() - off.mean()) / applied_ms, "se": se / applied_ms,
+            "on_ms": float(on.mean()), "off_ms": float(off.mean()),
+            "n_on": len(on), "n_off": len(off)}
+    return found
+
+
+def markdown(result: dict[str, Any]) -> str:
+    c, s = result["crossings"], {x["link"]: x["pages"] for x in result["slopes"]}
+    applied = ", ".join(f"{x['link']} {x['applied_ms']:.2f} ms" for x in result["slopes"])
+    lines = [
+        "## MediaWiki: the truth per page type (`benchmarks/mediawiki_truth.py`)",
+        "",
+        f"Debian's MediaWiki 1.39 on Apache 2.4 + mod_php 8.2 (prefork), MariaDB 10.11, on the "
+        f"`--app mediawiki` testbed ({result['machine']}). Parser and message caches in the DB "
+        "(CACHE_DB), main cache CACHE_NONE, one connection per request. **Crossings** (a): "
+        f"each page alone, {result['requests']} times, a packet capture on db's eth0 and "
+        "MariaDB's general log; per request (mean): queries, DB connections, turns per "
+        "direction (a run of payload packets one way is one message), SYN/SYN-ACK and the "
+        "handshake's last ACK. *Expected* gradient: web→db = SYN + handshake ACK + turns db "
+        "answered; db→web = SYN-ACK + turns; only what happened before the response ended. "
+        f"**Slopes** (b): {result['delay_ms']:g} ms constant delay off and on in turn (4 "
+        f"cycles, {result['window_s']:g} s per side) under {result['rate']:g} req/s of the "
+        f"load generator (all six pages); applied: {applied}; Δmean (Apache %D) / applied, "
+        "± Welch standard error.",
+        "",
+        "| page | queries | conns | web→db turns (after) | expected web→db | slope web→db "
+        "| db→web turns (after) | expected db→web | slope db→web |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, x in c.items():
+        m, e = x["mean"], x["expected"]
+        up, dn = s["web->db"][name], s["db->web"][name]
+        lines.append(
+            f"| {name} | {m.get('queries', 0):.0f} | {m.get('connections', 0):.0f} "
+            f"| {m.get('up_turns_before', 0):.1f} ({m.get('up_turns_after', 0):.1f}) "
+            f"| {e['web->db']:.1f} | {up['slope']:.1f} ± {up['se']:.1f} "
+            f"| {m.get('down_turns_before', 0):.1f} ({m.get('down_turns_after', 0):.1f}) "
+            f"| {e['db->web']:.1f} | {dn['slope']:.1f} ± {dn['se']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=10, help="per page type, for (a)")
+    parser.add_argument("--delay-ms", type=float, default=2.0)
+    parser.add_argument("--window-s", type=float, default=40.0, help="per side, for (b)")
+    parser.add_argument("--rate", type=float, default=12.0, help="requests/s during (b)")
+    parser.add_argument("--sniff", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.sniff:
+        sniff(PORT)
+        return 0
+    root = scratch_root("mediawiki_truth")
+    try:
+        info = up(MEDIAWIKI, "mwt", root)
+        try:
+            result = {"machine": f"{socket.gethostname()}, 2 cores", "requests": args.requests,
+                      "delay_ms": args.delay_ms, "window_s": args.window_s, "rate": args.rate,
+                      "crossings": crossings(info, Path(info["directory"]), args.requests),
+                      "slopes": [slopes(info, link, args.delay_ms, args.window_s, args.rate)
+                                 for link in ("web->db", "db->web")]}
+        finally:
+            down("mwt", root=root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    OUT.mkdir(exist_ok=True)
+    (OUT / "mediawiki_truth.json").write_text(json.dumps(result, indent=2))
+    update_section("mediawiki_truth", markdown(result))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
