@@ -47,7 +47,13 @@ from coordinator.core.estimate import (
     log_gradients,
     settings_for_log,
 )
-from coordinator.core.graph import GraphLink, application, build_graph, select
+from coordinator.core.graph import (
+    GraphLink,
+    application,
+    build_graph,
+    explain_selection,
+    select,
+)
 from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.core.watch import (
     WATCH_S,
@@ -207,10 +213,12 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
                             "notes": list(wave.notes), "training": [start, end],
                             "training_requests_per_s": base_rate,
                             "training_failed_fraction": base.failed_fraction})
-    nodes = experiment.nodes
-    links = select(application(training.graph, nodes.processes, nodes.ports),
-                   experiment.parameters.include, experiment.parameters.exclude)
-    say(f"graph: {len(training.graph)} links, measuring {len(links)}")
+    nodes, p = experiment.nodes, experiment.parameters
+    candidates = application(training.graph, nodes.processes, nodes.ports)
+    links = select(candidates, p.include, p.exclude)
+    say(f"graph: {len(training.graph)} links, {len(candidates)} between the application's nodes")
+    for line in explain_selection(candidates, p.include, p.exclude):
+        say(f"  {line}")
     for note in wave.notes:
         say(f"plan: {note}")
     return base, wave, links
