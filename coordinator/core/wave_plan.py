@@ -9,10 +9,10 @@ our estimator's noise on that effect is measured on sham waves laid over the tra
 * a wanted precision ±h (gradient units) needs A = noise_s/h;
 * a relative one, ±r·g (and ±r below a gradient of 1), needs the *effect* g·A = noise_s/r,
   whatever g is: the delay is that effect divided by the gradient;
-* the effect is kept below the response time's own spread in training (thesis §4.4: the delay
-  "never exceeds standard deviation of the system response time" — intrusiveness comparable
-  with the system's own variance); where that cap binds, the wanted precision needs more
-  cycles, and the plan says how many.
+* the effect is kept below the spread of the system's response time in training (thesis §4.4:
+  the delay "never exceeds standard deviation of the system response time" — intrusiveness
+  comparable with the system's own variance); where that cap binds, the wanted precision
+  needs more cycles, and the plan says how many.
 
 The gradient is not known before the link is measured, so each link starts small (`FIRST_DELAY_S`,
 never the cap) and the delay grows by `GROWTH` per adaptive cycle until a rough gradient is
@@ -94,8 +94,8 @@ class WavePlan:
     n_bins: int
     notes: tuple[str, ...] = field(default=())
     noise_s: dict[str, float] = field(default_factory=dict)  # per transaction: 95% half-width
-    effect_cap_s: dict[str, float] = field(default_factory=dict)  # of the effect, from shams;
-    # and the largest effect on its response time (its training sd)
+    effect_cap_s: dict[str, float] = field(default_factory=dict)  # the largest effect on its
+    # response time: the system's response-time sd in training
 
     @property
     def duration_s(self) -> float:
@@ -173,10 +173,16 @@ def _cycles_for_precision(noise: dict[str, float], caps: dict[str, float], perio
 
 def _noise_and_caps(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: float,
                     period_s: float, cycles: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Each transaction's 95% noise on the effect, and the effect cap: the spread of the
+    system's response time (every transaction's requests pooled), thesis §4.4's bound. A
+    quiet transaction's own spread (a few ms) would hold every link to a delay too small for
+    the others to be measured."""
+    pooled = np.concatenate([y for _, y in by_transaction.values()] or [np.zeros(0)])
+    cap = float(np.std(pooled, ddof=1)) if len(pooled) >= 2 else 0.0
     noise, caps = {}, {}
     for name, (t, y) in by_transaction.items():
-        if len(y) >= 2:
-            caps[name] = float(np.std(y, ddof=1))
+        if len(y) >= 2 and cap > 0:
+            caps[name] = cap
         try:
             probe = probe_noise(t, y, end_s, period_s, cycles)
         except ValueError:
@@ -196,8 +202,8 @@ def _precision_note(noise: dict[str, float], caps: dict[str, float], cycles: int
             f"time (±{noise[name] * 1e3:.2f} ms of noise in {cycles} cycles)")
     if name in caps and caps[name] < wanted:
         more = math.ceil(cycles * (wanted / caps[name]) ** 2)
-        text += (f"; its spread caps the effect at {caps[name] * 1e3:.1f} ms, so the interval "
-                 f"will be wider (cycles: {more} would reach it)")
+        text += (f"; the response time's spread caps the effect at {caps[name] * 1e3:.1f} ms, "
+                 f"so the interval will be wider (cycles: {more} would reach it)")
     return text + f"; first delay {min(FIRST_DELAY_S, params.max_delay_ms / 1e3) * 1e3:g} ms"
 
 

@@ -211,6 +211,9 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
     out.write("plan.json", {"period_s": wave.period_s, "cycles": wave.cycles,
                             "magnitude_ms": wave.magnitude_s * 1e3, "n_bins": wave.n_bins,
                             "notes": list(wave.notes), "training": [start, end],
+                            "half_width": str(experiment.parameters.half_width),
+                            "effect_noise_ms": {n: v * 1e3 for n, v in wave.noise_s.items()},
+                            "effect_cap_ms": {n: v * 1e3 for n, v in wave.effect_cap_s.items()},
                             "training_requests_per_s": base_rate,
                             "training_failed_fraction": base.failed_fraction})
     nodes, p = experiment.nodes, experiment.parameters
