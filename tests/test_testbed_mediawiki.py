@@ -99,6 +99,11 @@ def test_the_access_log_parses_with_start_stamps_and_durations(mediawiki):
     log_path = Path(info["web_log"]["path"])
     before = len(log_path.read_text().splitlines())
     seen = [fetch(t["url"])[2:] for t in info["transactions"] for _ in range(3)]
+    # Apache writes a request's line after its response went out: wait for the last one
+    deadline = time.monotonic() + 10
+    while len(log_path.read_text().splitlines()) < before + len(seen):
+        assert time.monotonic() < deadline, "Apache did not log every request"
+        time.sleep(0.05)
     log = read_log(log_path, "apache", info["web_log"]["log_format"], max_bad_fraction=0.0)
     assert len(log) == len(log_path.read_text().splitlines())  # every line parsed
     assert log.time_resolution_s == pytest.approx(1e-3)
