@@ -104,23 +104,36 @@ class WavePlan:
 
 def training_needed_s(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]],
                       k: int) -> float | None:
-    """Training the spectrum needs at the busiest transaction's request rate: TRAIN_CHUNKS
-    chunks of TRAIN_BINS bins of ~k requests (None: too few requests to tell yet)."""
-    busiest = max((t for t, _ in by_transaction.values()), key=len, default=np.zeros(0))
+    """Training the spectrum needs at the request rate seen (every transaction pooled):
+    TRAIN_CHUNKS chunks of TRAIN_BINS bins of ~k requests (None: too few to tell yet)."""
+    t, _ = pooled(by_transaction)
     try:
-        return TRAIN_CHUNKS * TRAIN_BINS * sampling_interval_s(busiest, k)
+        return TRAIN_CHUNKS * TRAIN_BINS * sampling_interval_s(t, k)
     except ValueError:
         return None
+
+
+def pooled(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]]
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Every transaction's requests in one series sorted by start, each response centred on
+    its transaction's median: the system's noise with all the data (six page types at 2/s
+    each fill the spectrum's bins six times faster than the busiest alone)."""
+    parts = [(t, y - np.median(y)) for t, y in by_transaction.values() if len(y)]
+    if not parts:
+        return np.zeros(0), np.zeros(0)
+    t = np.concatenate([a for a, _ in parts])
+    y = np.concatenate([b for _, b in parts])
+    order = np.argsort(t, kind="stable")
+    return t[order], y[order]
 
 
 def plan_wave(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: float,
               params: PlanSettings) -> WavePlan:
     """`by_transaction`: training (start times, response times) per transaction."""
     notes: list[str] = []
-    busiest = max(by_transaction.items(), key=lambda kv: len(kv[1][0]))
-    t, y = busiest[1]
+    t, y = pooled(by_transaction)
     if len(t) < 4 * params.k:
-        raise ValueError(f"training saw {len(t)} requests of {busiest[0]!r}: too few to plan")
+        raise ValueError(f"training saw {len(t)} requests of the transactions: too few to plan")
     bin_s = sampling_interval_s(t, params.k)
     span = end_s - float(t.min())
     n_bins = params.n_bins
@@ -133,7 +146,8 @@ def plan_wave(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: f
                                       params.scale_d, (2, max(2, min(16, n_bins // 2 - 1))))
             period = choice.period_s
             notes.append(f"period {period:.1f} s: the quietest frequency of training (k_d="
-                         f"{choice.k_d} of N={n_bins} bins of {bin_s:.2f} s, {busiest[0]})")
+                         f"{choice.k_d} of N={n_bins} bins of {bin_s:.2f} s, every "
+                         "transaction pooled)")
         except ValueError as e:
             period = max(4 * bin_s, 10.0)
             notes.append(f"training too short for the spectrum ({e}); period {period:.1f} s")
