@@ -305,3 +305,22 @@ def test_gradients_at_two_delays_that_disagree_beyond_their_intervals_are_noted(
     assert delay_disagreement(small, 1.0, {"gradient": 35.0, "ci95": [33.0, 37.0]}, 10.0) is None
     assert delay_disagreement(small, 1.0, large, 1.2) is None  # about the same delay
     assert delay_disagreement({"gradient": None, "ci95": None}, 1.0, large, 10.0) is None
+
+
+def test_a_closed_loop_workload_runs_the_load_generator_with_clients():
+    from coordinator.config.experiment import Experiment, Workload
+    from coordinator.live.session import Session
+
+    base = {"name": "x", "hosts": [{"name": "c", "address": "192.0.2.1"}],
+            "ssh": {"known_hosts": "kh"}, "web_log": {"host": "c", "path": "/l"},
+            "transactions": {"t": "^/t"}, "frontend_url": "http://192.0.2.1"}
+    closed = Experiment.model_validate({**base, "workload": {"host": "c", "clients": 20,
+                                                             "think_s": 0.2}})
+    argv = Session(closed)._workload_argv()
+    assert argv[argv.index("--clients") + 1] == "20"
+    assert argv[argv.index("--think-s") + 1] == "0.2"
+    assert "--rate" not in argv
+    for bad in ({"host": "c"}, {"host": "c", "clients": 5, "rate_per_s": 3},
+                {"host": "c", "rate_per_s": 3, "think_s": 1}):
+        with pytest.raises(ValueError, match=r"give one of|closed loop"):
+            Workload.model_validate(bad)

@@ -153,15 +153,26 @@ class Workload(_Strict):
 
     host: str
     argv: tuple[str, ...] | None = None
-    rate_per_s: float | None = Field(None, gt=0)  # or: the testbed's load generator
+    rate_per_s: float | None = Field(None, gt=0)  # or: the testbed's load generator, open
+    clients: int | None = Field(None, ge=1, le=1000)  # ... or closed loop: this many users
+    think_s: float | None = Field(None, ge=0)  # closed loop: mean think time (default 0.5)
     mix: str | None = None  # /PATH=WEIGHT,... (default: every transaction)
     timeout_s: float = Field(30.0, gt=0)  # the load generator's clients give up after this
 
     @model_validator(mode="after")
     def _one(self) -> Workload:
-        if (self.argv is None) == (self.rate_per_s is None):
-            raise ValueError("give either argv or rate_per_s")
+        given = [f for f in ("argv", "rate_per_s", "clients") if getattr(self, f) is not None]
+        if len(given) != 1:
+            raise ValueError("give one of argv, rate_per_s (open loop) or clients (closed "
+                             f"loop){'; got ' + ', '.join(given) if given else ''}")
+        if self.think_s is not None and self.clients is None:
+            raise ValueError("think_s is for a closed loop: give clients")
         return self
+
+    @property
+    def generated(self) -> bool:
+        """The testbed's load generator runs it (not the user's argv)."""
+        return self.argv is None
 
 
 class Experiment(_Strict):
@@ -219,8 +230,9 @@ class Experiment(_Strict):
         if self.workload is not None:
             if self.workload.host not in names:
                 out.append((("workload", "host"), f"{self.workload.host!r} is not {known}"))
-            if self.workload.rate_per_s is not None and not self.frontend_url:
-                out.append((("workload", "rate_per_s"), "the load generator needs the "
+            if self.workload.generated and not self.frontend_url:
+                field = "rate_per_s" if self.workload.rate_per_s is not None else "clients"
+                out.append((("workload", field), "the load generator needs the "
                             "application's URL: give frontend_url (a testbed: tag sets it)"))
         for field in ("include", "exclude"):
             for i, text in enumerate(getattr(self.parameters, field)):

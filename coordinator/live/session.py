@@ -98,9 +98,12 @@ class Session:
         if w.argv is not None:
             return list(w.argv)
         mix = w.mix or ",".join(f"{_example_path(p)}=1" for p in e.transactions.values())
+        load = ["--rate", str(w.rate_per_s)] if w.rate_per_s is not None else \
+            ["--clients", str(w.clients)] + ([] if w.think_s is None else
+                                              ["--think-s", str(w.think_s)])
         return [e.ssh.python, "-m", "testbed.loadgen", "--url", e.frontend_url or "",
-                "--mix", mix, "--rate", str(w.rate_per_s), "--duration", "86400",
-                "--timeout-s", str(w.timeout_s), "--json"]
+                "--mix", mix, *load, "--duration", "86400", "--timeout-s", str(w.timeout_s),
+                "--json"]
 
     def injector(self, host: str) -> DaemonClient:
         if host not in self.injectors:
