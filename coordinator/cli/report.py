@@ -112,10 +112,14 @@ def _table(links: list[LinkMeasurement]) -> str:
         r, p = lk.record, lk.perturbation
         rows.append(
             f"<tr><td>{html.escape(str(lk.link['label']))}<br><small>{r.cycles}×"
-            f"{r.period_s:g} s, {r.magnitude_ms:.2f} ms actual; throughput "
-            f"{p.throughput_change:+.1%}, response "
+            f"{r.period_s:g} s, {r.magnitude_ms:.2f} ms actual; while on against off: "
+            f"throughput {p.throughput_change:+.1%}{_se(p.throughput_change_se)}, response "
             f"{p.mean_response_change_ms:+.1f} ms</small></td>{''.join(cells)}</tr>")
     return f"<table><tr><th>link</th>{head}</tr>{''.join(rows)}</table>"
+
+
+def _se(se: float | None) -> str:
+    return "" if se is None else f" ± {se:.1%}"
 
 
 def write_report(run_dir: Path) -> Path:

@@ -56,6 +56,7 @@ class Perturbation(_Record):
     mean_response_change_ms: float  # on - off
     throughput_off_per_s: float | None = None
     mean_response_off_ms: float | None = None
+    throughput_change_se: float | None = None  # Poisson counts: sqrt(1/n_on + 1/n_off)
 
 
 class WaveEstimate(_Record):

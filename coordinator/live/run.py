@@ -308,7 +308,10 @@ def perturbation(snap: RequestLog, wave: SquareWave) -> Perturbation:
         throughput_per_s=rate_on,
         throughput_change=rate_on / rate_off - 1 if rate_off else float("nan"),
         mean_response_ms=mean_ms(on), mean_response_change_ms=mean_ms(on) - mean_ms(off),
-        throughput_off_per_s=rate_off, mean_response_off_ms=mean_ms(off))
+        throughput_off_per_s=rate_off, mean_response_off_ms=mean_ms(off),
+        # an open loop's arrivals are Poisson: its count alone moves this much
+        throughput_change_se=float(np.sqrt(1 / on.sum() + 1 / off.sum()))
+        if on.any() and off.any() else None)
 
 
 def rough_gradients(result: WaveEstimate) -> dict[str, RoughGradient]:
