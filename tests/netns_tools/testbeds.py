@@ -4,6 +4,7 @@ check that no injection rule is left in any of its hosts."""
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import socket
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from testbed.lifecycle import down, up
 from testbed.netns import TAG
-from testbed.topology import DEFAULT
+from testbed.topology import DEFAULT, Topology
 
 LINKGRAD = str(Path(sys.executable).parent / "linkgrad")
 _CLAIMS: list[socket.socket] = []  # this process's tags, held until it ends
@@ -73,12 +74,13 @@ def private_root() -> Path:
 
 
 @contextmanager
-def private_testbed(tag: str, **kwargs: bool) -> Iterator[tuple[dict, Path]]:
+def private_testbed(tag: str, topology: Topology = DEFAULT,
+                    **kwargs: bool) -> Iterator[tuple[dict, Path]]:
     """The testbed `tag` up in a private root: yields its description and the root. However the
     body ends, takes down that tag in that root (nothing else), then removes the root."""
     root = private_root()
     try:
-        info = up(DEFAULT, tag, root, **kwargs)  # a failed `up` undoes what it made itself
+        info = up(topology, tag, root, **kwargs)  # a failed `up` undoes what it made itself
         try:
             yield info, root
         finally:
@@ -91,6 +93,16 @@ def running_testbed(tag: str) -> Iterator[Path]:
     """Yields the root of a testbed `tag` that is up; always taken down (for a fixture)."""
     with private_testbed(tag) as (_, root):
         yield root
+
+
+def linkgrad_run(experiment: Path, root: Path, timeout_s: float) -> dict:
+    """`linkgrad run EXPERIMENT --json` against the testbeds under `root`: its JSON status
+    (a failure is an assertion naming what it printed)."""
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
+    done = subprocess.run([LINKGRAD, "run", str(experiment), "--json"], capture_output=True,
+                          text=True, timeout=timeout_s, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
 
 
 def assert_no_rules(tag: str) -> None:
