@@ -120,3 +120,11 @@ def test_automatic_cycles_reach_the_precision_within_max_duration():
     assert fixed.cycles == 4
     # the noise a delay is sized by is the noise of the cycles chosen: more cycles, less noise
     assert quiet.noise_s["a"] < fixed.noise_s["a"] * (4 / quiet.cycles) ** 0.5 * 1.5
+
+
+def test_the_period_is_long_against_the_slowest_transactions_responses():
+    fast = plan_wave(_training(40.0, 300.0), 300.0, Parameters())
+    assert fast.period_s >= 4.0  # MIN_PERIOD_S, though 40/s make bins of a fraction of a second
+    t, y = _training(40.0, 300.0)["a"]
+    slow = plan_wave({"a": (t, y), "b": (t[::4], 0.5 + 0.0 * t[::4])}, 300.0, Parameters())
+    assert slow.period_s >= 10.0  # 20 × the 0.5 s responses of b

@@ -9,10 +9,10 @@ our estimator's noise on that effect is measured on sham waves laid over the tra
 * a wanted precision ±h (gradient units) needs A = noise_s/h;
 * a relative one, ±r·g (and ±r below a gradient of 1), needs the *effect* g·A = noise_s/r,
   whatever g is: the delay is that effect divided by the gradient;
-* the effect is kept below the spread of the system's response time in training (thesis §4.4:
-  the delay "never exceeds standard deviation of the system response time" — intrusiveness
-  comparable with the system's own variance); where that cap binds, the wanted precision
-  needs more cycles, and the plan says how many.
+* each transaction's effect is kept below its response time's spread in training (thesis
+  §4.4: the delay "never exceeds standard deviation of the system response time" —
+  intrusiveness comparable with the system's own variance); where that cap binds, the wanted
+  precision needs more cycles, and the plan chooses them (or says how many).
 
 The gradient is not known before the link is measured, so each link starts small (`FIRST_DELAY_S`,
 never the cap) and the delay grows by `GROWTH` per adaptive cycle until a rough gradient is
@@ -36,6 +36,9 @@ MIN_DELAY_S = 0.0005  # below this NFQUEUE's own jitter (~0.04 ms) is no longer 
 GROWTH = 4.0  # an unresolved rough gradient: the next adaptive cycle's delay is this × larger
 TRAIN_CHUNKS, TRAIN_BINS = 4, 16  # automatic training: this many chunks of this many bins
 MIN_CYCLES = 6  # automatic cycles: at least this many (the thesis's default)
+MIN_PERIOD_S = 4.0  # the square wave's period from the spectrum: at least this
+PERIOD_PER_RESPONSE = 20.0  # ... and this many times the slowest transaction's p90 response
+MIN_EFFECT_CAP_S = 0.002  # an effect this small is below anyone's notice, whatever the spread
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ class WavePlan:
     notes: tuple[str, ...] = field(default=())
     noise_s: dict[str, float] = field(default_factory=dict)  # per transaction: 95% half-width
     effect_cap_s: dict[str, float] = field(default_factory=dict)  # the largest effect on its
-    # response time: the system's response-time sd in training
+    # response time: its training sd (MIN_EFFECT_CAP_S at least)
 
     @property
     def duration_s(self) -> float:
@@ -141,15 +144,20 @@ def plan_wave(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: f
         n_bins //= 2  # training must hold two chunks of N bins
     period = params.period_s
     if period is None:
+        shortest = shortest_period_s(by_transaction)
+        highest = min(16, n_bins // 2 - 1, int(n_bins * bin_s // shortest))
         try:
+            if highest < 2:
+                raise ValueError(f"N={n_bins} bins of {bin_s:.2f} s hold no two periods of "
+                                 f"{shortest:.1f} s")
             choice = choose_injection(baseline_spectrum(t, y, end_s, bin_s, n_bins, params.chunks),
-                                      params.scale_d, (2, max(2, min(16, n_bins // 2 - 1))))
+                                      params.scale_d, (2, highest))
             period = choice.period_s
             notes.append(f"period {period:.1f} s: the quietest frequency of training (k_d="
                          f"{choice.k_d} of N={n_bins} bins of {bin_s:.2f} s, every "
-                         "transaction pooled)")
+                         f"transaction pooled; {shortest:.1f} s at least)")
         except ValueError as e:
-            period = max(4 * bin_s, 10.0)
+            period = max(4 * bin_s, 10.0, shortest)
             notes.append(f"training too short for the spectrum ({e}); period {period:.1f} s")
     cycles = params.cycles or MIN_CYCLES
     noise, caps = _noise_and_caps(by_transaction, end_s, period, cycles)
@@ -185,18 +193,23 @@ def _cycles_for_precision(noise: dict[str, float], caps: dict[str, float], perio
     return cycles
 
 
+def shortest_period_s(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]]) -> float:
+    """MIN_PERIOD_S, or PERIOD_PER_RESPONSE times the slowest transaction's 90th-percentile
+    response: a half-period must be long against the requests it holds, since a request that
+    starts within its response time of an edge is left out (the edge guard)."""
+    slow = [float(np.quantile(y, 0.9)) for _, y in by_transaction.values() if len(y)]
+    return max(MIN_PERIOD_S, PERIOD_PER_RESPONSE * max(slow, default=0.0))
+
+
 def _noise_and_caps(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: float,
                     period_s: float, cycles: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Each transaction's 95% noise on the effect, and the effect cap: the spread of the
-    system's response time (every transaction's requests pooled), thesis §4.4's bound. A
-    quiet transaction's own spread (a few ms) would hold every link to a delay too small for
-    the others to be measured."""
-    pooled = np.concatenate([y for _, y in by_transaction.values()] or [np.zeros(0)])
-    cap = float(np.std(pooled, ddof=1)) if len(pooled) >= 2 else 0.0
+    """Each transaction's 95% noise on the effect, and its effect cap: its own response-time
+    spread in training (thesis §4.4's bound, per transaction: a 3 ms page must not get 60 ms
+    because another page spreads over 60), at least MIN_EFFECT_CAP_S."""
     noise, caps = {}, {}
     for name, (t, y) in by_transaction.items():
-        if len(y) >= 2 and cap > 0:
-            caps[name] = cap
+        if len(y) >= 2:
+            caps[name] = max(float(np.std(y, ddof=1)), MIN_EFFECT_CAP_S)
         try:
             probe = probe_noise(t, y, end_s, period_s, cycles)
         except ValueError:
