@@ -132,8 +132,9 @@ def one_run(experiment: Path, env: dict[str, str]) -> tuple[dict[str, Any], floa
     seconds = time.perf_counter() - started
     try:
         status = json.loads(done.stdout)
-    except json.JSONDecodeError:
-        sys.exit(f"coverage: run failed ({done.returncode}): {done.stderr[-3000:]}")
+    except json.JSONDecodeError:  # counted as a failed run; the others go on
+        print(f"coverage: run failed ({done.returncode}): {done.stderr[-3000:]}", flush=True)
+        return {"links": []}, seconds, "failed"
     run_dir = Path(status["run_dir"])
     gradients = run_dir / "gradients.json"
     result = json.loads(gradients.read_text()) if gradients.exists() else {"links": []}
