@@ -71,7 +71,7 @@ def truth(app: str) -> dict[tuple[str, str], tuple[float, float]]:
             for s in data["slopes"] for name, page in s["pages"].items()}
 
 
-def experiment_yaml(app: str, root: Path, rate: float) -> Path:
+def experiment_yaml(app: str, root: Path, rate: float, concurrent: int) -> Path:
     a, b = PAIRS[app]
     txs = [t for t in transactions_of(topology(app))
            if app != "rubis" or t.name in RUBIS_TRANSACTIONS]
@@ -81,7 +81,7 @@ def experiment_yaml(app: str, root: Path, rate: float) -> Path:
     for t in txs:
         matched = t.path.split("?")[0] if app == "rubis" else t.path
         lines.append(f"  {t.name}: {json.dumps('^' + re.escape(matched))}")
-    lines += ["parameters:", f"  include: ['{a}->{b}', '{b}->{a}']",
+    lines += ["parameters:", f"  include: ['{a}->{b}', '{b}->{a}']", f"  concurrent: {concurrent}",
               f"output: {root / 'runs'}"]
     path = root / f"coverage-{app}.yaml"
     path.write_text("\n".join(lines) + "\n")
@@ -188,7 +188,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def to_markdown(app: str, condition: str, args: argparse.Namespace,
                 s: dict[str, Any]) -> str:
     lines = [f"## Interval coverage, {app}, {condition} (`benchmarks/coverage.py`)", "",
-             f"`--app {app} --runs {args.runs} --rate {args.rate}"
+             f"`--app {app} --runs {args.runs} --rate {args.rate} --concurrent {args.concurrent}"
              f"{' --load' if args.load else ''}`: {args.runs} runs of `linkgrad run` with "
              f"default parameters on both directions of {'↔'.join(PAIRS[app])}, "
              f"{args.rate} req/s open loop; statuses {', '.join(s['statuses'])}; a run took "
@@ -228,6 +228,8 @@ def main() -> None:
                         help="requests/s (default: 40 for rubis, 12 for mediawiki)")
     parser.add_argument("--load", action="store_true", help="background load episodes")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--concurrent", type=int, default=1, choices=(1, 2),
+                        help="both directions at once (half the time; not a precision setting)")
     args = parser.parse_args()
     args.rate = args.rate or (40.0 if args.app == "rubis" else 12.0)
     signal.signal(signal.SIGTERM, _interrupt)  # the testbed and the load come down either way
@@ -238,7 +240,7 @@ def main() -> None:
     runs = []
     try:
         up(topology(args.app), TAG, root)
-        experiment = experiment_yaml(args.app, root, args.rate)
+        experiment = experiment_yaml(args.app, root, args.rate, args.concurrent)
         for i in range(args.runs):
             load = BackgroundLoad(args.seed + i, root) if args.load else None
             if load:

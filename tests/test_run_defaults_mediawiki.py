@@ -63,7 +63,7 @@ def test_a_default_run_completes_and_holds_the_truth(mediawiki, tmp_path):
     assert len(links) == 2
     for link in links:
         label = f"{link['link']['src_host']}->{link['link']['dst_host']}"
-        assert link["adaptive"]["record"]["magnitude_ms"] == pytest.approx(1.0, rel=0.2)
+        assert link["adaptive"]["record"]["magnitude_ms"] <= 4.5  # 1 ms, grown ×4 at most once
         assert link["record"]["magnitude_ms"] < 2.0  # ~45 crossings: well under the first ms
         for name in ("article", "hub", "api"):
             t = link["transactions"][name]
