@@ -49,6 +49,8 @@ from common.protocol.injector import ON as PHASE_ON
 from common.protocol.injector import SquareSchedule
 from coordinator.core.alternation import OFF, ON, Alternation
 from coordinator.core.weblog import read_log
+from coordinator.core.weblog.apache_format import compile_apache
+from coordinator.core.weblog.textlog import parse_lines
 from testbed import mariadb
 from testbed.lifecycle import down, up
 from testbed.pairs.hosts import Hosts, InjectorProcess
@@ -130,6 +132,13 @@ def expectation(c: dict[str, float]) -> dict[str, float]:
             "db->web": b.get("down_syn", 0) + b.get("down_turns", 0)}
 
 
+def _last_logged(path: Path, log_format: str) -> float:
+    """When Apache finished the last request it logged (its start stamp plus %D), unix s."""
+    last = path.read_text().splitlines()[-1]
+    log = parse_lines([last + "\n"], compile_apache(log_format), str(path))
+    return float(log.start_s[0] + log.response_s[0])
+
+
 def crossings(info: dict[str, Any], directory: Path, requests: int) -> dict[str, Any]:
     db = next(h for h in info["hosts"] if h["name"] == "db")
     sniffer = subprocess.Popen(["ip", "netns", "exec", db["namespace"], sys.executable, "-m",
@@ -155,7 +164,13 @@ def crossings(info: dict[str, Any], directory: Path, requests: int) -> dict[str,
                 end = time.time()
                 time.sleep(0.4)  # what the request does after its response (closing, deferred)
                 text = log.read_bytes()[offset:].decode(errors="replace")
-                counts = count_request(sorted(packets[mark:], key=lambda p: p["t"]), end)
+                served = _last_logged(Path(info["web_log"]["path"]),
+                                      info["web_log"]["log_format"])
+                # Apache's %D ends when it logs, after PHP's post-send work: that is the end
+                # a web-log gradient sees (+1 ms: the start stamp is truncated to ms)
+                counts = count_request(sorted(packets[mark:], key=lambda p: p["t"]),
+                                       served + 0.001)
+                counts["post_send_ms"] = round((served - end) * 1e3, 1)
                 counts["queries"] = sum(" Query\t" in line for line in text.splitlines())
                 counts["connections"] = sum(" Connect\t" in line for line in text.splitlines())
                 counts["response_ms"] = round((end - start) * 1e3, 1)
@@ -281,6 +296,8 @@ def markdown(result: dict[str, Any]) -> str:
     c = result["crossings"]
     idle = {x["link"]: x for x in result["idle_slopes"]}
     loaded = {x["link"]: x for x in result["slopes"]}
+    scan = result["idle_scan"]
+    post_send = f"{np.mean([x['mean'].get('post_send_ms', 0) for x in c.values()]):.1f}"
     applied = "; ".join(f"{k} idle {idle[k]['applied_ms']:.2f} ms, loaded "
                         f"{loaded[k]['applied_ms']:.2f} ms" for k in LINKS)
     loads = ", ".join(f"{x:.1f}" for k in LINKS for x in loaded[k]["loadavg_1min"])
@@ -294,9 +311,10 @@ def markdown(result: dict[str, Any]) -> str:
         f"- **Crossings** (a): each page alone, {result['requests']} times, a packet capture on "
         "db's eth0 and MariaDB's general log; per request (mean): queries, DB connections, "
         "payload turns per direction (a run of payload packets one way on a connection is one "
-        "message; in brackets those after the response ended). *Expected* gradient: web→db = "
-        "SYN + the handshake's last ACK + the turns db answered (COM_QUIT is not); db→web = "
-        "SYN-ACK + turns; before the response ended only.",
+        "message; in brackets those after Apache finished the request, its %D). *Expected* "
+        "gradient: web→db = SYN + the handshake's last ACK + the turns db answered (COM_QUIT "
+        "is not); db→web = SYN-ACK + turns; within %D only. PHP's work after the client had "
+        f"its response and before Apache logged: {post_send} ms (mean over pages).",
         f"- **Slopes** (b): {result['delay_ms']:g} ms constant delay on the link (injector at "
         "the receiver), off and on in turn: *idle* one request at a time (4 on-blocks of every "
         "page ×4, 5 off-blocks), *loaded* under the load generator's "
@@ -305,9 +323,13 @@ def markdown(result: dict[str, Any]) -> str:
         f"Load average (1 min) before/after each loaded phase: {loads} (a shared 2-core "
         "machine).",
         "",
+        f"- The column *idle {scan['requested_ms']:g} ms* is web→db idle again at "
+        f"{scan['applied_ms']:.2f} ms applied: a fixed cost per wait would shrink there.",
+        "",
         "| page | queries | conns | turns web→db (after) | turns db→web (after) "
-        "| expected web→db | idle | loaded | expected db→web | idle | loaded |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| expected web→db | idle | idle {scan['requested_ms']:g} ms | loaded "
+        "| expected db→web | idle | loaded |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
 
     def cell(x: dict[str, Any], link: str, name: str) -> str:
@@ -321,7 +343,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {m.get('up_turns_before', 0):.1f} ({m.get('up_turns_after', 0):.1f}) "
             f"| {m.get('down_turns_before', 0):.1f} ({m.get('down_turns_after', 0):.1f}) "
             f"| {e['web->db']:.1f} | {cell(idle, 'web->db', name)} "
-            f"| {cell(loaded, 'web->db', name)} "
+            f"| {cell({'web->db': scan}, 'web->db', name)} | {cell(loaded, 'web->db', name)} "
             f"| {e['db->web']:.1f} | {cell(idle, 'db->web', name)} "
             f"| {cell(loaded, 'db->web', name)} |")
     ratios = {kind: float(np.median([x[k]["pages"][n]["slope"] / c[n]["expected"][k]
@@ -334,11 +356,12 @@ def markdown(result: dict[str, Any]) -> str:
         "connections (the second is SqlBagOStuff's, for the parser and message caches; the API "
         "query needs only the first), and nearly everything happens before the response ends. "
         "The slopes sit a few percent above the counted crossings in both directions, at no "
-        "load as under load; pure ACKs are not counted (none of the messages is larger than "
-        "the initial congestion window, so no transfer waits for one), so the excess is not a "
-        "missing crossing we could see in the capture — a per-wait cost of the delay itself "
-        "(the PHP process sleeps, is descheduled and woken ~45 times more slowly) is a "
-        "hypothesis, not measured. A first run of this script while other benchmarks loaded "
+        "load as under load, and at the larger delay too (so it grows with the delay: not a "
+        "fixed cost per wait such as waking the PHP process). Pure ACKs are not counted (no "
+        "message is larger than the initial congestion window, so no transfer waits for one) "
+        "and PHP does no work after the client has its response: the excess is not "
+        "explained yet. "
+        "A first run of this script while other benchmarks loaded "
         "the machine's two cores (the injector applied 2.28 ms for 2) gave loaded slopes of "
         "66-80 for the article-like pages: under CPU contention the slope of this application "
         "is not its crossing count. `linkgrad run experiments/mediawiki-quick.yaml` (2 ms, "
@@ -355,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=10, help="per page type, for (a)")
     parser.add_argument("--delay-ms", type=float, default=2.0)
     parser.add_argument("--window-s", type=float, default=40.0, help="per side, for (b)")
+    parser.add_argument("--scan-ms", type=float, default=6.0,
+                        help="a second delay for the idle slopes of web->db (is the slope "
+                             "proportional to the delay?)")
     parser.add_argument("--rate", type=float, default=12.0, help="requests/s during (b)")
     parser.add_argument("--sniff", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -370,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                       "crossings": crossings(info, Path(info["directory"]), args.requests),
                       "idle_slopes": [idle_slopes(info, link, args.delay_ms)
                                       for link in LINKS],
+                      "idle_scan": idle_slopes(info, "web->db", args.scan_ms),
                       "slopes": [loaded_slopes(info, link, args.delay_ms, args.window_s,
                                                args.rate) for link in LINKS]}
         finally:
