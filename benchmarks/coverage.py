@@ -75,8 +75,10 @@ def experiment_yaml(app: str, root: Path, rate: float, concurrent: int) -> Path:
     a, b = PAIRS[app]
     txs = [t for t in transactions_of(topology(app))
            if app != "rubis" or t.name in RUBIS_TRANSACTIONS]
+    mix = ",".join(f"{t.path}=1" for t in txs)
     lines = [f"name: coverage-{app}", f"testbed: {TAG}",
-             f"workload: {{host: client, rate_per_s: {rate}}}", "transactions:"]
+             f"workload: {{host: client, rate_per_s: {rate}, mix: {json.dumps(mix)}}}",
+             "transactions:"]
     # the RUBiS-like paths by their path, MediaWiki's by path and query (index.php?title=...)
     for t in txs:
         matched = t.path.split("?")[0] if app == "rubis" else t.path
@@ -134,6 +136,9 @@ def one_run(experiment: Path, env: dict[str, str]) -> tuple[dict[str, Any], floa
         status = json.loads(done.stdout)
     except json.JSONDecodeError:  # counted as a failed run; the others go on
         print(f"coverage: run failed ({done.returncode}): {done.stderr[-3000:]}", flush=True)
+        return {"links": []}, seconds, "failed"
+    if "run_dir" not in status:
+        print(f"coverage: run failed: {done.stdout[-2000:]}", flush=True)
         return {"links": []}, seconds, "failed"
     run_dir = Path(status["run_dir"])
     gradients = run_dir / "gradients.json"
