@@ -1,9 +1,10 @@
 """A run with default parameters on an application nobody here wrote (root): MediaWiki on
 Apache + mod_php and MariaDB, 36 queries a page. Nothing is given but the link pair, the
-transactions and a duration cap: training, period, cycles and delay are the run's own choice, the delay starts
-small, and both directions of web<->db are measured to ±10%. The gradients must hold the truth
-measured independently by `benchmarks/mediawiki_truth.py` (slopes under a constant 2 ms delay
-alternated with none, idle; RESULTS.md "MediaWiki: the truth per page type")."""
+transactions and a duration cap: training, period, cycles and delay are the run's own choice,
+the delay starts small, and both directions of web<->db are measured to about ±10%. The
+gradients must hold the truth measured independently by `benchmarks/mediawiki_truth.py`
+(slopes under a constant 2 ms delay alternated with none; RESULTS.md "MediaWiki: the truth per
+page type")."""
 
 from __future__ import annotations
 
