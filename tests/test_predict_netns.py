@@ -96,7 +96,9 @@ def test_predictions_of_three_placements_hold_when_applied_for_real(testbed, tag
     inside = sum(v["inside"] for _, _, v in cases)
     missed = [(Path(p).stem, name, v["predicted_ms"], v["ci95"], v["measured_ms"],
                v["measured_se_ms"]) for p, name, v in cases if not v["inside"]]
-    assert inside >= 0.9 * len(cases), missed
+    # twelve 95% checks: by chance alone, 2 or more miss in 12% of runs and 3 or more in 2%;
+    # 10 of 12 keeps the check (a systematic error misses many) without failing CI by chance
+    assert inside >= len(cases) - 2, missed
     assert statistics.median(abs(v["error"]) for _, _, v in cases) < 0.05, cases
     assert_no_rules(tag)  # every constant delay removed
 
