@@ -7,15 +7,17 @@ random times for random lengths on the same machine, as "a machine with other wo
 cell compared with the truth measured independently:
 
 * rubis: the crossing counts of `testbed/transactions.py` (app1<->db);
-* mediawiki: `benchmarks/out/mediawiki_truth.json` (slopes of the mean response time under
-  constant delays on web<->db, alternated with none, by `benchmarks/mediawiki_truth.py`).
+* mediawiki: the slopes of the mean response time under constant delays on web<->db,
+  alternated with none, by `benchmarks/mediawiki_truth.py`: `out/mediawiki_truth.json` idle,
+  `out/mediawiki_truth_load.json` (its `--background-load`) under the same kind of background
+  load, since this application's slope rises under CPU contention.
 
 It reports the coverage (intervals holding the truth), each cell's run-to-run sd beside the
 mean standard error the runs reported (half-width / t), the time a default run takes, and each
 run's perturbation (on half-periods against off ones) — beside the thesis's Table 4.2 (sd
 0.02-0.11 at gradients 0.5-2).
 
-    .venv/bin/python -m benchmarks.coverage --app rubis --runs 3 [--load] [--rate 40]
+    .venv/bin/python -m benchmarks.coverage --app rubis --runs 3 [--load] [--rate 40] [--append]
 
 Writes benchmarks/out/coverage-APP-CONDITION.json and its section of benchmarks/RESULTS.md.
 """
@@ -25,20 +27,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.background_load import BackgroundLoad
 from benchmarks.on_testbed import LINKGRAD, scratch_root
 from benchmarks.results_md import update_section
 from testbed.lifecycle import down, up
@@ -55,17 +56,19 @@ def topology(app: str) -> Topology:
     return BUILT_IN[app]
 
 
-def truth(app: str) -> dict[tuple[str, str], tuple[float, float]]:
+def truth(app: str, load: bool) -> dict[tuple[str, str], tuple[float, float]]:
     """(transaction, "src->dst") -> (the gradient measured independently, its standard
     error): rubis's crossing counts are exact; MediaWiki's are the slopes under a constant
-    delay alternated with none (`benchmarks/mediawiki_truth.py`)."""
+    delay alternated with none (`benchmarks/mediawiki_truth.py`), under background load when
+    the runs are."""
     if app == "rubis":
         return {(t.name, link): (float(g), 0.0) for t in transactions_of(DEFAULT)
                 if t.name in RUBIS_TRANSACTIONS for link, g in t.expected.items()
                 if g is not None}
-    path = OUT / "mediawiki_truth.json"
+    path = OUT / ("mediawiki_truth_load.json" if load else "mediawiki_truth.json")
     if not path.exists():
-        sys.exit(f"coverage: {path} is missing: run benchmarks/mediawiki_truth.py first")
+        sys.exit(f"coverage: {path} is missing: run benchmarks/mediawiki_truth.py"
+                 f"{' --background-load' if load else ''} first")
     data = json.loads(path.read_text())
     return {(name, s["link"]): (float(page["slope"]), float(page["se"]))
             for s in data["slopes"] for name, page in s["pages"].items()}
@@ -88,43 +91,6 @@ def experiment_yaml(app: str, root: Path, rate: float, concurrent: int) -> Path:
     path = root / f"coverage-{app}.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-class BackgroundLoad:
-    """Episodes of other work on this machine at random times: a CPU hog (a busy Python), a
-    disk writer (dd with fsync), or both; every process is ours and is ended by its pid."""
-
-    def __init__(self, seed: int, scratch: Path, mean_gap_s: float = 45.0) -> None:
-        self.rng, self.scratch, self.mean_gap_s = random.Random(seed), scratch, mean_gap_s
-        self.stop = threading.Event()
-        self.episodes: list[dict[str, Any]] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> BackgroundLoad:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=120)
-
-    def _run(self) -> None:
-        while not self.stop.wait(self.rng.expovariate(1 / self.mean_gap_s)):
-            kind = self.rng.choice(["cpu", "disk", "both"])
-            length = self.rng.uniform(10.0, 40.0)
-            self.episodes.append({"at": time.time(), "kind": kind, "length_s": length})
-            procs = []
-            if kind in ("cpu", "both"):
-                procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
-            if kind in ("disk", "both"):
-                procs.append(subprocess.Popen(
-                    ["sh", "-c", f"while :; do dd if=/dev/zero of={self.scratch}/fill bs=1M "
-                     "count=256 conv=fsync status=none; done"]))
-            self.stop.wait(length)
-            for p in procs:
-                p.send_signal(signal.SIGKILL if p.args[0] == sys.executable else signal.SIGTERM)
-                p.wait(timeout=30)
-            (self.scratch / "fill").unlink(missing_ok=True)
 
 
 def one_run(experiment: Path, env: dict[str, str]) -> tuple[dict[str, Any], float, str]:
@@ -187,18 +153,22 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "cells": len(every), "rows": rows,
             "delays_ms": sorted({round(c["delay_ms"], 2) for c in every}),
             "seconds": [r["seconds"] for r in runs], "statuses": [r["status"] for r in runs],
+            "busy": [r.get("busy_fraction", min(1.0, sum(e["length_s"] for e in r["episodes"])
+                                                / r["seconds"])) for r in runs],
             "perturbation": [lk for r in runs for lk in r["perturbation"]]}
 
 
 def to_markdown(app: str, condition: str, args: argparse.Namespace,
                 s: dict[str, Any]) -> str:
     lines = [f"## Interval coverage, {app}, {condition} (`benchmarks/coverage.py`)", "",
-             f"`--app {app} --runs {args.runs} --rate {args.rate} --concurrent {args.concurrent}"
-             f"{' --load' if args.load else ''}`: {args.runs} runs of `linkgrad run` with "
+             f"`--app {app} --rate {args.rate} --concurrent {args.concurrent}"
+             f"{' --load' if args.load else ''}`: {len(s['statuses'])} runs of `linkgrad run` with "
              f"default parameters on both directions of {'↔'.join(PAIRS[app])}, "
              f"{args.rate} req/s open loop; statuses {', '.join(s['statuses'])}; a run took "
              f"{statistics.mean(s['seconds']):.0f} s on average "
-             f"({min(s['seconds']):.0f}-{max(s['seconds']):.0f}).", "",
+             f"({min(s['seconds']):.0f}-{max(s['seconds']):.0f})."
+             + (" Background load was running " + ", ".join(f"{b:.0%}" for b in s["busy"])
+                + " of each run's time." if args.load else ""), "",
              f"**The truth was inside the 95% interval in {s['held']} of {s['cells']} cells"
              f" ({s['held'] / max(s['cells'], 1):.0%})** (goal: 90% or more); allowing for the "
              f"truth's own 95% error, {s['held_within_truth_error']} of {s['cells']}. Delays the "
@@ -235,10 +205,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--concurrent", type=int, default=1, choices=(1, 2),
                         help="both directions at once (half the time; not a precision setting)")
+    parser.add_argument("--append", action="store_true",
+                        help="add these runs to those of benchmarks/out/coverage-APP-CONDITION"
+                             ".json (same app and condition) instead of replacing them")
     args = parser.parse_args()
     args.rate = args.rate or (40.0 if args.app == "rubis" else 12.0)
     signal.signal(signal.SIGTERM, _interrupt)  # the testbed and the load come down either way
-    expected = truth(args.app)
+    expected = truth(args.app, args.load)
     root = scratch_root("coverage")
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
     condition = "under background load" if args.load else "idle"
@@ -257,6 +230,9 @@ def main() -> None:
                     load.__exit__()
             runs.append({"seconds": seconds, "status": status, "cells": cells(result, expected),
                          "episodes": load.episodes if load else [],
+                         "busy_fraction": load.busy_fraction(load.started, time.time())
+                         if load else 0.0,
+                         "args": {"rate": args.rate, "concurrent": args.concurrent},
                          "perturbation": [lk["perturbation"] for lk in result["links"]]})
             print(f"run {i + 1}: {status} in {seconds:.0f} s, held "
                   f"{sum(c['held'] for c in runs[-1]['cells'])}/{len(runs[-1]['cells'])}",
@@ -264,9 +240,11 @@ def main() -> None:
     finally:
         down(TAG, root=root)
         shutil.rmtree(root, ignore_errors=True)
-    s = summary(runs)
     OUT.mkdir(exist_ok=True)
     name = f"coverage-{args.app}-{'load' if args.load else 'idle'}"
+    if args.append and (OUT / f"{name}.json").exists():
+        runs = json.loads((OUT / f"{name}.json").read_text())["runs"] + runs
+    s = summary(runs)
     (OUT / f"{name}.json").write_text(json.dumps({"runs": runs, "summary": s}, indent=1))
     update_section(name, to_markdown(args.app, condition, args, s))
     print(to_markdown(args.app, condition, args, s))

@@ -20,6 +20,11 @@ Welch's.
 
     .venv/bin/python -m benchmarks.mediawiki_truth [--requests 10] [--delay-ms 2]
                                                    [--window-s 40] [--rate 12]
+    .venv/bin/python -m benchmarks.mediawiki_truth --background-load [--window-s 240]
+
+(c) With --background-load, only (b) again, while a CPU hog and a disk writer run at random
+times (benchmarks/background_load.py, as `benchmarks/coverage.py --load` runs them):
+benchmarks/out/mediawiki_truth_load.json, the truth for MediaWiki's coverage under load.
 
 Brings up its own MediaWiki testbed (tag mwt, a scratch root) and takes it down. Writes
 benchmarks/out/mediawiki_truth.json and its section of benchmarks/RESULTS.md.
@@ -43,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.background_load import BackgroundLoad
 from benchmarks.on_testbed import scratch_root
 from benchmarks.results_md import update_section
 from common.protocol.injector import ON as PHASE_ON
@@ -259,12 +265,13 @@ def idle_slopes(info: dict[str, Any], link: str, delay_ms: float, blocks: int = 
 
 
 def loaded_slopes(info: dict[str, Any], link: str, delay_ms: float, window_s: float,
-                  rate_per_s: float) -> dict[str, Any]:
+                  rate_per_s: float, cycles: int = 4) -> dict[str, Any]:
     """Under open-loop load: the delay off and on in turn (coordinator.core.alternation), a
     square schedule whose on phase is the constant delay, as `predict --validate` does."""
     receiver, spec, hosts = _link(info, link)
     namespace = {h["name"]: h["namespace"] for h in info["hosts"]}
-    alternation = Alternation.for_window(time.time() + 8.0, window_s, cycles=4, guard_s=1.0)
+    alternation = Alternation.for_window(time.time() + 8.0, window_s, cycles=cycles,
+                                         guard_s=1.0)
     load_before = os.getloadavg()[0]
     try:
         injector = InjectorProcess(hosts, receiver, "--queue", "7300")
@@ -372,6 +379,52 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def under_background_load(info: dict[str, Any], args: argparse.Namespace,
+                          scratch: Path) -> dict[str, Any]:
+    """The loaded slopes again, under `benchmarks.background_load` episodes as
+    `benchmarks/coverage.py --load` runs them: halves of ~10 s, so each episode (10-40 s)
+    falls on both sides and the slope is the one averaged over loaded and quiet spells."""
+    cycles = max(4, round(args.window_s / 10.0))
+    slopes = []
+    for i, link in enumerate(LINKS):
+        with BackgroundLoad(args.seed + 100 + i, scratch) as load:
+            x = loaded_slopes(info, link, args.delay_ms, args.window_s, args.rate, cycles)
+            x["busy_fraction"] = load.busy_fraction(load.started, time.time())
+        x["episodes"] = load.episodes
+        slopes.append(x)
+    return {"machine": f"{socket.gethostname()}, 2 cores", "delay_ms": args.delay_ms,
+            "window_s": args.window_s, "rate": args.rate, "cycles": cycles, "slopes": slopes}
+
+
+def markdown_load(result: dict[str, Any], idle: dict[str, Any] | None) -> str:
+    loaded = {x["link"]: x for x in result["slopes"]}
+    quiet = {x["link"]: x for x in idle["slopes"]} if idle else {}
+    lines = [
+        "## MediaWiki: the truth under background load (`benchmarks/mediawiki_truth.py "
+        "--background-load`)", "",
+        f"As the *loaded* slopes above ({result['rate']:g} req/s of all six pages, "
+        f"{result['delay_ms']:g} ms constant delay at the receiver, off and on in turn, "
+        f"{result['window_s']:g} s per side in {result['cycles']} cycles), while "
+        "`benchmarks/background_load.py` starts a CPU hog, a disk writer or both at random "
+        "times (gaps ~45 s, 10-40 s long), as `benchmarks/coverage.py --load` does. Episodes "
+        "ran " + ", ".join(f"{loaded[k]['busy_fraction']:.0%} of the {k} phase" for k in LINKS)
+        + "; injector applied " + ", ".join(f"{loaded[k]['applied_ms']:.2f} ms ({k})"
+                                            for k in LINKS) + ".", "",
+        "| page | web→db loaded | web→db under background load | db→web loaded "
+        "| db→web under background load |", "| --- | --- | --- | --- | --- |"]
+
+    def cell(x: dict[str, Any], link: str, name: str) -> str:
+        if link not in x:
+            return "-"
+        p = x[link]["pages"][name]
+        return f"{p['slope']:.1f} ± {p['se']:.1f}"
+
+    for name in loaded[LINKS[0]]["pages"]:
+        lines.append(f"| {name} | {cell(quiet, 'web->db', name)} | {cell(loaded, 'web->db', name)}"
+                     f" | {cell(quiet, 'db->web', name)} | {cell(loaded, 'db->web', name)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -382,12 +435,34 @@ def main(argv: list[str] | None = None) -> int:
                         help="a second delay for the idle slopes of web->db (is the slope "
                              "proportional to the delay?)")
     parser.add_argument("--rate", type=float, default=12.0, help="requests/s during (b)")
+    parser.add_argument("--background-load", action="store_true",
+                        help="only the loaded slopes, under random CPU/disk episodes (the "
+                             "truth for `coverage.py --load`); --window-s defaults to 240")
+    parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--sniff", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.sniff:
         sniff(PORT)
         return 0
+    if args.background_load and "--window-s" not in (argv or sys.argv):
+        args.window_s = 240.0
     root = scratch_root("mediawiki_truth")
+    if args.background_load:
+        try:
+            info = up(MEDIAWIKI, "mwt", root)
+            try:
+                result = under_background_load(info, args, root)
+            finally:
+                down("mwt", root=root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        OUT.mkdir(exist_ok=True)
+        (OUT / "mediawiki_truth_load.json").write_text(json.dumps(result, indent=2))
+        idle_path = OUT / "mediawiki_truth.json"
+        idle = json.loads(idle_path.read_text()) if idle_path.exists() else None
+        update_section("mediawiki_truth_load", markdown_load(result, idle))
+        print(markdown_load(result, idle))
+        return 0
     try:
         info = up(MEDIAWIKI, "mwt", root)
         try:
