@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from common.protocol.record import InjectionRecord
-from coordinator.config.run_dir import LinkMeasurement, read_measurements
+from coordinator.config.run_dir import LinkMeasurement, linearity_of, read_measurements
 from coordinator.core.spectral.binning import bin_series, fill_empty
 from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.core.weblog.model import RequestLog
@@ -118,6 +118,13 @@ def _table(links: list[LinkMeasurement]) -> str:
     return f"<table><tr><th>link</th>{head}</tr>{''.join(rows)}</table>"
 
 
+def _linearity(links: list[LinkMeasurement]) -> list[str]:
+    """The gradients against the delay, where a link was measured at delays far apart."""
+    rows = [f"<li>{'' if x.linear else '<b>'}{html.escape(x.describe())}"
+            f"{'' if x.linear else '</b>'}</li>" for x in linearity_of(links)]
+    return ["<h2>Gradient against delay</h2>", f"<ul>{''.join(rows)}</ul>"] if rows else []
+
+
 def _se(se: float | None) -> str:
     return "" if se is None else f" ± {se:.1%}"
 
@@ -138,7 +145,8 @@ def write_report(run_dir: Path) -> Path:
              f"<p>status: <b>{html.escape(status['status'])}</b> "
              f"{html.escape(status.get('reason', ''))}; plan: "
              f"{html.escape('; '.join(plan.get('notes', [])))}</p>",
-             "<h2>Gradients</h2>", _table(links), "<h2>Link gradient graphs</h2>"]
+             "<h2>Gradients</h2>", _table(links), *_linearity(links),
+             "<h2>Link gradient graphs</h2>"]
     parts += [graph_figure(n, links) for n in experiment["transactions"]]
     parts.append("<h2>Response series and spectra</h2>")
     for lk in links:

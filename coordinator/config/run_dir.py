@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.errors import InputError, Problem
 from common.protocol.record import InjectionRecord
+from coordinator.core.linearity import Linearity, linearity
 from coordinator.core.prediction import Curve, Estimate
 
 Pair = tuple[str, str]
@@ -133,8 +134,23 @@ class RunDir:
         return read_measurements(path) if path.exists() else []
 
     def write_measurements(self, experiment: str, links: list[LinkMeasurement]) -> None:
+        """The links, and where a link was measured at delays far enough apart (several
+        `magnitudes_ms`, or an adaptive cycle), how each gradient changes with the delay."""
         self.write("gradients.json", {"experiment": experiment,
-                                      "links": [m.as_json() for m in links]})
+                                      "links": [m.as_json() for m in links],
+                                      "linearity": [x.as_json() for x in linearity_of(links)]})
+
+
+def linearity_of(links: list[LinkMeasurement]) -> list[Linearity]:
+    """`core.linearity` over every measurement of each link and the adaptive cycle before it."""
+    points = []
+    for m in links:
+        label = str(m.link["label"])
+        points.append((label, m.record.magnitude_ms, "measurement", m.transactions))
+        if m.adaptive is not None:
+            points.append((label, m.adaptive.record.magnitude_ms, "adaptive",
+                           m.adaptive.transactions))
+    return linearity(points)
 
 
 def read_measurements(path: Path) -> list[LinkMeasurement]:

@@ -39,6 +39,7 @@ from coordinator.config.run_dir import (
     RunDir,
     RunJournal,
     WaveEstimate,
+    linearity_of,
     measurement_key,
 )
 from coordinator.core.estimate import (
@@ -454,6 +455,15 @@ def measure_all(session: Session, out: RunDir, links: list[GraphLink], plan: Wav
                 "recompute_argv": recompute_argv(experiment, name, partners, base.end_s)}))
         out.write_measurements(experiment.name, results)
         log.save(out.path / "weblog.log")
+    say_linearity(results, bool(experiment.parameters.magnitudes_ms), say)
+
+
+def say_linearity(results: list[LinkMeasurement], every: bool, say: Say) -> None:
+    """How gradients changed with the delay: all of it when the experiment asked for several
+    delays, otherwise only a change beyond its interval (against the adaptive cycle)."""
+    for x in linearity_of(results):
+        if every or not x.linear:
+            say(("linearity: " if x.linear else "[yellow]linearity:[/] ") + x.describe())
 
 
 def recompute_argv(experiment: Experiment, injection: str, partners: list[str],
