@@ -74,7 +74,10 @@ def truth(app: str, load: bool) -> dict[tuple[str, str], tuple[float, float]]:
             for s in data["slopes"] for name, page in s["pages"].items()}
 
 
-def experiment_yaml(app: str, root: Path, rate: float, concurrent: int) -> Path:
+def experiment_yaml(app: str, root: Path, rate: float, concurrent: int,
+                    parameters: tuple[str, ...] = ()) -> Path:
+    """Both directions of the app's pair, every transaction, default parameters unless
+    `parameters` (YAML lines under `parameters:`) adds some."""
     a, b = PAIRS[app]
     txs = [t for t in transactions_of(topology(app))
            if app != "rubis" or t.name in RUBIS_TRANSACTIONS]
@@ -87,7 +90,7 @@ def experiment_yaml(app: str, root: Path, rate: float, concurrent: int) -> Path:
         matched = t.path.split("?")[0] if app == "rubis" else t.path
         lines.append(f"  {t.name}: {json.dumps('^' + re.escape(matched))}")
     lines += ["parameters:", f"  include: ['{a}->{b}', '{b}->{a}']", f"  concurrent: {concurrent}",
-              f"output: {root / 'runs'}"]
+              *(f"  {line}" for line in parameters), f"output: {root / 'runs'}"]
     path = root / f"coverage-{app}.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path

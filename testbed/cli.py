@@ -42,7 +42,14 @@ def _up_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _load_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rate", type=float, default=20.0, help="requests/s (default 20)")
+    loop = p.add_mutually_exclusive_group()
+    loop.add_argument("--rate", type=float, default=None,
+                      help="open loop: Poisson arrivals, requests/s (default 20)")
+    loop.add_argument("--clients", type=int, default=None,
+                      help="closed loop: N clients, each sending its next request after the "
+                           "previous one answered and a think time")
+    p.add_argument("--think-s", type=float, default=0.5,
+                   help="closed loop: mean exponential think time in s (default 0.5)")
     p.add_argument("--duration", type=float, default=30.0, help="seconds (default 30)")
     p.add_argument("--mix", help="/PATH=WEIGHT,... (default: every transaction, equal weight)")
     p.add_argument("--out", type=Path, help="CSV of the client-side latencies")
@@ -90,8 +97,15 @@ def _load(args: argparse.Namespace) -> dict[str, Any]:
     mix = args.mix or ",".join(f"{t['path']}=1" for t in state["transactions"])
     client = next(h for h in state["hosts"] if "client" in h["roles"])
     argv = ["ip", "netns", "exec", client["namespace"], sys.executable, "-m", "testbed.loadgen",
-            "--url", state["frontend_url"], "--mix", mix, "--rate", str(args.rate),
-            "--duration", str(args.duration), "--json"]
+            "--url", state["frontend_url"], "--mix", mix, "--duration", str(args.duration),
+            "--json"]
+    if args.clients is not None:
+        if args.clients < 1 or args.think_s < 0:
+            raise InputError(Problem("at least 1 client and a think time of 0 s or more",
+                                     field="--clients/--think-s"))
+        argv += ["--clients", str(args.clients), "--think-s", str(args.think_s)]
+    else:
+        argv += ["--rate", str(args.rate if args.rate is not None else 20.0)]
     if args.out:
         argv += ["--out", str(args.out.resolve())]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=args.duration + 120,
@@ -157,10 +171,12 @@ COMMANDS = (
                  "What is up: the hosts with their namespaces, addresses and roles, the front "
                  "end, the web log, the SSH config and whether every service runs.",
                  _tag_arguments, testbed_command),
-         Command("load", "open-loop Poisson load from the client host",
-                 "Open-loop Poisson load from the client host to the front end: --rate "
-                 "requests/s for --duration s, mixed by --mix; --out keeps the client-side "
-                 "latencies.",
+         Command("load", "load from the client host (open or closed loop)",
+                 "Load from the client host to the front end for --duration s, mixed by --mix: "
+                 "open-loop Poisson arrivals at --rate requests/s, or a closed loop of "
+                 "--clients users who each think --think-s on average between a response and "
+                 "their next request (throughput then falls when responses slow, as with real "
+                 "users); --out keeps the client-side latencies.",
                  _load_arguments, testbed_command),
          Command("routes", "install a routing policy in the front end (nginx)",
                  "Replace nginx's routes.conf (which must define $linkgrad_upstream: a map or "

@@ -181,6 +181,27 @@ def test_status_reports_every_service(testbed, tag):
             "client/sshd"} <= set(s["services"])
 
 
+def test_testbed_load_runs_open_and_closed_loops(testbed, tag):
+    """`linkgrad testbed load`: --rate is Poisson arrivals; --clients N users who wait for
+    each answer and think, so their throughput is what Little's law says."""
+    _, root = testbed
+    linkgrad = str(Path(sys.executable).parent / "linkgrad")
+    common = ["--tag", tag, "--root", str(root), "--duration", "6", "--json"]
+    closed = json.loads(sh(linkgrad, "testbed", "load", "--clients", "4", "--think-s", "0.2",
+                           "--mix", "/pattern/single=1", *common).stdout)
+    assert closed["clients"] == 4
+    assert closed["errors"] == 0
+    assert closed["achieved_per_s"] == pytest.approx(closed["littles_law_per_s"], rel=0.35)
+    opened = json.loads(sh(linkgrad, "testbed", "load", "--rate", "10", *common).stdout)
+    assert opened["offered_per_s"] == 10
+    assert opened["requests"] > 20
+    bad = subprocess.run([linkgrad, "testbed", "load", "--clients", "0", *common],
+                         capture_output=True, text=True, check=False)
+    assert bad.returncode == 2
+    assert "--clients" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
 def test_down_leaves_nothing_and_up_recovers_from_a_crash():
     tag, root = unique_tag("c"), private_root()
     sh("ip", "netns", "add", f"lgtb-{tag}-web")  # what a crashed run of this tag would have left
