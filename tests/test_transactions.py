@@ -24,3 +24,21 @@ def test_patterns_may_overlap():
 def test_bad_transaction_options_name_the_option(text):
     with pytest.raises(InputError, match="--transaction"):
         parse_transaction_option(text)
+
+
+def test_grouping_memory_does_not_grow_with_the_longest_url():
+    """One 1 MB URL among 20,000 rows: fixed-width strings would take 80 GB; a dict of the
+    distinct URLs takes a few MB."""
+    import tracemalloc
+
+    urls = np.empty(20_000, dtype=object)
+    urls[:] = ["/bid", "/item?id=1"] * 10_000
+    urls[7] = "/search?q=" + "x" * 1_000_000
+    tracemalloc.start()
+    try:
+        groups = group_by_transaction(urls, [])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20e6
+    assert [len(groups[p]) for p in ("/bid", "/item", "/search")] == [10_000, 9_999, 1]

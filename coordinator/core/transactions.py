@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,16 +42,36 @@ def group_by_transaction(
     """Row indices of each transaction.
 
     With patterns, a request belongs to every transaction whose regex matches (classes may
-    overlap, e.g. `all=.` beside `bid=/bid`). Without, each URL path is a transaction.
+    overlap, e.g. `all=.` beside `bid=/bid`). Without, each URL path is a transaction, in
+    sorted order.
     """
-    unique, inverse = np.unique(urls.astype(str), return_inverse=True)
+    distinct, code_of_row = factorize(urls)
     if patterns:
         groups = {}
         for p in patterns:
-            hit = np.array([p.regex.search(u) is not None for u in unique], dtype=bool)
-            groups[p.name] = np.flatnonzero(hit[inverse])
+            hit = np.array([p.regex.search(u) is not None for u in distinct], dtype=bool)
+            groups[p.name] = np.flatnonzero(hit[code_of_row])
         return groups
-    paths = np.array([u.split("?", 1)[0] for u in unique], dtype=object)
-    path_names, path_of_unique = np.unique(paths.astype(str), return_inverse=True)
-    path_of_row = path_of_unique[inverse]
-    return {str(name): np.flatnonzero(path_of_row == i) for i, name in enumerate(path_names)}
+    paths, path_of_distinct = factorize([u.split("?", 1)[0] for u in distinct])
+    rows = _rows_by_code(path_of_distinct[code_of_row], len(paths))
+    return {paths[i]: rows[i] for i in sorted(range(len(paths)), key=paths.__getitem__)}
+
+
+def factorize(values: Iterable[str]) -> tuple[list[str], np.ndarray]:
+    """(distinct values in first-seen order, code of each value) through a dict.
+
+    Memory is the distinct strings plus one integer per row. `np.unique` over `astype(str)`
+    made a fixed-width array as wide as the longest URL for every row: one 8 KB URL in a 58k
+    line log took 5.5 GB.
+    """
+    codes: dict[str, int] = {}
+    code = codes.setdefault
+    of_row = np.fromiter((code(v, len(codes)) for v in values), dtype=np.intp)
+    return list(codes), of_row
+
+
+def _rows_by_code(code_of_row: np.ndarray, n_codes: int) -> list[np.ndarray]:
+    """Ascending row indices of each code: one sort, not one pass over the rows per code."""
+    order = np.argsort(code_of_row, kind="stable")
+    ends = np.cumsum(np.bincount(code_of_row, minlength=n_codes))
+    return np.split(order, ends[:-1])
