@@ -12,6 +12,7 @@ from pathlib import Path
 
 from common.errors import RuntimeFailure
 from testbed.netns import HostPlan
+from testbed.private_dir import create_empty, ensure_dir, write_file
 
 APACHE = "/usr/sbin/apache2"
 MODULES = Path("/usr/lib/apache2/modules")
@@ -75,12 +76,11 @@ SetEnv MW_CONFIG_FILE {config_file}
 
 
 def write_conf(web: HostPlan, directory: Path, docroot: Path, config_file: Path) -> Path:
-    root = directory / "apache"
-    root.mkdir(parents=True, exist_ok=True)
+    root = ensure_dir(directory / "apache", 0o711)  # the children (www-data) reach its mutexes
     conf = root / "httpd.conf"
-    conf.write_text(apache_conf(web, directory, docroot, config_file))
-    (directory / "logs").mkdir(exist_ok=True)
-    (directory / "access.log").touch()
+    write_file(conf, apache_conf(web, directory, docroot, config_file), mode=0o644)
+    ensure_dir(directory / "logs", 0o700)  # the logs are opened by the root parent
+    create_empty(directory / "access.log")
     return conf
 
 

@@ -7,7 +7,10 @@ one call is one crossing of the link each way, and the expected gradients in
 S2 is a database call whose service time is N(s2_mean, s2_sd) (`SELECT pg_sleep`); S3 is the
 second app server's `/svc/work`, N(s3_mean, s3_sd) (thesis §4.7).
 
-    python -m testbed.app --listen IP --port 8000 --dsn DSN --cache IP --peer URL [...]
+    python -m testbed.app --listen IP --port 8000 --dsn-file FILE --cache IP --peer URL [...]
+
+The DSN (with the database password) is read from a file: a command line is visible to every
+local user in /proc.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiomcache
@@ -231,7 +235,8 @@ def main() -> None:
     parser.add_argument("--name", required=True)
     parser.add_argument("--listen", required=True)
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--dsn-file", required=True, type=Path,
+                        help="file holding the PostgreSQL DSN (root's, 0600)")
     parser.add_argument("--cache", required=True)
     parser.add_argument("--peer", required=True, help="base URL of the S3 server")
     for knob in ("s2_mean_ms", "s2_sd_ms", "s3_mean_ms", "s3_sd_ms"):
@@ -239,7 +244,7 @@ def main() -> None:
     parser.add_argument("--cache-miss-p", type=float, required=True)
     parser.add_argument("--sequential-m", type=int, required=True)
     args = parser.parse_args()
-    config = AppConfig(args.name, args.dsn, args.cache, args.peer,
+    config = AppConfig(args.name, args.dsn_file.read_text().strip(), args.cache, args.peer,
                        args.s2_mean_ms / 1e3, args.s2_sd_ms / 1e3, args.s3_mean_ms / 1e3,
                        args.s3_sd_ms / 1e3, args.cache_miss_p, args.sequential_m)
     uvicorn.run(build_app(config), host=args.listen, port=args.port, log_level="warning",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from common.errors import RuntimeFailure
 from testbed.netns import HostPlan, Step, TestbedPlan
+from testbed.private_dir import ensure_dir
 from testbed.state import State
 
 
@@ -44,6 +45,14 @@ def port_open(address: str, port: int) -> bool:
         return False
 
 
+def listening(namespace: str, port: int) -> bool:
+    """Whether a TCP socket listens on `port` in the namespace (for a server that the root
+    namespace may not connect to: `netns.only_from`)."""
+    done = subprocess.run(["ip", "netns", "exec", namespace, "ss", "-Hltn", f"sport = :{port}"],
+                          capture_output=True, text=True, timeout=10, check=False)
+    return done.returncode == 0 and bool(done.stdout.strip())
+
+
 class Builder:
     """Applies steps with their undo saved first; starts services inside namespaces."""
 
@@ -68,11 +77,11 @@ class Builder:
         (setsid --fork), its pid from a pid file written by the shell that then execs it, so
         the caller keeps no child."""
         where = host.name if host else "root"
-        log = self.state.directory / "logs" / f"{where}-{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
+        log = ensure_dir(self.state.directory / "logs", 0o700) / f"{where}-{name}.log"
         pid_file = log.with_suffix(".pid")
         pid_file.unlink(missing_ok=True)
-        with log.open("ab") as out:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        with open(fd, "ab") as out:
             inside = ["ip", "netns", "exec", host.namespace] if host else []
             subprocess.run(["setsid", "--fork", "sh", "-c", 'echo $$ > "$0"; exec "$@"',
                             str(pid_file), *inside, *argv],

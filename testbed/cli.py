@@ -17,14 +17,15 @@ from common.errors import InputError, Problem, RuntimeFailure
 from testbed import nginx
 from testbed.lifecycle import down, status, up
 from testbed.netns import TAG
-from testbed.state import DEFAULT_ROOT
+from testbed.state import default_root
 from testbed.topology import BUILT_IN, Topology, load_topology
 
 
 def _tag_arguments(p: argparse.ArgumentParser) -> None:
     """Which testbed: every testbed subcommand takes these."""
     p.add_argument("--tag", default="tb", help="testbed name, 1-4 letters/digits (default tb)")
-    p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help=argparse.SUPPRESS)
+    # where testbeds live (default $LINKGRAD_TESTBED_ROOT or /var/tmp): root's alone, checked
+    p.add_argument("--root", type=Path, default=None, help=argparse.SUPPRESS)
 
 
 def _up_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,6 +66,7 @@ def _routes_arguments(p: argparse.ArgumentParser) -> None:
 def testbed_command(args: argparse.Namespace) -> int:
     if not TAG.match(args.tag):
         raise InputError(Problem("1-4 lowercase letters or digits", field="--tag"))
+    args.root = args.root or default_root()
     if args.testbed_command == "up":
         result = up(_topology(args), args.tag, args.root, mininet=args.mininet)
     elif args.testbed_command == "down":
@@ -97,7 +99,7 @@ def _load(args: argparse.Namespace) -> dict[str, Any]:
     mix = args.mix or ",".join(f"{t['path']}=1" for t in state["transactions"])
     client = next(h for h in state["hosts"] if "client" in h["roles"])
     argv = ["ip", "netns", "exec", client["namespace"], sys.executable, "-m", "testbed.loadgen",
-            "--url", state["frontend_url"], "--mix", mix, "--duration", str(args.duration),
+            f"--url={state['frontend_url']}", f"--mix={mix}", f"--duration={args.duration}",
             "--json"]
     if args.clients is not None:
         if args.clients < 1 or args.think_s < 0:
@@ -107,7 +109,7 @@ def _load(args: argparse.Namespace) -> dict[str, Any]:
     else:
         argv += ["--rate", str(args.rate if args.rate is not None else 20.0)]
     if args.out:
-        argv += ["--out", str(args.out.resolve())]
+        argv += [f"--out={args.out.resolve()}"]  # `=`: a value may start with `-`
     done = subprocess.run(argv, capture_output=True, text=True, timeout=args.duration + 120,
                           check=False)
     if done.returncode != 0:

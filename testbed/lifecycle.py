@@ -1,6 +1,7 @@
 """`linkgrad testbed up|down|status`: bring a topology to life, describe it, remove it.
 
-`up` removes what a crashed earlier run of the same tag left, builds the network, starts sshd
+`up` removes what a crashed earlier run of the same tag left, makes the testbed's directory
+afresh (root's, exclusively: `testbed.private_dir`), builds the network, starts sshd
 everywhere, then the application, waiting for each server to answer: for `app: rubis`
 PostgreSQL (seeded), memcached, the app servers and nginx; for `app: mediawiki` MariaDB,
 MediaWiki installed and seeded, and Apache with mod_php (`testbed.mediawiki`). Any failure
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,14 @@ from typing import Any
 from common.errors import RuntimeFailure
 from testbed import apache, mediawiki, nginx, postgres, sshd
 from testbed.addressing import free_subnet, networks_in_use
-from testbed.build import Builder, namespace_pids, port_open, teardown, wait_until
-from testbed.netns import TestbedPlan, network_steps, plan_testbed
+from testbed.build import Builder, listening, namespace_pids, port_open, teardown, wait_until
+from testbed.netns import TestbedPlan, network_steps, only_from, plan_testbed
+from testbed.private_dir import ensure_dir, make_testbed_dir, remove_testbed_dir, write_file
 from testbed.state import DEFAULT_ROOT, State, directory_for
 from testbed.topology import Topology
 from testbed.transactions import transactions_of
 
+MEMCACHED_PORT = 11211
 MININET_PYTHON = "/usr/bin/python3"  # Debian's python3-mininet lives there, not in the venv
 
 
@@ -32,8 +36,8 @@ def _check_root_and_tools(app: str = "rubis") -> None:
     if os.geteuid() != 0:
         raise RuntimeFailure("the testbed needs root: it makes network namespaces")
     servers = ("nginx", "memcached", "psql") if app == "rubis" else ()
-    missing = [tool for tool in ("ip", *servers, "ssh-keygen", "/usr/sbin/sshd", "runuser")
-               if not _which(tool)]
+    missing = [tool for tool in ("ip", "iptables", *servers, "ssh-keygen", "/usr/sbin/sshd",
+                                 "runuser") if not _which(tool)]
     if missing:
         raise RuntimeFailure(f"missing {', '.join(missing)}: run scripts/setup")
     if app == "mediawiki":
@@ -72,8 +76,8 @@ def up(topology: Topology, tag: str = "tb", root: Path = DEFAULT_ROOT,
     recovered = recover(tag, topology, root)
     plan = plan_testbed(topology, tag, _subnet(topology))
     directory = directory_for(tag, root)
-    directory.mkdir(parents=True, exist_ok=True)
-    directory.chmod(0o755)  # postgres and www-data must reach their files
+    remove_testbed_dir(directory)  # root's own leftovers without a state (a planted one: refused)
+    make_testbed_dir(directory)
     state = State(directory, plan.as_json())
     state.save()
     builder = Builder(state)
@@ -103,7 +107,7 @@ def _network(builder: Builder, plan: TestbedPlan, directory: Path, mininet: bool
     spec = {"bridge": plan.bridge, "gateway": plan.gateway, "prefix": prefix,
             "hosts": [{"name": h.name, "address": h.address, "namespace": h.namespace}
                       for h in plan.hosts]}
-    (directory / "mininet.json").write_text(json.dumps(spec))
+    write_file(directory / "mininet.json", json.dumps(spec))
     # undo by ownership if the keeper dies without cleaning: its names, its bridge
     builder.state.undo.append(["ip", "link", "del", plan.bridge])
     builder.state.undo += [["ip", "netns", "del", h.namespace] for h in plan.hosts]
@@ -134,29 +138,38 @@ def _build(builder: Builder, plan: TestbedPlan, topology: Topology, directory: P
 def _build_rubis(builder: Builder, plan: TestbedPlan, topology: Topology, directory: Path
                  ) -> None:
     db, cache, web = (plan.with_role(r)[0] for r in ("db", "cache", "web"))
-    postgres.init_cluster(directory / "pg", plan.subnet)
-    builder.start(db, "postgres", postgres.postgres_argv(db, directory / "pg"))
-    builder.start(cache, "memcached", ["memcached", "-u", "memcache", "-l", cache.address,
-                                       "-p", "11211", "-U", "0", "-m", "64", "-c", "4096"])
-    wait_until(lambda: port_open(db.address, 5432), "PostgreSQL on the db host")
-    postgres.seed(db)
     apps = plan.with_role("app")
+    app_addresses = tuple(a.address for a in apps)
+    postgres.init_cluster(directory / "pg", app_addresses)
+    builder.start(db, "postgres", postgres.postgres_argv(db, directory / "pg"))
+    for step in only_from(cache, MEMCACHED_PORT, app_addresses):  # memcached has no login
+        builder.apply(step)
+    builder.start(cache, "memcached", ["memcached", "-u", "memcache", "-l", cache.address,
+                                       "-p", str(MEMCACHED_PORT), "-U", "0", "-m", "64",
+                                       "-c", "4096"])
+    wait_until(lambda: port_open(db.address, 5432), "PostgreSQL on the db host")
+    password = secrets.token_hex(24)  # this testbed's: in no file but the app's DSN file
+    postgres.seed(directory / "pg", password)
+    dsn_file = ensure_dir(directory / "secrets", 0o700) / "app.dsn"
+    write_file(dsn_file, postgres.dsn(db, password) + "\n")
     for app in apps:
-        builder.start(app, "app", _app_argv(app.name, app.address, plan, topology))
+        builder.start(app, "app", _app_argv(app.name, app.address, plan, topology, dsn_file))
     nginx.write_conf(plan, directory)
     builder.start(web, "nginx", nginx.nginx_argv(directory))
     for app in apps:
         wait_until(lambda a=app: port_open(a.address, nginx.APP_PORT), f"the app on {app.name}")
-    wait_until(lambda: port_open(cache.address, 11211), "memcached")
+    wait_until(lambda: listening(cache.namespace, MEMCACHED_PORT), "memcached")
     wait_until(lambda: port_open(web.address, 80), "nginx")
 
 
-def _app_argv(name: str, address: str, plan: TestbedPlan, topology: Topology) -> list[str]:
+def _app_argv(name: str, address: str, plan: TestbedPlan, topology: Topology, dsn_file: Path
+              ) -> list[str]:
     s = topology.service
-    db, cache = plan.with_role("db")[0], plan.with_role("cache")[0]
+    cache = plan.with_role("cache")[0]
     peer = plan.with_role("app")[-1]
     return [sys.executable, "-m", "testbed.app", "--name", name, "--listen", address,
-            "--port", str(nginx.APP_PORT), "--dsn", postgres.dsn(db), "--cache", cache.address,
+            "--port", str(nginx.APP_PORT), "--dsn-file", str(dsn_file),
+            "--cache", cache.address,
             "--peer", f"http://{peer.address}:{nginx.APP_PORT}",
             "--s2-mean-ms", str(s.s2_mean_ms), "--s2-sd-ms", str(s.s2_sd_ms),
             "--s3-mean-ms", str(s.s3_mean_ms), "--s3-sd-ms", str(s.s3_sd_ms),

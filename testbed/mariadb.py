@@ -3,17 +3,24 @@
 
 Every file it uses is named on the command line (`--no-defaults`: /etc/mysql is not read), so
 two testbeds and the machine's own MariaDB never share a socket, pid file or datadir.
+
+Authentication: the server's root is reached only on its socket, as the system's root
+(unix_socket: mariadb-install-db makes no other account); the wiki's account has a password
+made for this testbed and may connect from the web host's address only. SQL goes to the
+client on stdin, never on its command line (visible to every local user in /proc).
 """
 
 from __future__ import annotations
 
+import secrets
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.errors import RuntimeFailure
 from testbed.build import sh
 from testbed.netns import HostPlan
+from testbed.private_dir import ensure_dir
 
 PORT = 3306
 MARIADBD = "/usr/sbin/mariadbd"
@@ -27,7 +34,7 @@ class Database:
 
     name: str = "wiki"
     user: str = "wiki"
-    password: str = "linkgrad-wiki"
+    password: str = field(default_factory=lambda: secrets.token_hex(24), repr=False)
 
 
 def paths(directory: Path) -> dict[str, Path]:
@@ -41,10 +48,8 @@ def paths(directory: Path) -> dict[str, Path]:
 def init_datadir(directory: Path) -> None:
     """A fresh datadir owned by mysql (system tables only, no test database)."""
     p = paths(directory)
-    p["base"].mkdir(parents=True, exist_ok=True)
-    p["log"].parent.mkdir(parents=True, exist_ok=True)
-    shutil.chown(p["base"], "mysql", "mysql")
-    p["base"].chmod(0o755)
+    ensure_dir(p["base"], 0o700, "mysql", "mysql")
+    ensure_dir(p["log"].parent, 0o700)
     sh([INSTALL_DB, "--no-defaults", "--user=mysql", f"--datadir={p['datadir']}",
         "--auth-root-authentication-method=socket", "--skip-test-db", "--skip-name-resolve"],
        timeout_s=180)
@@ -64,15 +69,16 @@ def mariadbd_argv(host: HostPlan, directory: Path) -> list[str]:
 def sql(directory: Path, statements: str, timeout_s: float = 60.0) -> str:
     """Run SQL as the server's root over its socket (unix-socket authentication)."""
     return sh([CLIENT, "--no-defaults", f"--socket={paths(directory)['socket']}", "-u", "root",
-               "--batch", "--skip-column-names", "-e", statements], timeout_s=timeout_s)
+               "--batch", "--skip-column-names"], input=statements, timeout_s=timeout_s)
 
 
-def create_database(directory: Path, db: Database, subnet: str) -> None:
-    """The wiki's database and an account that may connect from the testbed's subnet only."""
-    net = subnet.rsplit(".", 1)[0] + ".%"  # a /24: 10.201.3.%
-    sql(directory, f"CREATE DATABASE `{db.name}` CHARACTER SET binary; "
-                   f"CREATE USER '{db.user}'@'{net}' IDENTIFIED BY '{db.password}'; "
-                   f"GRANT ALL ON `{db.name}`.* TO '{db.user}'@'{net}'; FLUSH PRIVILEGES;")
+def create_database(directory: Path, db: Database, client: str) -> None:
+    """The wiki's database and its account, which may connect from `client` (the web host's
+    address) only."""
+    account = f"'{db.user}'@'{client}'"
+    sql(directory, f"CREATE DATABASE `{db.name}` CHARACTER SET binary;\n"
+                   f"CREATE USER {account} IDENTIFIED BY '{db.password}';\n"
+                   f"GRANT ALL ON `{db.name}`.* TO {account};\nFLUSH PRIVILEGES;\n")
 
 
 def general_log(directory: Path, on: bool) -> Path:

@@ -21,6 +21,7 @@ from common.errors import RuntimeFailure
 from testbed import apache, mariadb, wiki_content
 from testbed.build import Builder, port_open, sh, wait_until
 from testbed.netns import HostPlan, TestbedPlan
+from testbed.private_dir import ensure_dir, write_file
 
 INSTALL = Path("/usr/share/mediawiki")
 PHP = "php"
@@ -100,18 +101,15 @@ $wgDefaultSkin = "vector";
 
 def prepare(directory: Path) -> Path:
     """The wiki's own directories (www-data writes its cache), returns the settings path."""
-    wiki = directory / "mediawiki"
+    wiki = ensure_dir(directory / "mediawiki", 0o711)  # www-data passes, only root writes
     for sub in ("cache", "images", "install"):
-        (wiki / sub).mkdir(parents=True, exist_ok=True)
-        shutil.chown(wiki / sub, "www-data", "www-data")
+        ensure_dir(wiki / sub, 0o700, "www-data", "www-data")
     return wiki / "LocalSettings.php"
 
 
 def write_settings(settings: WikiSettings, path: Path) -> None:
     """Readable by www-data (Apache's children) and root only: it holds the DB password."""
-    path.write_text(local_settings(settings))
-    shutil.chown(path, "root", "www-data")
-    path.chmod(0o640)
+    write_file(path, local_settings(settings), 0o640, "root", "www-data")
 
 
 def _php(web: HostPlan, script: str, *args: str, settings: Path | None = None,
@@ -124,17 +122,24 @@ def _php(web: HostPlan, script: str, *args: str, settings: Path | None = None,
 
 def install(web: HostPlan, db: HostPlan, directory: Path, settings: WikiSettings) -> None:
     """Schema by install.php, then the seed content, its links, recent changes, search index
-    and statistics."""
-    password = secrets.token_urlsafe(16) + "aA1!"
-    _php(web, "install.php", "--dbtype=mysql", f"--dbserver={db.address}",
-         f"--dbname={settings.db.name}", f"--dbuser={settings.db.user}",
-         f"--dbpass={settings.db.password}", f"--installdbuser={settings.db.user}",
-         f"--installdbpass={settings.db.password}", f"--server={settings.server}",
-         "--scriptpath=", "--lang=en", f"--pass={password}",
-         f"--confpath={directory / 'mediawiki' / 'install'}", "Linkgrad Wiki", ADMIN)
+    and statistics. The passwords reach install.php in files of www-data's (its --dbpassfile
+    and --passfile), removed after it: never on a command line."""
+    scratch = directory / "mediawiki" / "install"
+    db_pass, admin_pass = scratch / "db.pass", scratch / "admin.pass"
+    write_file(db_pass, settings.db.password, 0o600, "www-data", "www-data")
+    write_file(admin_pass, secrets.token_urlsafe(16) + "aA1!", 0o600, "www-data", "www-data")
+    try:
+        _php(web, "install.php", "--dbtype=mysql", f"--dbserver={db.address}",
+             f"--dbname={settings.db.name}", f"--dbuser={settings.db.user}",
+             f"--dbpassfile={db_pass}", f"--server={settings.server}",
+             "--scriptpath=", "--lang=en", f"--passfile={admin_pass}",
+             f"--confpath={scratch}", "Linkgrad Wiki", ADMIN)
+    finally:
+        for secret in (db_pass, admin_pass):
+            secret.unlink(missing_ok=True)
     path = directory / "mediawiki" / "LocalSettings.php"
     dump = directory / "mediawiki" / "seed.xml"
-    dump.write_text(wiki_content.export_xml(wiki_content.pages(), user=ADMIN))
+    write_file(dump, wiki_content.export_xml(wiki_content.pages(), user=ADMIN), mode=0o644)
     for script, *args in (("rebuildLocalisationCache.php", "--lang=en", "--force"),
                           ("importDump.php", str(dump)),
                           ("rebuildrecentchanges.php",),
@@ -152,9 +157,10 @@ def build(builder: Builder, plan: TestbedPlan, directory: Path) -> None:
     builder.start(db, "mariadbd", mariadb.mariadbd_argv(db, directory))
     wait_until(lambda: port_open(db.address, mariadb.PORT), "MariaDB on the db host",
                timeout_s=60)
-    mariadb.create_database(directory, mariadb.Database(), plan.subnet)
+    database = mariadb.Database()  # with a password of this testbed's
+    mariadb.create_database(directory, database, web.address)
     settings = WikiSettings(server=f"http://{web.address}", db_server=db.address,
-                            directory=directory, secret_key=secrets.token_hex(32))
+                            directory=directory, secret_key=secrets.token_hex(32), db=database)
     write_settings(settings, prepare(directory))
     install(web, db, directory, settings)
     conf_path = directory / "mediawiki" / "LocalSettings.php"

@@ -87,3 +87,15 @@ def network_steps(plan: TestbedPlan) -> list[Step]:
             Step((*ns, "route", "add", "default", "via", plan.gateway)),
         ]
     return steps
+
+
+def only_from(host: HostPlan, port: int, sources: tuple[str, ...]) -> list[Step]:
+    """Steps that let only `sources` reach TCP `port` on `host`, for a server with no
+    authentication of its own (memcached): any local user reaches every host from the root
+    namespace, by the bridge. In the raw table, which sees a packet before the injector's
+    NFQUEUE jump in filter (a queued packet that is accepted skips the rest of filter). They
+    go with the namespace, so they have no undo."""
+    raw = ("ip", "netns", "exec", host.namespace, "iptables", "-w", "5", "-t", "raw",
+           "-A", "PREROUTING", "-p", "tcp", "--dport", str(port))
+    return [*(Step((*raw, "-s", source, "-j", "ACCEPT")) for source in sources),
+            Step((*raw, "-j", "DROP"))]

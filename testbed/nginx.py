@@ -14,6 +14,7 @@ from pathlib import Path
 
 from common.errors import InputError, Problem, RuntimeFailure
 from testbed.netns import TestbedPlan
+from testbed.private_dir import create_empty, ensure_dir, write_file
 
 # "combined" + $request_time + $msec: millisecond end stamps and the response time
 LOG_FORMAT = (
@@ -77,11 +78,12 @@ def nginx_argv(directory: Path) -> list[str]:
 
 
 def write_conf(plan: TestbedPlan, directory: Path) -> None:
-    tmp = directory / "nginx"
-    tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "nginx.conf").write_text(nginx_conf(plan, directory))
-    (tmp / ROUTES).write_text(DEFAULT_ROUTES)
-    (directory / "access.log").touch()
+    """The configuration, read by the master (root); the workers (www-data) only pass through
+    `nginx/` to the temporary directories the master makes for them."""
+    tmp = ensure_dir(directory / "nginx", 0o711)
+    write_file(tmp / "nginx.conf", nginx_conf(plan, directory))
+    write_file(tmp / ROUTES, DEFAULT_ROUTES)
+    create_empty(directory / "access.log")  # the master opens it
 
 
 def install_routes(directory: Path, namespace: str, routes: str, source: str = "<routes>"
@@ -94,16 +96,16 @@ def install_routes(directory: Path, namespace: str, routes: str, source: str = "
     if not (directory / "nginx" / "nginx.pid").exists():
         raise RuntimeFailure(f"no nginx running from {directory}: is the testbed up?")
     old = path.read_text()
-    path.write_text(routes)
+    write_file(path, routes)
     inside = ["ip", "netns", "exec", namespace, *nginx_argv(directory)]
     check = subprocess.run([*inside, "-t", "-q"], capture_output=True,
                            text=True, check=False)
     if check.returncode != 0:
-        path.write_text(old)
+        write_file(path, old)
         raise InputError(Problem(f"nginx rejects these routes: {check.stderr.strip()}", source))
     reload = subprocess.run([*inside, "-s", "reload"], capture_output=True,
                             text=True, check=False)
     if reload.returncode != 0:
-        path.write_text(old)
+        write_file(path, old)
         raise RuntimeFailure(f"nginx reload failed: {reload.stderr.strip()}")
     time.sleep(0.5)  # the master starts new workers before the old ones stop taking requests

@@ -1,17 +1,25 @@
 """PostgreSQL on the db host: its own cluster in the testbed directory, an auction schema like
-RUBiS (users, items, bids, categories, regions) and seeded data."""
+RUBiS (users, items, bids, categories, regions) and seeded data.
+
+Authentication: the app servers connect over TCP as the role `rubis` (owner of the database,
+not a superuser) with a password made for this testbed (scram-sha-256), and only from their own
+addresses. The superuser `postgres` has no password and is reached only by peer authentication
+on the cluster's socket, in its 0700 data directory: as the postgres user, never over TCP.
+"""
 
 from __future__ import annotations
 
 import glob
-import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from common.errors import RuntimeFailure
 from testbed.build import sh
 from testbed.netns import HostPlan
+from testbed.private_dir import ensure_dir, write_file
 
 DATABASE = "rubis"
+ROLE = "rubis"  # the application's role: owns the database, nothing else
 
 SCHEMA = """
 CREATE TABLE regions (id serial PRIMARY KEY, name text NOT NULL);
@@ -65,17 +73,21 @@ def postgres_bin() -> Path:
     return Path(found[-1]).parent
 
 
-def init_cluster(data: Path, subnet: str) -> None:
-    """initdb as the postgres user, trust for the testbed subnet only."""
-    data.parent.mkdir(parents=True, exist_ok=True)
-    data.mkdir(exist_ok=True)
-    shutil.chown(data, "postgres", "postgres")
-    data.chmod(0o700)
+def pg_hba(clients: Iterable[str]) -> str:
+    """Who may connect: the superuser by peer on the socket; the app's role to its database
+    by password from each client address; nobody else, from anywhere (no line: refused)."""
+    lines = ["local all postgres peer"]
+    lines += [f"host {DATABASE} {ROLE} {address}/32 scram-sha-256" for address in clients]
+    return "\n".join(lines) + "\n"
+
+
+def init_cluster(data: Path, clients: Iterable[str]) -> None:
+    """initdb as the postgres user; `clients` are the app servers' addresses."""
+    ensure_dir(data, 0o700, "postgres", "postgres")
     sh(["runuser", "-u", "postgres", "--", str(postgres_bin() / "initdb"), "-D", str(data),
-        "-A", "trust", "-U", "postgres", "--no-sync"], timeout_s=120)
-    (data / "pg_hba.conf").write_text(
-        "local all all trust\n"
-        f"host all all {subnet} trust\n")
+        "--auth-local=peer", "--auth-host=scram-sha-256", "-U", "postgres", "--no-sync"],
+       timeout_s=120)
+    write_file(data / "pg_hba.conf", pg_hba(clients), 0o600, "postgres", "postgres")
 
 
 def postgres_argv(host: HostPlan, data: Path) -> list[str]:
@@ -85,11 +97,26 @@ def postgres_argv(host: HostPlan, data: Path) -> list[str]:
             "-c", "shared_buffers=64MB"]
 
 
-def seed(host: HostPlan) -> None:
-    psql = ["psql", "-h", host.address, "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-q"]
-    sh([*psql, "-d", "postgres", "-c", f"CREATE DATABASE {DATABASE}"])
-    sh([*psql, "-d", DATABASE], input=SCHEMA + SEED.format(**SIZES), timeout_s=120)
+def psql_argv(data: Path, database: str = DATABASE) -> list[str]:
+    """psql as the superuser, on the cluster's socket (peer authentication)."""
+    return ["runuser", "-u", "postgres", "--", "psql", "-h", str(data), "-d", database,
+            "-v", "ON_ERROR_STOP=1", "-q"]
 
 
-def dsn(host: HostPlan) -> str:
-    return f"postgresql://postgres@{host.address}:5432/{DATABASE}"
+def seed(data: Path, password: str) -> None:
+    """The app's role and its database, the schema (owned by the role) and the data. SQL goes
+    on stdin: a password on a command line is visible to every local user."""
+    sh(psql_argv(data, "postgres"),
+       input=f"CREATE ROLE {ROLE} LOGIN PASSWORD {_literal(password)};\n")
+    sh([*psql_argv(data, "postgres"), "-c", f"CREATE DATABASE {DATABASE} OWNER {ROLE}"])
+    sh(psql_argv(data), input=f"SET ROLE {ROLE};\n" + SCHEMA + SEED.format(**SIZES),
+       timeout_s=120)
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def dsn(host: HostPlan, password: str) -> str:
+    """The app servers' connection string (it holds the password: keep it in a 0600 file)."""
+    return f"postgresql://{ROLE}:{password}@{host.address}:5432/{DATABASE}"
