@@ -15,7 +15,7 @@ from common.errors import InputError, Problem
 from coordinator.config.latencies import Placement, latency_changes, load_latencies, load_placement
 from coordinator.config.run_dir import load_run, require_measured
 from coordinator.core.prediction import predict
-from coordinator.core.routing import RoutingAdvice, advise, nginx_map
+from coordinator.core.routing import RoutingAdvice, advise, nginx_map, upstream_problem
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -28,11 +28,16 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="where the other components are (moved from now), if not where they are")
     p.add_argument("--nginx", nargs=2, metavar=("UPSTREAM1", "UPSTREAM2"),
                    help="print the advice as an nginx map setting $linkgrad_upstream, the "
-                        "upstream groups of the copy at each site (in --copies order); "
+                        "upstream groups of the copy at each site (in --copies order; names "
+                        "of letters, digits, '-', '_' and dots, optional :PORT); "
                         "proxy_pass http://$linkgrad_upstream; uses it")
 
 
 def route_command(args: argparse.Namespace) -> int:
+    problems = [Problem(p, field="--nginx") for p in map(upstream_problem, args.nginx or ())
+                if p]
+    if problems:  # before any file is read: the names go into nginx's configuration
+        raise InputError(problems)
     run = load_run(args.gradients)
     if args.component not in run.hosts:
         raise InputError(Problem(f"{args.component!r} is not a host of the run "

@@ -15,6 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 VARIABLE = "linkgrad_upstream"
+# What `proxy_pass http://$linkgrad_upstream` can name: an upstream group or a host name (labels
+# of letters, digits, `-` and `_`, dot-separated), with an optional port. Anything else (a
+# space, `;`, braces, quotes, `$`, a newline) would be nginx syntax, not a name.
+_LABEL = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}"
+UPSTREAM = re.compile(rf"{_LABEL}(?:\.{_LABEL})*(?::[0-9]{{1,5}})?")
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,29 @@ def url_pattern(transaction: str, patterns: Mapping[str, str]) -> str:
     raise ValueError(f"no URL pattern for transaction {transaction!r}")
 
 
+def upstream_problem(name: str) -> str | None:
+    """Why `name` cannot be an nginx upstream in the generated config, or None."""
+    if len(name) > 253 or not UPSTREAM.fullmatch(name):
+        return (f"{name!r} is not an upstream name: letters, digits, '-', '_' and dots, "
+                "with an optional :PORT")
+    port = name.rpartition(":")[2] if ":" in name else None
+    if port is not None and not 0 < int(port) < 65536:
+        return f"{name!r}: port {port} is not 1-65535"
+    return None
+
+
+def _check_upstreams(upstreams: tuple[str, str]) -> None:
+    for name in upstreams:
+        problem = upstream_problem(name)
+        if problem:
+            raise ValueError(problem)
+
+
+def _comment(text: str) -> str:
+    """`text` safe in an nginx comment: a newline there would end it and start config."""
+    return text.encode("unicode_escape").decode("ascii")
+
+
 def _quoted(text: str) -> str:
     """A double-quoted nginx string. nginx's parser unescapes a backslash before a backslash,
     a quote, t, r or n, so every backslash is doubled and every quote escaped."""
@@ -79,7 +107,9 @@ def nginx_map(advice: RoutingAdvice, patterns: Mapping[str, str],
     """The advice as an nginx `map` setting `$linkgrad_upstream` (use it as
     `proxy_pass http://$linkgrad_upstream;`): a regex line per transaction, in the order the
     experiment lists them (nginx takes the first that matches, so with overlapping patterns
-    list the narrower first); other requests go where the best fixed ratio sends them."""
+    list the narrower first); other requests go where the best fixed ratio sends them.
+    Raises ValueError for an upstream that is not a name (`upstream_problem`)."""
+    _check_upstreams(upstreams)
     ratio, _ = advice.best_fixed
     order = {name: i for i, name in enumerate(patterns)}
     lines = [f"# linkgrad route: per-transaction routing (thesis §5.5); "
@@ -89,7 +119,8 @@ def nginx_map(advice: RoutingAdvice, patterns: Mapping[str, str],
                                                   r.transaction)):
         other = 1 - r.copy
         lines.append(f"    {_quoted('~' + url_pattern(r.transaction, patterns))} "
-                     f"{upstreams[r.copy]};  # {r.transaction}: {r.at_ms[r.copy]:.1f} ms, "
+                     f"{upstreams[r.copy]};  # {_comment(r.transaction)}: "
+                     f"{r.at_ms[r.copy]:.1f} ms, "
                      f"{r.at_ms[other]:.1f} at {upstreams[other]}")
     lines += [f"    default {upstreams[0 if ratio == 1.0 else 1]};", "}"]
     return "\n".join(lines) + "\n"
@@ -99,6 +130,7 @@ def nginx_fixed_ratio(ratio: float, upstreams: tuple[str, str]) -> str:
     """`ratio` of the requests (each drawn by its request id) to the first upstream."""
     if not 0 <= ratio <= 1:
         raise ValueError(f"a ratio is between 0 and 1, got {ratio}")
+    _check_upstreams(upstreams)
     percent = round(100 * ratio, 2)
     if percent in (0, 100):
         return f"map $request_uri ${VARIABLE} {{ default {upstreams[0 if percent else 1]}; }}\n"

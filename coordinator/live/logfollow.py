@@ -18,8 +18,9 @@ from coordinator.live.clock import SYSTEM, Clock
 
 
 def follow_argv(python: str, path: str) -> list[str]:
-    """`tail -F` of the log, leased: on a quiet log it would outlive the channel otherwise."""
-    return [python, "-m", "injector.leased", "--", "tail", "-n", "0", "-F", path]
+    """`tail -F` of the log, leased: on a quiet log it would outlive the channel otherwise.
+    `--` ends tail's options: a path that starts with `-` is still a path."""
+    return [python, "-m", "injector.leased", "--", "tail", "-n", "0", "-F", "--", path]
 
 
 class LogFollower:
