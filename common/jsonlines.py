@@ -14,8 +14,8 @@ import json
 import queue
 import subprocess
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import IO, Any, Protocol, TypeVar
+from collections.abc import Callable, Iterator
+from typing import IO, Any, NamedTuple, Protocol, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -29,6 +29,7 @@ from common.protocol.base import (
     parse_request,
     validation_problems,
 )
+from common.protocol.fields import valid_id
 
 # ---------------------------------------------------------------------------------- server
 
@@ -43,7 +44,8 @@ class StopServing(Exception):
 
 
 class LineWriter:
-    """Writes messages to a stream, one JSON line each, from any thread."""
+    """Writes messages to a stream, one JSON line each, from any thread. Strict JSON: a NaN or
+    infinity is a ValueError here, never a line other tools cannot read."""
 
     def __init__(self, out: IO[str]) -> None:
         self.out = out
@@ -52,12 +54,53 @@ class LineWriter:
     def write(self, message: BaseModel | dict[str, Any]) -> None:
         data = message.model_dump(mode="json", by_alias=True) \
             if isinstance(message, BaseModel) else message
+        line = json.dumps(data, allow_nan=False) + "\n"
         with self.lock:
-            self.out.write(json.dumps(data) + "\n")
+            self.out.write(line)
             self.out.flush()
 
 
 Handler = Callable[[Request[Any]], Result]
+
+MAX_LINE_BYTES = 1 << 20  # a request is a few hundred bytes: a megabyte line is a mistake
+
+
+class BadLine(NamedTuple):
+    """A line that cannot be a request at all (too long, not UTF-8): why."""
+
+    message: str
+
+
+def request_lines(stream: IO[bytes] | IO[str], max_bytes: int = MAX_LINE_BYTES
+                  ) -> Iterator[str | BadLine]:
+    """The lines of `stream`, decoded, in memory bounded by `max_bytes` (characters for a text
+    stream): an over-long line is read on in pieces and thrown away, and it and a line that
+    is not UTF-8 come as a BadLine, so one bad line costs one error reply."""
+    while True:
+        try:
+            raw: bytes | str = stream.readline(max_bytes + 1)
+        except UnicodeDecodeError as e:  # a text stream cannot resynchronise: its end
+            yield BadLine(f"not UTF-8 ({e.reason}): the input ends here")
+            return
+        if not raw:
+            return
+        if len(raw) > max_bytes and not _ends_line(raw):
+            while (rest := stream.readline(max_bytes + 1)) and not _ends_line(rest):
+                pass
+            yield BadLine(f"a line longer than {max_bytes} bytes is no request")
+            continue
+        if isinstance(raw, str):
+            yield raw
+            continue
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            yield BadLine(f"not UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start} "
+                          f"({e.reason})")
+
+
+def _ends_line(raw: bytes | str) -> bool:
+    return raw[-1:] in (b"\n", "\n")
 
 
 def answer(line: str, requests: TypeAdapter[Any], handle: Handler) -> tuple[Reply, bool]:
@@ -65,19 +108,24 @@ def answer(line: str, requests: TypeAdapter[Any], handle: Handler) -> tuple[Repl
     request_id = None
     try:
         data = json.loads(line)
-        if isinstance(data, dict):
-            request_id = data.get("id")
+        if isinstance(data, dict) and valid_id(data.get("id")):
+            request_id = data.get("id")  # an id that cannot be echoed (NaN, a list) is not
         result = handle(parse_request(requests, data))
         return _ok(request_id, result), False
     except StopServing as stop:
         return _ok(request_id, stop.result), True
     except json.JSONDecodeError as e:
         error = ErrorInfo(kind="input", message=f"not JSON: {e.msg}")
+    except RecursionError:
+        error = ErrorInfo(kind="input", message="nested too deeply: a request is one flat "
+                                                "JSON object of a few levels")
     except LinkgradError as e:
         error = ErrorInfo(kind="input" if isinstance(e, InputError) else "runtime",
                           message=str(e))
-    except (ValueError, TypeError) as e:  # a value the handler could not take
+    except (ValueError, TypeError) as e:  # a value the handler (or JSON) could not take
         error = ErrorInfo(kind="input", message=str(e))
+    except Exception as e:  # a bug must cost one request its answer, not the daemon its life
+        error = ErrorInfo(kind="runtime", message=f"internal error: {type(e).__name__}: {e}")
     return Reply(id=request_id, ok=False, error=error), False
 
 
@@ -86,14 +134,22 @@ def _ok(request_id: Any, result: Result | None) -> Reply:
     return Reply(id=request_id, ok=True, result=data)
 
 
-def serve(lines: Iterable[str], out: LineWriter, requests: TypeAdapter[Any],
+def serve(lines: IO[bytes] | IO[str], out: LineWriter, requests: TypeAdapter[Any],
           handle: Handler) -> str:
     """Answer every request line until the stop command or the end of input; why it ended."""
-    for line in lines:
-        if not line.strip():
+    for line in request_lines(lines):
+        if isinstance(line, BadLine):
+            reply, stop = Reply(id=None, ok=False,
+                                error=ErrorInfo(kind="input", message=line.message)), False
+        elif not line.strip():
             continue
-        reply, stop = answer(line, requests, handle)
-        out.write(reply)
+        else:
+            reply, stop = answer(line, requests, handle)
+        try:
+            out.write(reply)
+        except ValueError:  # a result that JSON cannot carry: a bug, said as such
+            out.write(Reply(id=reply.id, ok=False, error=ErrorInfo(
+                kind="runtime", message="internal error: the answer held a NaN or infinity")))
         if stop:
             return "stop"
     return "stdin closed"

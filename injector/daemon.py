@@ -24,6 +24,7 @@ from common.errors import InputError, LinkgradError, Problem
 from common.jsonlines import LineWriter, StopServing
 from common.protocol import injector as protocol
 from common.protocol.base import Empty, Failed, Request, Result, Stopped
+from common.protocol.fields import LIMIT_DURATION_S, LIMIT_MAGNITUDE_MS
 from common.protocol.injector import LinkSpec
 from injector.engine import Engine
 from injector.link import Endpoint, Link, parse_endpoint
@@ -107,7 +108,7 @@ class Reaper:
         self.process.wait(timeout=10)
 
 
-def serve(engine: Engine, caps: Caps, stdin: IO[str], stdout: IO[str],
+def serve(engine: Engine, caps: Caps, stdin: IO[bytes] | IO[str], stdout: IO[str],
           reaper: Callable[[str], Reaper | None] = Reaper,
           clock: Callable[[], float] = time.time) -> int:
     """The daemon's life: start the engine, say ready, answer requests until stop or EOF,
@@ -141,26 +142,47 @@ def _close(engine: Engine, reaper: Reaper | None) -> None:
             reaper.release(clean)
 
 
+MAX_QUEUE_LEN = 1 << 20
+
+
+def _check_queue(queue_base: int, max_queue_len: int) -> None:
+    """NFQUEUE numbers are 16 bits (the base and one per link after it)."""
+    problems = []
+    if not 0 <= queue_base <= 65535 - Engine.MAX_LINKS:
+        problems.append(Problem(f"{queue_base} is not a queue number 0-"
+                                f"{65535 - Engine.MAX_LINKS}", field="--queue"))
+    if not 1 <= max_queue_len <= MAX_QUEUE_LEN:
+        problems.append(Problem(f"{max_queue_len} is not a queue length 1-{MAX_QUEUE_LEN}",
+                                field="--max-queue-len"))
+    if problems:
+        raise InputError(problems)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m injector", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queue", type=int, default=4200,
                         help="base NFQUEUE number; link i uses base + i (default 4200)")
-    parser.add_argument("--max-magnitude-ms", type=float, default=Caps.max_magnitude_ms)
-    parser.add_argument("--max-duration-s", type=float, default=Caps.max_duration_s)
+    parser.add_argument("--max-magnitude-ms", type=float, default=Caps.max_magnitude_ms,
+                        help="cap on any delay (default %(default)s; at most "
+                             f"{LIMIT_MAGNITUDE_MS:g})")
+    parser.add_argument("--max-duration-s", type=float, default=Caps.max_duration_s,
+                        help="cap on any schedule's length (default %(default)s; at most "
+                             f"{LIMIT_DURATION_S:g})")
     parser.add_argument("--realtime", action="store_true",
                         help="run the engine's threads under SCHED_FIFO: accurate on a loaded "
                              "host, about 3x the CPU per packet")
     parser.add_argument("--max-queue-len", type=int, default=4096,
                         help="packets the kernel queues per link before failing open")
     args = parser.parse_args(argv)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _on_signal)
-    caps = Caps(args.max_magnitude_ms, args.max_duration_s)
     try:
+        caps = Caps(args.max_magnitude_ms, args.max_duration_s)  # before anything is touched
+        _check_queue(args.queue, args.max_queue_len)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, _on_signal)
         engine = Engine(queue_base=args.queue, max_queue_len=args.max_queue_len,
                         realtime=args.realtime)
-        return serve(engine, caps, sys.stdin, sys.stdout)
+        return serve(engine, caps, sys.stdin.buffer, sys.stdout)
     except LinkgradError as e:
         LineWriter(sys.stdout).write(Failed(message=str(e)))
         print(f"injector: {e}", file=sys.stderr)

@@ -41,7 +41,9 @@ class _Slot:
 class Engine:
     """Delays packets of links by schedule until `close()`; use as a context manager."""
 
-    def __init__(self, queue_base: int = 4200, max_links: int = 16, spin_s: float = 5e-5,
+    MAX_LINKS = 16  # queues base+1 .. base+MAX_LINKS
+
+    def __init__(self, queue_base: int = 4200, max_links: int = MAX_LINKS, spin_s: float = 5e-5,
                  iptables: str = "iptables", max_queue_len: int = 4096,
                  realtime: bool = False) -> None:
         self.queue_base = queue_base

@@ -6,10 +6,10 @@ CIDR network. A link with neither address would delay a whole protocol: refused.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
 from common.errors import InputError, Problem
+from common.protocol.fields import parse_endpoint_text
 
 PROTOCOLS = ("tcp", "udp", "icmp")
 
@@ -56,18 +56,10 @@ def link_problems(link: Link) -> list[Problem]:
 
 
 def parse_endpoint(text: str, field: str) -> Endpoint:
-    """`IP`, `IP:PORT`, `NET/PREFIX` or `NET/PREFIX:PORT` (IPv4)."""
-    host, sep, port_text = text.rpartition(":") if ":" in text else (text, "", "")
-    port = 0
-    if sep:
-        if not port_text.isdigit():
-            raise InputError(Problem(f"port {port_text!r} in {text!r} is not a number",
-                                     field=field))
-        port = int(port_text)
+    """`IP`, `IP:PORT`, `NET/PREFIX` or `NET/PREFIX:PORT` (IPv4; the protocol's own parser,
+    so the CLI and the daemon refuse the same things)."""
     try:
-        network = ipaddress.IPv4Network(host, strict=False)
+        address, port = parse_endpoint_text(text)
     except ValueError as e:
-        raise InputError(Problem(f"{host!r} is not an IPv4 address or network: {e}",
-                                 field=field)) from e
-    address = str(network.network_address) if network.prefixlen == 32 else str(network)
+        raise InputError(Problem(str(e), field=field)) from e
     return Endpoint(address, port)

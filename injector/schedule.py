@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from common.errors import InputError, Problem
 from common.protocol.base import validation_problems
+from common.protocol.fields import LIMIT_DURATION_S, LIMIT_MAGNITUDE_MS
 from common.protocol.injector import (
     CONSTANT,
     OFF,
@@ -109,10 +110,24 @@ class Square:
 
 @dataclass(frozen=True)
 class Caps:
-    """Hard limits every schedule must respect."""
+    """Hard limits every schedule must respect: finite, positive, and within the protocol's
+    absolute limits (an infinite or NaN cap would switch the cap off)."""
 
     max_magnitude_ms: float = 500.0
     max_duration_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        problems = [
+            Problem(f"{value!r} is not a cap: give a number above 0 and at most {limit:g} "
+                    f"({what})", field=option)
+            for option, value, limit, what in (
+                ("--max-magnitude-ms", self.max_magnitude_ms, LIMIT_MAGNITUDE_MS,
+                 "a longer delay breaks TCP, whatever the experiment"),
+                ("--max-duration-s", self.max_duration_s, LIMIT_DURATION_S, "a day"))
+            if isinstance(value, bool) or not isinstance(value, int | float)
+            or not 0 < value <= limit]  # NaN fails every comparison: refused too
+        if problems:
+            raise InputError(problems)
 
 
 def schedule_from_json(data: object, now_s: float, caps: Caps, where: str = "schedule") -> Schedule:

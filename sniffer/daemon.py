@@ -141,7 +141,7 @@ class Service:
             next_at += interval
 
 
-def serve(service: Service, stdin: IO[str]) -> str:
+def serve(service: Service, stdin: IO[bytes] | IO[str]) -> str:
     """Answer requests until stop or end of input; returns why it stopped."""
     return jsonlines.serve(stdin, service.out, protocol.SNIFFER_REQUEST, service.handle)
 
@@ -161,13 +161,13 @@ def main() -> int:
             "interval is not counted"
     service = Service(Sniffer(closed=closing.drain if closing else list), sys.stdout)
     try:
-        return run(service, sys.stdin, missing)
+        return run(service, sys.stdin.buffer, missing)
     finally:
         if closing is not None:
             closing.close()
 
 
-def run(service: Service, stdin: IO[str], warning: str | None = None) -> int:
+def run(service: Service, stdin: IO[bytes] | IO[str], warning: str | None = None) -> int:
     """The daemon's life: say ready, answer until stop or EOF, a last report, say stopped."""
     service.out.write(protocol.SnifferReady(pid=os.getpid(), warning=warning,
                                             closed_sockets=warning is None))

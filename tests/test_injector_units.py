@@ -1,5 +1,6 @@
 """The injector's pure parts: links, schedules, caps, rules, the holding line, fail-open bytes."""
 
+import json
 import struct
 
 import pytest
@@ -167,3 +168,33 @@ def test_missing_iptables_is_a_clear_error():
 
     with pytest.raises(RuntimeFailure, match="iptables-nonexistent not found"):
         Firewall("LINKGRAD-Q1", iptables="iptables-nonexistent")
+
+
+@pytest.mark.parametrize(("argv", "field"), [
+    (["--max-magnitude-ms", "inf"], "--max-magnitude-ms"),
+    (["--max-magnitude-ms", "nan"], "--max-magnitude-ms"),
+    (["--max-magnitude-ms", "0"], "--max-magnitude-ms"),
+    (["--max-magnitude-ms", "1e6"], "--max-magnitude-ms"),
+    (["--max-duration-s=-inf"], "--max-duration-s"),
+    (["--max-duration-s", "1e9"], "--max-duration-s"),
+    (["--queue", "70000"], "--queue"),
+    (["--max-queue-len", "0"], "--max-queue-len"),
+])
+def test_caps_that_would_switch_themselves_off_are_refused_at_start(capsys, argv, field):
+    """Exit 2 with the option named, before any rule or queue is touched (no root needed)."""
+    from injector.daemon import main
+
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    said = json.loads(out)
+    assert said["event"] == "error"
+    assert said["message"].startswith(f"field '{field}': ")
+    assert field in err
+
+
+def test_caps_keep_their_limits_in_every_use():
+    with pytest.raises(InputError, match="at most 10000"):
+        Caps(max_magnitude_ms=float("inf"))
+    with pytest.raises(InputError, match="--max-duration-s"):
+        Caps(max_duration_s=float("nan"))
+    assert Caps(10_000, 86_400).max_magnitude_ms == 10_000

@@ -14,13 +14,15 @@ from pydantic import (
 )
 
 from common.errors import InputError, Problem
+from common.protocol.fields import RequestId
 
 
 class Message(BaseModel):
-    """Every protocol message: frozen, and an unknown field is an error. A field named in
+    """Every protocol message: frozen, an unknown field is an error, a number is finite (NaN
+    and Infinity are no JSON, though Python writes and reads them). A field named in
     `absent_when_none` is left out of the wire form when it is None (as it always was)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     absent_when_none: ClassVar[tuple[str, ...]] = ()
 
     @model_serializer(mode="wrap")
@@ -46,9 +48,9 @@ class Request(Message, Generic[R]):
     top-level fields are ignored, as the daemons always did (a field inside a link or a
     schedule is checked: that is where a misspelling would mean "no delay")."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
     reply: ClassVar[type[Result]] = Empty
-    id: Any = None  # echoed in the reply, whatever it is
+    id: RequestId = None  # echoed in the reply
     cmd: str
 
     @classmethod

@@ -10,25 +10,63 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictInt, TypeAdapter
+from pydantic import Field, StrictFloat, StrictInt, TypeAdapter, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from common.protocol.base import UNION_FIELDS, Message, Request, Result
+from common.protocol.fields import (
+    LIMIT_CYCLES,
+    LIMIT_DURATION_S,
+    LIMIT_MAGNITUDE_MS,
+    MAX_TEXT,
+    MIN_PERIOD_S,
+    LinkId,
+    UnixTime,
+    parse_endpoint_text,
+)
 from common.square_wave import SquareWave
 
 OFF, ON, CONSTANT = "off", "on", "constant"  # a link's phases
 
 
+Endpoint = Annotated[str, Field(max_length=MAX_TEXT)]
+
+
 class LinkSpec(Message):
     """What the injector matches: protocol and `IP[:PORT]` or `NET/PREFIX[:PORT]` ends
-    (port 0 or none: any); at least one address."""
+    (port 0 or none: any; IPv4 only, for now); at least one address."""
 
-    proto: str = "tcp"
-    src: str | None = None
-    dst: str | None = None
+    proto: Literal["tcp", "udp", "icmp"] = "tcp"
+    src: Endpoint | None = None
+    dst: Endpoint | None = None
+
+    @field_validator("src", "dst")
+    @classmethod
+    def _endpoint(cls, text: str | None) -> str | None:
+        if text is not None:
+            try:
+                parse_endpoint_text(text)
+            except ValueError as e:
+                raise PydanticCustomError("endpoint", str(e)) from e
+        return text  # as given: the wire form stays what the sender wrote
+
+    @model_validator(mode="after")
+    def _addressed(self) -> LinkSpec:
+        if self.src is None and self.dst is None:
+            raise PydanticCustomError("no_address", "give a source or destination address: "
+                                      "a link without one would delay the whole protocol")
+        if self.proto == "icmp" and any(parse_endpoint_text(end)[1] for end in
+                                        (self.src, self.dst) if end is not None):
+            raise PydanticCustomError("icmp_port", "icmp has no ports")
+        return self
+
+
+Magnitude = Annotated[StrictFloat, Field(le=LIMIT_MAGNITUDE_MS)]  # and the daemon's own cap
+Duration = Annotated[StrictFloat, Field(gt=0.0, le=LIMIT_DURATION_S)]
 
 
 class _Schedule(Message):
-    loss_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    loss_fraction: StrictFloat = Field(0.0, ge=0.0, le=1.0)
 
 
 class OffSchedule(_Schedule):
@@ -37,22 +75,22 @@ class OffSchedule(_Schedule):
 
 class ConstantSchedule(_Schedule):
     kind: Literal["constant"] = "constant"
-    magnitude_ms: float = Field(ge=0.0)
-    start: float | None = None  # unix s; default now
-    duration_s: float | None = Field(None, gt=0.0)  # default: the duration cap
+    magnitude_ms: Annotated[Magnitude, Field(ge=0.0)]
+    start: UnixTime | None = None  # unix s; default now
+    duration_s: Duration | None = None  # default: the duration cap
 
 
 class SquareSchedule(_Schedule):
     kind: Literal["square"] = "square"
-    magnitude_ms: float = Field(gt=0.0)
-    start: float | None = None  # unix s of the first rising edge; default now
-    period_s: float = Field(gt=0.0)
-    cycles: int = Field(ge=1)
+    magnitude_ms: Annotated[Magnitude, Field(gt=0.0)]
+    start: UnixTime | None = None  # unix s of the first rising edge; default now
+    period_s: Annotated[StrictFloat, Field(ge=MIN_PERIOD_S, le=LIMIT_DURATION_S)]
+    cycles: Annotated[StrictInt, Field(ge=1, le=LIMIT_CYCLES)]
 
     @classmethod
     def of(cls, wave: SquareWave) -> SquareSchedule:
-        return cls(start=wave.start_s, period_s=wave.period_s, cycles=wave.cycles,
-                   magnitude_ms=wave.magnitude_s * 1e3)
+        return cls(start=float(wave.start_s), period_s=float(wave.period_s),
+                   cycles=int(wave.cycles), magnitude_ms=float(wave.magnitude_s) * 1e3)
 
 
 ScheduleSpec = OffSchedule | ConstantSchedule | SquareSchedule
@@ -148,18 +186,18 @@ class Add(Request[Added]):
 
 class SetSchedule(Request[ScheduleSet]):
     cmd: Literal["schedule"] = "schedule"
-    link_id: StrictInt
+    link_id: LinkId
     schedule: Schedule
 
 
 class Remove(Request[Removed]):
     cmd: Literal["remove"] = "remove"
-    link_id: StrictInt
+    link_id: LinkId
 
 
 class StatsRequest(Request[AllStats]):
     cmd: Literal["stats"] = "stats"
-    link_id: StrictInt | None = None  # none: every link
+    link_id: LinkId | None = None  # none: every link
 
 
 class Stop(Request[Stopping]):

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, TypeAdapter
+from pydantic import ConfigDict, Field, StrictFloat, TypeAdapter
 
 from common.protocol.base import Empty, Message, Request, Result
+from common.protocol.fields import Count
 
 
 class LinkEnd(Message):
@@ -31,7 +32,8 @@ class LinkCount(Message):
 class Report(Result):
     """Links seen from `from` to `to` (unix s) on the reporting host: `poll`'s answer."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
+                              allow_inf_nan=False)
     from_s: float = Field(alias="from")
     to_s: float = Field(alias="to")
     links: tuple[LinkCount, ...] = ()
@@ -67,13 +69,13 @@ class HealthRequest(Request[SnifferHealth]):
 
 class Poll(Request[Report]):
     cmd: Literal["poll"] = "poll"
-    threshold: int = Field(1, ge=0)
+    threshold: Count = 1
 
 
 class Watch(Request[Watching]):
     cmd: Literal["watch"] = "watch"
-    interval_s: float = Field(1.0, ge=0.05, le=3600)
-    threshold: int = Field(1, ge=0)
+    interval_s: StrictFloat = Field(1.0, ge=0.05, le=3600)
+    threshold: Count = 1
 
 
 class Unwatch(Request[Empty]):
