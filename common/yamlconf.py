@@ -1,13 +1,20 @@
-"""YAML files validated by pydantic, with every problem reported as file:line: field: message.
+"""The user's files and a run's records, read strictly: YAML validated by pydantic, JSON parsed
+without NaN or Infinity, every problem reported as file:line: field: message.
 
 pydantic knows paths, not lines; the YAML node tree knows lines. Composing both gives errors a
-person can act on without opening the schema.
+person can act on without opening the schema. What a file can be besides what it claims is
+refused here, before any model sees it: bytes that are not UTF-8, a duplicate key (YAML takes
+the last one silently), a YAML tag other than plain data (binary, timestamps, sets), nesting
+deeper than any configuration needs (10,000 brackets exhaust Python's stack), an integer of
+thousands of digits, and NaN or Infinity where a number is meant.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -15,6 +22,42 @@ from pydantic import BaseModel, ValidationError
 from common.errors import InputError, Problem
 
 Model = TypeVar("Model", bound=BaseModel)
+
+MAX_DEPTH = 64  # nesting of mappings and lists; linkgrad's files need 5
+MAX_BYTES = 64 * 2**20  # a configuration or run record larger than this is not one
+MAX_NODES = 100_000  # values once aliases are expanded (a few aliases can make billions)
+
+# Plain data only: YAML's other types reach a model as something no field means (bytes from
+# !!binary, a datetime from an unquoted date, a set).
+_REFUSED_TAGS = ("binary", "timestamp", "set", "omap", "pairs")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader without the non-JSON types, and dates left as the strings they look like."""
+
+
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+def _refuse_tag(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    raise yaml.constructor.ConstructorError(
+        None, None, f"the YAML tag {node.tag.rsplit(':', 1)[-1]!r} is not allowed here: give a "
+        "plain value (string, number, true/false, list or mapping)", node.start_mark)
+
+
+def _int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
+    try:
+        return yaml.SafeLoader.construct_yaml_int(loader, node)  # type: ignore[arg-type]
+    except ValueError:  # Python refuses ints of more than 4300 digits
+        raise yaml.constructor.ConstructorError(
+            None, None, "an integer of more than 4300 digits", node.start_mark) from None
+
+
+for _tag in _REFUSED_TAGS:
+    _StrictLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _refuse_tag)
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _int)
 
 
 def _line_of(node: yaml.Node | None, path: tuple[int | str, ...]) -> int | None:
@@ -35,37 +78,204 @@ def _line_of(node: yaml.Node | None, path: tuple[int | str, ...]) -> int | None:
     return line
 
 
+def nesting_problem(text: str, source: str) -> Problem | None:
+    """The first place YAML (or JSON, which is YAML's flow style) nests deeper than MAX_DEPTH,
+    found on the token stream (the scanner keeps no stack, the composer recurses)."""
+    depth = 0
+    opening = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
+               yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)
+    closing = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+    for token in yaml.scan(text, Loader=_StrictLoader):
+        if isinstance(token, opening):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return Problem(f"nested more than {MAX_DEPTH} levels deep", source,
+                               token.start_mark.line + 1)
+        elif isinstance(token, closing):
+            depth -= 1
+    return None
+
+
+def expanded_size(node: yaml.Node | None) -> int:
+    """Values in the document once every alias is expanded (as validation walks it); nodes
+    an alias shares are counted once per use, their sizes remembered."""
+    sizes: dict[int, int] = {}
+
+    def size(n: yaml.Node) -> int:
+        if id(n) not in sizes:
+            children = [c for pair in n.value for c in pair] if isinstance(
+                n, yaml.MappingNode) else n.value if isinstance(n, yaml.SequenceNode) else []
+            sizes[id(n)] = 1 + sum(size(c) for c in children)
+        return sizes[id(n)]
+
+    return size(node) if node is not None else 0
+
+
+def duplicate_keys(node: yaml.Node | None, source: str) -> list[Problem]:
+    """Every key given twice in one mapping, with both lines (YAML would keep the last)."""
+    problems, stack = [], [node] if node is not None else []
+    while stack:
+        current = stack.pop()
+        if isinstance(current, yaml.MappingNode):
+            seen: dict[Any, yaml.Node] = {}
+            for key, value in current.value:
+                name = key.value if isinstance(key, yaml.ScalarNode) else id(key)
+                if name in seen:
+                    first = seen[name].start_mark.line + 1
+                    problems.append(Problem(f"given twice (lines {first} and "
+                                            f"{key.start_mark.line + 1})", source,
+                                            key.start_mark.line + 1, str(name)))
+                else:
+                    seen[name] = key
+                stack.append(value)
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
+    return sorted(problems, key=lambda p: p.line or 0)
+
+
+def _yaml_error(e: yaml.YAMLError, text: str, source: str) -> InputError:
+    mark = getattr(e, "problem_mark", None)
+    if isinstance(e, yaml.reader.ReaderError):  # a control character: a position, no line
+        line = text.count("\n", 0, e.position) + 1
+        return InputError(Problem(f"not valid YAML: character {e.character!r} is not allowed "
+                                  "(a binary file?)", source, line))
+    line = mark.line + 1 if mark is not None else None
+    return InputError(Problem(f"not valid YAML: {getattr(e, 'problem', None) or e}", source,
+                              line))
+
+
+def compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
+    """The data of a YAML text and its node tree (for lines); InputError for anything that
+    is not plain, finite, unambiguous YAML."""
+    try:
+        if (deep := nesting_problem(text, source)) is not None:
+            raise InputError(deep)
+        loader = _StrictLoader(text)
+        try:
+            root = loader.get_single_node()
+            if problems := duplicate_keys(root, source):
+                raise InputError(problems)
+            if expanded_size(root) > MAX_NODES:
+                raise InputError(Problem(f"more than {MAX_NODES} values once its aliases are "
+                                         "expanded", source))
+            data = loader.construct_document(root) if root is not None else None
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as e:
+        raise _yaml_error(e, text, source) from e
+    except RecursionError as e:  # not reached below MAX_DEPTH; kept as the last word
+        raise InputError(Problem("nested too deeply", source)) from e
+    if (bad := unusable_value(data)) is not None:
+        where, message = bad
+        raise InputError(Problem(message, source, _line_of(root, where),
+                                 ".".join(map(str, where)) or None))
+    return data, root
+
+
+def unusable_value(data: Any, path: tuple[int | str, ...] = ()
+                   ) -> tuple[tuple[int | str, ...], str] | None:
+    """Where plain data holds a value no field means, and what it is: a NaN or an infinity
+    (YAML's .nan, .inf), a NUL character (no path or name holds one)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return path, "not a finite number (NaN and infinity are not values)"
+    if isinstance(data, str) and "\0" in data:
+        return path, "holds a NUL character"
+    items = data.items() if isinstance(data, dict) else enumerate(data) \
+        if isinstance(data, list) else ()
+    for key, value in items:
+        if isinstance(key, str) and "\0" in key:
+            return path, "a key holds a NUL character"
+        if (found := unusable_value(value, (*path, key))) is not None:
+            return found
+    return None
+
+
+def problems_of(e: ValidationError, source: str, root: yaml.Node | None = None,
+                prefix: tuple[int | str, ...] = ()) -> list[Problem]:
+    """pydantic's errors as Problems at their field (and line, when the node tree is known)."""
+    problems = []
+    for err in e.errors():
+        path = (*prefix, *err["loc"])
+        message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        problems.append(Problem(message, source, _line_of(root, path) if root else None,
+                                ".".join(str(p) for p in path) or None))
+    return problems
+
+
 def parse_yaml(text: str, model: type[Model], source: str) -> Model:
     """Validate YAML text against `model`; InputError listing every problem with its line."""
-    try:
-        data = yaml.safe_load(text)
-        root = yaml.compose(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise InputError(Problem(f"not valid YAML: {getattr(e, 'problem', e)}", source,
-                                 line)) from e
+    data, root = compose(text, source)
     try:
         return model.model_validate(data if data is not None else {})
     except ValidationError as e:
-        problems = []
-        for err in e.errors():
-            path = tuple(err["loc"])
-            message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-            problems.append(Problem(message, source, _line_of(root, path),
-                                    ".".join(str(p) for p in path) or None))
-        raise InputError(problems) from e
+        raise InputError(problems_of(e, source, root)) from e
+    except RecursionError as e:
+        raise InputError(Problem("nested too deeply", source)) from e
+
+
+def read_text(path: str | Path, what: str = "") -> str:
+    """A file's text (UTF-8, a byte-order mark allowed); InputError naming the file, and the
+    line of the first byte that is not UTF-8."""
+    path = Path(path)
+    label = f" ({what})" if what else ""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise InputError(Problem(f"cannot read{label}: {e.strerror or e}", str(path))) from e
+    if len(data) > MAX_BYTES:
+        raise InputError(Problem(f"larger than {MAX_BYTES // 2**20} MB: not a linkgrad "
+                                 f"file{label}", str(path)))
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise InputError(Problem(f"not UTF-8 text{label}: byte {data[e.start]:#04x} at "
+                                 f"offset {e.start}", str(path), line)) from e
 
 
 def line_of(path: Path, keys: tuple[int | str, ...]) -> int | None:
     """The line of a field of a YAML file that already validated (for later checks)."""
-    return _line_of(yaml.compose(path.read_text()), keys)
+    return _line_of(compose(read_text(path), str(path))[1], keys)
 
 
 def load_yaml(path: str | Path, model: type[Model]) -> Model:
-    path = Path(path)
+    return parse_yaml(read_text(path), model, str(path))
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses as infinity
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        twice = sorted({k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i])})
+        raise ValueError(f"key {twice[0]!r} is given twice")
+    return data
+
+
+def loads_json(text: str, source: str) -> Any:
+    """Strict JSON: no NaN, Infinity or out-of-range number, no duplicate key; InputError
+    naming the file and line (json's decoder stops deep nesting with a RecursionError)."""
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise InputError(Problem(f"cannot read: {e.strerror}", str(path))) from e
-    return parse_yaml(text, model, str(path))
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float,
+                          object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as e:
+        raise InputError(Problem(f"not valid JSON: {e.msg}", source, e.lineno)) from e
+    except ValueError as e:  # from the hooks, or an int of more than 4300 digits
+        raise InputError(Problem(f"not valid JSON: {e}", source)) from e
+    except RecursionError as e:
+        raise InputError(Problem("nested too deeply", source)) from e
+
+
+def read_json(path: str | Path, what: str = "") -> Any:
+    """A JSON file read strictly (`loads_json`); InputError naming it."""
+    return loads_json(read_text(path, what), str(path))

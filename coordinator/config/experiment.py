@@ -4,21 +4,30 @@ transactions, the measurement's parameters and limits (`experiment_file` loads i
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PlainSerializer,
+    Strict,
     field_validator,
     model_validator,
 )
 
+from coordinator.config.fields import (
+    Bool,
+    Float,
+    InputModel,
+    Int,
+    Port,
+    RunName,
+    Str,
+    TestbedTag,
+    compile_regex,
+)
 from coordinator.core.graph import parse_selector
 from coordinator.core.wave_plan import Precision
 
@@ -27,10 +36,14 @@ def _precision(value: object) -> Precision:
     if isinstance(value, Precision):
         return value
     if isinstance(value, str):
-        return Precision.parse(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
+        precision = Precision.parse(value)
+    elif isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError("a percentage like '10%' or a positive number")
-    return Precision(float(value), relative=False)
+    else:
+        precision = Precision(float(value), relative=False)
+    if not precision.relative and precision.value > MAX_HALF_WIDTH:
+        raise ValueError(f"a half-width of {precision.value:g} is above {MAX_HALF_WIDTH:g}")
+    return precision
 
 
 # YAML `half_width: 10%` or `half_width: 0.2`; written back the same way (experiment.json)
@@ -38,80 +51,93 @@ HalfWidth = Annotated[Precision, BeforeValidator(_precision), PlainSerializer(st
 
 
 def _selector(text: str) -> str:
-    parse_selector(text)  # ValueError: what a selector looks like, or the regex's error
+    try:
+        parse_selector(text)  # ValueError: what a selector looks like, or the regex's error
+    except (OverflowError, RecursionError) as e:  # a repetition count too large for re
+        raise ValueError(f"{text!r}: bad regex after 're:': {e}") from None
     return text
 
 
 # `app1->db`, `*->web`, `db:5432->*` (host names exact) or `re:REGEX` (core.graph.Selector);
 # each checked on its own, so an error names its index (parameters.include.0)
-LinkSelector = Annotated[str, AfterValidator(_selector)]
+LinkSelector = Annotated[str, Strict(), AfterValidator(_selector)]
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+# What no experiment means: each cap is far beyond any real use and far below what breaks
+# the arithmetic (`period_s: 1e308` overflowed, `cycles: 1e9` allocated 30 GB).
+DAY_S = 86_400.0
+MAX_DELAY_MS = 10_000.0  # a 10 s delay is an outage, not a perturbation
+MAX_HALF_WIDTH = 100.0
+_Strict = InputModel
 
 
 class Host(_Strict):
     """A host, by its ssh_config entry, or by address, port, user and key (which also
     override that entry)."""
 
-    name: str  # as in the ssh_config (Host NAME), if there is one
-    address: str | None = None  # default: the ssh_config's HostName
-    port: int | None = Field(None, ge=1, le=65535)  # SSH port (default: ssh_config's, or 22)
-    user: str | None = None  # default: ssh_config's, or root
+    name: Str  # as in the ssh_config (Host NAME), if there is one
+    address: Str | None = None  # default: the ssh_config's HostName
+    port: Port | None = None  # SSH port (default: ssh_config's, or 22)
+    user: Str | None = None  # default: ssh_config's, or root
     key: Path | None = None  # identity file (default: ssh_config's)
 
 
 class Ssh(_Strict):
     config: Path | None = None  # an ssh_config with a Host entry per host (or hosts' fields)
     known_hosts: Path | None = None  # default: the ssh_config's UserKnownHostsFile
-    python: str = "python3"  # on the hosts: a python that has linkgrad's injector and sniffer
-    connect_timeout_s: float = Field(10.0, gt=0)
+    python: Str = "python3"  # on the hosts: a python that has linkgrad's injector and sniffer
+    connect_timeout_s: Float = Field(10.0, gt=0, le=600)
 
 
 class Nodes(_Strict):
     """The application's processes: a link counts when both its ends are one of them."""
 
-    processes: tuple[str, ...] = ()  # names as /proc/PID/comm gives them (nginx, postgres...)
-    ports: tuple[int, ...] = ()  # or the ports its servers listen on
+    processes: tuple[Str, ...] = ()  # names as /proc/PID/comm gives them (nginx, postgres...)
+    ports: tuple[Port, ...] = ()  # or the ports its servers listen on
 
 
 class WebLog(_Strict):
-    host: str
-    path: str
-    format: str = "nginx"
-    log_format: str | None = None
+    host: Str
+    path: Str
+    format: Literal["nginx", "apache", "csv"] = "nginx"
+    log_format: Str | None = None
 
 
 class Parameters(_Strict):
     """Thesis §3.2's knobs and linkgrad's safety limits."""
 
-    training_s: float | None = Field(None, ge=10, description="passive phase: graph and "
+    training_s: Float | None = Field(None, ge=10, le=DAY_S, description="passive phase: graph and "
                                      "baseline. Default: at least min_training_s, then until "
                                      "the spectrum has what it needs (max_training_s at most)")
-    min_training_s: float = Field(60.0, ge=10, description="the graph needs this much at least")
-    max_training_s: float = Field(600.0, ge=10, description="automatic training stops here")
-    message_threshold: int = Field(20, ge=1, description="messages for a link to count")
-    k: int = Field(8, ge=1, description="requests per bin (ΔTs = mean + 3 std of k-spans)")
-    n_bins: int = Field(32, ge=8, description="N, bins per measurement window")
-    chunks: int = Field(9, ge=2, description="M, training chunks for the baseline spectrum")
-    scale_d: float = Field(30.0, gt=0, description="delay scale factor d")
-    cycles: int | None = Field(None, ge=2, le=512, description="square-wave cycles per "
+    min_training_s: Float = Field(60.0, ge=10, le=DAY_S,
+                                  description="the graph needs this much at least")
+    max_training_s: Float = Field(600.0, ge=10, le=DAY_S,
+                                  description="automatic training stops here")
+    message_threshold: Int = Field(20, ge=1, le=10**9,
+                                   description="messages for a link to count")
+    k: Int = Field(8, ge=1, le=10_000,
+                   description="requests per bin (ΔTs = mean + 3 std of k-spans)")
+    n_bins: Int = Field(32, ge=8, le=2**16, description="N, bins per measurement window")
+    chunks: Int = Field(9, ge=2, le=1000,
+                        description="M, training chunks for the baseline spectrum")
+    scale_d: Float = Field(30.0, gt=0, le=1000, description="delay scale factor d")
+    cycles: Int | None = Field(None, ge=2, le=512, description="square-wave cycles per "
                                "measurement. Default: as many as half_width needs with the "
                                "effect under the response time's spread (6 at least, "
                                "max_duration_s at most)")
-    period_s: float | None = Field(None, gt=0, description="fix the period (else training's)")
-    magnitude_ms: float | None = Field(None, gt=0, description="fix the delay (else d·σ rule)")
+    period_s: Float | None = Field(None, ge=0.1, le=3600,
+                                   description="fix the period (else training's)")
+    magnitude_ms: Float | None = Field(None, gt=0, le=MAX_DELAY_MS,
+                                       description="fix the delay (else d·σ rule)")
     half_width: HalfWidth = Field(Precision(0.1, relative=True), description="wanted 95% CI "
                                   "half-width of a gradient: '10%' of it (the default; ±0.1 "
                                   "below a gradient of 1) or a number in gradient units")
-    adaptive: bool = True  # one small cycle first to rescale the delay by a rough gradient
-    concurrent: int = Field(1, ge=1, le=4, description="links measured at once, at periods "
+    adaptive: Bool = True  # one small cycle first to rescale the delay by a rough gradient
+    concurrent: Int = Field(1, ge=1, le=4, description="links measured at once, at periods "
                             "T, 2T, 4T, ... (orthogonal square waves)")
-    max_delay_ms: float = Field(100.0, gt=0)
-    max_duration_s: float = Field(900.0, gt=0, description="cap per measurement")
-    throughput_drop_limit: float = Field(0.3, gt=0, le=1, description="abort above this")
-    error_rate_limit: float = Field(0.05, gt=0, le=1, description="abort when the fraction of "
+    max_delay_ms: Float = Field(100.0, gt=0, le=MAX_DELAY_MS)
+    max_duration_s: Float = Field(900.0, gt=0, le=DAY_S, description="cap per measurement")
+    throughput_drop_limit: Float = Field(0.3, gt=0, le=1, description="abort above this")
+    error_rate_limit: Float = Field(0.05, gt=0, le=1, description="abort when the fraction of "
                                     "failed requests (5xx, 499, 408) over the last 10 s exceeds "
                                     "the training's by this")
     include: tuple[LinkSelector, ...] = Field((), description="links to measure (empty: all): "
@@ -119,8 +145,9 @@ class Parameters(_Strict):
                                               "*; or re:REGEX on 'src->dst' and the label")
     exclude: tuple[LinkSelector, ...] = Field((), description="links not to measure (same "
                                               "selectors)")
-    magnitudes_ms: tuple[float, ...] = Field((), description="measure every link at each of "
-                                             "these delays (the curvature of thesis ch. 6)")
+    magnitudes_ms: tuple[Float, ...] = Field((), max_length=16, description="measure every "
+                                             "link at each of these delays (the curvature of "
+                                             "thesis ch. 6)")
     inject_at: Literal["receiver", "sender"] = Field(
         "receiver", description="which end of a link holds its packets. The receiver delays "
         "them as a network does; the sender keeps held packets charged to the socket, so TCP "
@@ -145,19 +172,22 @@ class Parameters(_Strict):
         if self.magnitudes_ms and max(self.magnitudes_ms) > self.max_delay_ms:
             raise ValueError(f"magnitudes_ms {max(self.magnitudes_ms):g} is above max_delay_ms "
                              f"{self.max_delay_ms:g}")
+        if self.magnitude_ms is not None and self.magnitude_ms > self.max_delay_ms:
+            raise ValueError(f"magnitude_ms {self.magnitude_ms:g} is above max_delay_ms "
+                             f"{self.max_delay_ms:g}")
         return self
 
 
 class Workload(_Strict):
     """A command run on a host for the whole run (a testbed has no users of its own)."""
 
-    host: str
-    argv: tuple[str, ...] | None = None
-    rate_per_s: float | None = Field(None, gt=0)  # or: the testbed's load generator, open
-    clients: int | None = Field(None, ge=1, le=1000)  # ... or closed loop: this many users
-    think_s: float | None = Field(None, ge=0)  # closed loop: mean think time (default 0.5)
-    mix: str | None = None  # /PATH=WEIGHT,... (default: every transaction)
-    timeout_s: float = Field(30.0, gt=0)  # the load generator's clients give up after this
+    host: Str
+    argv: tuple[Str, ...] | None = Field(None, min_length=1)
+    rate_per_s: Float | None = Field(None, gt=0, le=100_000)  # or: the testbed's load generator
+    clients: Int | None = Field(None, ge=1, le=1000)  # ... or closed loop: this many users
+    think_s: Float | None = Field(None, ge=0, le=3600)  # closed loop: mean think (default 0.5)
+    mix: Str | None = None  # /PATH=WEIGHT,... (default: every transaction)
+    timeout_s: Float = Field(30.0, gt=0, le=3600)  # the load generator's clients give up after this
 
     @model_validator(mode="after")
     def _one(self) -> Workload:
@@ -176,26 +206,23 @@ class Workload(_Strict):
 
 
 class Experiment(_Strict):
-    name: str
-    testbed: str | None = None  # a `linkgrad testbed` tag: hosts, ssh and web_log from it
+    name: RunName  # the run directory's name: one path component
+    testbed: TestbedTag | None = None  # a `linkgrad testbed` tag: hosts, ssh, web_log from it
     hosts: tuple[Host, ...] = ()
     ssh: Ssh | None = None
     web_log: WebLog | None = None
-    transactions: dict[str, str] = Field(min_length=1)  # name -> regex on path+query
+    transactions: dict[Str, Str] = Field(min_length=1)  # name -> regex on path+query
     nodes: Nodes = Nodes()  # default: every process on the hosts
     parameters: Parameters = Parameters()
     workload: Workload | None = None
     output: Path = Path("runs")
-    frontend_url: str | None = None  # for a workload's load generator (set from a testbed)
+    frontend_url: Str | None = None  # for a workload's load generator (set from a testbed)
 
     @field_validator("transactions")
     @classmethod
     def _transaction_regexes(cls, transactions: dict[str, str]) -> dict[str, str]:
         for name, pattern in transactions.items():
-            try:
-                re.compile(pattern)
-            except re.error as e:
-                raise ValueError(f"transaction {name!r}: bad regex {pattern!r}: {e}") from e
+            compile_regex(pattern, f"transaction {name!r}")
         return transactions
 
     @model_validator(mode="after")

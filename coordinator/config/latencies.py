@@ -15,42 +15,42 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from common.errors import InputError, Problem
 from common.yamlconf import line_of, load_yaml
+from coordinator.config.fields import Float, InputModel, Str
 from coordinator.core.prediction import Estimate
 
 _PAIR = re.compile(r"^\s*([^\s<>-][^<>]*?)\s*(->|<->)\s*([^\s<>-][^<>]*?)\s*$")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+MAX_LATENCY_MS = 60_000.0  # one way; a minute is no network's latency
 
 
-class Latency(_Strict):
-    mean: float = Field(ge=0)
-    se: float = Field(0.0, ge=0)
+class Latency(InputModel):
+    mean: Float = Field(ge=0, le=MAX_LATENCY_MS)
+    se: Float = Field(0.0, ge=0, le=MAX_LATENCY_MS)
 
 
-class Latencies(_Strict):
-    sites: dict[str, str] = {}  # host -> site; empty: every host is its own site
-    latency_ms: dict[str, float | Latency] = Field(min_length=1)
+class Latencies(InputModel):
+    sites: dict[Str, Str] = Field(default_factory=dict)  # host -> site (default: its own)
+    latency_ms: dict[Str, Annotated[Float, Field(ge=0, le=MAX_LATENCY_MS)] | Latency] = Field(
+        min_length=1)
 
     @field_validator("latency_ms")
     @classmethod
     def _pairs(cls, latencies: dict[str, float | Latency]) -> dict[str, float | Latency]:
-        for key, value in latencies.items():
+        for key in latencies:
             if not _PAIR.match(key):
                 raise ValueError(f"{key!r} is not 'a->b' or 'a<->b'")
-            if isinstance(value, float | int) and value < 0:
-                raise ValueError(f"{key}: a latency cannot be negative ({value})")
         return latencies
 
 
-class Placement(_Strict):
-    move: dict[str, str] = Field(min_length=1)  # host -> the site it moves to
+class Placement(InputModel):
+    move: dict[Str, Str] = Field(min_length=1)  # host -> the site it moves to
 
 
 def one_way(latencies: Latencies) -> dict[tuple[str, str], Estimate]:

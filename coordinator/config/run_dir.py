@@ -1,47 +1,91 @@
 """A run directory: the typed records a run writes (the run journal `run.json`, each link's
-measurement in `gradients.json`) and what a prediction reads back from a finished run (each
-transaction's gradient per host pair, the pairs that carried traffic, the current means)."""
+measurement in `gradients.json`) and what a prediction or a report reads back from a run
+(each transaction's gradient per host pair, the pairs that carried traffic, the current means,
+the plan). Every file is written as strict JSON and read back strictly: a file cut short,
+edited by hand or from another tool is InputError naming it and each wrong field."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+)
 
 from common.errors import InputError, Problem
 from common.protocol.record import InjectionRecord
+from common.yamlconf import problems_of, read_json
+from coordinator.config.experiment import DAY_S, MAX_DELAY_MS
+from coordinator.config.fields import Float, Int, Str
+from coordinator.config.strict_json import dumps
 from coordinator.core.linearity import Linearity, linearity
 from coordinator.core.prediction import Curve, Estimate
 
 Pair = tuple[str, str]
 Status = Literal["running", "completed", "aborted", "interrupted", "failed"]
+Record = TypeVar("Record", bound=BaseModel)
+
+MAX_CYCLES = 1_000_000  # a record's cycles: 0.1 s periods for a day, far beyond any run
+MAX_BINS = 2**20
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class _ReadBack(BaseModel):
+    """A record read only for some of its fields: those are checked, the rest left alone."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
+
+
+class Coordinator(_Record):
+    """The process that runs a run, so that a `running` journal whose process is gone is
+    known to be interrupted: SIGKILL leaves no chance to write it. A pid is only unique
+    within a boot and while its process lives, so the boot and the process's start go with
+    it."""
+
+    pid: Int = Field(ge=1)
+    host: Str  # the machine's name (a run directory may be read elsewhere)
+    boot_id: Str | None = None  # /proc/sys/kernel/random/boot_id
+    start_ticks: Int | None = None  # the process's start, /proc/PID/stat field 22
 
 
 class RunJournal(_Record):
     """`run.json`: how the run went (after chaostoolkit's journal)."""
 
     status: Status
-    started: float  # unix s
-    links_done: int  # measurements in gradients.json (this run's and resumed ones)
-    links_resumed: int = 0  # of them, already there when the run was resumed
-    links_planned: int | None = None  # measurements the run set out to make (once planned)
-    warnings: list[str] | None = None  # what a daemon could not do
-    reason: str | None = None  # why it was aborted or failed
-    cleanup_problems: list[str] | None = None  # daemons that did not confirm they stopped
-    ended: float | None = None
+    started: Float  # unix s
+    links_done: Int = Field(ge=0)  # measurements in gradients.json (this and resumed ones)
+    links_resumed: Int = Field(0, ge=0)  # of them, already there when the run was resumed
+    links_planned: Int | None = Field(None, ge=0)  # measurements the run set out to make
+    warnings: list[Str] | None = None  # what a daemon could not do
+    reason: Str | None = None  # why it was aborted or failed
+    cleanup_problems: list[Str] | None = None  # daemons that did not confirm they stopped
+    ended: Float | None = None
+    coordinator: Coordinator | None = None  # while running: who writes it
 
     @property
     def succeeded(self) -> bool:
         return self.status == "completed" and not self.cleanup_problems
+
+
+def _nan_as_none(value: object) -> object:
+    """A mean over no request is NaN when computed; on disk and back it is null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+Measured = Annotated[Float | None, BeforeValidator(_nan_as_none)]
 
 
 class Perturbation(_Record):
@@ -51,35 +95,88 @@ class Perturbation(_Record):
     under an open-loop load it falls only when requests are lost, under a closed one (a fixed
     number of users) by about the added response time."""
 
-    throughput_per_s: float  # while on
-    throughput_change: float  # on / off - 1
-    mean_response_ms: float  # while on
-    mean_response_change_ms: float  # on - off
-    throughput_off_per_s: float | None = None
-    mean_response_off_ms: float | None = None
-    throughput_change_se: float | None = None  # Poisson counts: sqrt(1/n_on + 1/n_off)
+    throughput_per_s: Measured  # while on
+    throughput_change: Measured  # on / off - 1 (none without requests while off)
+    mean_response_ms: Measured  # while on (none without requests)
+    mean_response_change_ms: Measured  # on - off
+    throughput_off_per_s: Measured = None
+    mean_response_off_ms: Measured = None
+    throughput_change_se: Measured = None  # Poisson counts: sqrt(1/n_on + 1/n_off)
+
+
+def _sane_record(record: InjectionRecord) -> InjectionRecord:
+    """What the arithmetic on a record read back can take (a bin array per cycle, a delay
+    divided by): the limits a run's own records are far within."""
+    checks = [(record.cycles <= MAX_CYCLES, f"cycles {record.cycles} is above {MAX_CYCLES}"),
+              (record.period_s <= DAY_S, f"period_s {record.period_s:g} is above {DAY_S:g}"),
+              (record.magnitude_ms <= MAX_DELAY_MS,
+               f"magnitude_ms {record.magnitude_ms:g} is above {MAX_DELAY_MS:g}"),
+              (record.n_bins is None or record.n_bins <= MAX_BINS,
+               f"n_bins {record.n_bins} is above {MAX_BINS}"),
+              (record.start < 1e10, f"start {record.start:g} is no unix time (after 2286)")]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
+    return record
+
+
+_NUMBERS = ("gradient", "thesis_gradient", "effect_ms", "se_ms")
+
+
+def _transaction(entry: dict[str, Any]) -> dict[str, Any]:
+    """A `gradient_json` entry read back: the fields arithmetic uses are what they claim."""
+    for key in _NUMBERS:
+        value = entry.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not math.isfinite(value)):
+            raise ValueError(f"{key} is not a finite number or null: {value!r}")
+    if entry.get("se_ms") is not None and entry["se_ms"] < 0:
+        raise ValueError(f"se_ms is negative: {entry['se_ms']!r}")
+    ci = entry.get("ci95")
+    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in ci)):
+        raise ValueError(f"ci95 is not [low, high] or null: {ci!r}")
+    requests = entry.get("requests", 0)
+    if isinstance(requests, bool) or not isinstance(requests, int) or requests < 0:
+        raise ValueError(f"requests is not a count: {requests!r}")
+    if not isinstance(entry.get("notes", []), list):
+        raise ValueError("notes is not a list")
+    return entry
+
+
+TransactionEstimate = Annotated[dict[str, Any], AfterValidator(_transaction)]
 
 
 class WaveEstimate(_Record):
     """One square wave on one link and every transaction's gradient from it."""
 
-    record: InjectionRecord  # DESIGN.md's injection record, at the delay actually applied
-    requested_ms: float
-    packets_delayed: int
+    # DESIGN.md's injection record, at the delay actually applied
+    record: Annotated[InjectionRecord, AfterValidator(_sane_record)]
+    requested_ms: Float = Field(ge=0)
+    packets_delayed: Int = Field(ge=0)
     perturbation: Perturbation
-    transactions: dict[str, dict[str, Any]]  # name -> `core.estimate.gradient_json`
+    transactions: dict[str, TransactionEstimate]  # name -> `core.estimate.gradient_json`
+
+
+def _graph_link(link: dict[str, Any]) -> dict[str, Any]:
+    for key in ("label", "src_host", "dst_host"):
+        if not isinstance(link.get(key), str):
+            raise ValueError(f"{key} is not a string: {link.get(key)!r}")
+    return link
 
 
 class LinkMeasurement(WaveEstimate):
     """An entry of `gradients.json`: a link's measurement, the files that reproduce it."""
 
-    link: dict[str, Any]  # `core.graph.GraphLink.as_json()`
+    # `core.graph.GraphLink.as_json()`
+    link: Annotated[dict[str, Any], AfterValidator(_graph_link)]
     adaptive: WaveEstimate | None = None  # the adaptive cycle before it, if one ran
-    concurrent_with: int = 0  # other links measured at the same time
-    planned_ms: float | None = None  # the delay of magnitudes_ms this measurement was at
-    injection: str | None = None  # injections/NNN.json
-    concurrent_injections: list[str] = Field(default_factory=list)
-    recompute_argv: list[str] = Field(default_factory=list)
+    concurrent_with: Int = Field(0, ge=0)  # other links measured at the same time
+    # the delay of magnitudes_ms this measurement was at
+    planned_ms: Float | None = Field(None, gt=0, le=MAX_DELAY_MS)
+    injection: Str | None = None  # injections/NNN.json
+    concurrent_injections: list[Str] = Field(default_factory=list)
+    recompute_argv: list[Str] = Field(default_factory=list)
 
     @property
     def pair(self) -> Pair:
@@ -116,17 +213,18 @@ class RunDir:
     path: Path
 
     def write(self, name: str, data: Any) -> None:
+        """Strict JSON (a value that is not a finite number is written null)."""
         if isinstance(data, BaseModel):
             data = data.model_dump(mode="json", exclude_none=True)
         target = self.path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(target.suffix + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, default=str))
+        tmp.write_text(dumps(data, indent=2, note=False))
         tmp.replace(target)
 
     def read(self, name: str) -> Any:
         target = self.path / name
-        return json.loads(target.read_text()) if target.exists() else None
+        return read_json(target) if target.exists() else None
 
     def measurements(self) -> list[LinkMeasurement]:
         """What `gradients.json` holds so far (none before the first link is done)."""
@@ -168,13 +266,60 @@ def read_measurements(path: Path) -> list[LinkMeasurement]:
         try:
             out.append(LinkMeasurement.model_validate(entry))
         except ValidationError as e:
-            problems += [Problem("unknown field" if err["type"] == "extra_forbidden"
-                                 else err["msg"], str(path),
-                                 field=".".join(str(p) for p in ("links", i, *err["loc"])))
-                         for err in e.errors()]
+            problems += problems_of(e, str(path), prefix=("links", i))
     if problems:
         raise InputError(problems)
     return out
+
+
+def read_record(path: Path, model: type[Record], what: str) -> Record:
+    """A run directory's JSON file as `model`; InputError naming it and each wrong field."""
+    data = _read(path, what)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise InputError(problems_of(e, str(path))) from e
+
+
+class TransactionBaseline(_ReadBack):
+    requests: Int = Field(ge=0)
+    mean_ms: Float
+    se_ms: Float = Field(ge=0)
+
+
+class BaselineFile(_ReadBack):
+    """`baseline.json`: each transaction's response times in the passive phase."""
+
+    transactions: dict[Str, TransactionBaseline]
+
+
+class GraphEntry(_ReadBack):
+    """An entry of `graph.json` (`core.graph.GraphLink.as_json`), as far as it is read."""
+
+    src_host: Str
+    dst_host: Str
+    proto: Str
+
+
+class HostAsRun(_ReadBack):
+    name: Str
+
+
+class ExperimentAsRun(_ReadBack):
+    """`experiment.json`, as far as a prediction reads it: the hosts and transactions."""
+
+    hosts: list[HostAsRun]
+    transactions: dict[Str, Str] = Field(default_factory=dict)
+
+
+class PlanFile(_ReadBack):
+    """`plan.json`: the square wave the run planned and why."""
+
+    period_s: Float = Field(gt=0, le=DAY_S)
+    cycles: Int = Field(ge=1, le=MAX_CYCLES)
+    magnitude_ms: Float = Field(ge=0, le=MAX_DELAY_MS)
+    n_bins: Int = Field(ge=1, le=MAX_BINS)
+    notes: list[Str] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -247,40 +392,43 @@ def measured_range(links: list[LinkMeasurement]) -> dict[Pair, float]:
 
 
 def _read(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise InputError(Problem(f"no {path.name} ({what}): not a linkgrad run directory, or a "
-                                 "run from before it was written", str(path))) from None
-    except json.JSONDecodeError as e:
-        raise InputError(Problem(f"not valid JSON: {e.msg}", str(path), e.lineno)) from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(Problem(f"cannot read {path.name}: {e}", str(path))) from e
+                                 "run from before it was written", str(path)))
+    return read_json(path, what)
+
+
+_GRAPH = TypeAdapter(list[GraphEntry])
 
 
 def load_run(gradients_file: Path) -> RunInputs:
     run_dir = gradients_file.parent
     links = read_measurements(gradients_file)
     graph = _read(run_dir / "graph.json", "the communication graph")
-    baseline = _read(run_dir / "baseline.json", "the current response times")
-    experiment = _read(run_dir / "experiment.json", "the experiment as run")
+    try:
+        entries = _GRAPH.validate_python(graph)
+    except ValidationError as e:
+        raise InputError(problems_of(e, str(run_dir / "graph.json"))) from e
+    baseline = read_record(run_dir / "baseline.json", BaselineFile, "the current response times")
+    experiment = read_record(run_dir / "experiment.json", ExperimentAsRun,
+                             "the experiment as run")
     return RunInputs(
         run_dir=run_dir,
-        hosts=[h["name"] for h in experiment["hosts"]],
+        hosts=[h.name for h in experiment.hosts],
         gradients=pair_gradients(links),
-        traffic=_traffic(graph),
-        current_ms={name: Estimate(b["mean_ms"], b["se_ms"])
-                    for name, b in baseline["transactions"].items()},
-        requests={name: b["requests"] for name, b in baseline["transactions"].items()},
+        traffic=_traffic(entries),
+        current_ms={name: Estimate(b.mean_ms, b.se_ms)
+                    for name, b in baseline.transactions.items()},
+        requests={name: b.requests for name, b in baseline.transactions.items()},
         measured_ms=measured_range(links),
-        patterns=dict(experiment.get("transactions") or {}),
+        patterns=dict(experiment.transactions),
     )
 
 
-def _traffic(graph: list[dict[str, Any]]) -> dict[Pair, set[str]]:
+def _traffic(graph: list[GraphEntry]) -> dict[Pair, set[str]]:
     out: dict[Pair, set[str]] = {}
     for g in graph:
-        out.setdefault((g["src_host"], g["dst_host"]), set()).add(g["proto"])
+        out.setdefault((g.src_host, g.dst_host), set()).add(g.proto)
     return out
 
 
