@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from common.errors import InputError, Problem
 from common.protocol.record import InjectionRecord
-from coordinator.config.run_dir import LinkMeasurement, linearity_of, read_measurements
+from coordinator.config.run_dir import (
+    ExperimentAsRun,
+    LinkMeasurement,
+    PlanFile,
+    RunJournal,
+    linearity_of,
+    read_measurements,
+    read_record,
+)
 from coordinator.core.spectral.binning import bin_series, fill_empty
 from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.core.weblog.model import RequestLog
@@ -45,7 +53,7 @@ def graph_figure(name: str, links: list[LinkMeasurement]) -> str:
                     bbox={"boxstyle": "round", "fc": "#eef", "ec": "#446"})
     for lk in links:
         t = lk.transactions.get(name, {})
-        if t.get("gradient") is None:
+        if t.get("gradient") is None or t.get("ci95") is None:
             continue
         src, dst = lk.pair
         (x0, y0), (x1, y1) = pos[src], pos[dst]
@@ -104,17 +112,20 @@ def _table(links: list[LinkMeasurement]) -> str:
             if t.get("gradient") is None:
                 cells.append("<td>-</td>")
                 continue
-            lo, hi = t["ci95"]
-            thesis = t["thesis_gradient"]
+            lo, hi = t.get("ci95") or (math.nan, math.nan)
+            thesis = t.get("thesis_gradient")
             cells.append(f"<td><b>{t['gradient']:.3f}</b> [{lo:.3f}, {hi:.3f}]"
                          f"<br><small>thesis {'-' if thesis is None else f'{thesis:.3f}'}, "
-                         f"n={t['requests']}</small></td>")
+                         f"n={t.get('requests', '?')}</small></td>")
         r, p = lk.record, lk.perturbation
+        throughput = "-" if p.throughput_change is None else f"{p.throughput_change:+.1%}"
+        response = "-" if p.mean_response_change_ms is None \
+            else f"{p.mean_response_change_ms:+.1f}"
         rows.append(
             f"<tr><td>{html.escape(str(lk.link['label']))}<br><small>{r.cycles}×"
             f"{r.period_s:g} s, {r.magnitude_ms:.2f} ms actual; while on against off: "
-            f"throughput {p.throughput_change:+.1%}{_se(p.throughput_change_se)}, response "
-            f"{p.mean_response_change_ms:+.1f} ms</small></td>{''.join(cells)}</tr>")
+            f"throughput {throughput}{_se(p.throughput_change_se)}, response "
+            f"{response} ms</small></td>{''.join(cells)}</tr>")
     return f"<table><tr><th>link</th>{head}</tr>{''.join(rows)}</table>"
 
 
@@ -129,35 +140,51 @@ def _se(se: float | None) -> str:
     return "" if se is None else f" ± {se:.1%}"
 
 
-def write_report(run_dir: Path) -> Path:
-    experiment = json.loads((run_dir / "experiment.json").read_text())
-    status = json.loads((run_dir / "run.json").read_text())
-    plan = json.loads((run_dir / "plan.json").read_text())
+def _weblog(run_dir: Path, experiment: ExperimentAsRun) -> RequestLog | None:
+    """The run's saved requests, or None when there are none to draw."""
+    weblog, path = experiment.web_log, run_dir / "weblog.log"
+    if weblog is None or not path.exists():
+        return None
+    parse, _ = line_parser(choose_format(Path(weblog.path), weblog.format, weblog.log_format),
+                           weblog.log_format)
+    try:  # the server's bytes as they came: a bad byte is a malformed line, counted there
+        lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    except OSError as e:
+        raise InputError(Problem(f"cannot read: {e.strerror or e}", str(path))) from e
+    return parse(lines, str(path)) if lines else None
+
+
+def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
+    """report.html; `interrupted`: why a journal that says running is not (its coordinator
+    is gone)."""
+    experiment = read_record(run_dir / "experiment.json", ExperimentAsRun,
+                             "the experiment as run")
+    status = read_record(run_dir / "run.json", RunJournal, "how the run went")
+    plan = read_record(run_dir / "plan.json", PlanFile, "the square wave's plan")
     links = read_measurements(run_dir / "gradients.json")
-    weblog = experiment["web_log"]
-    parse, _ = line_parser(choose_format(Path(weblog["path"]), weblog["format"],
-                                         weblog["log_format"]), weblog["log_format"])
-    lines = (run_dir / "weblog.log").read_text().splitlines()
-    log = parse(lines, str(run_dir / "weblog.log")) if lines else None
-    patterns = patterns_from(experiment["transactions"])
+    log = _weblog(run_dir, experiment)
+    patterns = patterns_from(experiment.transactions)
     groups = group_by_transaction(log.url, patterns) if log is not None else {}
-    parts = [f"<h1>{html.escape(experiment['name'])}</h1>",
-             f"<p>status: <b>{html.escape(status['status'])}</b> "
-             f"{html.escape(status.get('reason', ''))}; plan: "
-             f"{html.escape('; '.join(plan.get('notes', [])))}</p>",
+    said = ("interrupted", interrupted) if interrupted else (status.status, status.reason or "")
+    parts = [f"<h1>{html.escape(experiment.name)}</h1>",
+             f"<p>status: <b>{html.escape(said[0])}</b> "
+             f"{html.escape(said[1])}; plan: "
+             f"{html.escape('; '.join(plan.notes))}</p>",
              "<h2>Gradients</h2>", _table(links), *_linearity(links),
              "<h2>Link gradient graphs</h2>"]
-    parts += [graph_figure(n, links) for n in experiment["transactions"]]
+    parts += [graph_figure(n, links) for n in experiment.transactions]
     parts.append("<h2>Response series and spectra</h2>")
     for lk in links:
-        best = max(lk.transactions.items(), key=lambda kv: abs(kv[1]["gradient"] or 0))[0]
+        if not lk.transactions:
+            continue
+        best = max(lk.transactions.items(), key=lambda kv: abs(kv[1].get("gradient") or 0))[0]
         parts.append(f"<h3>{html.escape(str(lk.link['label']))} — {html.escape(best)}</h3>")
         if log is not None and best in groups:
             parts.append(series_figures(log, groups[best], lk.record))
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}")
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>linkgrad: "
-            f"{html.escape(experiment['name'])}</title><style>{style}</style></head><body>"
+            f"{html.escape(experiment.name)}</title><style>{style}</style></head><body>"
             + "\n".join(parts) + "</body></html>")
     target = run_dir / "report.html"
     target.write_text(page)

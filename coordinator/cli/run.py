@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import time
 from pathlib import Path
@@ -12,9 +11,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from common.command import Command
-from common.errors import InputError, Problem
+from common.errors import InputError, LinkgradError, Problem, RuntimeFailure
+from common.yamlconf import line_of
+from coordinator.config.coordinator_process import interrupted_reason, still_running
+from coordinator.config.experiment import Experiment
 from coordinator.config.experiment_file import load_experiment
-from coordinator.config.run_dir import RunJournal
+from coordinator.config.run_dir import RunDir, RunJournal, read_record
+from coordinator.config.strict_json import dumps
 from coordinator.live.run import run_experiment
 
 
@@ -35,23 +38,53 @@ def report_command(args: argparse.Namespace) -> int:
         if not (args.run_dir / name).exists():
             raise InputError(Problem(f"no {name}: not a finished run directory",
                                      str(args.run_dir), field="run_dir"))
-    target = write_report(args.run_dir)
-    print(json.dumps({"report": str(target)}) if args.json else target)
+    journal = read_record(args.run_dir / "run.json", RunJournal, "how the run went")
+    interrupted = interrupted_reason(journal)
+    if interrupted:
+        Console(stderr=True).print(f"run.json says running, but {interrupted}: the run was "
+                                   "interrupted", markup=False, soft_wrap=True)
+    target = write_report(args.run_dir, interrupted)
+    print(dumps({"report": str(target), "status": "interrupted" if interrupted
+                 else journal.status, **({"reason": interrupted} if interrupted else {})},
+                indent=None) if args.json else target)
     return 0
+
+
+def _resume_dir(path: Path, say: Console) -> None:
+    """A run directory to resume: its journal and gradients read whole (exit 2 naming the
+    file when either is cut short or wrong) and no coordinator still writing it."""
+    if not (path / "run.json").exists():
+        raise InputError(Problem("not a run directory (no run.json)", str(path),
+                                 field="--resume"))
+    journal = read_record(path / "run.json", RunJournal, "how the run went")
+    RunDir(path).measurements()
+    if (busy := still_running(journal)) is not None:
+        raise InputError(Problem(f"run.json says running and {busy}: resume it when that run "
+                                 "has ended (a coordinator ends its run on Ctrl-C or SIGTERM)",
+                                 str(path / "run.json"), field="status"))
+    if (gone := interrupted_reason(journal)) is not None:
+        say.print(f"the previous run was interrupted: {gone}", markup=False, soft_wrap=True)
+
+
+def _make_run_dir(experiment: Experiment, path: Path, resume: Path | None) -> Path:
+    """The run's directory (made now): the one resumed, or output/NAME-TIME."""
+    run_dir = resume or experiment.output / f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(Problem(f"cannot create the run directory {run_dir}: "
+                                 f"{e.strerror or e}", str(path),
+                                 None if resume else line_of(path, ("output",)),
+                                 "--resume" if resume else "output")) from e
+    return run_dir
 
 
 def run_command(args: argparse.Namespace) -> int:
     experiment = load_experiment(args.experiment)
-    if args.resume is not None:
-        if not (args.resume / "run.json").exists():
-            raise InputError(Problem("not a run directory (no run.json)", str(args.resume),
-                                     field="--resume"))
-        run_dir = args.resume
-    else:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        run_dir = experiment.output / f"{experiment.name}-{stamp}"
-    run_dir.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
+    if args.resume is not None:
+        _resume_dir(args.resume, console)
+    run_dir = _make_run_dir(experiment, args.experiment, args.resume)
     started = time.monotonic()
 
     def say(message: str) -> None:
@@ -59,9 +92,12 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         journal = run_experiment(experiment, run_dir, say, resume=args.resume is not None)
+    except OSError as e:  # a file that cannot be written (disk full, directory removed)
+        _say_failed(console, run_dir, args.experiment)
+        where = f"{e.filename}: " if e.filename else ""
+        raise RuntimeFailure(f"{where}{e.strerror or e}") from e
     except Exception:  # failed: say what it kept before the error is printed
-        if (failed := _journal(run_dir)) is not None:
-            _say_outcome(console, failed, run_dir, args.experiment)
+        _say_failed(console, run_dir, args.experiment)
         raise
     finally:  # a report of what was measured, however the run ended
         report = _report_if_measured(run_dir)
@@ -71,17 +107,22 @@ def run_command(args: argparse.Namespace) -> int:
                   **({"report": str(report)} if report else {}),
                   "kept": sorted(_kept(run_dir, journal)),
                   **({"resume_argv": resume} if resume else {})}
-        print(json.dumps(status, indent=2, default=str))
+        print(dumps(status))
     _say_outcome(console, journal, run_dir, args.experiment)
     for problem in journal.cleanup_problems or []:
         console.print(f"[red]cleanup failed:[/] {escape(problem)}")
     return 0 if journal.succeeded else 1
 
 
+def _say_failed(console: Console, run_dir: Path, experiment: Path) -> None:
+    if (failed := _journal(run_dir)) is not None:
+        _say_outcome(console, failed, run_dir, experiment)
+
+
 def _journal(run_dir: Path) -> RunJournal | None:
     try:
-        return RunJournal.model_validate_json((run_dir / "run.json").read_text())
-    except (OSError, ValueError):
+        return read_record(run_dir / "run.json", RunJournal, "how the run went")
+    except InputError:
         return None
 
 
@@ -101,8 +142,8 @@ def _kept(run_dir: Path, journal: RunJournal) -> dict[str, str]:
 
 def _graph_size(path: Path) -> str:
     try:
-        links = len(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+        links = len(RunDir(path.parent).read(path.name))
+    except (InputError, TypeError):
         return "the communication graph"
     return f"the communication graph: {links} link{'s' if links != 1 else ''}"
 
@@ -148,10 +189,15 @@ def _say_outcome(console: Console, journal: RunJournal, run_dir: Path, experimen
 
 
 def _report_if_measured(run_dir: Path) -> Path | None:
+    """report.html when there is something to draw; a report that cannot be made is said
+    (the run's own outcome comes first)."""
     if (run_dir / "gradients.json").exists() and (run_dir / "plan.json").exists():
         from coordinator.cli.report import write_report
 
-        return write_report(run_dir)
+        try:
+            return write_report(run_dir)
+        except (LinkgradError, OSError) as e:
+            Console(stderr=True).print(f"no report.html: {e}", markup=False, soft_wrap=True)
     return None
 
 

@@ -26,7 +26,7 @@ from common.errors import InputError, Problem
 from common.protocol.record import InjectionRecord
 from common.yamlconf import problems_of, read_json
 from coordinator.config.experiment import DAY_S, MAX_DELAY_MS
-from coordinator.config.fields import Float, Int, Str
+from coordinator.config.fields import Float, Int, Str, compile_regex
 from coordinator.config.strict_json import dumps
 from coordinator.core.linearity import Linearity, linearity
 from coordinator.core.prediction import Curve, Estimate
@@ -305,11 +305,26 @@ class HostAsRun(_ReadBack):
     name: Str
 
 
-class ExperimentAsRun(_ReadBack):
-    """`experiment.json`, as far as a prediction reads it: the hosts and transactions."""
+class WebLogAsRun(_ReadBack):
+    path: Str
+    format: Literal["nginx", "apache", "csv"] = "nginx"
+    log_format: Str | None = None
 
-    hosts: list[HostAsRun]
-    transactions: dict[Str, Str] = Field(default_factory=dict)
+
+def _regexes(transactions: dict[str, str]) -> dict[str, str]:
+    for name, pattern in transactions.items():
+        compile_regex(pattern, f"transaction {name!r}")
+    return transactions
+
+
+class ExperimentAsRun(_ReadBack):
+    """`experiment.json`, as far as a prediction or a report reads it."""
+
+    name: Str = "run"
+    hosts: list[HostAsRun] = Field(default_factory=list)
+    web_log: WebLogAsRun | None = None
+    transactions: Annotated[dict[Str, Str], AfterValidator(_regexes)] = Field(
+        default_factory=dict)
 
 
 class PlanFile(_ReadBack):

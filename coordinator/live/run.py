@@ -32,6 +32,7 @@ from common.protocol.injector import Add, Remove, SquareSchedule
 from common.protocol.record import InjectionRecord
 from common.protocol.sniffer import Unwatch, Watch
 from common.square_wave import SquareWave
+from coordinator.config.coordinator_process import this_coordinator
 from coordinator.config.experiment import Experiment, Parameters
 from coordinator.config.run_dir import (
     LinkMeasurement,
@@ -99,8 +100,9 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Say, resume: bool
     out = RunDir(run_dir)
     out.write("experiment.json", experiment.model_dump(mode="json"))
     done = {m.key: m for m in out.measurements()} if resume else {}
+    # who is running it: a coordinator killed outright leaves `running`, and this tells
     journal = RunJournal(status="running", started=clock.time(), links_done=len(done),
-                         links_resumed=len(done))
+                         links_resumed=len(done), coordinator=this_coordinator())
     out.write("run.json", journal)
     session = Session(experiment, connect, clock)
     with _sigterm_as_interrupt():
