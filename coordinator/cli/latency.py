@@ -14,6 +14,7 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -22,8 +23,9 @@ from common.command import Command
 from common.errors import InputError, Problem, RuntimeFailure
 from coordinator.config.experiment import Experiment
 from coordinator.config.experiment_file import load_experiment
+from coordinator.config.strict_json import dumps
 from coordinator.core.prediction import Estimate
-from coordinator.live.ssh import Connection, Endpoint, endpoint_for
+from coordinator.live.ssh import Connection, Endpoint, check_endpoints
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -56,25 +58,42 @@ def _probe(experiment: Experiment, src: Endpoint, targets: dict[str, tuple[str, 
     try:
         out = {}
         for dst, (addr, port) in targets.items():
-            reply = json.loads(conn.run([experiment.ssh.python, "-m", "sniffer.rtt", addr,
+            reply = _rtt_reply(conn.run([experiment.ssh.python, "-m", "sniffer.rtt", addr,
                                          str(port), "--count", str(count)],
-                                        timeout_s=30 + count * 2.1))
+                                        timeout_s=30 + count * 2.1), f"{src.name} -> {dst}")
             try:
                 out[(src.name, dst)] = one_way_ms(reply["rtt_s"])
             except ValueError as e:
                 raise RuntimeFailure(f"{src.name} -> {dst} ({addr}:{port}): {e}; "
-                                     f"{reply['failed']} connects failed") from e
+                                     f"{reply.get('failed', '?')} connects failed") from e
         return out
     finally:
         conn.close()
 
 
+def _rtt_reply(text: str, what: str) -> dict[str, Any]:
+    """`sniffer.rtt`'s answer: {"rtt_s": [finite seconds...], "failed": N}."""
+    try:
+        reply = json.loads(text, parse_constant=lambda c: None)
+    except ValueError as e:
+        raise RuntimeFailure(f"{what}: sniffer.rtt answered no JSON: {e}") from e
+    rtts = reply.get("rtt_s") if isinstance(reply, dict) else None
+    if not isinstance(rtts, list) or not all(isinstance(r, int | float) and not isinstance(
+            r, bool) and math.isfinite(r) and r >= 0 for r in rtts):
+        raise RuntimeFailure(f"{what}: sniffer.rtt answered no list of round trips: "
+                             f"{text[:200]!r}")
+    return reply
+
+
 def latency_command(args: argparse.Namespace) -> int:
-    if args.count < 2:
-        raise InputError(Problem(f"must be 2 or more, got {args.count}", field="--count"))
+    if not 2 <= args.count <= 100_000:
+        raise InputError(Problem(f"must be 2 to 100000, got {args.count}", field="--count"))
+    if args.out is not None and not args.out.parent.is_dir():
+        raise InputError(Problem(f"no directory {args.out.parent} to write into",
+                                 str(args.out), field="--out"))
     experiment = load_experiment(args.experiment)
     assert experiment.ssh is not None
-    ends = {h.name: endpoint_for(h, experiment.ssh) for h in experiment.hosts}
+    ends = check_endpoints(experiment.hosts, experiment.ssh)
     targets = {name: (end.hostname, end.port) for name, end in ends.items()}
     names = sorted(targets)
     started = time.time()
@@ -87,10 +106,14 @@ def latency_command(args: argparse.Namespace) -> int:
                           f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, "
                           f"{args.count} connects per pair")
     if args.out:
-        args.out.write_text(text)
+        try:
+            args.out.write_text(text)
+        except OSError as e:
+            raise InputError(Problem(f"cannot write: {e.strerror or e}", str(args.out),
+                                     field="--out")) from e
     if args.json:
-        print(json.dumps({f"{a}<->{b}": {"mean_ms": e.mean, "se_ms": e.se}
-                          for (a, b), e in sorted(measured.items())}, indent=2))
+        print(dumps({f"{a}<->{b}": {"mean_ms": e.mean, "se_ms": e.se}
+                     for (a, b), e in sorted(measured.items())}))
     else:
         table = Table("hosts", "one-way ms", "se ms")
         for (a, b), e in sorted(measured.items()):

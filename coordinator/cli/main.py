@@ -10,7 +10,6 @@ Exit codes (DESIGN.md): 0 success, 2 bad input (file, line, field named), 1 runt
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import textwrap
@@ -20,6 +19,7 @@ from typing import Any
 from common.command import Command, CommandGroup
 from common.errors import InputError, LinkgradError, Problem
 from coordinator.cli import gradient, latency, place, predict, route, run
+from coordinator.config.strict_json import dumps
 from injector import cli as injector_cli
 from testbed import cli as testbed_cli
 
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _print_error(error: LinkgradError, as_json: bool) -> None:
     kind = "input" if isinstance(error, InputError) else "runtime"
     if as_json:
-        print(json.dumps({"error": {"kind": kind, "message": str(error)}}))
+        print(dumps({"error": {"kind": kind, "message": str(error)}}, indent=None))
     print(f"linkgrad: error: {error}", file=sys.stderr)
 
 

@@ -4,29 +4,28 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from rich.console import Console
 from rich.table import Table
 
 from common.command import Command
 from common.errors import InputError, Problem
 from common.yamlconf import load_yaml
+from coordinator.config.fields import InputModel, Str
 from coordinator.config.latencies import Latencies, load_latencies, one_way
 from coordinator.config.run_dir import RunInputs, load_run, unmeasured
+from coordinator.config.strict_json import dumps
 from coordinator.core.placement import PlacementProblem, SearchResult, search
 
 
-class Candidates(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    candidates: dict[str, list[str]] = Field(min_length=1)  # host -> sites it may move to
+class Candidates(InputModel):
+    candidates: dict[Str, list[Str]] = Field(min_length=1)  # host -> sites it may move to
 
 
 @dataclass(frozen=True)
@@ -73,9 +72,9 @@ def _apps(specs: list[str]) -> list[App]:
         except ValueError:
             raise InputError(Problem(f"importance {weight!r} is not a number",
                                      field="--app")) from None
-        if importance <= 0:
-            raise InputError(Problem(f"importance must be positive, got {importance}",
-                                     field="--app"))
+        if not 0 < importance <= 1e6:  # NaN too
+            raise InputError(Problem(f"importance must be above 0 and at most 1e6, got "
+                                     f"{weight}", field="--app"))
         apps.append(App(Path(path).parent.name, load_run(Path(path)), importance))
     return apps
 
@@ -142,7 +141,7 @@ def place_command(args: argparse.Namespace) -> int:
     result = search(problem, args.top)
     out = result_json(problem, result, apps, time.perf_counter() - started)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(dumps(out))
     else:
         _print(out)
     return 0

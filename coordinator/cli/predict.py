@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from coordinator.config.latencies import (
     load_placement,
 )
 from coordinator.config.run_dir import Pair, RunInputs, load_run, require_measured
+from coordinator.config.strict_json import dumps
 from coordinator.core.prediction import Estimate, Prediction, predict
 
 if TYPE_CHECKING:  # imported when validating: paramiko is slow to load
@@ -108,8 +108,9 @@ class PlacementPrediction:
 
 
 def predict_command(args: argparse.Namespace) -> int:
-    if args.window_s <= 0:
-        raise InputError(Problem(f"must be positive, got {args.window_s}", field="--window-s"))
+    if not 0 < args.window_s <= 3600:  # NaN too
+        raise InputError(Problem(f"must be above 0 and at most 3600 s, got {args.window_s}",
+                                 field="--window-s"))
     run, latencies = load_run(args.gradients), load_latencies(args.latencies)
     results = []
     for path in args.placement:
@@ -125,7 +126,7 @@ def predict_command(args: argparse.Namespace) -> int:
         results = [replace(r, validation=v) for r, v in zip(results, validations, strict=True)]
     placements = [r.as_json(run) for r in results]
     if args.json:
-        print(json.dumps({"run": str(run.run_dir), "placements": placements}, indent=2))
+        print(dumps({"run": str(run.run_dir), "placements": placements}))
     else:
         _print(placements)
     return 0

@@ -17,7 +17,7 @@ from common.protocol.sniffer import Report, ReportEvent, SnifferReady
 from coordinator.config.experiment import Experiment, Host, Ssh
 from coordinator.live.clock import SYSTEM, Clock
 from coordinator.live.logfollow import LogFollower, follow_argv
-from coordinator.live.ssh import Connection, endpoint_for
+from coordinator.live.ssh import Connection, check_endpoints, endpoint_for
 
 QUEUE_BASE = 4700
 
@@ -64,6 +64,8 @@ class Session:
         e = self.experiment
         assert e.ssh is not None
         assert e.web_log is not None
+        if self.connect is ssh_connect:  # every ssh_config and known_hosts read first
+            check_endpoints(e.hosts, e.ssh)
         for host in e.hosts:
             remote = self.connect(host, e.ssh)
             self.connections[host.name] = remote

@@ -7,6 +7,7 @@ Commands are built with shlex.join from argument lists, never by pasting strings
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import paramiko
+from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
 
-from common.errors import RuntimeFailure
+from common.errors import InputError, Problem, RuntimeFailure
+from common.yamlconf import read_text
 
 
 @dataclass(frozen=True)
@@ -41,13 +44,57 @@ def endpoint_for(host: Any, ssh: Any) -> Endpoint:
 
 
 def resolve(name: str, ssh_config: Path, known_hosts: Path | None = None) -> Endpoint:
-    """Where `name` is, by the ssh_config's Host entry (HostName, Port, User, IdentityFile)."""
-    config = paramiko.SSHConfig.from_path(str(ssh_config)).lookup(name)
+    """Where `name` is, by the ssh_config's Host entry (HostName, Port, User, IdentityFile);
+    InputError naming the ssh_config when it cannot be read or gives no usable port."""
+    text = read_text(ssh_config, "the ssh_config")
+    try:
+        config = paramiko.SSHConfig.from_text(text).lookup(name)
+    except (paramiko.SSHException, ValueError, KeyError) as e:
+        raise InputError(Problem(f"not a usable ssh_config: {e}", str(ssh_config))) from e
+    port = str(config.get("port", "22"))
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise InputError(Problem(f"Port {port!r} (for Host {name}) is not a port number "
+                                 "(1-65535)", str(ssh_config), _line_of_option(text, "port", port),
+                                 "Port"))
     known = known_hosts or Path(str(config.get("userknownhostsfile", "~/.ssh/known_hosts"))
                                 .split()[0]).expanduser()
-    return Endpoint(name, config.get("hostname", name), int(config.get("port", 22)),
+    return Endpoint(name, config.get("hostname", name), int(port),
                     config.get("user", "root"), tuple(config.get("identityfile", [])),
                     Path(known))
+
+
+def _line_of_option(text: str, option: str, value: str) -> int | None:
+    """The first line setting `option` to `value` in an ssh_config (paramiko keeps none)."""
+    pattern = re.compile(rf"^\s*{option}\s*(=\s*|\s)\s*\"?{re.escape(value)}\"?\s*$",
+                         re.IGNORECASE)
+    return next((i for i, line in enumerate(text.splitlines(), 1) if pattern.match(line)), None)
+
+
+def check_known_hosts(path: Path) -> None:
+    """InputError naming the file and line of a known_hosts entry that is no entry (paramiko
+    would skip it silently, and the host it meant would then be refused as unknown)."""
+    for number, line in enumerate(read_text(path, "known_hosts").splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            entry = HostKeyEntry.from_line(line, number)
+        except (InvalidHostKey, ValueError) as e:
+            cause = e.args[1] if isinstance(e, InvalidHostKey) and len(e.args) > 1 else e
+            raise InputError(Problem(f"not a known_hosts line (HOSTS KEYTYPE BASE64-KEY): "
+                                     f"{cause}", str(path), number)) from e
+        if entry is None and len(line.split()) < 3:
+            raise InputError(Problem("not a known_hosts line (HOSTS KEYTYPE BASE64-KEY)",
+                                     str(path), number))
+
+
+def check_endpoints(hosts: Sequence[Any], ssh: Any) -> dict[str, Endpoint]:
+    """Every host's endpoint and its known_hosts checked, before any host is connected to:
+    an unreadable ssh_config or known_hosts is InputError naming it, not a failure found
+    halfway through connecting."""
+    ends = {h.name: endpoint_for(h, ssh) for h in hosts}
+    for path in sorted({e.known_hosts for e in ends.values()}):
+        check_known_hosts(path)
+    return ends
 
 
 class Connection:
@@ -56,9 +103,10 @@ class Connection:
     def __init__(self, endpoint: Endpoint, timeout_s: float = 10.0) -> None:
         self.endpoint = endpoint
         self.client = paramiko.SSHClient()
+        check_known_hosts(endpoint.known_hosts)
         try:
             self.client.load_host_keys(str(endpoint.known_hosts))
-        except OSError as e:
+        except (OSError, ValueError, InvalidHostKey) as e:  # changed since it was checked
             raise RuntimeFailure(f"cannot read known_hosts {endpoint.known_hosts}: {e}") from e
         self.client.set_missing_host_key_policy(paramiko.RejectPolicy())  # never auto-add
         try:
@@ -66,9 +114,8 @@ class Connection:
                                 key_filename=list(endpoint.identity_files) or None,
                                 timeout=timeout_s, banner_timeout=timeout_s,
                                 auth_timeout=timeout_s, look_for_keys=False, allow_agent=False)
-        except paramiko.SSHException as e:
-            raise RuntimeFailure(f"ssh {endpoint.name} ({endpoint.hostname}): {e}") from e
-        except OSError as e:
+        except (paramiko.SSHException, OSError, ValueError) as e:  # ValueError: a bad name
+            self.client.close()
             raise RuntimeFailure(f"ssh {endpoint.name} ({endpoint.hostname}): {e}") from e
 
     def run(self, argv: Sequence[str], timeout_s: float = 30.0) -> str:

@@ -13,7 +13,6 @@ live system cannot be made faster: a placement that shortens a latency is refuse
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from common.protocol.injector import (
     SquareSchedule,
 )
 from coordinator.config.experiment import Experiment, Parameters
-from coordinator.config.run_dir import Pair, RunInputs
+from coordinator.config.run_dir import Pair, RunInputs, read_record
 from coordinator.core.alternation import OFF, ON, Alternation
 from coordinator.core.prediction import Z95, Estimate, batch_mean, predict
 from coordinator.core.transactions import group_by_transaction, patterns_from
@@ -76,7 +75,8 @@ class ValidatedTransaction:
                 "ci95": [round(self.ci95[0], 3), round(self.ci95[1], 3)],
                 "measured_ms": round(self.measured.mean, 3),
                 "measured_se_ms": round(self.measured.se, 3),
-                "error": round((self.measured.mean - self.predicted_ms) / self.measured.mean, 4),
+                "error": round((self.measured.mean - self.predicted_ms) / self.measured.mean, 4)
+                if self.measured.mean else None,  # relative to a mean of 0: none
                 "inside": self.inside, "inside_mean_ci": self.inside_mean_ci}
 
 
@@ -100,8 +100,8 @@ def validate_placements(run: RunInputs, placements: list[PlacementChanges], wind
                         clock: Clock = SYSTEM) -> list[Validation]:
     """Each placement applied for real, in order; RuntimeFailure if a daemon does not confirm
     it stopped."""
-    experiment = Experiment.model_validate(
-        json.loads((run.run_dir / "experiment.json").read_text()))
+    experiment = read_record(run.run_dir / "experiment.json", Experiment,
+                             "the experiment as run")
     _check_applicable(placements, experiment.parameters, window_s)
     session = Session(experiment, connect, clock)
     previous = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
