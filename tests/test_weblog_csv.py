@@ -80,3 +80,47 @@ def test_blank_lines_are_ignored() -> None:
 def test_time_resolution_from_the_start_column(starts: tuple[str, str], resolution: float) -> None:
     log = parse(*(f"{s},1,/a" for s in starts))
     assert log.time_resolution_s == resolution
+
+
+def test_reasons_are_counted_by_name() -> None:
+    log = parse("1,10,/ok", "2,-5,/neg", "x,10,/a", "3,10,/a,b", "4,nan,/n", "5,10,", "6,1,/ok")
+    assert dict(log.malformed.by_reason) == {
+        "negative response time": 1, "unparsable time stamp": 1, "wrong number of fields": 1,
+        "unparsable response time": 1, "empty url": 1}
+    assert sum(n for _, n in log.malformed.by_reason) == log.malformed.count
+
+
+def test_an_unclosed_quote_counts_every_line_it_swallows() -> None:
+    """The csv module reads on to the next quote: those lines were lost without a count."""
+    log = parse("1,10,/a", '2,10,"/b', "3,10,/c", "4,10,/d")
+    assert_array_equal(log.url, ["/a"])
+    assert log.malformed.count == 3
+    assert log.malformed.total == 4
+    assert log.malformed.examples == ((2, "a quoted field runs over lines 2-4"),)
+
+
+def test_a_field_over_the_csv_limit_is_one_malformed_line() -> None:
+    log = parse("1,10,/a", "2,10,/" + "x" * 200_000, "3,10,/c")
+    assert_array_equal(log.url, ["/a", "/c"])
+    assert log.malformed.by_reason == (("wrong number of fields", 1),)
+    assert log.malformed.examples[0][0] == 2
+    assert "field larger than field limit" in log.malformed.examples[0][1]
+
+
+def test_out_of_range_values_are_malformed() -> None:
+    log = parse("1795000000,10,/ok", "1795000000000,10,/ms", "-5,10,/neg", "1795000001,1e12,/slow")
+    assert_array_equal(log.url, ["/ok"])
+    assert dict(log.malformed.by_reason) == {"time stamp out of range": 2,
+                                             "response time out of range": 1}
+    assert [line for line, _ in log.malformed.examples] == [2, 3, 4]
+
+
+def test_bytes_that_are_not_utf8_are_malformed() -> None:
+    log = parse("1,10,/a", "2,10,/caf\udce9")  # how surrogateescape decodes b"\xe9"
+    assert_array_equal(log.url, ["/a"])
+    assert log.malformed.by_reason == (("bytes that are not UTF-8", 1),)
+
+
+def test_equal_urls_share_one_string() -> None:
+    log = parse(*(f"{i},1,/same?q=1" for i in range(5)))
+    assert len({id(u) for u in log.url}) == 1

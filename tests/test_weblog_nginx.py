@@ -179,3 +179,22 @@ def test_all_missing_fields_reported_at_once() -> None:
 def test_dollar_without_name_is_input_error() -> None:
     with pytest.raises(InputError, match=r"'\$' at column 7"):
         compile_nginx("$msec $ $request_time $request_uri")
+
+
+def test_every_unused_line_is_counted_under_its_reason() -> None:
+    log = parse("$msec $request_time $request_uri",
+                "5.0 0.5 /ok", "5.0 -0.5 /neg", "5.0 1.2.3 /bad", "x", "5.0 9999999 /month",
+                "99999999999999 0.5 /year-5000000", "31.0 0.5 /ok")
+    assert_array_equal(log.url, ["/ok", "/ok"])
+    assert dict(log.malformed.by_reason) == {
+        "negative response time": 1, "unparsable response time": 1,
+        "does not match the log format": 1, "response time out of range": 1,
+        "time stamp out of range": 1}
+    assert log.malformed.count == 5
+    assert log.malformed.total == 7
+    assert len(log) + log.malformed.count == log.malformed.total
+
+
+def test_equal_urls_share_one_string() -> None:
+    log = parse("$msec $request_time $request_uri", *(f"{i}.0 0.1 /same?q=1" for i in range(5)))
+    assert len({id(u) for u in log.url}) == 1

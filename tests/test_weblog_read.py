@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import random
+import re
 from pathlib import Path
 
 import pytest
@@ -141,13 +143,6 @@ def test_missing_file_is_input_error(tmp_path: Path) -> None:
     assert info.value.exit_code == 2
 
 
-def test_truncated_gzip_is_input_error(tmp_path: Path) -> None:
-    data = gzip.compress(nginx_line(1.0, 0.0, "/").encode() * 100)
-    (tmp_path / "cut.log.gz").write_bytes(data[: len(data) // 2])
-    with pytest.raises(InputError, match="cannot read the log"):
-        read_log(tmp_path / "cut.log.gz", log_format=MSEC)
-
-
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
@@ -194,3 +189,79 @@ def test_csv_status_column_is_optional_and_checked(tmp_path):
     plain = tmp_path / "b.csv"
     plain.write_text("1.0,5,/a\n")
     assert read_log(plain).status is None
+
+
+def _gzip_log(tmp_path: Path, lines: int = 2000) -> bytes:
+    text = "".join(nginx_line(10.0 + i, 0.1, f"/p{i % 7}") for i in range(lines))
+    return gzip.compress(text.encode())
+
+
+def test_truncated_gzip_is_input_error_naming_the_file_and_line(tmp_path: Path) -> None:
+    data = _gzip_log(tmp_path)
+    path = tmp_path / "cut.log.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError) as info:
+        read_log(path, log_format=MSEC)
+    (problem,) = info.value.problems
+    assert problem.file == str(path)
+    assert re.search(r"corrupt or truncated gzip data after line \d+", problem.message)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_corrupt_gzip_is_input_error_never_a_zlib_traceback(tmp_path: Path, seed: int) -> None:
+    """Bytes flipped in the deflate stream raise zlib.error or (the CRC at the end) OSError:
+    each must be exit 2 naming the file."""
+    data = bytearray(_gzip_log(tmp_path))
+    rng = random.Random(seed)
+    for _ in range(4):
+        data[rng.randrange(20, len(data) - 8)] ^= 0xFF
+    path = tmp_path / "bad.log.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="corrupt or truncated gzip") as info:
+        read_log(path, log_format=MSEC, max_bad_fraction=1.0)
+    assert info.value.problems[0].file == str(path)
+
+
+def test_not_a_gzip_file_behind_the_magic_is_input_error(tmp_path: Path) -> None:
+    path = write(tmp_path / "x.log", "")
+    path.write_bytes(b"\x1f\x8b" + b"not deflate at all")
+    with pytest.raises(InputError, match="corrupt or truncated gzip"):
+        read_log(path, log_format=MSEC)
+
+
+def test_a_directory_is_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="is a directory") as info:
+        read_log(tmp_path, log_format=MSEC)
+    assert info.value.problems[0].file == str(tmp_path)
+
+
+def test_bytes_that_are_not_utf8_make_their_line_malformed(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.log"
+    good = nginx_line(5.0, 1.0, "/a").encode()
+    path.write_bytes(good + b'6.000 1.000 "GET /caf\xe9 HTTP/1.1"\n' + good)
+    log = read_log(path, log_format=MSEC, max_bad_fraction=0.5)
+    assert_array_equal(log.url, ["/a", "/a"])
+    assert log.malformed.by_reason == (("bytes that are not UTF-8", 1),)
+    assert log.malformed.examples == ((2, "bytes that are not UTF-8"),)
+
+
+def test_utf8_urls_are_kept(tmp_path: Path) -> None:
+    path = write(tmp_path / "utf8.log", nginx_line(5.0, 1.0, "/café"))
+    assert_array_equal(read_log(path, log_format=MSEC).url, ["/café"])
+
+
+def test_out_of_range_stamps_are_counted_not_lost(tmp_path: Path) -> None:
+    """A stamp in milliseconds where seconds are read puts a request in the year 58000: it was
+    dropped with 0 malformed lines counted; now it is malformed, named, and over the
+    threshold the log is refused."""
+    lines = [nginx_line(1_795_000_000.0 + i, 0.1, "/a") for i in range(10)]
+    lines[2] = nginx_line(1_795_000_002_000.0, 0.1, "/ms")
+    lines[5] = '1' + '0' * 400 + ' 0.1 "GET /inf HTTP/1.1"\n'  # parses as infinity
+    log = read_log(write(tmp_path / "a.log", "".join(lines)), log_format=MSEC,
+                   max_bad_fraction=0.5)
+    assert len(log) == 8
+    assert log.malformed.by_reason == (("time stamp out of range", 2),)
+    assert [line for line, _ in log.malformed.examples] == [3, 6]
+    assert len(log.malformed.examples[1][1]) < 250  # the 401-digit stamp is cut in the message
+    with pytest.raises(InputError, match="2 time stamp out of range"):
+        read_log(tmp_path / "a.log", log_format=MSEC)

@@ -6,14 +6,42 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# Why a line is not a request: the names malformed lines are counted under.
+NO_MATCH = "does not match the log format"
+NOT_UTF8 = "bytes that are not UTF-8"
+BAD_STAMP = "unparsable time stamp"
+STAMP_RANGE = "time stamp out of range"
+BAD_RESPONSE = "unparsable response time"
+NEGATIVE_RESPONSE = "negative response time"
+RESPONSE_RANGE = "response time out of range"
+
+# Sane values. Beyond them a number is a unit mistake (milliseconds read as seconds) or
+# corruption, and would put a request centuries away from the others: silently outside every
+# window, or swamping every sum.
+MIN_START_S = 0.0  # 1970-01-01
+MAX_START_S = 253_402_300_799.0  # 9999-12-31T23:59:59Z, the last second a date can name
+MAX_RESPONSE_S = 30 * 86_400.0  # no server holds a request open for a month
+
+# Examples quote the offending text, cut to this many characters (a field may be megabytes).
+QUOTE_CHARS = 80
+
+
+def quoted(text: str) -> str:
+    """`text` as repr, cut to QUOTE_CHARS characters for a message."""
+    if len(text) <= QUOTE_CHARS:
+        return repr(text)
+    return repr(text[:QUOTE_CHARS]) + f"... ({len(text)} characters)"
+
 
 @dataclass(frozen=True)
 class MalformedLines:
-    """Lines that did not parse: how many, and the first few with their line numbers."""
+    """Lines that did not parse: how many, why (count per reason), and the first few with
+    their line numbers."""
 
     count: int
     total: int
-    examples: tuple[tuple[int, str], ...] = ()  # (line number, reason)
+    examples: tuple[tuple[int, str], ...] = ()  # (line number, what is wrong with it)
+    by_reason: tuple[tuple[str, int], ...] = ()  # (reason, lines); counts sum to `count`
 
     @property
     def fraction(self) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal, TextIO
@@ -27,8 +28,9 @@ from coordinator.core.weblog.textlog import parse_lines
 LogKind = Literal["nginx", "apache", "csv"]
 FORMATS: tuple[LogKind, ...] = ("nginx", "apache", "csv")
 _GZIP_MAGIC = b"\x1f\x8b"
-# Logs may hold stray bytes; keep the line (its URL gets U+FFFD) rather than fail the file.
-_TEXT = {"encoding": "utf-8", "errors": "replace", "newline": ""}
+# A byte that is not UTF-8 is kept as a surrogate, so the parser counts its line as malformed
+# ("bytes that are not UTF-8") instead of reading a URL with U+FFFD in it.
+_TEXT = {"encoding": "utf-8", "errors": "surrogateescape", "newline": ""}
 
 Parser = Callable[[Iterable[str], str], RequestLog]
 
@@ -87,14 +89,34 @@ def line_parser(kind: LogKind, log_format: str | None) -> tuple[Parser, str]:
 
 
 def _parse_file(path: Path, parse: Parser) -> RequestLog:
-    """Parse the file, turning I/O trouble (missing, unreadable, corrupt gzip) into InputError."""
+    """Parse the file, turning I/O trouble (missing, unreadable, corrupt or truncated gzip)
+    into InputError naming the file and the last line read whole."""
     try:
         with _open_text(path) as lines:
             return parse(lines, str(path))
     except FileNotFoundError:
         raise InputError(Problem("no such file", file=str(path))) from None
-    except (OSError, EOFError) as e:
-        raise InputError(Problem(f"cannot read the log: {e}", file=str(path))) from e
+    except IsADirectoryError:
+        raise InputError(Problem("is a directory, not a log", file=str(path))) from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise InputError(Problem(f"corrupt or truncated gzip data{_after(path)}: {e}",
+                                 file=str(path))) from e
+    except OSError as e:
+        raise InputError(Problem(f"cannot read the log{_after(path)}: {e}",
+                                 file=str(path))) from e
+
+
+def _after(path: Path) -> str:
+    """" after line N": the lines read whole before the error. Counted by reading again, on
+    the error path only, so the parser's loop pays nothing for it."""
+    read = 0
+    try:
+        with _open_text(path) as lines:
+            for read, _ in enumerate(lines, 1):  # noqa: B007  # the count is the point
+                pass
+    except (OSError, EOFError, zlib.error):
+        pass
+    return f" after line {read}" if read else ""
 
 
 def _open_text(path: Path) -> TextIO:
@@ -111,10 +133,11 @@ def _check(log: RequestLog, description: str, max_bad_fraction: float) -> None:
     bad = log.malformed
     if bad.count and bad.fraction > max_bad_fraction:
         first = ", ".join(str(line) for line, _ in bad.examples)
+        reasons = ", ".join(f"{n} {reason}" for reason, n in bad.by_reason)
         summary = Problem(
             f"{bad.count} of {bad.total} lines ({bad.fraction:.1%}) do not parse as "
-            f"{description} (allowed: {max_bad_fraction:.1%}; first bad lines: {first}); "
-            "--format/--log-format may be wrong",
+            f"{description} ({reasons}; allowed: {max_bad_fraction:.1%}; first bad lines: "
+            f"{first}); --format/--log-format may be wrong",
             file=log.source,
             field="--format/--log-format",
         )

@@ -2,47 +2,102 @@
 
 Built for a million lines in a few seconds on one core: one regex match per line collecting
 raw strings into lists, then each column converted in one go (numpy parses the numbers, and
-a `$time_local`/`%t` stamp is parsed once per distinct second). Only when a column fails to
-convert is it walked line by line to name the bad lines.
+a `$time_local`/`%t` stamp is parsed once per distinct second). Every line that does not
+become a request is counted under a named reason (see `model`); only the first few are
+described, so a file of garbage costs no more than a good one.
 """
 
 from __future__ import annotations
 
 import heapq
+import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from coordinator.core.weblog.linespec import LineSpec, clf_to_s, iso8601_to_s
-from coordinator.core.weblog.model import MalformedLines, RequestLog
+from coordinator.core.weblog.model import (
+    BAD_RESPONSE,
+    BAD_STAMP,
+    MAX_RESPONSE_S,
+    MAX_START_S,
+    MIN_START_S,
+    NEGATIVE_RESPONSE,
+    NO_MATCH,
+    NOT_UTF8,
+    RESPONSE_RANGE,
+    STAMP_RANGE,
+    MalformedLines,
+    RequestLog,
+    quoted,
+)
 
-NO_MATCH = "does not match the log format"
+# What can be wrong with a matched line, in the order checked: index 0 is a usable request.
+ROW_REASONS = (None, BAD_STAMP, BAD_RESPONSE, NEGATIVE_RESPONSE, RESPONSE_RANGE, STAMP_RANGE)
+EXAMPLES = 5
+
+# Files are decoded with errors="surrogateescape": a byte that is not UTF-8 becomes one of these.
+_UNDECODED = re.compile("[\udc80-\udcff]")
+
+
+def not_utf8(line: str) -> bool:
+    """Whether a line held bytes that are not UTF-8 (`isascii` is O(1): the common case is free)."""
+    return not line.isascii() and _UNDECODED.search(line) is not None
 
 
 def parse_lines(lines: Iterable[str], spec: LineSpec, source: str) -> RequestLog:
     """All well-formed lines, in file order (not yet sorted), with malformed lines counted."""
     cols = _match(lines, spec)
-    stamp_s, bad_rows = _stamps_s(cols.stamps, spec)
-    response_s, bad_durations = _numbers(cols.durations, spec.duration_token)
-    response_s *= spec.duration_scale_s
-    bad_rows += bad_durations
-    bad_rows += [
-        (int(i), f"negative response time {cols.durations[i]!r} in {spec.duration_token}")
-        for i in np.flatnonzero(response_s < 0)
-    ]
-    start_s = stamp_s - response_s if spec.stamp.at_end else stamp_s
-    ok = np.isfinite(start_s) & (response_s >= 0)
-    bad = cols.malformed(bad_rows)
+    stamp_s = _stamps_s(cols.stamps, spec)
+    response_s = _numbers(cols.durations) * spec.duration_scale_s
+    with np.errstate(invalid="ignore"):  # inf - inf: out of range either way
+        start_s = stamp_s - response_s if spec.stamp.at_end else stamp_s
+    reason = row_reasons(stamp_s, response_s, start_s)
+    ok = reason == 0
+    statuses = None if cols.statuses is None else np.array(cols.statuses, dtype=np.int16)[ok]
     return RequestLog(
         start_s=start_s[ok],
         response_s=response_s[ok],
-        url=_urls(cols.paths, cols.queries)[ok],
+        url=_urls(cols.paths, cols.queries, ok),
         source=source,
-        malformed=MalformedLines(len(bad), len(cols.stamps) + len(cols.no_match), _first(bad)),
+        malformed=_malformed(cols, reason, spec),
         time_resolution_s=spec.resolution_s,
-        status=None if cols.statuses is None else np.array(cols.statuses, dtype=np.int16)[ok],
+        status=statuses,
     )
+
+
+def row_reasons(stamp_s: np.ndarray, response_s: np.ndarray, start_s: np.ndarray) -> np.ndarray:
+    """Index into ROW_REASONS of each row's first problem; 0 where the row is a usable request.
+
+    NaN marks a value that did not parse. Comparisons are written so that NaN fails them.
+    """
+    checks = (
+        np.isnan(stamp_s),
+        np.isnan(response_s),
+        response_s < 0,
+        ~(response_s <= MAX_RESPONSE_S),
+        ~((start_s >= MIN_START_S) & (start_s <= MAX_START_S)),
+    )
+    code = np.zeros(len(start_s), dtype=np.int8)
+    for index, failed in enumerate(checks, 1):
+        code[(code == 0) & failed] = index
+    return code
+
+
+def range_detail(reason: str, stamp: str, duration: str, token: str) -> str:
+    """What is wrong with a matched row, quoting the text that is."""
+    if reason == BAD_STAMP:
+        return f"unparsable time stamp {quoted(stamp)}"
+    if reason == BAD_RESPONSE:
+        return f"unparsable number {quoted(duration)} in {token}"
+    if reason == NEGATIVE_RESPONSE:
+        return f"negative response time {quoted(duration)} in {token}"
+    if reason == RESPONSE_RANGE:
+        return f"response time {quoted(duration)} in {token} is over {MAX_RESPONSE_S:.0f} s"
+    return (f"time stamp {quoted(stamp)} (response time {quoted(duration)}) puts the start "
+            "outside the years 1970-9999")
 
 
 @dataclass
@@ -54,19 +109,14 @@ class _Columns:
     paths: list[str] = field(default_factory=list)
     queries: list[str] | None = None
     statuses: list[str] | None = None
-    skipped: list[int] = field(default_factory=list)  # blank or not matching
+    skipped: list[int] = field(default_factory=list)  # blank, not matching or not UTF-8
     no_match: list[int] = field(default_factory=list)
+    undecoded: list[int] = field(default_factory=list)  # not UTF-8
 
-    def malformed(self, bad_rows: list[tuple[int, str]]) -> dict[int, str]:
-        """Line number -> first reason, for unmatched lines and rows that failed to convert."""
-        bad = dict.fromkeys(self.no_match, NO_MATCH)
-        if bad_rows:  # row line numbers are only rebuilt when some row is bad
-            skipped = set(self.skipped)
-            n_lines = len(self.stamps) + len(self.skipped)
-            lines = [n for n in range(1, n_lines + 1) if n not in skipped]
-            for row, reason in sorted(bad_rows):
-                bad.setdefault(lines[row], reason)
-        return bad
+    def row_lines(self) -> np.ndarray:
+        """Line number of every matched row."""
+        n_lines = len(self.stamps) + len(self.skipped)
+        return np.setdiff1d(np.arange(1, n_lines + 1), np.array(self.skipped, dtype=np.int64))
 
 
 def _match(lines: Iterable[str], spec: LineSpec) -> _Columns:
@@ -79,9 +129,11 @@ def _match(lines: Iterable[str], spec: LineSpec) -> _Columns:
     )  # fmt: skip
     for number, line in enumerate(lines, 1):
         m = match(line)
-        if m is None:
+        if m is None or (not line.isascii() and _UNDECODED.search(line)):
             cols.skipped.append(number)
-            if line and not line.isspace():
+            if not_utf8(line):
+                cols.undecoded.append(number)
+            elif line and not line.isspace():
                 cols.no_match.append(number)
             continue
         stamp, duration, path = m.group("stamp", "duration", "path")
@@ -95,50 +147,77 @@ def _match(lines: Iterable[str], spec: LineSpec) -> _Columns:
     return cols
 
 
-def _first(bad: dict[int, str]) -> tuple[tuple[int, str], ...]:
-    return tuple(heapq.nsmallest(5, bad.items()))
+def _malformed(cols: _Columns, reason: np.ndarray, spec: LineSpec) -> MalformedLines:
+    """Counts per reason of every line that is not a request, and the first few described."""
+    counts = Counter({NO_MATCH: len(cols.no_match), NOT_UTF8: len(cols.undecoded)})
+    per_code = np.bincount(reason, minlength=len(ROW_REASONS))
+    counts.update({r: int(n) for r, n in zip(ROW_REASONS[1:], per_code[1:], strict=True)})
+    bad_rows = np.flatnonzero(reason)[:EXAMPLES]
+    examples = [(n, NO_MATCH) for n in cols.no_match[:EXAMPLES]]
+    examples += [(n, NOT_UTF8) for n in cols.undecoded[:EXAMPLES]]
+    if len(bad_rows):
+        lines = cols.row_lines()
+        for row in bad_rows:
+            why = ROW_REASONS[reason[row]]
+            assert why is not None  # rows with reason 0 are not bad
+            detail = range_detail(why, cols.stamps[row], cols.durations[row], spec.duration_token)
+            examples.append((int(lines[row]), detail))
+    count = sum(counts.values())
+    return MalformedLines(
+        count=count,
+        total=len(cols.stamps) + len(cols.no_match) + len(cols.undecoded),
+        examples=tuple(heapq.nsmallest(EXAMPLES, examples)),
+        by_reason=tuple((r, n) for r, n in counts.most_common() if n),
+    )
 
 
-def _numbers(texts: Sequence[str], token: str) -> tuple[np.ndarray, list[tuple[int, str]]]:
-    """Parse a numeric column; unparsable values become NaN, returned as (row, reason)."""
+def _numbers(texts: Sequence[str]) -> np.ndarray:
+    """Parse a numeric column; unparsable values become NaN."""
     try:
-        return np.array(texts, dtype=np.float64), []
+        return np.array(texts, dtype=np.float64)
     except ValueError:
         pass
     out = np.full(len(texts), np.nan)
-    bad: list[tuple[int, str]] = []
     for i, text in enumerate(texts):
         try:
             out[i] = float(text)
         except ValueError:
-            bad.append((i, f"unparsable number {text!r} in {token}"))
-    return out, bad
+            continue
+    return out
 
 
-def _stamps_s(texts: Sequence[str], spec: LineSpec) -> tuple[np.ndarray, list[tuple[int, str]]]:
-    """Unix seconds of each stamp (a text stamp is parsed once per distinct value), bad rows."""
+def _stamps_s(texts: Sequence[str], spec: LineSpec) -> np.ndarray:
+    """Unix seconds of each stamp (a text stamp is parsed once per distinct value); NaN where
+    a stamp does not parse."""
     if spec.stamp.kind == "epoch":
-        seconds, bad = _numbers(texts, "time stamp")
-        return seconds * spec.stamp.scale_s, bad
+        return _numbers(texts) * spec.stamp.scale_s
     parse = clf_to_s if spec.stamp.kind == "clf" else iso8601_to_s
     seconds: dict[str, float] = {}
     for text in set(texts):
         try:
             seconds[text] = parse(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             seconds[text] = np.nan
-    out = np.fromiter(map(seconds.__getitem__, texts), np.float64, len(texts))
-    bad = [(int(i), f"unparsable time stamp {texts[i]!r}") for i in np.flatnonzero(np.isnan(out))]
-    return out, bad
+    return np.fromiter(map(seconds.__getitem__, texts), np.float64, len(texts))
 
 
-def _urls(targets: Sequence[str], queries: Sequence[str] | None) -> np.ndarray:
-    """Path + query of each request; an absolute-URI target keeps only its path and query."""
+def _urls(targets: Sequence[str], queries: Sequence[str] | None, keep: np.ndarray) -> np.ndarray:
+    """Path + query of each kept request; an absolute-URI target keeps only its path and query.
+
+    Equal URLs become one string object (interned through a dict), so memory holds each
+    distinct URL once, however long it is and however often it recurs.
+    """
+    if not keep.all():
+        rows = np.flatnonzero(keep).tolist()
+        targets = [targets[i] for i in rows]
+        queries = None if queries is None else [queries[i] for i in rows]
     urls = [t if t.startswith("/") else origin_form(t) for t in targets]
     if queries is not None:
         urls = [u + _query(q) for u, q in zip(urls, queries, strict=True)]
+    distinct: dict[str, str] = {}
+    intern = distinct.setdefault
     out = np.empty(len(urls), dtype=object)
-    out[:] = urls
+    out[:] = [intern(u, u) for u in urls]
     return out
 
 
