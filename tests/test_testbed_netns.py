@@ -18,6 +18,7 @@ from common.square_wave import SquareWave
 from coordinator.core.weblog import read_log
 from testbed.lifecycle import down, status, up
 from testbed.pairs.hosts import sh
+from testbed.postgres import psql_argv
 from testbed.topology import DEFAULT
 from tests.marks import TESTBED, needs_mininet
 from tests.netns_tools.testbeds import private_root, private_testbed, unique_tag
@@ -76,8 +77,8 @@ def test_every_host_takes_ssh_with_strict_host_key_checking(testbed, tmp_path):
 
 def test_the_database_holds_the_seeded_auction_data(testbed):
     info, _ = testbed
-    db = next(h for h in info["hosts"] if "db" in h["roles"])
-    psql = ["psql", "-h", db["address"], "-U", "postgres", "-d", "rubis", "-Atc"]
+    # the superuser only over the cluster's socket, as postgres: no local user gets it by TCP
+    psql = [*psql_argv(Path(info["directory"]) / "pg"), "-Atc"]
     assert sh(*psql, "SELECT count(*) FROM items").stdout.strip() == "5000"
     assert sh(*psql, "SELECT count(*) FROM users").stdout.strip() == "1000"
     assert int(sh(*psql, "SELECT count(*) FROM bids").stdout) >= 20000
