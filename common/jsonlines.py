@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import queue
+import signal
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -41,6 +42,18 @@ class StopServing(Exception):
     def __init__(self, result: Result | None = None) -> None:
         super().__init__("stop")
         self.result = result
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def leave_signals_to_main_thread() -> None:
+    """Block the stop signals in the calling (worker) thread. A signal sent to the process
+    goes to any thread that does not block it, and Python runs its handler in the main thread
+    only when that thread next runs Python code: taken by a worker while the main thread waits
+    for a request, a SIGTERM would wait for the next line (a stopped daemon continued gets its
+    pending signal in whichever thread wakes first)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
 
 
 class LineWriter:

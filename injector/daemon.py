@@ -4,8 +4,10 @@ Requests and replies are `common.protocol.injector`'s, served by `common.jsonlin
 "cmd": "health"|"add"|"schedule"|"remove"|"stats"|"stop", ...}`; every
 answer carries the request's id and `ok`, with `result` or `error` ({"kind": "input" or
 "runtime", "message"}). The channel is the lease: when stdin closes (coordinator gone, SSH
-cut), every injection stops and every rule is removed. So do SIGTERM and SIGINT. A reaper
-process removes the rules if the daemon is killed outright.
+cut), every injection stops and every rule is removed. So do SIGTERM and SIGINT. A watchdog
+process (`injector.watchdog`) lets the held packets pass and removes the rules if the daemon
+is killed outright, or stalls (stopped, or a thread stuck) for half a second while packets
+wait; a stalled daemon then stops, saying so, when it runs again.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from common.protocol.injector import LinkSpec
 from injector.engine import Engine
 from injector.link import Endpoint, Link, parse_endpoint
 from injector.schedule import Caps, build_schedule
+from injector.watchdog import Watchdog
 
 
 def link_from_spec(spec: LinkSpec) -> Link:
@@ -91,34 +93,20 @@ def _on_signal(signum: int, _frame: object) -> None:
     raise StopServing
 
 
-class Reaper:
-    """A process that removes the chain's rules unless the daemon tells it all is clean: the
-    guard against the daemon being killed outright (its pipe closes without a word)."""
-
-    def __init__(self, chain: str) -> None:
-        read_end, self.lease = os.pipe()
-        self.process = subprocess.Popen([sys.executable, "-m", "injector.reaper", chain],
-                                        stdin=read_end, stdout=subprocess.DEVNULL,
-                                        start_new_session=True)
-        os.close(read_end)
-
-    def release(self, clean: bool) -> None:
-        os.write(self.lease, b"clean" if clean else b"")
-        os.close(self.lease)
-        self.process.wait(timeout=10)
-
-
 def serve(engine: Engine, caps: Caps, stdin: IO[bytes] | IO[str], stdout: IO[str],
-          reaper: Callable[[str], Reaper | None] = Reaper,
+          reaper: Callable[[str], Watchdog | None] = Watchdog,
           clock: Callable[[], float] = time.time) -> int:
     """The daemon's life: start the engine, say ready, answer requests until stop or EOF,
-    then undo everything and say stopped. (`reaper`: none for an in-process engine that
-    changes no rules, as the tests' fake remote has; `clock`: unix time for schedules.)"""
+    then undo everything and say stopped. (`reaper`: the watchdog, none for an in-process
+    engine that changes no rules, as the tests' fake remote has; `clock`: unix time for
+    schedules.) A daemon whose watchdog took over after a stall stops with its reason."""
     daemon = Daemon(engine, caps, clock)
     out = LineWriter(stdout)
     reason = "signal"
     guard = reaper(engine.firewall.chain)
     try:
+        if guard is not None:
+            engine.attach(guard)
         engine.start()
         out.write(protocol.InjectorReady(pid=os.getpid(), chain=engine.firewall.chain,
                                          stale_removed=engine.stale_removed))
@@ -127,24 +115,24 @@ def serve(engine: Engine, caps: Caps, stdin: IO[bytes] | IO[str], stdout: IO[str
         reason = "signal"
     finally:
         _close(engine, guard)
+    if guard is not None and guard.reason is not None:
+        reason = guard.reason
     out.write(Stopped(reason=reason))
     return 0
 
 
-def _close(engine: Engine, reaper: Reaper | None) -> None:
-    """Stop the engine; tell the reaper all is clean only if it is (else it cleans up)."""
+def _close(engine: Engine, watchdog: Watchdog | None) -> None:
+    """Stop the engine; tell the watchdog all is clean only if it is (else it cleans up)."""
     clean = False
     try:
         engine.close()
         clean = True
     finally:
-        if reaper is not None:
-            reaper.release(clean)
+        if watchdog is not None:
+            watchdog.release(clean)
 
 
 MAX_QUEUE_LEN = 1 << 20
-
-
 def _check_queue(queue_base: int, max_queue_len: int) -> None:
     """NFQUEUE numbers are 16 bits (the base and one per link after it)."""
     problems = []

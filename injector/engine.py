@@ -16,16 +16,24 @@ import selectors
 import sys
 import threading
 import time
+from collections.abc import MutableSequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.errors import InputError, Problem, RuntimeFailure
+from common.jsonlines import leave_signals_to_main_thread
 from common.protocol.injector import LinkStats
 from injector.holding import HoldingLine
 from injector.link import Link
 from injector.nfq import bind_queue
 from injector.rules import Firewall, chain_name, queue_rule
 from injector.schedule import Schedule
+from injector.stall import BEAT_S
+
+if TYPE_CHECKING:
+    from injector.watchdog import Watchdog
+
+RECEIVER, RELEASER = 0, 1  # heartbeat slots (injector.watchdog.Heartbeat)
 
 PR_SET_TIMERSLACK = 29
 
@@ -34,6 +42,7 @@ PR_SET_TIMERSLACK = 29
 class _Slot:
     line: HoldingLine
     queue: Any  # netfilterqueue.NetfilterQueue
+    queue_num: int
     rule: list[str]
     fd: int
 
@@ -66,6 +75,13 @@ class Engine:
         self._pipe_r, self._pipe_w = os.pipe()
         self._threads: list[threading.Thread] = []
         self._started = False
+        self.watchdog: Watchdog | None = None
+        self._beats: MutableSequence[int] = [0, 0]  # each thread's loops: its progress
+
+    def attach(self, watchdog: Watchdog) -> None:
+        """Beat into the watchdog's heartbeat and hand it every queue socket (before start)."""
+        self.watchdog = watchdog
+        self._beats = watchdog.heartbeat.slots
 
     # lifecycle -------------------------------------------------------------------------
     def start(self) -> Engine:
@@ -102,7 +118,11 @@ class Engine:
         self._started = False
         first: Exception | None = None
         try:
-            self.firewall.teardown()  # no new packets reach the queues
+            if self.watchdog is not None and self.watchdog.released():
+                self.firewall.forget()  # the watchdog removed the chain after a stall
+                self.firewall.remove_stale()  # (and nothing may be left if it could not)
+            else:
+                self.firewall.teardown()  # no new packets reach the queues
         except RuntimeFailure as e:
             first = e
         self._stop.set()
@@ -132,8 +152,10 @@ class Engine:
         queue = bind_queue(queue_num, lambda packet: self._arrive(line, packet),
                            self.max_queue_len)
         rule = queue_rule(self.firewall.chain, link, queue_num)
-        slot = _Slot(line, queue, rule, queue.get_fd())
+        slot = _Slot(line, queue, queue_num, rule, queue.get_fd())
         self.slots[link_id] = slot
+        if self.watchdog is not None:
+            self.watchdog.bound(queue_num, slot.fd)
         self._selector.register(slot.fd, selectors.EVENT_READ, slot)
         try:
             self.firewall.add(rule)
@@ -167,6 +189,8 @@ class Engine:
         self._drain_and_unbind(slot)
 
     def _drain_and_unbind(self, slot: _Slot) -> None:
+        if self.watchdog is not None:
+            self.watchdog.unbound(slot.queue_num)
         with self._queue_lock:
             slot.queue.run(block=False)  # packets already in the kernel queue
             slot.line.release_all()
@@ -174,6 +198,7 @@ class Engine:
 
     # threads ---------------------------------------------------------------------------
     def _arrive(self, line: HoldingLine, packet: Any) -> None:
+        self._beats[RECEIVER] += 1  # a burst keeps the receiver in one run(): still progress
         try:
             due = line.arrive(packet)
         except Exception:
@@ -184,10 +209,12 @@ class Engine:
             self._wake.set()
 
     def _receive_loop(self) -> None:
+        leave_signals_to_main_thread()
         if self.want_realtime:
             _realtime()
         while not self._stop.is_set():
-            for key, _ in self._selector.select(timeout=0.5):
+            self._beats[RECEIVER] += 1
+            for key, _ in self._selector.select(timeout=BEAT_S):
                 if key.data is None:
                     os.read(self._pipe_r, 64)
                     continue
@@ -202,21 +229,23 @@ class Engine:
         return min(pending) if pending else None
 
     def _release_loop(self) -> None:
+        leave_signals_to_main_thread()
         _precise_timers()
         self.realtime = self.want_realtime and _realtime()
         while not self._stop.is_set():
+            self._beats[RELEASER] += 1
             next_due = self._release_once()
             if next_due is None:
                 self._idle = True
                 if self._release_once() is None:  # a packet may have come in meanwhile
-                    self._wake.wait(0.5)
+                    self._wake.wait(BEAT_S)
                 self._wake.clear()
                 self._idle = False
                 continue
             self._target = next_due
             wait = next_due - time.monotonic()
             if wait > self.spin_s:
-                self._wake.wait(wait - self.spin_s)
+                self._wake.wait(min(wait - self.spin_s, BEAT_S))  # beat while holding
                 self._wake.clear()
             else:
                 while time.monotonic() < next_due:

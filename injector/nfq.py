@@ -59,3 +59,23 @@ def bind_queue(queue_num: int, callback: Callable[[Any], None], max_len: int = 4
     finally:
         sock.close()
     return queue
+
+
+NFQNL_MSG_VERDICT_BATCH = 3
+NFQA_VERDICT_HDR = 2
+NF_ACCEPT = 1
+
+
+def accept_batch_message(queue_num: int, max_id: int) -> bytes:
+    """A batch verdict: accept every packet of the queue whose id is `max_id` or before it
+    (the kernel compares ids modulo 2^32, so the newest id covers every one waiting).
+
+    The kernel takes it only from the socket bound to the queue; a process that holds that
+    socket's file (passed over a Unix socket) is that socket, so the watchdog can send it
+    while the daemon is stopped."""
+    attr = struct.pack("=HH", 12, NFQA_VERDICT_HDR) + struct.pack("!II", NF_ACCEPT,
+                                                                  max_id & 0xFFFFFFFF)
+    body = struct.pack("=BB", socket.AF_UNSPEC, 0) + struct.pack("!H", queue_num) + attr
+    header = struct.pack("=IHHII", 16 + len(body),
+                         (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_VERDICT_BATCH, NLM_F_REQUEST, 0, 0)
+    return header + body

@@ -105,6 +105,10 @@ class Firewall:
             self._undo.remove(undo)
         self._run(undo)
 
+    def forget(self) -> None:
+        """Drop every undo: someone else (the watchdog) removed the chain already."""
+        self._undo.clear()
+
     def teardown(self) -> None:
         """Undo everything in reverse order; run every undo, then raise the first error."""
         first: RuntimeFailure | None = None

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from common import jsonlines
 from common.errors import InputError, Problem
-from common.jsonlines import LineWriter, StopServing
+from common.jsonlines import LineWriter, StopServing, leave_signals_to_main_thread
 from common.protocol import sniffer as protocol
 from common.protocol.base import Empty, Request, Result, Stopped
 from common.protocol.sniffer import LinkCount, Report, ReportEvent
@@ -133,6 +133,7 @@ class Service:
             self.report(self.threshold)
 
     def _watch(self, interval: float, threshold: int) -> None:
+        leave_signals_to_main_thread()
         next_at = time.monotonic() + interval
         while self.watching.is_set():
             if self.woken.wait(max(0.0, next_at - time.monotonic())):

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from common.jsonlines import leave_signals_to_main_thread
 from sniffer.links import Process, SocketRecord
 
 SS_ALL = (1 << 12) - 1
@@ -76,6 +77,7 @@ class ClosedSockets:
         # socket buffers multicast messages in its event loop, where select() cannot see them
         from pyroute2.netlink.diag import MarshalDiag
 
+        leave_signals_to_main_thread()
         try:
             diag = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
             diag.bind((0, 1 << (SKNLGRP_INET_TCP_DESTROY - 1)))

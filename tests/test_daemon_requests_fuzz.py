@@ -31,7 +31,7 @@ from sniffer.daemon import Service, Sniffer
 from sniffer.daemon import run as run_sniffer
 from tests.fakes.remote import FakeEngine
 
-FUZZ = settings(max_examples=120, deadline=None,
+FUZZ = settings(max_examples=80, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])
 
 NASTY_SCALARS = [
@@ -183,11 +183,15 @@ WHOLE_LINES = st.one_of(
                      b'{"id": 1, "cmd": "poll", "threshold": ' + b"9" * 5000 + b"}"]))
 
 
+def _one_line(raw: bytes) -> bool:
+    """One line that is not blank (blank lines get no answer) and does not stop the daemon."""
+    return (b"\n" not in raw and b'"stop"' not in raw
+            and bool(raw.decode(errors="replace").strip()))
+
+
 @pytest.mark.parametrize("run", [run_injector, run_sniffer_lines], ids=["injector", "sniffer"])
 @FUZZ
-@given(lines=st.lists(WHOLE_LINES.filter(lambda raw: b"\n" not in raw and b"\r" not in raw
-                                         and raw.strip()
-                                         and b'"stop"' not in raw), min_size=1, max_size=4))
+@given(lines=st.lists(WHOLE_LINES.filter(_one_line), min_size=1, max_size=4))
 def test_garbage_lines_get_an_error_each_and_the_daemon_serves_on(run, lines):
     answers = _check_replies(run(*lines, HEALTH), len(lines) + 1)
     for raw, reply in zip(lines, answers, strict=False):

@@ -198,3 +198,50 @@ def test_caps_keep_their_limits_in_every_use():
     with pytest.raises(InputError, match="--max-duration-s"):
         Caps(max_duration_s=float("nan"))
     assert Caps(10_000, 86_400).max_magnitude_ms == 10_000
+
+
+def test_the_kernels_queue_table_is_read_as_it_is_written():
+    from injector.stall import QueueState, parse_queue_table
+
+    table = (" 4201  81234    17 2  4016     0     0      955  1\n"
+             " 4202 -4000      0 2  4016     0     0        0  1\n"  # not the layout: passed
+             "garbage\n")
+    assert parse_queue_table(table) == {4201: QueueState(4201, 81234, 17, 955)}
+
+
+def test_a_stall_is_a_quiet_heartbeat_while_packets_wait():
+    from injector.stall import QueueState, StallDetector, stalled
+
+    detector = StallDetector()
+    assert detector.quiet_s((5, 9), 10.0) == 0.0  # the first look
+    assert detector.quiet_s((6, 9), 10.3) == pytest.approx(0.3)  # the releaser is quiet
+    assert detector.quiet_s((7, 9), 10.6) == pytest.approx(0.6)
+    assert detector.quiet_s((7, 10), 10.7) == pytest.approx(0.1)  # both moved since
+    states = {4201: QueueState(4201, 1, 12, 99), 4299: QueueState(4299, 2, 50, 7)}
+    assert stalled(0.6, states, [4201]) == 12  # another daemon's queue is not ours
+    assert stalled(0.4, states, [4201]) == 0  # not quiet long enough
+    assert stalled(0.6, {4201: QueueState(4201, 1, 0, 99)}, [4201]) == 0  # nothing waits
+
+
+def test_accept_batch_verdict_layout():
+    from injector.nfq import accept_batch_message
+
+    msg = accept_batch_message(4201, 2**32 + 5)  # ids are u32: the kernel's id wraps
+    length, kind, flags, _, _ = struct.unpack("=IHHII", msg[:16])
+    assert length == len(msg) == 32
+    assert kind == (3 << 8) | 3  # NFNL_SUBSYS_QUEUE, NFQNL_MSG_VERDICT_BATCH
+    assert flags == 1
+    assert struct.unpack("!H", msg[18:20]) == (4201,)
+    assert msg[20:] == struct.pack("=HH", 12, 2) + struct.pack("!II", 1, 5)  # ACCEPT up to 5
+
+
+def test_the_heartbeat_is_shared_memory():
+    import os
+
+    from injector.watchdog import RELEASER, Heartbeat
+
+    mine = Heartbeat()
+    theirs = Heartbeat(os.dup(mine.fd))  # as the watchdog maps it from the passed fd
+    mine.beat(RELEASER)
+    mine.beat(RELEASER)
+    assert theirs.read() == (0, 2)
