@@ -6,6 +6,7 @@ import sys
 
 from testbed.pairs.hosts import make_pair
 from tests.marks import NETNS
+from tests.test_injector_nasty_requests_netns import Lines
 
 pytestmark = NETNS
 
@@ -83,3 +84,27 @@ def test_connections_shorter_than_a_poll_interval_are_all_counted():
     back = [lk for lk in links if lk["src"]["port"] == 7302]
     assert out[0]["messages"] == 12
     assert back[0]["messages"] == 12
+
+
+def test_the_sniffer_answers_nasty_requests_and_then_polls():
+    """Each nasty line gets one error naming the field; then a poll is answered (issue 13)."""
+    pair = make_pair()
+    try:
+        daemon = Lines(pair, "sniffer")
+        for raw, expected in [
+            (b'{"id": 1, "cmd": "poll", "threshold": Infinity}', "field 'threshold'"),
+            (b'{"id": 1, "cmd": "poll", "threshold": true}', "field 'threshold'"),
+            (b'{"id": 1, "cmd": "watch", "interval_s": NaN}', "field 'interval_s'"),
+            (b'{"id": 1, "cmd": "watch", "interval_s": 1e400}', "field 'interval_s'"),
+            (b"[" * 100_000, "nested too deeply"),
+            (b"\xc3\x28", "not UTF-8"),
+        ]:
+            reply = daemon.ask(raw)
+            assert reply["ok"] is False, (raw[:80], reply)
+            assert expected in reply["error"]["message"], (raw[:80], reply)
+        poll = daemon.ask(b'{"id": 2, "cmd": "poll", "threshold": 0}')
+        assert poll["ok"] is True
+        assert poll["result"]["to"] >= poll["result"]["from"]
+        assert daemon.end()["reason"] == "stdin closed"
+    finally:
+        pair.remove()

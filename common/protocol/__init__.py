@@ -9,5 +9,6 @@ field is an error, never a silent default.
 
 `base` holds the envelope, `fields` the checked field types every request shares (finite,
 bounded numbers of their own JSON type; IPv4 endpoints), `injector` and `sniffer` each
-daemon's requests, replies and events, `record` the injection record. `common.jsonlines` moves these over a channel.
+daemon's requests, replies and events, `record` the injection record. `common.jsonlines`
+moves these over a channel.
 """
