@@ -320,7 +320,7 @@ class DaemonClient:
         """End the lease: EOF on the daemon's stdin; it stops and undoes what it did.
 
         RuntimeFailure if it did not confirm that (no "stopped" event, or a non-zero exit):
-        its rules may still be on the host until its reaper runs, and the user must know.
+        its rules may still be on the host until its watchdog acts, and the user must know.
         """
         if self._closed:
             return

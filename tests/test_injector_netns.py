@@ -149,7 +149,7 @@ def test_nothing_is_left_after_the_daemon_ends(pair, daemon, how):
         assert daemon.client.wait_for("stopped")["reason"]
     deadline = time.monotonic() + 10
     while "LINKGRAD" in pair.iptables_rules("a") and time.monotonic() < deadline:
-        time.sleep(0.05)  # after SIGKILL the reaper removes them; give it its moment
+        time.sleep(0.05)  # after SIGKILL the watchdog removes them; give it its moment
     _assert_clean(pair)
 
 
