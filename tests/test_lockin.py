@@ -168,3 +168,14 @@ def test_cycles_that_disagree_beyond_the_noise_widen_the_interval_and_it_holds()
     calm = lockin_gradient(t, 0.09 + 0.01 * np.random.default_rng(0).standard_normal(len(t))
                            + 30.0 * wave.delay_s(t), wave)
     assert not calm.widened_by_cycles
+
+
+@pytest.mark.parametrize(("phase", "keep_on"), [("on", False), ("off", True)])
+def test_a_phase_without_requests_is_named(phase, keep_on):
+    """Requests only in the off halves (or only in the on ones) cannot show the wave: say so
+    instead of 'too few requests'."""
+    t = uniform_requests(WAVE)
+    t = t[WAVE.is_on(t) == keep_on]
+    with pytest.raises(ValueError, match=f"no request clear of the edges while the delay was "
+                                         f"{phase}"):
+        lockin_gradient(t, np.full(len(t), 0.1), WAVE)

@@ -5,6 +5,7 @@ import pytest
 from numpy.testing import assert_allclose
 
 from coordinator.core.spectral.binning import (
+    MAX_BINS,
     bin_series,
     bins_for_window,
     fill_empty,
@@ -78,6 +79,18 @@ def test_bins_keep_edges_on_bin_borders():
     assert bins_for_window(160.0, 4, 3.0) == 48  # 6 bins of 3.33 s per half-period
     assert bins_for_window(160.0, 4, 100.0) == 16  # at least two bins per half
     assert bins_for_window(160.0, 4, 3.0) % 8 == 0
+
+
+def test_bins_are_capped_and_need_a_spread():
+    """Requests all at one instant gave ΔTs = 0 and an OverflowError (int of infinity); a
+    nanosecond bin would have allocated gigabytes."""
+    n = bins_for_window(160.0, 4, 1e-9)
+    assert n <= MAX_BINS
+    assert n % 8 == 0
+    with pytest.raises(ValueError, match="do not spread"):
+        bins_for_window(160.0, 4, 0.0)
+    with pytest.raises(ValueError, match="do not spread"):
+        baseline_spectrum(np.zeros(50), np.ones(50), 1.0, 0.0, 64, 9)
 
 
 def test_bin_series_means_counts_and_empty_bins():

@@ -14,6 +14,7 @@ import numpy as np
 
 from common.square_wave import SquareWave
 from coordinator.core.spectral.binning import (
+    MAX_BINS,
     bin_series,
     bins_for_window,
     fill_empty,
@@ -23,6 +24,10 @@ from coordinator.core.spectral.lockin import LockinEstimate, LockinSettings, loc
 from coordinator.core.spectral.periodic import periodic_noise_hz
 from coordinator.core.spectral.thesis import thesis_gradient
 from coordinator.core.spectral.training import BaselineSpectrum, baseline_spectrum
+
+MAX_CHUNKS = 1000  # training chunks (M): beyond, a log years long would be cut into a loop
+PERIODIC_MAX_BINS = 4096  # bins per chunk in the periodic-noise search: a longer training
+# log is searched in wider bins (a lower Nyquist frequency), not in more of them
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,8 @@ def thesis_bins(
     if n_bins is None:
         source = t_base if len(t_base) > settings.k + 1 else t_window
         n_bins = bins_for_window(window_s, wave.cycles, sampling_interval_s(source, settings.k))
+    if n_bins > MAX_BINS:
+        raise ValueError(f"N={n_bins} bins is over {MAX_BINS}")
     return n_bins, window_s / n_bins
 
 
@@ -105,12 +112,21 @@ def shared_periodic_noise_hz(
     base = (t < before_s) & ~np.isnan(centred)
     if base.sum() < 16 * settings.k:
         return ()
-    bin_s = sampling_interval_s(t[base], settings.k)
-    n_bins = int((before_s - t[base].min()) / (settings.chunks * bin_s))
+    span_s = before_s - float(t[base].min())
+    bin_s = max(sampling_interval_s(t[base], settings.k),
+                span_s / (settings.chunks * PERIODIC_MAX_BINS))
+    if not bin_s > 0:
+        return ()  # every training request at one time: no spectrum to search
+    n_bins = int(span_s / (settings.chunks * bin_s))
     if n_bins < 16:
         return ()
-    spectrum = baseline_spectrum(t[base], centred[base], before_s, bin_s, n_bins, settings.chunks)
-    return periodic_noise_hz(spectrum, t[base], centred[base], before_s, settings.periodic_terms)
+    try:
+        spectrum = baseline_spectrum(t[base], centred[base], before_s, bin_s, n_bins,
+                                     settings.chunks)
+        return periodic_noise_hz(spectrum, t[base], centred[base], before_s,
+                                 settings.periodic_terms)
+    except ValueError:  # a training chunk without requests (the log has a gap or ends early)
+        return ()
 
 
 def transaction_gradient(
@@ -129,39 +145,72 @@ def transaction_gradient(
     base = t < baseline_end
     window = (t >= wave.start_s) & (t < wave.end_s)
     n_window, n_base = int(window.sum()), int(base.sum())
-    if n_window < settings.min_requests:
-        note = f"{n_window} requests during the injection; need {settings.min_requests}"
-        return TransactionGradient(name, n_window, n_base, None, None, (), (note,))
+    lacking = _lacking(t, wave, settings)
+    if lacking is not None:
+        return TransactionGradient(name, n_window, n_base, None, None, (), (lacking,))
     notes: list[str] = []
-    n_bins, bin_s = thesis_bins(t[base], t[window], wave, settings, record_n_bins)
-    spectrum = _training_spectrum(t, y, baseline_end, n_bins, bin_s, settings.chunks)
-    if spectrum is None:
-        notes.append("under 2 training chunks before the injection: thesis FFT⁰ taken as 0")
-    means, counts = bin_series(t, y, wave.start_s, bin_s, n_bins)
-    if (empty := int(np.sum(counts == 0))) > 0:
-        notes.append(f"{empty} of {n_bins} thesis bins empty (filled with the mean)")
-    fft0 = spectrum.mean[wave.cycles] if spectrum is not None else 0j
-    thesis: ThesisResult | None = None
-    try:
-        g0 = thesis_gradient(fill_empty(means), wave.cycles, wave.magnitude_s, fft0)
-        thesis = ThesisResult(g0, n_bins, bin_s, spectrum.chunks if spectrum else 0)
-    except ValueError as e:  # the reference method must never cost the run its answer
-        notes.append(f"thesis estimate: {e}")
+    thesis = _thesis(t, y, base, window, wave, settings, record_n_bins, baseline_end, notes)
     notes += [
         f"periodic noise at {f:.4g} Hz is within the window's resolution of the injection "
         f"frequency {wave.frequency_hz:.4g} Hz: they cannot be told apart; inject at another period"
         for f in periodic if abs(f - wave.frequency_hz) < 1 / (wave.cycles * wave.period_s)
     ]
     try:
-        estimate = lockin_gradient(t, y, wave, periodic, settings.lockin, others)
-    except ValueError as e:
+        estimate: LockinEstimate | None = lockin_gradient(t, y, wave, periodic, settings.lockin,
+                                                          others)
+    except ValueError as e:  # numpy's LinAlgError is one too
         estimate = None
         notes.append(f"lockin: {e}")
+    if estimate is not None and not np.all(np.isfinite([estimate.gradient, *estimate.ci])):
+        estimate = None
+        notes.append("lockin: the fit gave no finite gradient (responses too alike or too few)")
     if estimate is not None and estimate.widened_by_cycles:
         notes.append("the cycles disagreed beyond the noise within them (a burst of other work "
                      "or a change of load): the interval is from the spread between cycles, "
                      "wider; more cycles narrow it")
     return TransactionGradient(name, n_window, n_base, estimate, thesis, periodic, tuple(notes))
+
+
+def _lacking(t: np.ndarray, wave: SquareWave, settings: GradientSettings) -> str | None:
+    """Why the requests cannot show the wave's effect, or None: too few during the injection,
+    or none while the delay was on, or none while it was off (the off half before the first
+    edge counts: the estimate uses it)."""
+    window = (t >= wave.start_s) & (t < wave.end_s)
+    if (n := int(window.sum())) < settings.min_requests:
+        return f"{n} requests during the injection; need {settings.min_requests}"
+    on = wave.is_on(t)
+    if not on.any():
+        return "no request started while the delay was on"
+    if not np.any((t >= wave.start_s - wave.half_s) & (t < wave.end_s) & ~on):
+        return "no request started while the delay was off"
+    return None
+
+
+def _thesis(
+    t: np.ndarray, y: np.ndarray, base: np.ndarray, window: np.ndarray, wave: SquareWave,
+    settings: GradientSettings, record_n_bins: int | None, baseline_end: float,
+    notes: list[str],
+) -> ThesisResult | None:
+    """The thesis's eq. 2.6 estimate, or None with the reason in `notes`: the reference method
+    must never cost the run its answer."""
+    try:
+        n_bins, bin_s = thesis_bins(t[base], t[window], wave, settings, record_n_bins)
+    except ValueError as e:
+        notes.append(f"thesis estimate: {e}")
+        return None
+    spectrum = _training_spectrum(t, y, baseline_end, n_bins, bin_s, settings.chunks)
+    if spectrum is None:
+        notes.append("under 2 training chunks before the injection: thesis FFT⁰ taken as 0")
+    means, counts = bin_series(t, y, wave.start_s, bin_s, n_bins)
+    if (empty := int(np.sum(counts == 0))) > 0:
+        notes.append(f"{empty} of {n_bins} thesis bins empty (filled with the mean)")
+    fft0 = spectrum.mean[wave.cycles] if spectrum is not None and wave.cycles < n_bins else 0j
+    try:
+        g0 = thesis_gradient(fill_empty(means), wave.cycles, wave.magnitude_s, fft0)
+    except ValueError as e:
+        notes.append(f"thesis estimate: {e}")
+        return None
+    return ThesisResult(g0, n_bins, bin_s, spectrum.chunks if spectrum else 0)
 
 
 def log_gradients(
@@ -181,7 +230,10 @@ def log_gradients(
 
 
 def rounded(x: float | None, digits: int = 4) -> float | None:
-    return None if x is None else round(float(x), digits)
+    """`x` rounded for JSON; None when missing or not finite (strict JSON has no NaN)."""
+    if x is None or not np.isfinite(x):
+        return None
+    return round(float(x), digits)
 
 
 def gradient_json(r: TransactionGradient) -> dict[str, Any]:

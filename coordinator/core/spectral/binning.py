@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+# The most bins a series may have: 8 MB a column. More would be the memory of a wrong input
+# (a stray time stamp years away, a bin of nanoseconds), not of a finer answer.
+MAX_BINS = 1 << 20
+
 
 def sampling_interval_s(start_s: np.ndarray, k: int) -> float:
     """ΔTs = mean + 3·std of the time spanned by `k` consecutive requests (§3.2 step 1).
@@ -48,6 +52,14 @@ def fill_empty(means: np.ndarray) -> np.ndarray:
 
 def bins_for_window(window_s: float, cycles: int, min_bin_s: float) -> int:
     """The most bins at least `min_bin_s` wide, a multiple of 2·cycles (edges on bin borders),
-    and at least two per half-period: one per half would put the wave at Nyquist."""
-    per_half = int(np.floor(window_s / (2 * cycles * min_bin_s)))
-    return 2 * cycles * max(per_half, 2)
+    and at least two per half-period: one per half would put the wave at Nyquist.
+
+    At most MAX_BINS; ValueError when `min_bin_s` is not positive (every request at one time)
+    or the cycles alone need more.
+    """
+    if not min_bin_s > 0:
+        raise ValueError(f"bins of {min_bin_s:g} s: the requests' start times do not spread")
+    if 4 * cycles > MAX_BINS:
+        raise ValueError(f"{cycles} cycles need {4 * cycles} bins, over {MAX_BINS}")
+    per_half = min(window_s / (2 * cycles * min_bin_s), MAX_BINS // (2 * cycles))
+    return 2 * cycles * max(int(per_half), 2)

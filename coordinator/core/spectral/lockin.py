@@ -265,6 +265,9 @@ def lockin_gradient(
     in_window = (t >= wave.start_s - wave.half_s) & (t < wave.end_s)
     guard = _edge_guard_s(y[in_window], wave, settings)
     rel, y_w, h, offset, rows = _window_requests(t, y, wave, guard)
+    for phase, parity in (("on", 1), ("off", 0)):
+        if not np.any(h % 2 == parity):
+            raise ValueError(f"no request clear of the edges while the delay was {phase}")
     others_on = np.column_stack([o.is_on(t[rows]).astype(float) for o in others]) \
         if others else np.zeros((len(rows), 0))
     fence = (settings.outlier_quantile, settings.outlier_margin)

@@ -43,8 +43,14 @@ def refine_frequency_hz(series: np.ndarray, bin_s: float, guess_hz: float, span_
     t = np.arange(len(x)) * bin_s
     grid = np.linspace(guess_hz - span_hz, guess_hz + span_hz, 81)
     grid = grid[grid > 0]
-    magnitude = np.abs(np.exp(-2j * np.pi * np.outer(grid, t)) @ x)
+    # a few grid rows at a time: the whole grid × series matrix of a long series is gigabytes
+    rows = max(1, _BLOCK_ELEMENTS // max(len(t), 1))
+    magnitude = np.concatenate([np.abs(np.exp(-2j * np.pi * np.outer(grid[i:i + rows], t)) @ x)
+                                for i in range(0, len(grid), rows)])
     return float(grid[np.argmax(magnitude)])
+
+
+_BLOCK_ELEMENTS = 1 << 20  # complex elements per block of refine_frequency_hz: 16 MB
 
 
 def periodic_noise_hz(

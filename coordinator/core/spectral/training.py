@@ -55,6 +55,8 @@ def baseline_spectrum(
     """
     t_s = np.asarray(t_s, dtype=float)
     chunk_s = n_bins * bin_s
+    if not chunk_s > 0:
+        raise ValueError(f"bins of {bin_s:g} s: the requests' start times do not spread")
     available = int(np.floor((end_s - t_s.min()) / chunk_s)) if len(t_s) else 0
     used = min(chunks, available)
     if used < 2:
