@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -425,6 +426,10 @@ def markdown_load(result: dict[str, Any], idle: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -446,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.background_load and "--window-s" not in (argv or sys.argv):
         args.window_s = 240.0
+    signal.signal(signal.SIGTERM, _interrupt)  # the testbed comes down either way
     root = scratch_root("mediawiki_truth")
     if args.background_load:
         try:
