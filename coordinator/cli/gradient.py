@@ -9,23 +9,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from common.command import Command
 from common.errors import InputError, Problem
 from common.protocol.record import InjectionRecord, load_injection_record
+from common.square_wave import SquareWave
 from coordinator.core.estimate import (
+    MAX_CHUNKS,
     TransactionGradient,
     gradient_json,
     log_gradients,
     rounded,
     settings_for_log,
 )
-from coordinator.core.spectral.binning import sampling_interval_s
+from coordinator.core.spectral.binning import MAX_BINS, sampling_interval_s
 from coordinator.core.spectral.planner import probe_noise
 from coordinator.core.spectral.training import baseline_spectrum, choose_injection
 from coordinator.core.transactions import group_by_transaction, parse_transaction_option
@@ -84,14 +89,20 @@ def _plan_arguments(p: argparse.ArgumentParser) -> None:
                    help="delay you are willing to inject (default: the thesis's A_d)")
 
 
-def _positive(value: float | int | None, name: str) -> None:
-    if value is not None and not value > 0:
-        raise InputError(Problem(f"must be positive, got {value}", field=name))
+def _positive(value: float | int | None, name: str, at_most: float = math.inf) -> None:
+    if value is not None and not 0 < value <= at_most:
+        limit = f" and at most {at_most:g}" if at_most < math.inf else ""
+        raise InputError(Problem(f"must be positive{limit}, got {value}", field=name))
+
+
+def _finite(value: float | None, name: str) -> None:
+    if value is not None and not math.isfinite(value):
+        raise InputError(Problem(f"must be a finite number, got {value}", field=name))
 
 
 def _load_log(args: argparse.Namespace) -> tuple[RequestLog, dict[str, np.ndarray]]:
     _positive(args.k, "-k")
-    _positive(args.chunks, "--chunks")
+    _positive(args.chunks, "--chunks", MAX_CHUNKS)
     patterns = [parse_transaction_option(t) for t in args.transaction]
     log = read_log(args.log, args.format, args.log_format, args.max_bad_fraction)
     return log, group_by_transaction(log.url, patterns)
@@ -101,17 +112,21 @@ def _malformed_json(log: RequestLog) -> dict[str, Any]:
     m = log.malformed
     return {
         "count": m.count, "total": m.total, "fraction": m.fraction,
+        "by_reason": dict(m.by_reason),
         "examples": [{"line": line, "reason": reason} for line, reason in m.examples],
     }
 
 
 def _check_record(record: InjectionRecord, n_bins: int | None, path: str) -> None:
     n = n_bins or record.n_bins
+    field = "--n-bins" if n_bins else "n_bins"
+    where = path if not n_bins else None
     if n is not None and n <= 2 * record.cycles:
-        field = "--n-bins" if n_bins else "n_bins"
         raise InputError(Problem(
             f"{n} bins cannot resolve {record.cycles} cycles: need more than "
-            f"{2 * record.cycles} (the Nyquist limit)", path if not n_bins else None, field=field))
+            f"{2 * record.cycles} (the Nyquist limit)", where, field=field))
+    if n is not None and n > MAX_BINS:
+        raise InputError(Problem(f"{n} bins is over the limit of {MAX_BINS}", where, field=field))
 
 
 def _partners(record: InjectionRecord, paths: list[str]) -> list[InjectionRecord]:
@@ -131,6 +146,7 @@ def _partners(record: InjectionRecord, paths: list[str]) -> list[InjectionRecord
 
 def gradient_command(args: argparse.Namespace) -> int:
     _positive(args.n_bins, "--n-bins")
+    _finite(args.baseline_end, "--baseline-end")
     record = load_injection_record(args.injection)
     _check_record(record, args.n_bins, args.injection)
     partners = _partners(record, args.concurrent)
@@ -139,44 +155,126 @@ def gradient_command(args: argparse.Namespace) -> int:
             f"{args.baseline_end} is after the injection's first edge {record.start}: the "
             "training data would hold injected requests", field="--baseline-end"))
     log, groups = _load_log(args)
+    wave = record.square_wave()
     settings = settings_for_log(log.time_resolution_s, args.k, args.chunks, args.n_bins)
-    results = log_gradients(log.start_s, log.response_s, groups, record.square_wave(), settings,
+    results = log_gradients(log.start_s, log.response_s, groups, wave, settings,
                             record.n_bins, baseline_end_s=args.baseline_end,
                             others=tuple(p.square_wave() for p in partners))
+    baseline_end = args.baseline_end if args.baseline_end is not None else record.start
+    unused = unused_requests(log.start_s, groups, wave, baseline_end, bool(args.transaction))
+    _refuse_without_estimates(log, wave, results)
     if args.json:
-        print(json.dumps({
-            "log": {"path": args.log, "requests": len(log), "malformed": _malformed_json(log)},
+        print(strict_json({
+            "log": {"path": args.log, "requests": len(log), "malformed": _malformed_json(log),
+                    "unused": unused},
             "injection": record.model_dump(),
             "concurrent": [p.model_dump() for p in partners],
-            "baseline_end": args.baseline_end if args.baseline_end is not None else record.start,
+            "baseline_end": baseline_end,
             "transactions": {name: gradient_json(r) for name, r in results.items()},
-        }, indent=2))
+        }))
     else:
-        _print_gradients(log, record, results)
+        _print_gradients(log, record, results, unused)
     return 0
 
 
+def unused_requests(
+    t: np.ndarray, groups: dict[str, np.ndarray], wave: SquareWave, baseline_end: float,
+    by_pattern: bool,
+) -> dict[str, int]:
+    """Requests that parsed but no estimate uses, counted by reason (nonzero counts only).
+
+    Used are: the training data (before `baseline_end`) and the window (the off half before
+    the first edge to the end of the last cycle), of the requests in some transaction.
+    """
+    in_some = np.zeros(len(t), dtype=bool)
+    for rows in groups.values():
+        in_some[rows] = True
+    after = t >= wave.end_s
+    between = (t >= baseline_end) & (t < wave.start_s - wave.half_s)
+    counts = {
+        "in no transaction": int(np.sum(~in_some)) if by_pattern else 0,
+        "after the injection": int(np.sum(in_some & after)),
+        "between the training data and the injection": int(np.sum(in_some & between)),
+    }
+    return {reason: n for reason, n in counts.items() if n}
+
+
+def _refuse_without_estimates(
+    log: RequestLog, wave: SquareWave, results: dict[str, TransactionGradient]
+) -> None:
+    """Exit 2 when no transaction has an estimate: the log cannot answer for this injection
+    (the wrong log or record, a log that ends early...). Some without one get a note."""
+    if any(r.lockin is not None or r.thesis is not None for r in results.values()):
+        return
+    when = f"{_utc(wave.start_s)} to {_utc(wave.end_s)}"
+    if len(log) and not np.any((log.start_s >= wave.start_s) & (log.start_s < wave.end_s)):
+        span = f"{_utc(float(log.start_s.min()))} to {_utc(float(log.start_s.max()))}"
+        message = (f"no request started during the injection ({when}); the log's requests "
+                   f"start from {span}")
+    else:
+        reasons = "; ".join(f"{name}: {', '.join(r.notes)}" for name, r in
+                            sorted(results.items())[:5]) or "no transaction"
+        message = f"no transaction has an estimate for the injection ({when}): {reasons}"
+    raise InputError(Problem(message, file=log.source))
+
+
+def _utc(t_s: float) -> str:
+    return datetime.fromtimestamp(t_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def strict_json(document: Any) -> str:
+    """JSON with every non-finite number as null: `--json` output is strict JSON."""
+    return json.dumps(_finite_or_null(document), indent=2, allow_nan=False)
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(v) for v in value]
+    return value
+
+
 def _print_gradients(
-    log: RequestLog, record: InjectionRecord, results: dict[str, TransactionGradient]
+    log: RequestLog, record: InjectionRecord, results: dict[str, TransactionGradient],
+    unused: dict[str, int],
 ) -> None:
     console = Console()
     console.print(
-        f"[bold]{len(log)}[/] requests from {log.source}"
-        + (f" ({log.malformed.count} malformed lines skipped)" if log.malformed.count else "")
-        + f"; injection: {record.cycles} cycles of {record.period_s:g} s, "
-        f"{record.magnitude_ms:g} ms from {record.start:.3f}"
+        f"[bold]{len(log)}[/] requests from {escape(log.source)}; injection: "
+        f"{record.cycles} cycles of {record.period_s:g} s, {record.magnitude_ms:g} ms from "
+        f"{record.start:.3f}",
+        highlight=False, soft_wrap=True,
     )
+    for line in _not_used_lines(log, unused):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     table = Table("transaction", "requests", "gradient", "95% CI", "thesis eq. 2.6", "notes")
     for name, r in sorted(results.items()):
         e = r.lockin
         table.add_row(
-            name, str(r.requests),
+            escape(name), str(r.requests),
             f"{e.gradient:.3f}" if e else "-",
             f"[{e.ci[0]:.3f}, {e.ci[1]:.3f}]" if e else "-",
             f"{r.thesis.gradient:.3f}" if r.thesis else "-",
-            "; ".join(r.notes),
+            escape("; ".join(r.notes)),
         )
     console.print(table)
+
+
+def _not_used_lines(log: RequestLog, unused: dict[str, int]) -> list[str]:
+    """What the estimates leave out, so a partial answer never looks complete."""
+    m = log.malformed
+    lines = []
+    if m.count:
+        reasons = ", ".join(f"{n} {reason}" for reason, n in m.by_reason)
+        first = ", ".join(str(line) for line, _ in m.examples)
+        lines.append(f"{m.count} of {m.total} lines malformed, not used ({reasons}; first: "
+                     f"lines {first})")
+    if unused:
+        lines.append("requests not used: " + ", ".join(f"{n} {r}" for r, n in unused.items()))
+    return lines
 
 
 def _plan_one(t: np.ndarray, y: np.ndarray, end: float, args: argparse.Namespace) -> dict[str, Any]:
@@ -208,10 +306,12 @@ def _plan_one(t: np.ndarray, y: np.ndarray, end: float, args: argparse.Namespace
 
 
 def plan_command(args: argparse.Namespace) -> int:
-    _positive(args.n_bins, "--n-bins")
+    _positive(args.n_bins, "--n-bins", MAX_BINS)
     _positive(args.half_width, "--half-width")
-    _positive(args.scale_d, "--scale-d")
-    _positive(args.magnitude_ms, "--magnitude-ms")
+    _positive(args.scale_d, "--scale-d", 1e6)
+    _positive(args.magnitude_ms, "--magnitude-ms", 1e6)
+    _finite(args.half_width, "--half-width")
+    _finite(args.before, "--before")
     log, groups = _load_log(args)
     end = args.before if args.before is not None else float(log.start_s.max()) + 1e-6
     plans: dict[str, Any] = {}
@@ -220,11 +320,12 @@ def plan_command(args: argparse.Namespace) -> int:
         before = t < end
         try:
             plans[name] = _plan_one(t[before], y[before], end, args)
-        except ValueError as e:
-            plans[name] = {"error": str(e)}
+        except (ValueError, ArithmeticError) as e:  # too few or too alike requests to plan on
+            plans[name] = {"error": str(e) or type(e).__name__}
     if args.json:
-        print(json.dumps({"log": {"path": args.log, "requests": len(log)},
-                          "half_width": args.half_width, "transactions": plans}, indent=2))
+        print(strict_json({"log": {"path": args.log, "requests": len(log),
+                                   "malformed": _malformed_json(log)},
+                           "half_width": args.half_width, "transactions": plans}))
     else:
         _print_plans(plans, args.half_width)
     return 0
@@ -235,13 +336,20 @@ def _print_plans(plans: dict[str, Any], half_width: float) -> None:
                   f"ms for ±{half_width:g}", "cycles at A_d", "duration s")
     for name, p in sorted(plans.items()):
         if "error" in p:
-            table.add_row(name, "-", "-", "-", "-", "-", "-", p["error"])
+            table.add_row(escape(name), "-", "-", "-", "-", "-", "-", escape(p["error"]))
             continue
         tr, lk = p["training"], p["lockin"]
-        table.add_row(name, f"{tr['bin_s']:.3g}", str(tr["k_d"]), f"{tr['period_s']:.1f}",
-                      f"{tr['magnitude_ms']:.2f}", f"{lk['magnitude_ms_for_half_width']:.2f}",
-                      str(lk["cycles_for_half_width"]), f"{lk['duration_s_for_half_width']:.0f}")
+        table.add_row(escape(name), _shown(tr["bin_s"], ".3g"), str(tr["k_d"]),
+                      _shown(tr["period_s"], ".1f"), _shown(tr["magnitude_ms"], ".2f"),
+                      _shown(lk["magnitude_ms_for_half_width"], ".2f"),
+                      str(lk["cycles_for_half_width"]),
+                      _shown(lk["duration_s_for_half_width"], ".0f"))
     Console().print(table)
+
+
+def _shown(value: float | None, spec: str) -> str:
+    """A rounded figure for the table; "-" where it is missing (not finite)."""
+    return "-" if value is None else format(value, spec)
 
 
 COMMANDS = (
