@@ -39,7 +39,10 @@ from coordinator.core.weblog import RequestLog, read_log
 LOG_HELP = """\
 web log formats: nginx (default; give your log_format with --log-format, it needs $request_time
 and $msec or $time_local), apache (LogFormat with %D/%T/%{ms}T/%{us}T and %t/%{msec}t/%{usec}t),
-csv (start_unix_s,response_ms,url). Files ending in .gz are read as gzip."""
+csv (start_unix_s,response_ms,url). Gzip files are read as such; a corrupt or truncated one is
+an error. A line that is not a request (it does not match, holds bytes that are not UTF-8, puts
+the start outside the years 1970-9999, has a response time that is negative or over 30 days)
+is counted under its reason and reported; more than --max-bad-fraction of them is an error."""
 
 
 def _add_log_options(p: argparse.ArgumentParser) -> None:
