@@ -113,9 +113,12 @@ def expanded_size(node: yaml.Node | None) -> int:
 
 def duplicate_keys(node: yaml.Node | None, source: str) -> list[Problem]:
     """Every key given twice in one mapping, with both lines (YAML would keep the last)."""
-    problems, stack = [], [node] if node is not None else []
+    problems, stack, seen_nodes = [], [node] if node is not None else [], set()
     while stack:
         current = stack.pop()
+        if id(current) in seen_nodes:  # an alias's node: checked once
+            continue
+        seen_nodes.add(id(current))
         if isinstance(current, yaml.MappingNode):
             seen: dict[Any, yaml.Node] = {}
             for key, value in current.value:
@@ -153,11 +156,11 @@ def compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
         loader = _StrictLoader(text)
         try:
             root = loader.get_single_node()
-            if problems := duplicate_keys(root, source):
-                raise InputError(problems)
             if expanded_size(root) > MAX_NODES:
                 raise InputError(Problem(f"more than {MAX_NODES} values once its aliases are "
                                          "expanded", source))
+            if problems := duplicate_keys(root, source):
+                raise InputError(problems)
             data = loader.construct_document(root) if root is not None else None
         finally:
             loader.dispose()
