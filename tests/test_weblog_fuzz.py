@@ -36,6 +36,7 @@ from coordinator.core.estimate import (
     shared_periodic_noise_hz,
 )
 from coordinator.core.spectral.lockin import lockin_gradient
+from coordinator.core.spectral.planner import probe_noise
 from coordinator.core.weblog import RequestLog, read_log
 from coordinator.core.weblog.apache_format import compile_apache
 from coordinator.core.weblog.csvlog import parse_csv
@@ -292,14 +293,16 @@ def strictly(document: object) -> str:
 
 
 @SLOW
-@given(request_sets(), st.sampled_from([0, 1, 3]))
+@given(request_sets(), st.sampled_from([0, 1, 3]), st.sampled_from(["none", "same", "double"]))
 def test_gradients_of_degenerate_sets_are_estimates_or_notes(
-    case: tuple[np.ndarray, np.ndarray, SquareWave], rows_cut: int
+    case: tuple[np.ndarray, np.ndarray, SquareWave], rows_cut: int, partner: str
 ) -> None:
     t, y, wave = case
     groups = {"all": np.arange(len(t)), "some": np.arange(0, len(t), 2)[rows_cut:],
               "none": np.arange(0)}
-    results = log_gradients(t, y, groups, wave, GradientSettings())
+    others = {"none": (), "same": (wave,),  # a partner no fit can tell from the wave itself
+              "double": (SquareWave(wave.start_s, 2 * wave.period_s, wave.cycles, 0.01),)}
+    results = log_gradients(t, y, groups, wave, GradientSettings(), others=others[partner])
     for r in results.values():
         if r.lockin is None:
             assert r.notes, "no estimate must say why"
@@ -321,6 +324,20 @@ def test_lockin_gives_a_finite_estimate_or_value_error(
     except ValueError:
         return
     assert np.all(np.isfinite([e.gradient, *e.ci, e.se_s, e.effect_s]))
+
+
+@SLOW
+@given(request_sets(), st.sampled_from([1, 4, 16]))
+def test_planning_noise_probe_gives_finite_noise_or_value_error(
+    case: tuple[np.ndarray, np.ndarray, SquareWave], cycles: int
+) -> None:
+    t, y, wave = case
+    try:
+        probe = probe_noise(t, y, wave.start_s, wave.period_s, cycles)
+    except ValueError:
+        return
+    assert math.isfinite(probe.se_s)
+    assert probe.shams >= 1
 
 
 @SLOW
