@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,6 +40,13 @@ class _StrictLoader(yaml.SafeLoader):
 _StrictLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+# YAML 1.1 reads `1e308` and `1e-3` as strings (its floats need a dot); every other reader
+# (and YAML 1.2) sees a number, and so do linkgrad's users.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 
 def _refuse_tag(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
@@ -200,6 +208,8 @@ def problems_of(e: ValidationError, source: str, root: yaml.Node | None = None,
     for err in e.errors():
         path = (*prefix, *err["loc"])
         message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        if err["type"] == "value_error":  # our own sentence, without pydantic's prefix
+            message = message.removeprefix("Value error, ")
         problems.append(Problem(message, source, _line_of(root, path) if root else None,
                                 ".".join(str(p) for p in path) or None))
     return problems

@@ -231,3 +231,101 @@ def test_with_a_testbed_the_hosts_are_checked_after_the_testbed_fills_them_in(
     code, _, err = run([str(write(tmp_path, good))], capsys)
     assert code == 2
     assert "x.yaml:2: field 'web_log.host' 'proxy' (the testbed's) is not one of the hosts" in err
+
+
+@pytest.mark.parametrize(("tail", "expected"), [
+    ("hosts_port: true\n", r"x.yaml:2: field 'hosts.0.port' Input should be a valid integer"),
+    ("parameters: {period_s: 1e308}\n",
+     r"x.yaml:6: field 'parameters.period_s' Input should be less than or equal to 3600"),
+    ("parameters: {cycles: 1e9}\n", r"x.yaml:6: field 'parameters.cycles' .*valid integer"),
+    ("parameters: {cycles: 1000000000}\n",
+     r"x.yaml:6: field 'parameters.cycles' Input should be less than or equal to 512"),
+    ("parameters: {max_delay_ms: .inf}\n",
+     r"x.yaml:6: field 'parameters.max_delay_ms' not a finite number"),
+    ("parameters: {magnitude_ms: 500}\n",
+     r"x.yaml:6: field 'parameters' .*magnitude_ms 500 is above max_delay_ms 100"),
+    ("parameters: {k: 3}\nparameters: {k: 4}\n",
+     r"x.yaml:7: field 'parameters' given twice \(lines 6 and 7\)"),
+    ("name_: ../../etc\n", r"x.yaml:1: field 'name' a name is 1-64 letters"),
+    ("name_: /tmp/x\n", r"x.yaml:1: field 'name' a name is 1-64 letters"),
+    ("testbed: ../x\n", r"x.yaml:6: field 'testbed' a testbed tag is 1-4 lowercase"),
+    ("parameters: {exclude: ['re:a{4294967296}']}\n",
+     r"x.yaml:6: field 'parameters.exclude.0' .*bad regex after 're:'"),
+    ("parameters: {include: ['re:(']}\n",
+     r"x.yaml:6: field 'parameters.include.0' .*bad regex after 're:'"),
+    ("transactions_: {t: 'a{4294967296}'}\n", r"x.yaml:5: field 'transactions' .*bad regex"),
+    ("web_log_: {host: web, path: !!binary aGVsbG8=}\n", r"x.yaml:4: .*YAML tag 'binary'"),
+])
+def test_nonsense_values_are_exit_2_at_their_line_with_the_limit_named(
+        tmp_path, capsys, tail, expected):
+    """Issue 13: values that parse but are not sane never reach the arithmetic."""
+    text = BASE
+    if tail.startswith("hosts_port"):
+        text = text.replace("address: 192.0.2.1}", "address: 192.0.2.1, port: true}")
+    elif "_:" in tail:  # replaces a line of BASE
+        key = tail.split("_:")[0]
+        text = re.sub(rf"^{key}:.*$", tail.replace("_:", ":").rstrip("\n"), text,
+                      flags=re.MULTILINE)
+    else:
+        text += tail
+    code, _, err = run([str(write(tmp_path, text))], capsys)
+    assert code == 2, err
+    assert re.search(expected, err), err
+    assert "Traceback" not in err
+
+
+def test_an_output_directory_that_cannot_be_made_is_exit_2_at_the_output_line(
+        tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    code, _, err = run([str(write(tmp_path, BASE + "output: afile/runs\n"))], capsys)
+    assert code == 2
+    assert re.search(r"x.yaml:6: field 'output' cannot create the run directory", err), err
+
+
+def finished_run(tmp_path: Path, monkeypatch, capsys) -> Path:
+    use_fake(monkeypatch)
+    code, _, err = run([str(write_experiment(tmp_path)), "--json"], capsys)
+    assert code == 0, err
+    return kept_listing(err)[0]
+
+
+def set_running(run_dir: Path, coordinator: dict[str, object]) -> None:
+    journal = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps(
+        {**journal, "status": "running", "coordinator": coordinator}))
+
+
+def test_a_killed_coordinator_is_recognised_by_report_and_resume(tmp_path, monkeypatch, capsys):
+    """SIGKILL leaves run.json at `running`: a coordinator whose process is gone was
+    interrupted (report says so), one that still runs keeps its directory (resume refuses)."""
+    import subprocess
+
+    from coordinator.config.coordinator_process import process_start_ticks, this_coordinator
+
+    run_dir = finished_run(tmp_path, monkeypatch, capsys)
+    assert json.loads((run_dir / "run.json").read_text())["coordinator"]["pid"] > 0
+    child = subprocess.Popen(["sleep", "60"])
+    here = this_coordinator().model_dump()
+    set_running(run_dir, {**here, "pid": child.pid, "start_ticks": process_start_ticks(child.pid)})
+    code = main(["report", str(run_dir), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert json.loads(out)["status"] == "running"  # it lives: nothing to say
+    assert "interrupted" not in err
+    code, _, err = run([str(tmp_path / "fake.yaml"), "--resume", str(run_dir)], capsys)
+    assert code == 2
+    assert f"its coordinator (pid {child.pid}) is still running" in err
+    child.kill()
+    child.wait()  # gone (as after SIGKILL): no such process any more
+    code = main(["report", str(run_dir), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    reported = json.loads(out)
+    assert reported["status"] == "interrupted"
+    assert f"pid {child.pid}" in reported["reason"]
+    assert "the run was interrupted" in err
+    assert "<b>interrupted</b>" in (run_dir / "report.html").read_text()
+    code, _, err = run([str(tmp_path / "fake.yaml"), "--resume", str(run_dir)], capsys)
+    assert code == 0, err
+    assert "the previous run was interrupted" in err
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"

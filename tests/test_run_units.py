@@ -324,3 +324,43 @@ def test_a_closed_loop_workload_runs_the_load_generator_with_clients():
                 {"host": "c", "rate_per_s": 3, "think_s": 1}):
         with pytest.raises(ValueError, match=r"give one of|closed loop"):
             Workload.model_validate(bad)
+
+
+def test_ssh_files_that_are_wrong_are_exit_2_naming_file_and_line(tmp_path):
+    """Found after validation, still a sentence (issue 13): a missing ssh_config, a Port that
+    is no port, a known_hosts line that is no entry (paramiko would skip it silently)."""
+    from pathlib import Path
+
+    from common.errors import InputError
+    from coordinator.config.experiment import Host, Ssh
+    from coordinator.live.ssh import check_endpoints, check_known_hosts, resolve
+
+    with pytest.raises(InputError, match=r"nope: cannot read \(the ssh_config\)"):
+        resolve("db", tmp_path / "nope")
+    config = tmp_path / "ssh_config"
+    config.write_text("Host web\n  HostName 192.0.2.1\nHost db\n  HostName 192.0.2.2\n"
+                      "  Port twenty-two\n")
+    assert resolve("web", config).port == 22
+    with pytest.raises(InputError, match=r"ssh_config:5: field 'Port' Port 'twenty-two'"):
+        resolve("db", config)
+    config.write_text("Host db\n  Port = 99999\n")
+    with pytest.raises(InputError, match=r"ssh_config:2: .*'99999' \(for Host db\)"):
+        resolve("db", config)
+    known = tmp_path / "known_hosts"
+    good = ("192.0.2.1 ssh-ed25519 "
+            "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n")
+    known.write_text("# comment\n\n" + good)
+    check_known_hosts(known)
+    known.write_text(good + "192.0.2.2 ssh-ed25519 AAAA!!!\n")
+    with pytest.raises(InputError, match=r"known_hosts:2: not a known_hosts line"):
+        check_known_hosts(known)
+    known.write_text(good + "garbage\n")
+    with pytest.raises(InputError, match=r"known_hosts:2: not a known_hosts line"):
+        check_known_hosts(known)
+    known.write_bytes(b"\xff" + good.encode())
+    with pytest.raises(InputError, match=r"known_hosts:1: not UTF-8"):
+        check_known_hosts(known)
+    with pytest.raises(InputError, match=r"missing: cannot read \(known_hosts\)"):
+        check_endpoints([Host(name="web", address="192.0.2.1")],
+                        Ssh(known_hosts=tmp_path / "missing"))
+    assert Path(known).exists()

@@ -78,7 +78,7 @@ def check_known_hosts(path: Path) -> None:
             continue
         try:
             entry = HostKeyEntry.from_line(line, number)
-        except (InvalidHostKey, ValueError) as e:
+        except (InvalidHostKey, paramiko.SSHException, ValueError) as e:
             cause = e.args[1] if isinstance(e, InvalidHostKey) and len(e.args) > 1 else e
             raise InputError(Problem(f"not a known_hosts line (HOSTS KEYTYPE BASE64-KEY): "
                                      f"{cause}", str(path), number)) from e
@@ -106,7 +106,8 @@ class Connection:
         check_known_hosts(endpoint.known_hosts)
         try:
             self.client.load_host_keys(str(endpoint.known_hosts))
-        except (OSError, ValueError, InvalidHostKey) as e:  # changed since it was checked
+        except (OSError, ValueError, InvalidHostKey, paramiko.SSHException) as e:
+            # the file changed since it was checked
             raise RuntimeFailure(f"cannot read known_hosts {endpoint.known_hosts}: {e}") from e
         self.client.set_missing_host_key_policy(paramiko.RejectPolicy())  # never auto-add
         try:
