@@ -454,3 +454,24 @@ def test_clf_helper_matches_the_parser() -> None:
     when = datetime(2026, 11, 22, 10, 0, 1, tzinfo=UTC)
     log = parse_lines([nginx_line(when, "0.5", "/", "ua") + "\n"], NGINX, "x")
     assert log.start_s[0] == when.timestamp() - 0.5
+
+
+@SLOW
+@given(st.floats(1.0, 1e300) | st.floats(900.0, 1300.0),  # or over the log's 300 s
+       st.floats(1e-300, 1e308) | st.floats(1e-3, 100.0),
+       st.integers(1, 10**9) | st.integers(1, 10**5), st.floats(1e-300, 1e300))
+def test_any_valid_record_against_a_real_log_is_exit_0_or_2(
+    start: float, period_s: float, cycles: int, magnitude_ms: float
+) -> None:
+    """Records the record model accepts but no run writes (a wave of 1e-300 s or 1e308 s, a
+    billion cycles, a start in the year 1e292) against a log of 3000 requests."""
+    record = {"start": start, "period_s": period_s, "cycles": cycles,
+              "magnitude_ms": magnitude_ms}
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "log.csv"
+        log.write_text("".join(f"{1000.0 + i * 0.1!r},{5 + i % 7},/a\n" for i in range(3000)))
+        (Path(tmp) / "i.json").write_text(json.dumps(record))
+        code, out = run_cli("gradient", "--log", str(log), "--injection",
+                            str(Path(tmp) / "i.json"))
+    assert code in (0, 2)
+    strict_json(out)

@@ -222,7 +222,11 @@ def _refuse_without_estimates(
 
 
 def _utc(t_s: float) -> str:
-    return datetime.fromtimestamp(t_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    """A unix time as a date; as the number where no date can say it (1e300, infinity)."""
+    try:
+        return datetime.fromtimestamp(t_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, ValueError, OSError):
+        return f"unix time {t_s:g}"
 
 
 def strict_json(document: Any) -> str:
