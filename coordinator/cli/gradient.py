@@ -327,8 +327,10 @@ def plan_command(args: argparse.Namespace) -> int:
         before = t < end
         try:
             plans[name] = _plan_one(t[before], y[before], end, args)
-        except (ValueError, ArithmeticError) as e:  # too few or too alike requests to plan on
-            plans[name] = {"error": str(e) or type(e).__name__}
+        except ValueError as e:  # too few or too alike requests to plan on
+            plans[name] = {"error": str(e)}
+        except ArithmeticError as e:  # e.g. --half-width 1e-300: cycles beyond any number
+            plans[name] = {"error": f"the options give numbers out of range ({e})"}
     if args.json:
         print(strict_json({"log": {"path": args.log, "requests": len(log),
                                    "malformed": _malformed_json(log)},
