@@ -124,3 +124,9 @@ def test_bytes_that_are_not_utf8_are_malformed() -> None:
 def test_equal_urls_share_one_string() -> None:
     log = parse(*(f"{i},1,/same?q=1" for i in range(5)))
     assert len({id(u) for u in log.url}) == 1
+
+
+def test_an_unclosed_quote_over_blank_lines_still_counts_them() -> None:
+    log = parse("1,10,/a", '"', "", "  ", "")
+    assert log.malformed.count == 4
+    assert log.malformed.examples == ((2, "a quoted field runs over lines 2-5"),)

@@ -57,11 +57,11 @@ def parse_csv(lines: Iterable[str], source: str) -> RequestLog:
         try:
             for row in reader:
                 first_line, last_line = last_line + 1, reader.line_num
-                if not "".join(row).strip():
-                    continue  # blank line
                 unusual = last_line > first_line or not all(map(str.isascii, row))
                 if unusual and rows.odd(row, first_line, last_line):
                     continue
+                if not "".join(row).strip():
+                    continue  # blank line
                 if layout is None:
                     layout = _layout(row, source, last_line)
                     if _is_header(row):
