@@ -352,8 +352,8 @@ class ProcessChannel:
         self.stdin.flush()
 
     def lines(self) -> Iterator[str]:
-        for raw in self.stdout:
-            yield raw.decode(errors="replace").rstrip("\n")
+        for raw in self.stdout:  # bad bytes kept as they came: a log parser counts the line
+            yield raw.decode(errors="surrogateescape").rstrip("\n")
 
     def close_input(self) -> None:
         if not self.stdin.closed:

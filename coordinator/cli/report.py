@@ -148,7 +148,7 @@ def _weblog(run_dir: Path, experiment: ExperimentAsRun) -> RequestLog | None:
     parse, _ = line_parser(choose_format(Path(weblog.path), weblog.format, weblog.log_format),
                            weblog.log_format)
     try:  # the server's bytes as they came: a bad byte is a malformed line, counted there
-        lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+        lines = path.read_bytes().decode("utf-8", errors="surrogateescape").splitlines()
     except OSError as e:
         raise InputError(Problem(f"cannot read: {e.strerror or e}", str(path))) from e
     return parse(lines, str(path)) if lines else None

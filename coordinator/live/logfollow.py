@@ -69,7 +69,7 @@ class LogFollower:
 
     def save(self, path: Path) -> None:
         with self._lock:
-            path.write_text("".join(line + "\n" for line in self.lines))
+            path.write_text("".join(line + "\n" for line in self.lines), errors="surrogateescape")
 
     def close(self) -> None:
         self.channel.close()  # EOF first: the lease ends
