@@ -143,7 +143,7 @@ def parse_selector(text: str) -> Selector:
     if text.startswith("re:"):
         try:
             return Selector(text, regex=re.compile(text[3:]))
-        except re.error as e:
+        except (re.error, OverflowError, RecursionError) as e:  # too large or deep for re
             raise ValueError(f"{text!r}: bad regex after 're:': {e}") from None
     body = text.strip()
     body = body[1:] if body.startswith("^") else body
