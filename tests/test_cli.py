@@ -1,5 +1,6 @@
 """`linkgrad gradient` and `linkgrad plan` end to end on real log files."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -189,3 +190,30 @@ def test_every_subcommand_is_in_one_list_in_help_and_takes_json(capsys):
     for path in leaves:
         usage = _help(capsys, *path).split("\n\n")[0]
         assert "[--json]" in usage, path
+
+
+def test_a_bug_is_one_sentence_exit_1_and_its_traceback_in_a_file(capsys, monkeypatch,
+                                                                  tmp_path):
+    """The last resort: an exception that is not a LinkgradError is said as a bug, never a
+    traceback on stderr; --json gets a strict JSON error; the traceback is kept in $TMPDIR."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)  # gettempdir() reads $TMPDIR again
+
+    def bug(args):
+        raise ZeroDivisionError("float division by zero\nsecond line")
+
+    class Parser:
+        def parse_args(self, argv):
+            return argparse.Namespace(run=bug)
+
+    monkeypatch.setattr("coordinator.cli.main.build_parser", Parser)
+    code = main(["route", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert json.loads(out)["error"]["kind"] == "internal"
+    assert "Traceback" not in err
+    assert err.startswith("linkgrad: internal error (a bug, please report it): "
+                          "ZeroDivisionError: float division by zero; details in ")
+    saved = list(tmp_path.glob("linkgrad-internal-error-*.txt"))
+    assert len(saved) == 1
+    assert "Traceback (most recent call last)" in saved[0].read_text()

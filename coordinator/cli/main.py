@@ -10,10 +10,15 @@ Exit codes (DESIGN.md): 0 success, 2 bad input (file, line, field named), 1 runt
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
+import tempfile
 import textwrap
+import time
+import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from common.command import Command, CommandGroup
@@ -103,6 +108,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("linkgrad: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # the last resort: not a LinkgradError, so a bug
+        return _internal_error(e, as_json)
+
+
+INTERNAL_ERROR = "linkgrad: internal error (a bug, please report it)"
+
+
+def _internal_error(error: Exception, as_json: bool) -> int:
+    """An exception that is not a LinkgradError is a bug: one sentence on stderr (which the
+    fuzz campaign counts as a failure), the traceback in a file of its own, exit 1."""
+    summary = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    name = f"linkgrad-internal-error-{time.time_ns()}-{os.getpid()}.txt"
+    details = Path(tempfile.gettempdir()) / name
+    try:
+        details.write_text("".join(traceback.format_exception(error)))
+        where = str(details)
+    except OSError as e:  # the sentence must come out even where no file can be written
+        where = f"nowhere ({details} could not be written: {e.strerror})"
+    if as_json:
+        print(dumps({"error": {"kind": "internal", "message": summary, "details": where}},
+                    indent=None))
+    print(f"{INTERNAL_ERROR}: {summary}; details in {where}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":
