@@ -24,7 +24,13 @@ from common.jsonlines import LineWriter, StopServing, leave_signals_to_main_thre
 from common.protocol import sniffer as protocol
 from common.protocol.base import Empty, Request, Result, Stopped
 from common.protocol.sniffer import LinkCount, Report, ReportEvent
-from sniffer.kernel import ClosedSockets, dump_sockets, ephemeral_range, socket_owners
+from sniffer.kernel import (
+    ClosedSockets,
+    dump_sockets,
+    ephemeral_range,
+    ipv6_addresses,
+    socket_owners,
+)
 from sniffer.links import Process, SocketRecord, active, link_counts, match_closed
 
 KEEP_VANISHED_POLLS = 2  # a socket gone from the dump waits this long for its closing notice
@@ -160,18 +166,28 @@ def main() -> int:
     except OSError as e:  # no CAP_NET_ADMIN, or a kernel without sock_diag broadcasts
         closing, missing = None, f"closed sockets not reported ({e}): a connection's last " \
             "interval is not counted"
+    try:
+        own_ipv6: tuple[str, ...] | None = ipv6_addresses()
+    except OSError as e:  # the coordinator then cannot name the hosts of an IPv6 link
+        own_ipv6 = None
+        missing = "; ".join(w for w in (missing, f"IPv6 addresses not read ({e}): IPv6 links "
+                                        "are not named") if w)
     service = Service(Sniffer(closed=closing.drain if closing else list), sys.stdout)
     try:
-        return run(service, sys.stdin.buffer, missing)
+        return run(service, sys.stdin.buffer, missing, own_ipv6, closing is not None)
     finally:
         if closing is not None:
             closing.close()
 
 
-def run(service: Service, stdin: IO[bytes] | IO[str], warning: str | None = None) -> int:
-    """The daemon's life: say ready, answer until stop or EOF, a last report, say stopped."""
-    service.out.write(protocol.SnifferReady(pid=os.getpid(), warning=warning,
-                                            closed_sockets=warning is None))
+def run(service: Service, stdin: IO[bytes] | IO[str], warning: str | None = None,
+        ipv6: tuple[str, ...] | None = None, closed_sockets: bool | None = None) -> int:
+    """The daemon's life: say ready (with the host's IPv6 addresses `ipv6`, None: unknown),
+    answer until stop or EOF, a last report, say stopped. `closed_sockets`: whether the
+    kernel's closing notices are heard (default: when there is no warning)."""
+    service.out.write(protocol.SnifferReady(
+        pid=os.getpid(), warning=warning, ipv6_addresses=ipv6,
+        closed_sockets=warning is None if closed_sockets is None else closed_sockets))
     try:
         reason = serve(service, stdin)
     except KeyboardInterrupt:

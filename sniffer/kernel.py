@@ -1,6 +1,9 @@
 """The kernel's view: sockets by sock_diag (pyroute2's DiagSocket, not `ss` parsing), socket
-owners from /proc/PID/fd, the ephemeral port range. One netlink dump per protocol per poll,
-plus the kernel's notices of TCP sockets it destroys, with their final counters."""
+owners from /proc/PID/fd, the ephemeral port range, the host's IPv6 addresses. One netlink dump
+per protocol and address family per poll, plus the kernel's notices of TCP sockets it destroys,
+with their final counters. IPv6 sockets are read as well as IPv4 ones: a server listening on
+`[::]` (Java's and Go's default) holds its IPv4 clients' connections as AF_INET6 sockets with
+IPv4-mapped addresses, which an IPv4-only dump never sees."""
 
 from __future__ import annotations
 
@@ -12,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from common.jsonlines import leave_signals_to_main_thread
-from sniffer.links import Process, SocketRecord
+from sniffer.links import Process, SocketRecord, is_ipv6, plain_address
 
 SS_ALL = (1 << 12) - 1
 SS_LISTEN = 10
 INET_DIAG_INFO = 2  # extension bit for struct tcp_info
 NETLINK_SOCK_DIAG = 4
-SKNLGRP_INET_TCP_DESTROY = 1  # sock_diag multicast group: IPv4 TCP sockets as they are freed
+SKNLGRP_INET_TCP_DESTROY = 1  # sock_diag multicast groups: TCP sockets as they are freed,
+SKNLGRP_INET6_TCP_DESTROY = 3  # IPv4 and IPv6 (include/uapi/linux/sock_diag.h)
+FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
 def ephemeral_range(proc: Path = Path("/proc")) -> tuple[int, int]:
@@ -27,19 +32,21 @@ def ephemeral_range(proc: Path = Path("/proc")) -> tuple[int, int]:
 
 
 def dump_sockets() -> list[SocketRecord]:
-    """Every IPv4 TCP and UDP socket of this network namespace."""
+    """Every TCP and UDP socket of this network namespace, IPv4 and IPv6 (the two families
+    hold disjoint sockets: an IPv4-mapped connection is in the AF_INET6 dump only)."""
     from pyroute2 import DiagSocket
 
     records = []
     with DiagSocket() as ds:
         ds.bind()
-        for proto, number in (("tcp", socket.IPPROTO_TCP), ("udp", socket.IPPROTO_UDP)):
-            extensions = 1 << (INET_DIAG_INFO - 1) if proto == "tcp" else 0
-            for msg in ds.get_sock_stats(family=socket.AF_INET, states=SS_ALL, protocol=number,
-                                         extensions=extensions):
-                record = _record(msg, proto)
-                if record is not None:
-                    records.append(record)
+        for family in FAMILIES:
+            for proto, number in (("tcp", socket.IPPROTO_TCP), ("udp", socket.IPPROTO_UDP)):
+                extensions = 1 << (INET_DIAG_INFO - 1) if proto == "tcp" else 0
+                for msg in ds.get_sock_stats(family=family, states=SS_ALL, protocol=number,
+                                             extensions=extensions):
+                    record = _record(msg, proto)
+                    if record is not None:
+                        records.append(record)
     return records
 
 
@@ -47,11 +54,21 @@ def _record(msg: Any, proto: str) -> SocketRecord | None:
     info = msg.get_attr("INET_DIAG_INFO") if proto == "tcp" else None
     if proto == "tcp" and info is None:
         return None  # TIME_WAIT and the like: no counters, no more data
-    return SocketRecord(proto, msg["idiag_src"], msg["idiag_sport"], msg["idiag_dst"],
-                        msg["idiag_dport"], msg["idiag_inode"],
+    return SocketRecord(proto, plain_address(msg["idiag_src"]), msg["idiag_sport"],
+                        plain_address(msg["idiag_dst"]), msg["idiag_dport"], msg["idiag_inode"],
                         info["tcpi_data_segs_out"] if info else None,
                         info["tcpi_data_segs_in"] if info else None,
                         listening=msg["idiag_state"] == SS_LISTEN)
+
+
+def ipv6_addresses() -> tuple[str, ...]:
+    """This host's global and link-local IPv6 addresses (not ::1, which every host has): the
+    coordinator names the hosts of an IPv6 link by them."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        found = (a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET6))
+        return tuple(sorted({plain_address(a) for a in found if a and is_ipv6(a)} - {"::1"}))
 
 
 class ClosedSockets:
@@ -80,7 +97,8 @@ class ClosedSockets:
         leave_signals_to_main_thread()
         try:
             diag = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
-            diag.bind((0, 1 << (SKNLGRP_INET_TCP_DESTROY - 1)))
+            diag.bind((0, (1 << (SKNLGRP_INET_TCP_DESTROY - 1))
+                       | (1 << (SKNLGRP_INET6_TCP_DESTROY - 1))))
             diag.settimeout(0.2)
         except OSError as e:
             self.started.put(e)
@@ -94,7 +112,7 @@ class ClosedSockets:
                 except TimeoutError:
                     continue
                 for msg in marshal.parse(data):
-                    if msg.get("idiag_family") == socket.AF_INET and (r := _record(msg, "tcp")):
+                    if msg.get("idiag_family") in FAMILIES and (r := _record(msg, "tcp")):
                         with self.lock:
                             self.records.append(r)
 

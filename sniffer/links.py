@@ -6,6 +6,11 @@ nodes: (protocol, src node, src port, dst node, dst port), with an ephemeral por
 reconnected. A host sees only its own end of each socket, so the remote process is unknown
 here (pid None); the coordinator joins both ends' reports.
 
+IPv6 sockets are read too. An IPv4-mapped address (`::ffff:10.0.0.2`, what a server listening
+on `[::]` sees of an IPv4 client) is written as the IPv4 address it is: its packets are IPv4 on
+the wire, so it is the IPv4 link, and the injector delays it as one. Native IPv6 ends keep their
+address (compressed form); the coordinator tells them apart.
+
 Messages are data segments (`tcpi_data_segs_out` / `_in`): one socket contributes its
 sent segments to local->remote and its received ones to remote->local. Counts are deltas since
 the previous snapshot, per socket (keyed by inode and the 4-tuple, so a reused inode is a new
@@ -14,6 +19,7 @@ socket).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -63,6 +69,27 @@ class Link:
                         "port": self.src_port},
                 "dst": {"addr": self.dst_addr, "pid": self.dst_pid, "process": self.dst_process,
                         "port": self.dst_port}}
+
+
+def plain_address(addr: str) -> str:
+    """`addr` as one spelling per host: an IPv4-mapped IPv6 address as its IPv4 address, an
+    IPv6 address compressed (`::1`), anything else as given."""
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return addr
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
+def is_ipv6(addr: str) -> bool:
+    """Whether `addr` is a native IPv6 address (not an IPv4-mapped one, see `plain_address`)."""
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return False
+    return isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is None
 
 
 def logical_port(port: int, ephemeral: tuple[int, int]) -> int:
