@@ -54,6 +54,7 @@ class Session:
     injectors: dict[str, DaemonClient] = field(default_factory=dict)
     reports: list[tuple[str, Report]] = field(default_factory=list)
     addresses: dict[str, str] = field(default_factory=dict)  # address -> host
+    ipv6_addresses: dict[str, str] = field(default_factory=dict)  # as its sniffer says
     log: LogFollower | None = None
     workload: Channel | None = None
     warnings: list[str] = field(default_factory=list)  # what a daemon could not do
@@ -76,6 +77,9 @@ class Session:
                 SnifferReady, on_event=lambda m, n=name: self._report(n, m))
         self.warnings = [f"{d.what}: {d.ready.warning}" for d in self.sniffers.values()
                          if isinstance(d.ready, SnifferReady) and d.ready.warning]
+        self.ipv6_addresses = ipv6_hosts({name: d.ready.ipv6_addresses or ()
+                                          for name, d in self.sniffers.items()
+                                          if isinstance(d.ready, SnifferReady)})
         channel = self.connections[e.web_log.host].open_lines(
             follow_argv(e.ssh.python, e.web_log.path))
         try:
@@ -154,6 +158,17 @@ class _Leased:
 
     def close(self) -> None:
         self.channel.close()
+
+
+def ipv6_hosts(own: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """IPv6 address -> host, from each host's own addresses (its sniffer's). An address two
+    hosts claim (a copied link-local address, an anycast) names neither: a link to it cannot
+    be put on one host."""
+    claims: dict[str, set[str]] = {}
+    for host, addresses in own.items():
+        for address in addresses:
+            claims.setdefault(address, set()).add(host)
+    return {a: next(iter(hosts)) for a, hosts in claims.items() if len(hosts) == 1}
 
 
 def _example_path(pattern: str) -> str:
