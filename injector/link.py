@@ -56,8 +56,9 @@ def link_problems(link: Link) -> list[Problem]:
 
 
 def parse_endpoint(text: str, field: str) -> Endpoint:
-    """`IP`, `IP:PORT`, `NET/PREFIX` or `NET/PREFIX:PORT` (IPv4; the protocol's own parser,
-    so the CLI and the daemon refuse the same things)."""
+    """`IP`, `IP:PORT`, `NET/PREFIX` or `NET/PREFIX:PORT` (IPv4, or IPv4-mapped IPv6 as its
+    IPv4 address: `[::ffff:a.b.c.d]:PORT`; the protocol's own parser, so the CLI and the
+    daemon refuse the same things)."""
     try:
         address, port = parse_endpoint_text(text)
     except ValueError as e:

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import IO
 
 import pytest
 
 from common.errors import InputError
+from common.protocol.fields import parse_endpoint_text
+from common.protocol.injector import LinkSpec
 from common.protocol.sniffer import LinkCount, Report, SnifferReady
 from coordinator.config.experiment import Experiment
 from coordinator.config.run_dir import RunDir, RunJournal
 from coordinator.core.graph import build_graph, ipv6_only_selectors, ipv6_warning, select
 from coordinator.live.run import run_experiment
 from coordinator.live.session import ipv6_hosts
+from injector.link import Endpoint, Link, parse_endpoint
+from injector.rules import match_args
 from sniffer.daemon import Service, Sniffer
 from sniffer.daemon import run as run_sniffer
 from sniffer.kernel import _record
@@ -41,6 +46,33 @@ def test_an_ipv4_mapped_address_is_the_ipv4_address_and_ipv6_is_compressed():
     assert not is_ipv6("::ffff:10.0.0.2")
     assert not is_ipv6("10.0.0.2")
     assert not is_ipv6("")
+
+
+@pytest.mark.parametrize(("text", "parsed"), [
+    ("::ffff:10.0.0.2", ("10.0.0.2", 0)),
+    ("[::ffff:10.0.0.2]:5432", ("10.0.0.2", 5432)),
+    ("[::FFFF:0a00:0002]", ("10.0.0.2", 0)),
+])
+def test_an_ipv4_mapped_endpoint_is_its_ipv4_endpoint_for_the_injector(text, parsed):
+    assert parse_endpoint_text(text) == parsed
+    spec = LinkSpec(proto="tcp", dst=text)
+    assert spec.dst == text  # the wire form stays as written
+    link = Link("tcp", Endpoint(), parse_endpoint("[::ffff:10.0.0.2]:5432", "dst"))
+    assert match_args(link) == ["-p", "tcp", "-d", "10.0.0.2", "--dport", "5432"]
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("fd00::3", "IPv6 is not supported yet"),
+    ("[fd00::3]:5432", "later step"),
+    ("::ffff:10.0.0.2:5432", "written [::ffff:a.b.c.d]:PORT"),
+    ("::ffff:10.0.0.0/104", "IPv6 is not supported yet"),
+    ("[::ffff:10.0.0.2]x", "IPv6 is not supported yet"),
+    ("::ffff:0.0.0.0", "unspecified address"),
+    ("[::ffff:10.0.0.2]:70000", "outside 0-65535"),
+])
+def test_other_ipv6_endpoints_are_refused_with_the_reason(text, reason):
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        parse_endpoint_text(text)
 
 
 class _Msg(dict):

@@ -8,7 +8,7 @@ reply `{"id": N, "ok": true, "result": {...}}` or `{"id": N, "ok": false, "error
 field is an error, never a silent default.
 
 `base` holds the envelope, `fields` the checked field types every request shares (finite,
-bounded numbers of their own JSON type; IPv4 endpoints), `injector` and `sniffer` each
-daemon's requests, replies and events, `record` the injection record. `common.jsonlines`
-moves these over a channel.
+bounded numbers of their own JSON type; IPv4 endpoints, an IPv4-mapped one as its IPv4
+address), `injector` and `sniffer` each daemon's requests, replies and events, `record` the
+injection record. `common.jsonlines` moves these over a channel.
 """

@@ -3,7 +3,8 @@
 Numbers are finite (every message forbids NaN and infinities), of their own JSON type (`true`
 is no count, `"5"` no delay) and inside absolute limits that no cap can lift: past them a value
 is a mistake, not an experiment. An endpoint is `IP[:PORT]` or `NET/PREFIX[:PORT]`, IPv4 with
-ASCII digits (Python's int() also reads Arabic-Indic and other digits).
+ASCII digits (Python's int() also reads Arabic-Indic and other digits), or an IPv4-mapped
+IPv6 address, which is its IPv4 address; other IPv6 addresses are refused with the reason.
 """
 
 from __future__ import annotations
@@ -48,19 +49,41 @@ def _request_id(value: object) -> int | str | None:
 
 RequestId = Annotated[int | str | None, PlainValidator(_request_id)]
 
-IPV6_LATER = ("IPv6 is not supported yet (the daemons see and delay IPv4 links only; IPv6 is a "
-              "later step): give an IPv4 address")
+IPV6_LATER = ("IPv6 is not supported yet (the sniffer reports IPv6 links, the injector delays "
+              "IPv4 links only; IPv6 is a later step): give an IPv4 address")
+
+
+def _ipv4_mapped(text: str) -> str | None:
+    """`a.b.c.d[:PORT]` for `::ffff:a.b.c.d` or `[::ffff:a.b.c.d]:PORT` (an IPv4-mapped address,
+    what a server listening on [::] sees of an IPv4 client: its packets are IPv4 on the wire,
+    so it is that IPv4 endpoint); None for any other text."""
+    host, rest = text, ""
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None
+    try:
+        mapped = ipaddress.IPv6Address(host).ipv4_mapped
+    except ValueError:
+        return None
+    return f"{mapped}{rest}" if mapped is not None else None
 
 
 def parse_endpoint_text(text: str) -> tuple[str, int]:
     """(address or network, port) of `IP[:PORT]` or `NET/PREFIX[:PORT]` (IPv4; port 0: any).
+    An IPv4-mapped address (`::ffff:a.b.c.d`, `[::ffff:a.b.c.d]:PORT`) is its IPv4 address.
 
     ValueError with the reason: an IPv6 address, a port that is not 0-65535 in ASCII digits,
     an address that is not one host or network, a network of nearly everything.
     """
+    body = text
     if text.count(":") > 1 or text.startswith("["):
-        raise ValueError(f"{text!r}: {IPV6_LATER}")
-    host, sep, port_text = text.partition(":")
+        if (ipv4 := _ipv4_mapped(text)) is None:
+            hint = (" (an IPv4-mapped address with a port is written [::ffff:a.b.c.d]:PORT)"
+                    if "::ffff:" in text.lower() else "")
+            raise ValueError(f"{text!r}: {IPV6_LATER}{hint}")
+        body = ipv4
+    host, sep, port_text = body.partition(":")
     port = 0
     if sep:
         if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5):

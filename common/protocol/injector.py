@@ -34,7 +34,8 @@ Endpoint = Annotated[str, Field(max_length=MAX_TEXT)]
 
 class LinkSpec(Message):
     """What the injector matches: protocol and `IP[:PORT]` or `NET/PREFIX[:PORT]` ends
-    (port 0 or none: any; IPv4 only, for now); at least one address."""
+    (port 0 or none: any; IPv4 only, for now: an IPv4-mapped IPv6 address is its IPv4
+    address); at least one address."""
 
     proto: Literal["tcp", "udp", "icmp"] = "tcp"
     src: Endpoint | None = None
