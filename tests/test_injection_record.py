@@ -39,5 +39,36 @@ def test_broken_json_names_its_line(tmp_path):
 
 
 def test_missing_file_is_an_input_error(tmp_path):
-    with pytest.raises(InputError, match="cannot read injection record"):
+    with pytest.raises(InputError, match=r"cannot read \(injection record\)"):
         load_injection_record(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('{"start": 1795000000.0, "start": 1795000001.0, "period_s": 40, "cycles": 6, '
+     '"magnitude_ms": 30}', "key 'start' is given twice"),
+    ('{"start": 1795000000.0, "period_s": Infinity, "cycles": 6, "magnitude_ms": 30}',
+     "Infinity"),
+    ('{"start": 1795000000.0, "period_s": 40, "cycles": 6, "magnitude_ms": 1e999}', "1e999"),
+    ('{"start": 1795000000.0, "period_s": 40, "cycles": true, "magnitude_ms": 30}',
+     "field 'cycles'"),
+    ('{"start": 1795000000.0, "period_s": 40, "cycles": 6, "magnitude_ms": "30"}',
+     "field 'magnitude_ms'"),
+    ('{"start": 1795000000.0, "period_s": 40, "cycles": 6, "magnitude_ms": 30, "link": '
+     + "[" * 10_000 + "]" * 10_000 + "}", "nested too deeply"),
+])
+def test_records_are_strict_json_of_strict_types(tmp_path, text, expected):
+    """Found by benchmarks/fuzz_cli.py: `--concurrent` took the last of two `start`s, and a
+    record's `true` or "30" was read as a number (issue 13)."""
+    path = tmp_path / "inj.json"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        load_injection_record(path)
+    assert str(path) in str(err.value)
+    assert expected in str(err.value)
+
+
+def test_a_record_that_is_not_utf8_names_its_line(tmp_path):
+    path = tmp_path / "inj.json"
+    path.write_bytes(b'{"start": 1795000000.0,\n "link": "\xff"}')
+    with pytest.raises(InputError, match=r"inj.json:2: not UTF-8"):
+        load_injection_record(path)

@@ -7,25 +7,26 @@ a misspelt `magnitude_ms` must never silently mean "no delay".
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, StrictFloat, StrictInt, ValidationError
 
 from common.errors import InputError, Problem
 from common.protocol.base import Message
 from common.square_wave import SquareWave
+from common.yamlconf import loads_json, read_text
 
 
 class InjectionRecord(Message):
     """One square-wave injection as the coordinator recorded it."""
 
-    start: float = Field(gt=0, description="unix seconds of the first rising edge")
-    period_s: float = Field(gt=0)
-    cycles: int = Field(ge=1)
-    magnitude_ms: float = Field(gt=0, description="mean delay actually injected while on")
-    n_bins: int | None = Field(default=None, ge=2)
+    # Strict: `true` is no count and "30" no delay (a record is written by a program).
+    start: StrictFloat = Field(gt=0, description="unix seconds of the first rising edge")
+    period_s: StrictFloat = Field(gt=0)
+    cycles: StrictInt = Field(ge=1)
+    magnitude_ms: StrictFloat = Field(gt=0, description="mean delay actually injected while on")
+    n_bins: StrictInt | None = Field(default=None, ge=2)
     link: str | dict[str, Any] | None = None
 
     def square_wave(self) -> SquareWave:
@@ -36,8 +37,8 @@ class InjectionRecord(Message):
            ) -> InjectionRecord:
         """The record of `wave`, whose delay while on was `applied_ms` (as the injector
         measured it: written as it came, not through seconds and back)."""
-        return cls(start=wave.start_s, period_s=wave.period_s, cycles=wave.cycles,
-                   magnitude_ms=applied_ms, link=link)
+        return cls(start=float(wave.start_s), period_s=float(wave.period_s),
+                   cycles=int(wave.cycles), magnitude_ms=float(applied_ms), link=link)
 
 
 def _line_of(text: str, key: str) -> int | None:
@@ -50,11 +51,10 @@ def _line_of(text: str, key: str) -> int | None:
 
 
 def parse_injection_record(text: str, source: str = "<injection>") -> InjectionRecord:
-    """Validate a JSON injection record; every problem is reported with file, line and field."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(Problem(f"not valid JSON: {e.msg}", source, e.lineno)) from e
+    """Validate a JSON injection record; every problem is reported with file, line and field.
+    Read as strict JSON: a key given twice, NaN, Infinity or 1e999 is an error, not the last
+    value or a float that breaks the arithmetic."""
+    data = loads_json(text, source)
     if not isinstance(data, dict):
         raise InputError(Problem("expected one JSON object (an injection record)", source, 1))
     try:
@@ -71,9 +71,5 @@ def parse_injection_record(text: str, source: str = "<injection>") -> InjectionR
 
 
 def load_injection_record(path: str | Path) -> InjectionRecord:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InputError(Problem(f"cannot read injection record: {e.strerror}", str(path))) from e
-    return parse_injection_record(text, str(path))
+    # read_text: bytes that are not UTF-8 and files too large are InputErrors naming the file
+    return parse_injection_record(read_text(path, "injection record"), str(path))
