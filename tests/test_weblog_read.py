@@ -265,3 +265,34 @@ def test_out_of_range_stamps_are_counted_not_lost(tmp_path: Path) -> None:
     assert len(log.malformed.examples[1][1]) < 250  # the 401-digit stamp is cut in the message
     with pytest.raises(InputError, match="2 time stamp out of range"):
         read_log(tmp_path / "a.log", log_format=MSEC)
+
+
+@pytest.mark.parametrize("suffix", [".log", ".csv", ".log.gz"])
+def test_an_endless_line_is_input_error_naming_its_line(tmp_path: Path, monkeypatch,
+                                                        suffix: str) -> None:
+    """Found by benchmarks/fuzz_cli.py (issue 13): a log that is /dev/zero (or a core dump)
+    is one endless line, read whole until MemoryError; past the cap it is an error at its
+    line, and lines up to the cap are read as before."""
+    monkeypatch.setattr("coordinator.core.weblog.read.MAX_LINE_CHARS", 1000)
+    if suffix == ".csv":
+        good, long = "1795341601.0,500,/x\n", "1795341602.0,500,/" + "y" * 1000 + "\n"
+    else:
+        good = nginx_line(T0, 0.5, "/x")
+        long = nginx_line(T0, 0.5, "/" + "y" * 1000)
+    path = tmp_path / f"access{suffix}"
+    text = good * 3 + long + good
+    if suffix.endswith(".gz"):
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    with pytest.raises(InputError, match=rf"access{re.escape(suffix)}:4: longer than"):
+        read_log(path, None, None if suffix == ".csv" else MSEC)
+    path.write_text(good * 3 + nginx_line(T0, 0.5, "/" + "y" * 900) if suffix != ".csv"
+                    else good * 3 + "1795341602.0,500,/" + "y" * 900 + "\n")
+    assert len(read_log(path, None, None if suffix == ".csv" else MSEC).start_s) == 4
+
+
+def test_dev_zero_as_a_log_is_input_error(tmp_path: Path) -> None:
+    (tmp_path / "zero.log").symlink_to("/dev/zero")
+    with pytest.raises(InputError, match=r"zero.log:1: longer than 16 MiB"):
+        read_log(tmp_path / "zero.log", "nginx", MSEC)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Literal, TextIO
 
@@ -28,6 +29,9 @@ from coordinator.core.weblog.textlog import parse_lines
 LogKind = Literal["nginx", "apache", "csv"]
 FORMATS: tuple[LogKind, ...] = ("nginx", "apache", "csv")
 _GZIP_MAGIC = b"\x1f\x8b"
+# No server writes such a line (nginx and Apache refuse request lines past 8 KB by default):
+# a longer one is the wrong file, and reading it whole would take memory without bound.
+MAX_LINE_CHARS = 16 * 2**20
 # A byte that is not UTF-8 is kept as a surrogate, so the parser counts its line as malformed
 # ("bytes that are not UTF-8") instead of reading a URL with U+FFFD in it.
 _TEXT = {"encoding": "utf-8", "errors": "surrogateescape", "newline": ""}
@@ -92,8 +96,8 @@ def _parse_file(path: Path, parse: Parser) -> RequestLog:
     """Parse the file, turning I/O trouble (missing, unreadable, corrupt or truncated gzip)
     into InputError naming the file and the last line read whole."""
     try:
-        with _open_text(path) as lines:
-            return parse(lines, str(path))
+        with _open_text(path) as text:
+            return parse(_bounded_lines(text, path), str(path))
     except FileNotFoundError:
         raise InputError(Problem("no such file", file=str(path))) from None
     except IsADirectoryError:
@@ -106,15 +110,25 @@ def _parse_file(path: Path, parse: Parser) -> RequestLog:
                                  file=str(path))) from e
 
 
+def _bounded_lines(text: TextIO, path: Path) -> Iterator[str]:
+    """The lines of `text`, none held longer than MAX_LINE_CHARS (/dev/zero, a core dump
+    given as a log: one endless line)."""
+    for number, line in enumerate(iter(partial(text.readline, MAX_LINE_CHARS + 1), ""), 1):
+        if len(line) > MAX_LINE_CHARS:
+            raise InputError(Problem(f"longer than {MAX_LINE_CHARS // 2**20} MiB: not a web "
+                                     "log line (is it the right file?)", str(path), number))
+        yield line
+
+
 def _after(path: Path) -> str:
     """" after line N": the lines read whole before the error. Counted by reading again, on
     the error path only, so the parser's loop pays nothing for it."""
     read = 0
     try:
-        with _open_text(path) as lines:
-            for read, _ in enumerate(lines, 1):  # noqa: B007  # the count is the point
+        with _open_text(path) as text:
+            for read, _ in enumerate(_bounded_lines(text, path), 1):  # noqa: B007  # the count
                 pass
-    except (OSError, EOFError, zlib.error):
+    except (OSError, EOFError, zlib.error, InputError):
         pass
     return f" after line {read}" if read else ""
 
