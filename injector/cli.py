@@ -29,12 +29,15 @@ EPILOG = """\
 examples:
   linkgrad inject --dst 10.0.0.5:5432 --constant 20 --duration 60
   linkgrad inject --src 10.0.0.4 --dst 10.0.0.5:5432 --square 30:15 --cycles 8
-  linkgrad inject --proto icmp --dst 10.0.0.5 --constant 5 --duration 10 --json"""
+  linkgrad inject --proto icmp --dst 10.0.0.5 --constant 5 --duration 10 --json
+  linkgrad inject --dst [fd00::5]:5432 --constant 20 --duration 60     # IPv6: ip6tables"""
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dst", metavar="IP[:PORT]", help="destination address (and port)")
-    p.add_argument("--src", metavar="IP[:PORT]", help="source address (and port)")
+    p.add_argument("--dst", metavar="IP[:PORT]",
+                   help="destination address (and port); IPv6 as [ADDRESS]:PORT")
+    p.add_argument("--src", metavar="IP[:PORT]",
+                   help="source address (and port); IPv6 as [ADDRESS]:PORT")
     p.add_argument("--proto", choices=["tcp", "udp", "icmp"], default="tcp")
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--constant", type=float, metavar="MS", help="a constant delay")

@@ -5,6 +5,10 @@ hands packets to their `HoldingLine`; one releaser lets them go at their due tim
 an event until `spin_s` before it and spinning (yielding the GIL) the rest, so releases land
 within tens of microseconds. Stopping removes the rules first, drains what is still in the
 kernel's queues, and lets every held packet go: stopping never drops traffic.
+
+IPv4 links' rules go through iptables, IPv6 links' through ip6tables (`firewall6`; a chain of
+the same name), both made at start, so a stale chain of either is removed; a host without
+ip6tables delays IPv4 links and refuses IPv6 ones, saying why.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import ctypes
 import itertools
 import os
 import selectors
+import shutil
 import sys
 import threading
 import time
@@ -45,6 +50,7 @@ class _Slot:
     queue_num: int
     rule: list[str]
     fd: int
+    firewall: Firewall  # iptables or ip6tables, by the link's IP version
 
 
 class Engine:
@@ -54,12 +60,14 @@ class Engine:
 
     def __init__(self, queue_base: int = 4200, max_links: int = MAX_LINKS, spin_s: float = 5e-5,
                  iptables: str = "iptables", max_queue_len: int = 4096,
-                 realtime: bool = False) -> None:
+                 realtime: bool = False, ip6tables: str = "ip6tables") -> None:
         self.queue_base = queue_base
         self.max_links = max_links
         self.spin_s = spin_s
         self.max_queue_len = max_queue_len
         self.firewall = Firewall(chain_name(queue_base), iptables)
+        self.firewall6 = Firewall(chain_name(queue_base), ip6tables) \
+            if shutil.which(ip6tables) else None
         self.slots: dict[int, _Slot] = {}
         self.callback_errors = 0
         self.want_realtime = realtime
@@ -92,11 +100,12 @@ class Engine:
         # on the same base fails here, before it could take our live rules for stale ones.
         self._lock_queue = bind_queue(self.queue_base, lambda packet: packet.accept(),
                                       max_len=1)
-        self.stale_removed = self.firewall.remove_stale()
+        self.stale_removed = any([f.remove_stale() for f in self.firewalls])
         # The releaser must get the GIL back within ~0.1 ms of a due time, not after the
         # default 5 ms switch interval while the receiver drains a burst.
         sys.setswitchinterval(1e-4)
-        self.firewall.create()
+        for firewall in self.firewalls:
+            firewall.create()
         self._selector.register(self._pipe_r, selectors.EVENT_READ, None)
         for target, name in ((self._receive_loop, "receiver"), (self._release_loop, "releaser")):
             thread = threading.Thread(target=target, name=f"injector-{name}", daemon=True)
@@ -117,14 +126,16 @@ class Engine:
             return
         self._started = False
         first: Exception | None = None
-        try:
-            if self.watchdog is not None and self.watchdog.released():
-                self.firewall.forget()  # the watchdog removed the chain after a stall
-                self.firewall.remove_stale()  # (and nothing may be left if it could not)
-            else:
-                self.firewall.teardown()  # no new packets reach the queues
-        except RuntimeFailure as e:
-            first = e
+        released = self.watchdog is not None and self.watchdog.released()
+        for firewall in self.firewalls:
+            try:
+                if released:
+                    firewall.forget()  # the watchdog removed the chain after a stall
+                    firewall.remove_stale()  # (and nothing may be left if it could not)
+                else:
+                    firewall.teardown()  # no new packets reach the queues
+            except RuntimeFailure as e:
+                first = first or e
         self._stop.set()
         self._wake.set()
         os.write(self._pipe_w, b"x")
@@ -140,25 +151,33 @@ class Engine:
         if first is not None:
             raise first
 
+    @property
+    def firewalls(self) -> list[Firewall]:
+        return [f for f in (self.firewall, self.firewall6) if f is not None]
+
     # links -----------------------------------------------------------------------------
     def add_link(self, link: Link, schedule: Schedule) -> int:
         if len(self.slots) >= self.max_links:
             raise InputError(Problem(f"at most {self.max_links} links at once", field="link"))
         if any(slot.line.link == link for slot in self.slots.values()):
             raise InputError(Problem(f"link {link} is already being delayed", field="link"))
+        firewall = self.firewall if link.version == 4 else self.firewall6
+        if firewall is None:
+            raise RuntimeFailure(f"cannot delay {link}: ip6tables is not installed on this host "
+                                 "(Debian's iptables package has it)")
         link_id = next(self._ids)
         line = HoldingLine(link, schedule, time.monotonic, time.time)
         queue_num = self.queue_base + link_id
         queue = bind_queue(queue_num, lambda packet: self._arrive(line, packet),
                            self.max_queue_len)
-        rule = queue_rule(self.firewall.chain, link, queue_num)
-        slot = _Slot(line, queue, queue_num, rule, queue.get_fd())
+        rule = queue_rule(firewall.chain, link, queue_num)
+        slot = _Slot(line, queue, queue_num, rule, queue.get_fd(), firewall)
         self.slots[link_id] = slot
         if self.watchdog is not None:
             self.watchdog.bound(queue_num, slot.fd)
         self._selector.register(slot.fd, selectors.EVENT_READ, slot)
         try:
-            self.firewall.add(rule)
+            firewall.add(rule)
         except RuntimeFailure:
             self._forget(link_id)
             raise
@@ -169,7 +188,7 @@ class Engine:
 
     def remove_link(self, link_id: int) -> LinkStats:
         slot = self._slot(link_id)
-        self.firewall.remove(slot.rule)
+        slot.firewall.remove(slot.rule)
         stats = slot.line.link_stats()
         self._forget(link_id)
         return stats

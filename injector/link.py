@@ -1,7 +1,8 @@
 """A link as the injector matches it: protocol plus source and destination address and port.
 
 Port 0 means any port (DESIGN.md writes an ephemeral port as 0). An address may be a host or a
-CIDR network. A link with neither address would delay a whole protocol: refused.
+CIDR network, IPv4 or IPv6 (both ends of one version: ip6tables holds the IPv6 rules). A link
+with neither address would delay a whole protocol: refused.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.errors import InputError, Problem
-from common.protocol.fields import parse_endpoint_text
+from common.protocol.fields import family, parse_endpoint_text
 
 PROTOCOLS = ("tcp", "udp", "icmp")
 
@@ -20,7 +21,8 @@ class Endpoint:
     port: int = 0  # 0: any
 
     def __str__(self) -> str:
-        return f"{self.address or '*'}:{self.port}"
+        address = self.address or "*"
+        return f"[{address}]:{self.port}" if ":" in address else f"{address}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,11 @@ class Link:
     def __str__(self) -> str:
         return f"{self.proto} {self.src} -> {self.dst}"
 
+    @property
+    def version(self) -> int:
+        """4 or 6: the IP version of its addresses (checked to agree)."""
+        return family(self.src.address or self.dst.address or "0.0.0.0")
+
 
 def link_problems(link: Link) -> list[Problem]:
     """Cross-field checks, all of them, before anything reaches the kernel."""
@@ -49,6 +56,10 @@ def link_problems(link: Link) -> list[Problem]:
     if link.src.address is None and link.dst.address is None:
         problems.append(Problem("give a source or destination address: a link without one "
                                 "would delay the whole protocol", field="dst"))
+    versions = {family(a) for a in (link.src.address, link.dst.address) if a}
+    if len(versions) > 1:
+        problems.append(Problem("src and dst are of different IP versions (IPv4 and IPv6): no "
+                                "packet has both", field="dst"))
     for name, end in (("src", link.src), ("dst", link.dst)):
         if not 0 <= end.port <= 65535:
             problems.append(Problem(f"port {end.port} is outside 0-65535", field=name))
@@ -56,9 +67,9 @@ def link_problems(link: Link) -> list[Problem]:
 
 
 def parse_endpoint(text: str, field: str) -> Endpoint:
-    """`IP`, `IP:PORT`, `NET/PREFIX` or `NET/PREFIX:PORT` (IPv4, or IPv4-mapped IPv6 as its
-    IPv4 address: `[::ffff:a.b.c.d]:PORT`; the protocol's own parser, so the CLI and the
-    daemon refuse the same things)."""
+    """`IP`, `IP:PORT`, `NET/PREFIX` or `NET/PREFIX:PORT`, IPv6 with a port in brackets
+    (`[fd00::3]:5432`; IPv4-mapped IPv6 is its IPv4 address); the protocol's own parser, so the
+    CLI and the daemon refuse the same things."""
     try:
         address, port = parse_endpoint_text(text)
     except ValueError as e:

@@ -9,7 +9,8 @@ charged to its socket, and TCP autocorking then keeps the socket's next small wr
 it is released, so a response written in two pieces (headers, body) pays the delay twice.
 `--queue-bypass` lets
 packets through when no process listens on the queue, so a dead daemon never black-holes a
-link. Cleanup is by ownership: only that chain and the jumps to it are ever removed.
+link. Cleanup is by ownership: only that chain and the jumps to it are ever removed. IPv6
+links' rules are the same, through ip6tables, in a chain of the same name.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ def chain_name(queue_base: int) -> str:
 
 
 def match_args(link: Link) -> list[str]:
-    """iptables match for the link; port 0 matches any port."""
-    args = ["-p", link.proto]
+    """iptables (or, for IPv6, ip6tables) match for the link; port 0 matches any port."""
+    args = ["-p", "ipv6-icmp" if link.proto == "icmp" and link.version == 6 else link.proto]
     if link.src.address:
         args += ["-s", link.src.address]
     if link.dst.address:

@@ -156,8 +156,9 @@ class Guard:
     def take_over(self) -> int:
         """Packets pass, the chain goes, packets that came meanwhile pass: how many waited."""
         waiting = self.let_pass()
-        with contextlib.suppress(RuntimeFailure):
-            Firewall(self.chain).remove_stale()
+        for tool in ("iptables", "ip6tables"):  # the chain has a twin for IPv6 links
+            with contextlib.suppress(RuntimeFailure):
+                Firewall(self.chain, tool).remove_stale()
         return waiting + self.let_pass()
 
     def check(self, now: float) -> None:

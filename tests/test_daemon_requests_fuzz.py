@@ -222,9 +222,9 @@ def test_non_utf8_and_nesting_are_said_plainly():
     ("dst", "0.0.0.0/0", "a link is between hosts"),
     ("src", "0.0.0.0/0.0.0.0", "a link is between hosts"),
     ("dst", "0.0.0.0", "unspecified address"),
-    ("dst", "::/0", "IPv6 is not supported yet"),
-    ("dst", "fe80::1", "later step"),
-    ("src", "[::1]:80", "IPv6 is not supported yet"),
+    ("dst", "::/0", "a link is between hosts"),
+    ("dst", "fe80::1%eth0", "a zone (%...) cannot be matched"),
+    ("src", "[::1]x", "written [ADDRESS]:PORT"),
     ("dst", 5, "valid string"),
 ])
 def test_link_addresses_are_refused_with_the_reason(field, value, expected):

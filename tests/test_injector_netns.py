@@ -183,7 +183,7 @@ def test_bad_requests_get_input_errors_and_the_daemon_lives_on(pair, daemon):
     assert "cap" in reply["error"]["message"]
     reply = daemon.request("add", link={"proto": "tcp", "dst": "not-an-ip"},
                            schedule=constant(5))
-    assert "not an IPv4 address" in reply["error"]["message"]
+    assert "not an IPv4 or IPv6 address" in reply["error"]["message"]
     reply = daemon.request("add", link={"proto": "tcp", "dst": b},
                            schedule={"kind": "constant", "magnitud_ms": 5})
     assert "magnitud_ms" in reply["error"]["message"]

@@ -1,9 +1,9 @@
 """IPv6 on real sockets in namespaces (root; issue 13). A server listening on [::] (as Java
 and Go servers do) in b, clients in a over IPv4 and over IPv6: the sniffers count the IPv4
 client's connection, which b holds as an IPv4-mapped AF_INET6 socket, as the IPv4 link it is,
-to its last segment; the IPv6 connection is reported with the hosts' IPv6 addresses, which the
-ready line names, and the graph marks it as not measurable. The IPv4 link found that way is
-then delayed by the real injector, and the IPv6 connection's packets are not touched."""
+to its last segment, and the IPv6 one as a `tcp6` link of the hosts' IPv6 addresses (which the
+ready line names). The injector delays each through its own rules (iptables, ip6tables), and
+a square wave on the IPv6 link is measured by our estimator."""
 
 from __future__ import annotations
 
@@ -13,10 +13,17 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import pytest
+
+from common.protocol.injector import SquareSchedule
 from common.protocol.sniffer import ReportEvent
-from coordinator.core.graph import build_graph, ipv6_warning
+from common.square_wave import SquareWave
+from coordinator.core.estimate import gradient_json, log_gradients, settings_for_log
+from coordinator.core.graph import GraphLink, build_graph
 from testbed.pairs.hosts import Hosts, make_pair
 from tests.marks import NETNS
 
@@ -82,11 +89,11 @@ class Daemon:
         assert self.proc.wait(timeout=15) == 0
 
 
-def _held(injector: Daemon) -> int:
-    """Packets the injector has delayed so far, every link and phase."""
+def _held_by(injector: Daemon, ids: dict[str, int]) -> dict[str, int]:
+    """Packets each link (name -> link id) has had delayed so far, every phase."""
     links = injector.ask({"cmd": "stats"})["links"]
-    return sum(p["actual"]["count"] for s in links.values()
-               for phases in s["schedules"].values() for p in phases.values())
+    return {name: sum(p["actual"]["count"] for phases in links[str(i)]["schedules"].values()
+                      for p in phases.values()) for name, i in ids.items()}
 
 
 def _wait_closed(hosts: Hosts, host: str) -> None:
@@ -99,49 +106,97 @@ def _wait_closed(hosts: Hosts, host: str) -> None:
         time.sleep(0.02)
 
 
-def test_ipv4_clients_of_a_server_on_any_ipv6_address_are_measured_and_ipv6_is_named():
+@pytest.fixture
+def dual() -> Iterator[tuple[Hosts, dict[str, str]]]:
+    """A pair with IPv6 addresses too, and the dual-stack echo server on b."""
     hosts = make_pair()
     try:
         v6 = _ipv6(hosts)
         server = hosts.popen("b", sys.executable, "-c", DUAL_STACK_ECHO, stdout=subprocess.PIPE)
         assert server.stdout.readline().strip() == "ready"
-        sniffers = {h: Daemon(hosts, h, "sniffer") for h in ("a", "b")}
-        assert v6["b"] in sniffers["b"].ready["ipv6_addresses"]
-        assert "::1" not in sniffers["b"].ready["ipv6_addresses"]
-        for sniffer in sniffers.values():  # 2 s: each connection lives far less, so only
-            sniffer.ask({"cmd": "watch", "interval_s": 2.0})  # the closing notice counts it
-        hosts.probe("a", "tcp", hosts.addresses["b"], PORT, 30, 0.005)
-        hosts.probe("a", "tcp", v6["b"], PORT, 20, 0.005)
-        for sniffer in sniffers.values():
-            sniffer.end()
-        names = {hosts.addresses["a"]: "a", hosts.addresses["b"]: "b", v6["a"]: "a",
-                 v6["b"]: "b"}
-        graph = build_graph([(h, ReportEvent.model_validate(r)) for h, s in sniffers.items()
-                             for r in s.reports], names, threshold=1)
-        found = {(g.label, g.ipv6): (g.messages, g.src_addr) for g in graph}
-        # b's end of the IPv4 connection is an AF_INET6 socket: counted as IPv4, to the last
-        assert found[(f"tcp b:{PORT} -> a:0", False)] == (30, hosts.addresses["b"])
-        assert found[(f"tcp a:0 -> b:{PORT}", False)] == (30, hosts.addresses["a"])
-        assert found[(f"tcp a:0 -> b:{PORT}", True)] == (20, v6["a"])
-        assert found[(f"tcp b:{PORT} -> a:0", True)] == (20, v6["b"])
-        warning = ipv6_warning(graph)
-        assert warning is not None
-        assert warning.startswith("IPv6 between a->b, b->a: 2 links not measured")
-
-        # the IPv4 link found on the [::] server, delayed where it is received
-        link = next(g for g in graph if g.label == f"tcp a:0 -> b:{PORT}" and not g.ipv6)
-        injector = Daemon(hosts, "b", "injector")
-        injector.ask({"cmd": "add", "link": link.injector_link().model_dump(exclude_none=True),
-                      "schedule": {"kind": "constant", "magnitude_ms": 20.0,
-                                   "duration_s": 60.0}})
-        rtt = hosts.probe("a", "tcp", hosts.addresses["b"], PORT, 10, 0.0)["rtt"]
-        _wait_closed(hosts, "b")
-        held = _held(injector)
-        hosts.probe("a", "tcp", v6["b"], PORT, 10, 0.0)  # IPv6: not the link's packets
-        _wait_closed(hosts, "b")
-        assert _held(injector) == held
-        injector.end()
+        yield hosts, v6
     finally:
         hosts.remove()
-    assert min(rtt) >= 0.020  # every echo waited its 20 ms (a lower bound, not a timing)
-    assert held >= 10  # the ten requests at least (and the handshake, the ACKs)
+
+
+def _rules(hosts: Hosts, host: str) -> str:
+    return hosts.iptables_rules(host) + hosts.exec(host, "ip6tables", "-S").stdout
+
+
+def test_both_families_are_sniffed_and_each_link_delayed_by_its_own_rules(dual):
+    hosts, v6 = dual
+    sniffers = {h: Daemon(hosts, h, "sniffer") for h in ("a", "b")}
+    assert v6["b"] in sniffers["b"].ready["ipv6_addresses"]
+    assert "::1" not in sniffers["b"].ready["ipv6_addresses"]
+    for sniffer in sniffers.values():  # 2 s: each connection lives far less, so only
+        sniffer.ask({"cmd": "watch", "interval_s": 2.0})  # the closing notice counts it
+    hosts.probe("a", "tcp", hosts.addresses["b"], PORT, 30, 0.005)
+    hosts.probe("a", "tcp", v6["b"], PORT, 20, 0.005)
+    for sniffer in sniffers.values():
+        sniffer.end()
+    names = {hosts.addresses["a"]: "a", hosts.addresses["b"]: "b", v6["a"]: "a", v6["b"]: "b"}
+    graph = build_graph([(h, ReportEvent.model_validate(r)) for h, s in sniffers.items()
+                         for r in s.reports], names, threshold=1)
+    found = {g.label: (g.messages, g.src_addr) for g in graph}
+    # b's end of the IPv4 connection is an AF_INET6 socket: counted as IPv4, to the last
+    assert found[f"tcp b:{PORT} -> a:0"] == (30, hosts.addresses["b"])
+    assert found[f"tcp a:0 -> b:{PORT}"] == (30, hosts.addresses["a"])
+    assert found[f"tcp6 a:0 -> b:{PORT}"] == (20, v6["a"])
+    assert found[f"tcp6 b:{PORT} -> a:0"] == (20, v6["b"])
+
+    # both a->b links, delayed where they are received: 20 ms over IPv4, 30 ms over IPv6
+    injector = Daemon(hosts, "b", "injector")
+    ids = {}
+    for label, delay_ms in ((f"tcp a:0 -> b:{PORT}", 20.0), (f"tcp6 a:0 -> b:{PORT}", 30.0)):
+        link = next(g for g in graph if g.label == label).injector_link()
+        ids[label[:4].strip()] = injector.ask({
+            "cmd": "add", "link": link.model_dump(exclude_none=True),
+            "schedule": {"kind": "constant", "magnitude_ms": delay_ms, "duration_s": 60.0}})[
+                "link_id"]
+    rules = _rules(hosts, "b")
+    assert f"-s {hosts.addresses['a']}/32 -d {hosts.addresses['b']}/32 -p tcp" in rules
+    assert f"-s {v6['a']}/128 -d {v6['b']}/128 -p tcp" in rules
+    before = _held_by(injector, ids)
+    rtt4 = hosts.probe("a", "tcp", hosts.addresses["b"], PORT, 10, 0.0)["rtt"]
+    _wait_closed(hosts, "b")
+    after4 = _held_by(injector, ids)
+    rtt6 = hosts.probe("a", "tcp", v6["b"], PORT, 10, 0.0)["rtt"]
+    _wait_closed(hosts, "b")
+    after6 = _held_by(injector, ids)
+    injector.end()
+    assert "LINKGRAD" not in _rules(hosts, "b")  # both chains gone
+    assert min(rtt4) >= 0.020  # every echo waited its delay (a lower bound, not a timing)
+    assert min(rtt6) >= 0.030
+    assert after4["tcp"] - before["tcp"] >= 10  # the ten requests at least (and the ACKs)
+    assert after4["tcp6"] == before["tcp6"]  # IPv4 packets never reach ip6tables' rule
+    assert after6["tcp6"] - after4["tcp6"] >= 10
+    assert after6["tcp"] == after4["tcp"]
+
+
+def test_a_square_wave_on_an_ipv6_link_is_measured(dual):
+    """The gradient of a probe's round trip on the link a->b over IPv6 is 1 (one crossing):
+    requests over IPv6 while the injector puts a square wave on the link, our estimator on
+    their response times, as a run does."""
+    hosts, v6 = dual
+    link = GraphLink("tcp", "a", v6["a"], 0, "b", v6["b"], PORT, messages=1)
+    injector = Daemon(hosts, "b", "injector")
+    wave = SquareWave(time.time() + 4.0, 1.0, 8, 0.010)  # 4 s of training, then 8 s
+    added = injector.ask({"cmd": "add", "link": link.injector_link().model_dump(
+        exclude_none=True), "schedule": SquareSchedule.of(wave).model_dump()})
+    # 6000 requests 2 ms apart, plus their round trips: at least 12 s, past the wave's end
+    probe = hosts.probe("a", "tcp", v6["b"], PORT, 6000, 0.002)
+    stats = injector.ask({"cmd": "remove", "link_id": added["link_id"]})["stats"]
+    injector.end()
+    on = stats["schedules"]["0"]["on"]["actual"]
+    assert on["count"] > 100
+    t, y = np.array(probe["sent"]), np.array(probe["rtt"])
+    assert t[-1] > wave.end_s, "the probe ended before the wave"
+    measured = SquareWave(wave.start_s, wave.period_s, wave.cycles, on["mean_ms"] / 1e3)
+    result = log_gradients(t, y, {"echo": np.arange(len(t))}, measured,
+                           settings_for_log(1e-6))["echo"]
+    estimate = gradient_json(result)
+    lo, hi = estimate["ci95"]
+    # within 5%: the interval is ~0.01 wide here, and the round trips gained ~1% more than
+    # the mean delay the injector reports (1.008 in five runs here)
+    assert abs(estimate["gradient"] - 1.0) < 0.05, estimate
+    assert hi - lo < 0.2, estimate

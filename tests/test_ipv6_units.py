@@ -1,7 +1,7 @@
 """IPv6, the pure parts (issue 13): the sniffer writes an IPv4-mapped address as the IPv4 link
-it is and keeps native IPv6 ends; the graph names IPv6 ends by the hosts' own addresses; a run
-says which host pairs talk IPv6 and refuses an include that only matches them. The run loop
-is checked against the fake remote with an IPv6 connection beside the application's IPv4 ones.
+it is and keeps native IPv6 ends; endpoints in requests may be IPv6 (`[fd00::3]:5432`), and the
+injector matches them through ip6tables; the graph names IPv6 ends by the hosts' own addresses.
+The run loop measures a fake application whose app<->db connection is IPv6.
 """
 
 from __future__ import annotations
@@ -9,18 +9,19 @@ from __future__ import annotations
 import io
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
 import pytest
+from pydantic import ValidationError
 
 from common.errors import InputError
 from common.protocol.fields import parse_endpoint_text
 from common.protocol.injector import LinkSpec
 from common.protocol.sniffer import LinkCount, Report, SnifferReady
-from coordinator.config.experiment import Experiment
-from coordinator.config.run_dir import RunDir, RunJournal
-from coordinator.core.graph import build_graph, ipv6_only_selectors, ipv6_warning, select
+from coordinator.config.run_dir import RunDir
+from coordinator.core.graph import build_graph, select
 from coordinator.live.run import run_experiment
 from coordinator.live.session import ipv6_hosts
 from injector.link import Endpoint, Link, parse_endpoint
@@ -29,7 +30,14 @@ from sniffer.daemon import Service, Sniffer
 from sniffer.daemon import run as run_sniffer
 from sniffer.kernel import _record
 from sniffer.links import Process, SocketRecord, is_ipv6, link_counts, plain_address
-from tests.fakes.remote import OWNERS, START_S, FakeApplication, FakeRemote
+from tests.fakes.remote import (
+    ADDRESSES,
+    CLIENT_PORT,
+    DB_PORT,
+    OWNERS,
+    FakeApplication,
+    FakeRemote,
+)
 from tests.test_run_fake_remote import Fake, experiment
 
 HOSTS = {"10.9.0.2": "app", "10.9.0.3": "db", "fd00::2": "app", "fd00::3": "db"}
@@ -61,18 +69,48 @@ def test_an_ipv4_mapped_endpoint_is_its_ipv4_endpoint_for_the_injector(text, par
     assert match_args(link) == ["-p", "tcp", "-d", "10.0.0.2", "--dport", "5432"]
 
 
+@pytest.mark.parametrize(("text", "parsed"), [
+    ("fd00::3", ("fd00::3", 0)),
+    ("[fd00:0:0::3]:5432", ("fd00::3", 5432)),
+    ("fd00::/64", ("fd00::/64", 0)),
+    ("[fd00::1/64]:80", ("fd00::/64", 80)),
+    ("fe80::1", ("fe80::1", 0)),
+])
+def test_ipv6_endpoints_go_to_ip6tables(text, parsed):
+    assert parse_endpoint_text(text) == parsed
+    link = Link("tcp", Endpoint(), parse_endpoint(text, "dst"))
+    assert link.version == 6
+    assert match_args(link)[:4] == ["-p", "tcp", "-d", parsed[0]]
+
+
 @pytest.mark.parametrize(("text", "reason"), [
-    ("fd00::3", "IPv6 is not supported yet"),
-    ("[fd00::3]:5432", "later step"),
+    ("::/0", "a link is between hosts"),
+    ("2001::/7", "a link is between hosts"),
+    ("::", "unspecified address (::)"),
+    ("fe80::1%eth0", "a zone (%...) cannot be matched"),
     ("::ffff:10.0.0.2:5432", "written [::ffff:a.b.c.d]:PORT"),
-    ("::ffff:10.0.0.0/104", "IPv6 is not supported yet"),
-    ("[::ffff:10.0.0.2]x", "IPv6 is not supported yet"),
+    ("::ffff:10.0.0.0/104", "IPv4-mapped network: give the IPv4 network"),
+    ("[fd00::3]x", "written [ADDRESS]:PORT"),
+    ("[fd00::3", "written [ADDRESS]:PORT"),
     ("::ffff:0.0.0.0", "unspecified address"),
     ("[::ffff:10.0.0.2]:70000", "outside 0-65535"),
+    ("[fd00::3]:٥", "is not a number 0-65535"),
+    ("fd00::3:5432x", "not an IPv4 or IPv6 address"),
 ])
-def test_other_ipv6_endpoints_are_refused_with_the_reason(text, reason):
+def test_bad_ipv6_endpoints_are_refused_with_the_reason(text, reason):
     with pytest.raises(ValueError, match=re.escape(reason)):
         parse_endpoint_text(text)
+
+
+def test_a_link_of_both_ip_versions_and_icmp_over_ipv6():
+    with pytest.raises(ValidationError, match="different IP versions"):
+        LinkSpec(proto="tcp", src="10.0.0.2", dst="[fd00::3]:5432")
+    with pytest.raises(InputError, match="different IP versions"):
+        Link("tcp", parse_endpoint("10.0.0.2", "src"), parse_endpoint("fd00::3", "dst"))
+    icmp = Link("icmp", Endpoint(), parse_endpoint("fd00::3", "dst"))
+    assert match_args(icmp) == ["-p", "ipv6-icmp", "-d", "fd00::3"]
+    assert str(Link("tcp", Endpoint(), parse_endpoint("[fd00::3]:5432", "dst"))) == \
+        "tcp *:0 -> [fd00::3]:5432"
 
 
 class _Msg(dict):
@@ -129,25 +167,17 @@ def test_the_graph_names_ipv6_ends_by_the_hosts_own_addresses():
     graph = _graph()
     assert [(g.label, g.messages, g.ipv6) for g in graph] == [
         ("tcp app:0 -> db:5432", 40, False), ("tcp db:5432 -> app:0", 40, False),
-        ("tcp app:0 -> db:11211", 30, True), ("tcp db:11211 -> app:0", 25, True)]
-    assert [g.src_addr for g in graph if g.ipv6] == ["fd00::2", "fd00::3"]
+        ("tcp6 app:0 -> db:11211", 30, True), ("tcp6 db:11211 -> app:0", 25, True)]
+    v6 = [g.injector_link() for g in graph if g.ipv6]
+    assert [(s.src, s.dst) for s in v6] == [("fd00::2", "[fd00::3]:11211"),
+                                            ("[fd00::3]:11211", "fd00::2")]
 
 
-def test_a_run_warns_which_hosts_talk_ipv6_and_that_they_are_not_measured():
-    warning = ipv6_warning(_graph())
-    assert warning is not None
-    assert warning.startswith("IPv6 between app->db, db->app: 2 links not measured")
-    assert "tcp app:0 -> db:11211 (fd00::2 -> fd00::3)" in warning
-    assert "IPv4 links only" in warning
-    assert ipv6_warning([g for g in _graph() if not g.ipv6]) is None
-
-
-def test_an_include_that_matches_only_ipv6_links_is_named():
-    graph = _graph()
-    include = ["app->db", "*->db:11211", "re:11211", "db:5432->*", "web->db"]
-    assert ipv6_only_selectors(graph, include) == ["*->db:11211", "re:11211"]
-    # one that matches both is no error: it measures the IPv4 link
-    assert [g.label for g in select([g for g in graph if not g.ipv6], ["app->db"], [])] == [
+def test_an_ipv4_and_an_ipv6_link_of_one_host_pair_and_port_are_two_links():
+    app = _report(("10.9.0.2", 0, "10.9.0.3", 5432, 4), ("fd00::2", 0, "fd00::3", 5432, 3))
+    graph = build_graph([("app", app)], HOSTS, threshold=1)
+    assert [g.label for g in graph] == ["tcp app:0 -> db:5432", "tcp6 app:0 -> db:5432"]
+    assert [g.label for g in select(graph, ["app->db"], ["re:^tcp6"])] == [
         "tcp app:0 -> db:5432"]
 
 
@@ -172,17 +202,26 @@ def test_the_sniffers_ready_line_carries_its_ipv6_addresses_only_when_known():
 
 # ------------------------------------------------------------- the run, on the fake remote
 
-IPV6 = {"web": ("fd00::1",), "app": ("fd00::2",), "db": ("fd00::3",)}
+IPV6 = {"web": "fd00::1", "app": "fd00::2", "db": "fd00::3"}
 
 
 class _Ipv6App(FakeApplication):
-    """The fake application, plus a connection app -> db:11211 over IPv6 (a cache on db)."""
+    """The fake application with its app<->db connection over IPv6 (web<->app stays IPv4):
+    the sockets the sniffers read, and the delays the fake injectors apply, are IPv6's."""
 
     def sockets(self, host: str) -> list[SocketRecord]:
-        n = int((self.clock.time() - START_S) * 10)  # ten segments a second each way
-        extra = {"app": [SocketRecord("tcp", "fd00::2", 40003, "fd00::3", 11211, 200, n, n)],
-                 "db": [SocketRecord("tcp", "fd00::3", 11211, "fd00::2", 40003, 201, n, n)]}
-        return [*super().sockets(host), *extra.get(host, [])]
+        def v6(record: SocketRecord) -> SocketRecord:
+            if DB_PORT not in (record.local_port, record.remote_port):
+                return record
+            by_v4 = {v4: IPV6[name] for name, v4 in ADDRESSES.items()}
+            return replace(record, local_addr=by_v4[record.local_addr],
+                           remote_addr=by_v4[record.remote_addr])
+
+        return [v6(r) for r in super().sockets(host)]
+
+    def _delay_s(self, src: str, dst: str, t_s: float) -> float:
+        sport, dport = (CLIENT_PORT, DB_PORT) if src == "app" else (DB_PORT, CLIENT_PORT)
+        return sum(e.delay_s(IPV6[src], sport, IPV6[dst], dport, t_s) for e in self.engines)
 
 
 def _sniffer_with_ipv6(self: FakeRemote, stdin: IO[str], stdout: IO[str]) -> int:
@@ -191,41 +230,24 @@ def _sniffer_with_ipv6(self: FakeRemote, stdin: IO[str], stdout: IO[str]) -> int
     sniffer = Sniffer(lambda: app.sockets(self.name),
                       lambda: {100 + i: Process(10 + i, OWNERS[self.name]) for i in range(2)},
                       ephemeral=(32768, 60999), clock=clock.time)
-    return run_sniffer(Service(sniffer, stdout), stdin, None, IPV6[self.name])
+    return run_sniffer(Service(sniffer, stdout), stdin, None, (IPV6[self.name],))
 
 
-def _fake(monkeypatch: pytest.MonkeyPatch) -> Fake:
+def test_a_run_measures_a_link_over_ipv6(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(FakeRemote, "_sniffer", _sniffer_with_ipv6)
     monkeypatch.setattr("tests.test_run_fake_remote.FakeApplication", _Ipv6App)
-    return Fake()
-
-
-def test_a_run_measures_the_ipv4_links_and_records_the_ipv6_ones(tmp_path: Path,
-                                                                  monkeypatch):
-    fake, run_dir = _fake(monkeypatch), tmp_path / "run"
-    said: list[str] = []
-    journal = _run(fake, experiment(tmp_path), run_dir, said)
+    fake, run_dir = Fake(), tmp_path / "run"
+    journal = run_experiment(experiment(tmp_path), run_dir, lambda _: None,
+                             connect=fake.hosts.connect, clock=fake.clock)
     assert journal.status == "completed"
-    run = json.loads((run_dir / "run.json").read_text())
-    assert len(run["warnings"]) == 1
-    assert run["warnings"][0].startswith("IPv6 between app->db, db->app: 2 links not measured")
-    assert any("IPv6 between app->db" in line for line in said)  # on the console too
+    fake.assert_every_lease_ended()
     graph = {g["label"]: g for g in json.loads((run_dir / "graph.json").read_text())}
-    assert graph["tcp app:0 -> db:11211"]["src_addr"] == "fd00::2"  # kept, so predict knows
-    measured = sorted(m.link["label"] for m in RunDir(run_dir).measurements())
-    assert measured == ["tcp app:0 -> db:5432", "tcp db:5432 -> app:0"]
-
-
-def test_a_run_whose_include_matches_only_ipv6_links_is_refused(tmp_path: Path, monkeypatch):
-    fake = _fake(monkeypatch)
-    with pytest.raises(InputError) as e:
-        _run(fake, experiment(tmp_path, include=["app->db:11211"]), tmp_path / "run", [])
-    message = str(e.value)
-    assert "'app->db:11211' matches only links over IPv6" in message
-    assert "parameters.include" in message
-    assert fake.hosts.engines == {}  # refused before any injector was started
-
-
-def _run(fake: Fake, exp: Experiment, run_dir: Path, said: list[str]) -> RunJournal:
-    return run_experiment(exp, run_dir, said.append, connect=fake.hosts.connect,
-                          clock=fake.clock)
+    assert graph["tcp6 app:0 -> db:5432"]["src_addr"] == "fd00::2"
+    assert graph["tcp web:0 -> app:8000"]["src_addr"] == ADDRESSES["web"]
+    links = RunDir(run_dir).measurements()
+    assert sorted(m.link["label"] for m in links) == ["tcp6 app:0 -> db:5432",
+                                                     "tcp6 db:5432 -> app:0"]
+    for m in links:
+        assert m.record.link == m.link["label"]
+        for name, truth in (("two", 2.0), ("none", 0.0)):  # about 3 standard errors
+            assert abs(m.transactions[name]["gradient"] - truth) < 0.3, m.transactions[name]

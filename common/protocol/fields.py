@@ -2,9 +2,9 @@
 
 Numbers are finite (every message forbids NaN and infinities), of their own JSON type (`true`
 is no count, `"5"` no delay) and inside absolute limits that no cap can lift: past them a value
-is a mistake, not an experiment. An endpoint is `IP[:PORT]` or `NET/PREFIX[:PORT]`, IPv4 with
-ASCII digits (Python's int() also reads Arabic-Indic and other digits), or an IPv4-mapped
-IPv6 address, which is its IPv4 address; other IPv6 addresses are refused with the reason.
+is a mistake, not an experiment. An endpoint is `IP[:PORT]` or `NET/PREFIX[:PORT]` with ASCII
+digits (Python's int() also reads Arabic-Indic and other digits), IPv4 or IPv6 (`[IPV6]:PORT`);
+an IPv4-mapped IPv6 address is its IPv4 address.
 """
 
 from __future__ import annotations
@@ -49,56 +49,71 @@ def _request_id(value: object) -> int | str | None:
 
 RequestId = Annotated[int | str | None, PlainValidator(_request_id)]
 
-IPV6_LATER = ("IPv6 is not supported yet (the sniffer reports IPv6 links, the injector delays "
-              "IPv4 links only; IPv6 is a later step): give an IPv4 address")
+MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 
 
-def _ipv4_mapped(text: str) -> str | None:
-    """`a.b.c.d[:PORT]` for `::ffff:a.b.c.d` or `[::ffff:a.b.c.d]:PORT` (an IPv4-mapped address,
-    what a server listening on [::] sees of an IPv4 client: its packets are IPv4 on the wire,
-    so it is that IPv4 endpoint); None for any other text."""
-    host, rest = text, ""
+def _split(text: str) -> tuple[str, str | None]:
+    """(address part, port text or None): `[IPV6]:PORT` and `[IPV6]` in brackets, a bare IPv6
+    address or network (two colons or more) without a port, `IPV4[:PORT]` otherwise."""
     if text.startswith("["):
         host, bracket, rest = text[1:].partition("]")
         if not bracket or (rest and not rest.startswith(":")):
-            return None
+            raise ValueError(f"{text!r}: an IPv6 address with a port is written [ADDRESS]:PORT")
+        return host, rest[1:] if rest else None
+    if text.count(":") > 1:
+        return text, None
+    host, sep, port_text = text.partition(":")
+    return host, port_text if sep else None
+
+
+def _network(host: str, text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """The host or network `host` names; an IPv4-mapped IPv6 address as its IPv4 address (what
+    a server listening on [::] sees of an IPv4 client: its packets are IPv4 on the wire)."""
+    if "%" in host:
+        raise ValueError(f"{host!r}: a zone (%...) cannot be matched by a rule: give the "
+                         "address without it")
     try:
-        mapped = ipaddress.IPv6Address(host).ipv4_mapped
-    except ValueError:
-        return None
-    return f"{mapped}{rest}" if mapped is not None else None
+        network = ipaddress.ip_network(host, strict=False)
+    except ValueError as e:
+        hint = (" (an IPv4-mapped address with a port is written [::ffff:a.b.c.d]:PORT)"
+                if "::ffff:" in text.lower() else "")
+        raise ValueError(f"{host!r} is not an IPv4 or IPv6 address or network: {e}{hint}") \
+            from e
+    if isinstance(network, ipaddress.IPv6Network) and network.subnet_of(MAPPED):
+        if network.prefixlen < 128:  # an ip6tables rule on it would never see a packet
+            raise ValueError(f"{host!r} is an IPv4-mapped network: give the IPv4 network")
+        return ipaddress.IPv4Network(network.network_address.ipv4_mapped)
+    return network
 
 
 def parse_endpoint_text(text: str) -> tuple[str, int]:
-    """(address or network, port) of `IP[:PORT]` or `NET/PREFIX[:PORT]` (IPv4; port 0: any).
-    An IPv4-mapped address (`::ffff:a.b.c.d`, `[::ffff:a.b.c.d]:PORT`) is its IPv4 address.
+    """(address or network, port) of `IP[:PORT]`, `NET/PREFIX[:PORT]` (IPv4), `IPV6`,
+    `IPV6/PREFIX`, `[IPV6]:PORT` or `[IPV6/PREFIX]:PORT` (port 0: any). An IPv4-mapped address
+    (`::ffff:a.b.c.d`, `[::ffff:a.b.c.d]:PORT`) is its IPv4 address; an IPv6 address is
+    written compressed (`fd00::3`), as the sniffer writes it.
 
-    ValueError with the reason: an IPv6 address, a port that is not 0-65535 in ASCII digits,
-    an address that is not one host or network, a network of nearly everything.
+    ValueError with the reason: a port that is not 0-65535 in ASCII digits, an address that is
+    not one host or network, a network of nearly everything, the unspecified address.
     """
-    body = text
-    if text.count(":") > 1 or text.startswith("["):
-        if (ipv4 := _ipv4_mapped(text)) is None:
-            hint = (" (an IPv4-mapped address with a port is written [::ffff:a.b.c.d]:PORT)"
-                    if "::ffff:" in text.lower() else "")
-            raise ValueError(f"{text!r}: {IPV6_LATER}{hint}")
-        body = ipv4
-    host, sep, port_text = body.partition(":")
+    host, port_text = _split(text)
     port = 0
-    if sep:
+    if port_text is not None:
         if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5):
             raise ValueError(f"port {port_text!r} in {text!r} is not a number 0-65535")
         port = int(port_text)
         if port > 65535:
             raise ValueError(f"port {port} in {text!r} is outside 0-65535")
-    try:
-        network = ipaddress.IPv4Network(host, strict=False)
-    except ValueError as e:
-        raise ValueError(f"{host!r} is not an IPv4 address or network: {e}") from e
+    network = _network(host, text)
     if network.prefixlen < MIN_PREFIX:
         raise ValueError(f"{host!r} matches {network.num_addresses} addresses: a link is "
                          f"between hosts (give a prefix of /{MIN_PREFIX} or longer)")
     if network.network_address.is_unspecified:
-        raise ValueError(f"{host!r} is the unspecified address (0.0.0.0), not a host")
-    address = str(network.network_address) if network.prefixlen == 32 else str(network)
-    return address, port
+        raise ValueError(f"{host!r} is the unspecified address ({network.network_address}), "
+                         "not a host")
+    whole = network.prefixlen == network.max_prefixlen
+    return (str(network.network_address) if whole else str(network)), port
+
+
+def family(address: str) -> int:
+    """4 or 6: the IP version of an address or network `parse_endpoint_text` returned."""
+    return ipaddress.ip_network(address, strict=False).version

@@ -22,6 +22,7 @@ from common.protocol.fields import (
     MIN_PERIOD_S,
     LinkId,
     UnixTime,
+    family,
     parse_endpoint_text,
 )
 from common.square_wave import SquareWave
@@ -33,9 +34,9 @@ Endpoint = Annotated[str, Field(max_length=MAX_TEXT)]
 
 
 class LinkSpec(Message):
-    """What the injector matches: protocol and `IP[:PORT]` or `NET/PREFIX[:PORT]` ends
-    (port 0 or none: any; IPv4 only, for now: an IPv4-mapped IPv6 address is its IPv4
-    address); at least one address."""
+    """What the injector matches: protocol and `IP[:PORT]` or `NET/PREFIX[:PORT]` ends, IPv4
+    or IPv6 (`[fd00::3]:5432`; an IPv4-mapped address is its IPv4 address), both of one
+    version (port 0 or none: any); at least one address."""
 
     proto: Literal["tcp", "udp", "icmp"] = "tcp"
     src: Endpoint | None = None
@@ -56,9 +57,12 @@ class LinkSpec(Message):
         if self.src is None and self.dst is None:
             raise PydanticCustomError("no_address", "give a source or destination address: "
                                       "a link without one would delay the whole protocol")
-        if self.proto == "icmp" and any(parse_endpoint_text(end)[1] for end in
-                                        (self.src, self.dst) if end is not None):
+        ends = [parse_endpoint_text(end) for end in (self.src, self.dst) if end is not None]
+        if self.proto == "icmp" and any(port for _, port in ends):
             raise PydanticCustomError("icmp_port", "icmp has no ports")
+        if len({family(address) for address, _ in ends}) > 1:
+            raise PydanticCustomError("ip_version", "src and dst are of different IP versions "
+                                      "(IPv4 and IPv6): no packet has both")
         return self
 
 

@@ -5,16 +5,14 @@ the source address is the reporter's), so the two ends of one connection are not
 the receiving side only names the destination process. Only links between the experiment's
 hosts count, and never SSH (port 22): that is the coordinator itself.
 
-Hosts are named by their addresses, IPv6 ones included (each sniffer reports its host's). A
-link between IPv6 addresses is in the graph, and so in graph.json (a prediction that moves
-its hosts is then refused as unmeasured, not taken as gradient 0), but it cannot be measured:
-the injector delays IPv4 links only. `ipv6_warning` and `ipv6_only_selectors` say so. (An
-IPv4-mapped address, `::ffff:a.b.c.d`, arrives from the sniffer as the IPv4 link it is.)
+Hosts are named by their addresses, IPv6 ones included: the experiment gives each host's IPv4
+address, its sniffer its IPv6 ones. A link between IPv6 addresses is a link like any other
+(the injector delays it through ip6tables); an IPv4-mapped address, `::ffff:a.b.c.d`, arrives
+from the sniffer as the IPv4 link it is.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -41,27 +39,33 @@ class GraphLink:
 
     @property
     def label(self) -> str:
-        return (f"{self.proto} {self.src_host}:{self.src_port} -> "
+        """`tcp app1:0 -> db:5432`; `tcp6 ...` over IPv6 (two hosts may talk both, on one
+        port: they are two links, measured apart)."""
+        return (f"{self.proto}{'6' if self.ipv6 else ''} {self.src_host}:{self.src_port} -> "
                 f"{self.dst_host}:{self.dst_port}")
+
+    @property
+    def ipv6(self) -> bool:
+        return ":" in self.src_addr
 
     @property
     def hosts(self) -> str:
         return f"{self.src_host}->{self.dst_host}"
 
-    @property
-    def ipv6(self) -> bool:
-        """Between IPv6 addresses: seen, not measurable (the injector delays IPv4 only)."""
-        return any(isinstance(_ip(a), ipaddress.IPv6Address)
-                   for a in (self.src_addr, self.dst_addr))
-
     def injector_link(self) -> LinkSpec:
         """What the injector matches: packets this link sends."""
-        src = self.src_addr + (f":{self.src_port}" if self.src_port else "")
-        dst = self.dst_addr + (f":{self.dst_port}" if self.dst_port else "")
-        return LinkSpec(proto=self.proto, src=src, dst=dst)
+        return LinkSpec(proto=self.proto, src=_endpoint(self.src_addr, self.src_port),
+                        dst=_endpoint(self.dst_addr, self.dst_port))
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "label": self.label}
+
+
+def _endpoint(addr: str, port: int) -> str:
+    """`ADDR[:PORT]`, an IPv6 address in brackets when a port follows (port 0: any)."""
+    if not port:
+        return addr
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"  # IPv6 has colons
 
 
 def build_graph(reports: Iterable[tuple[str, Report]], hosts: dict[str, str],
@@ -88,40 +92,6 @@ def build_graph(reports: Iterable[tuple[str, Report]], hosts: dict[str, str],
                    process.get((sa, sp)), process.get((da, dp)))
          for (proto, sa, sp, da, dp), n in messages.items() if n >= threshold),
         key=lambda g: (-g.messages, g.label))
-
-
-def _ip(addr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        return ipaddress.ip_address(addr)
-    except ValueError:
-        return None
-
-
-def ipv6_warning(links: Iterable[GraphLink]) -> str | None:
-    """What a run says when hosts of the experiment talk IPv6 (`links`: the graph's), or None:
-    the host pairs and their links, and that they are not measured."""
-    ipv6 = [g for g in links if g.ipv6]
-    if not ipv6:
-        return None
-    pairs = ", ".join(sorted({g.hosts for g in ipv6}))
-    labels = ", ".join(f"{g.label} ({g.src_addr} -> {g.dst_addr})" for g in ipv6)
-    return (f"IPv6 between {pairs}: {len(ipv6)} link{'s' if len(ipv6) != 1 else ''} not "
-            f"measured ({labels}); the injector delays IPv4 links only. An IPv4 client of a "
-            "server listening on [::] is measured (its packets are IPv4): to measure these, "
-            "have those hosts talk IPv4 (connect to the server's IPv4 address)")
-
-
-def ipv6_only_selectors(links: Iterable[GraphLink], include: Iterable[str]) -> list[str]:
-    """The include selectors that match IPv6 links of `links` and no IPv4 one: asked for,
-    not measurable."""
-    links = list(links)
-    out = []
-    for text in include:
-        s = parse_selector(text)
-        hits = [g for g in links if s.matches(g)]
-        if hits and all(g.ipv6 for g in hits):
-            out.append(text)
-    return out
 
 
 def application(links: list[GraphLink], processes: Iterable[str],

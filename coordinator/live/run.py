@@ -54,8 +54,6 @@ from coordinator.core.graph import (
     application,
     build_graph,
     explain_selection,
-    ipv6_only_selectors,
-    ipv6_warning,
     select,
 )
 from coordinator.core.transactions import group_by_transaction, patterns_from
@@ -93,7 +91,6 @@ class Training:
     graph: list[GraphLink]
     start_s: float
     end_s: float
-    warnings: tuple[str, ...] = ()  # what the graph holds that cannot be measured (IPv6)
 
 
 def run_experiment(experiment: Experiment, run_dir: Path, say: Say, resume: bool = False,
@@ -112,8 +109,6 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Say, resume: bool
         try:
             journal = journal.model_copy(update={"warnings": open_session(session, say)})
             training = train(session, say)
-            journal = journal.model_copy(update={"warnings": [*(journal.warnings or []),
-                                                              *training.warnings]})
             base, plan, links = plan_measurement(session, out, training, say)
             planned = len(links) * max(1, len(experiment.parameters.magnitudes_ms))
             journal = journal.model_copy(update={"links_planned": planned})
@@ -165,13 +160,9 @@ def train(session: Session, say: Say) -> Training:
     for sniffer in session.sniffers.values():
         sniffer.call(Unwatch())  # its last report comes before this answer
     end = clock.time()
-    graph = build_graph(session.reports, {**session.addresses, **session.ipv6_addresses},
-                        p.message_threshold)
-    nodes = session.experiment.nodes
-    warning = ipv6_warning(application(graph, nodes.processes, nodes.ports))
-    if warning:
-        say(f"[yellow]{warning}")
-    return Training(graph, start, end, (warning,) if warning else ())
+    # the experiment names each host's IPv4 address, its sniffer its IPv6 ones
+    hosts = {**session.addresses, **session.ipv6_addresses}
+    return Training(build_graph(session.reports, hosts, p.message_threshold), start, end)
 
 
 def train_until_enough(session: Session, start: float, say: Say) -> None:
@@ -231,16 +222,8 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
                             "training_failed_fraction": base.failed_fraction})
     nodes, p = experiment.nodes, experiment.parameters
     candidates = application(training.graph, nodes.processes, nodes.ports)
-    if wanted := ipv6_only_selectors(candidates, p.include):  # asked for, not measurable
-        raise InputError(Problem(
-            f"{', '.join(map(repr, wanted))} match{'es' if len(wanted) == 1 else ''} only "
-            f"links over IPv6, which are not measured: {ipv6_warning(candidates)}",
-            field="parameters.include"))
-    ipv6 = sum(g.ipv6 for g in candidates)
-    candidates = [g for g in candidates if not g.ipv6]
     links = select(candidates, p.include, p.exclude)
-    say(f"graph: {len(training.graph)} links, {len(candidates)} between the application's nodes"
-        + (f" (and {ipv6} over IPv6, not measured)" if ipv6 else ""))
+    say(f"graph: {len(training.graph)} links, {len(candidates)} between the application's nodes")
     for line in explain_selection(candidates, p.include, p.exclude):
         say(f"  {line}")
     for note in wave.notes:
