@@ -326,3 +326,21 @@ def test_json_output_is_strict_and_names_every_value_it_wrote_null(data):
         return sum(count(v) for v in items)
 
     assert len(replaced) == count(data)
+
+
+def test_report_of_an_endless_weblog_or_an_unwritable_report_is_a_sentence(tmp_path, capsys):
+    """Found by benchmarks/fuzz_cli.py (issue 13): report read a run's weblog.log whole (a
+    symlink to /dev/zero until MemoryError) and a report.html it could not write (another
+    user's run directory) was a PermissionError traceback."""
+    run = write_run(tmp_path / "run")
+    (run / "weblog.log").symlink_to("/dev/zero")
+    assert main(["report", str(run), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert f"{run / 'weblog.log'}:1: longer than 16 MiB" in err
+    assert strict_loads(out)["error"]["kind"] == "input"
+    (run / "weblog.log").unlink()
+    (run / "report.html").mkdir()  # as root, a directory is what cannot be written
+    assert main(["report", str(run), "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert f"linkgrad: error: cannot write {run / 'report.html'}: Is a directory" in err
+    assert strict_loads(out)["error"]["kind"] == "runtime"

@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from common.errors import InputError, Problem
+from common.errors import InputError, Problem, RuntimeFailure
 from common.protocol.record import InjectionRecord
 from coordinator.config.run_dir import (
     ExperimentAsRun,
@@ -32,7 +32,7 @@ from coordinator.config.run_dir import (
 from coordinator.core.spectral.binning import bin_series, fill_empty
 from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.core.weblog.model import RequestLog
-from coordinator.core.weblog.read import choose_format, line_parser
+from coordinator.core.weblog.read import bounded_lines, choose_format, line_parser
 
 
 def _png(fig: Any) -> str:
@@ -148,7 +148,8 @@ def _weblog(run_dir: Path, experiment: ExperimentAsRun) -> RequestLog | None:
     parse, _ = line_parser(choose_format(Path(weblog.path), weblog.format, weblog.log_format),
                            weblog.log_format)
     try:  # the server's bytes as they came: a bad byte is a malformed line, counted there
-        lines = path.read_bytes().decode("utf-8", errors="surrogateescape").splitlines()
+        with path.open(encoding="utf-8", errors="surrogateescape", newline="") as f:
+            lines = list(bounded_lines(f, path))  # /dev/zero is no log to read whole
     except OSError as e:
         raise InputError(Problem(f"cannot read: {e.strerror or e}", str(path))) from e
     return parse(lines, str(path)) if lines else None
@@ -187,5 +188,8 @@ def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
             f"{html.escape(experiment.name)}</title><style>{style}</style></head><body>"
             + "\n".join(parts) + "</body></html>")
     target = run_dir / "report.html"
-    target.write_text(page)
+    try:
+        target.write_text(page)
+    except OSError as e:  # a run directory of another user, a full disk
+        raise RuntimeFailure(f"cannot write {target}: {e.strerror or e}") from e
     return target

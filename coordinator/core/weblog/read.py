@@ -97,7 +97,7 @@ def _parse_file(path: Path, parse: Parser) -> RequestLog:
     into InputError naming the file and the last line read whole."""
     try:
         with _open_text(path) as text:
-            return parse(_bounded_lines(text, path), str(path))
+            return parse(bounded_lines(text, path), str(path))
     except FileNotFoundError:
         raise InputError(Problem("no such file", file=str(path))) from None
     except IsADirectoryError:
@@ -110,7 +110,7 @@ def _parse_file(path: Path, parse: Parser) -> RequestLog:
                                  file=str(path))) from e
 
 
-def _bounded_lines(text: TextIO, path: Path) -> Iterator[str]:
+def bounded_lines(text: TextIO, path: Path) -> Iterator[str]:
     """The lines of `text`, none held longer than MAX_LINE_CHARS (/dev/zero, a core dump
     given as a log: one endless line)."""
     for number, line in enumerate(iter(partial(text.readline, MAX_LINE_CHARS + 1), ""), 1):
@@ -126,7 +126,7 @@ def _after(path: Path) -> str:
     read = 0
     try:
         with _open_text(path) as text:
-            for read, _ in enumerate(_bounded_lines(text, path), 1):  # noqa: B007  # the count
+            for read, _ in enumerate(bounded_lines(text, path), 1):  # noqa: B007  # the count
                 pass
     except (OSError, EOFError, zlib.error, InputError):
         pass
