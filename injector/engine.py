@@ -13,6 +13,7 @@ ip6tables delays IPv4 links and refuses IPv6 ones, saying why.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import os
@@ -68,6 +69,8 @@ class Engine:
         self.firewall = Firewall(chain_name(queue_base), iptables)
         self.firewall6 = Firewall(chain_name(queue_base), ip6tables) \
             if shutil.which(ip6tables) else None
+        self.no_ipv6 = "ip6tables is not installed on this host (Debian's iptables package " \
+            "has it)"  # why IPv6 links are refused, when firewall6 is None
         self.slots: dict[int, _Slot] = {}
         self.callback_errors = 0
         self.want_realtime = realtime
@@ -100,12 +103,12 @@ class Engine:
         # on the same base fails here, before it could take our live rules for stale ones.
         self._lock_queue = bind_queue(self.queue_base, lambda packet: packet.accept(),
                                       max_len=1)
-        self.stale_removed = any([f.remove_stale() for f in self.firewalls])
+        self.stale_removed = self.firewall.remove_stale()
         # The releaser must get the GIL back within ~0.1 ms of a due time, not after the
         # default 5 ms switch interval while the receiver drains a burst.
         sys.setswitchinterval(1e-4)
-        for firewall in self.firewalls:
-            firewall.create()
+        self.firewall.create()
+        self._start_ipv6()
         self._selector.register(self._pipe_r, selectors.EVENT_READ, None)
         for target, name in ((self._receive_loop, "receiver"), (self._release_loop, "releaser")):
             thread = threading.Thread(target=target, name=f"injector-{name}", daemon=True)
@@ -151,6 +154,20 @@ class Engine:
         if first is not None:
             raise first
 
+    def _start_ipv6(self) -> None:
+        """The IPv6 chain; where ip6tables fails (a kernel booted without IPv6), IPv4 links are
+        still delayed and IPv6 ones refused with the reason."""
+        if self.firewall6 is None:
+            return
+        try:
+            self.stale_removed = self.firewall6.remove_stale() or self.stale_removed
+            self.firewall6.create()
+        except RuntimeFailure as e:
+            with contextlib.suppress(RuntimeFailure):
+                self.firewall6.teardown()
+            self.firewall6 = None
+            self.no_ipv6 = f"ip6tables fails on this host ({e})"
+
     @property
     def firewalls(self) -> list[Firewall]:
         return [f for f in (self.firewall, self.firewall6) if f is not None]
@@ -163,8 +180,7 @@ class Engine:
             raise InputError(Problem(f"link {link} is already being delayed", field="link"))
         firewall = self.firewall if link.version == 4 else self.firewall6
         if firewall is None:
-            raise RuntimeFailure(f"cannot delay {link}: ip6tables is not installed on this host "
-                                 "(Debian's iptables package has it)")
+            raise RuntimeFailure(f"cannot delay {link}: {self.no_ipv6}")
         link_id = next(self._ids)
         line = HoldingLine(link, schedule, time.monotonic, time.time)
         queue_num = self.queue_base + link_id

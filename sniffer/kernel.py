@@ -35,6 +35,7 @@ def dump_sockets() -> list[SocketRecord]:
     """Every TCP and UDP socket of this network namespace, IPv4 and IPv6 (the two families
     hold disjoint sockets: an IPv4-mapped connection is in the AF_INET6 dump only)."""
     from pyroute2 import DiagSocket
+    from pyroute2.netlink.exceptions import NetlinkError
 
     records = []
     with DiagSocket() as ds:
@@ -42,11 +43,14 @@ def dump_sockets() -> list[SocketRecord]:
         for family in FAMILIES:
             for proto, number in (("tcp", socket.IPPROTO_TCP), ("udp", socket.IPPROTO_UDP)):
                 extensions = 1 << (INET_DIAG_INFO - 1) if proto == "tcp" else 0
-                for msg in ds.get_sock_stats(family=family, states=SS_ALL, protocol=number,
-                                             extensions=extensions):
-                    record = _record(msg, proto)
-                    if record is not None:
-                        records.append(record)
+                try:
+                    found = ds.get_sock_stats(family=family, states=SS_ALL, protocol=number,
+                                              extensions=extensions)
+                except NetlinkError:
+                    if family == socket.AF_INET:
+                        raise
+                    continue  # a kernel without IPv6 (ipv6.disable=1): no IPv6 socket to see
+                records += [r for msg in found if (r := _record(msg, proto)) is not None]
     return records
 
 

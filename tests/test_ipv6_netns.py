@@ -200,3 +200,32 @@ def test_a_square_wave_on_an_ipv6_link_is_measured(dual):
     # the mean delay the injector reports (1.008 in five runs here)
     assert abs(estimate["gradient"] - 1.0) < 0.05, estimate
     assert hi - lo < 0.2, estimate
+
+
+NO_IP6TABLES = """
+from common.errors import RuntimeFailure
+from injector.engine import Engine
+from injector.link import Link, parse_endpoint
+from injector.schedule import Constant
+
+def link(dst):
+    return Link("tcp", parse_endpoint("10.0.0.1" if "." in dst else "fd00::1", "src"),
+                parse_endpoint(dst, "dst"))
+
+with Engine(queue_base=5660, ip6tables="false") as engine:  # every ip6tables call fails
+    try:
+        engine.add_link(link("[fd00::2]:80"), Constant(0.005, 0.0, 1.0))
+    except RuntimeFailure as e:
+        print("refused:", e)
+    engine.add_link(link("10.0.0.2:80"), Constant(0.005, 0.0, 1.0))
+    print("ipv4 added")
+"""
+
+
+def test_where_ip6tables_fails_ipv4_links_are_still_delayed_and_ipv6_ones_refused(dual):
+    hosts, _ = dual
+    out = hosts.exec("a", sys.executable, "-c", NO_IP6TABLES).stdout.splitlines()
+    assert out[0].startswith("refused: cannot delay tcp [fd00::1]:0 -> [fd00::2]:80: "
+                             "ip6tables fails on this host (false -w 5 -N LINKGRAD-Q5660 failed")
+    assert out[1] == "ipv4 added"
+    assert "LINKGRAD" not in _rules(hosts, "a")

@@ -9,12 +9,14 @@ from __future__ import annotations
 import io
 import json
 import re
+import socket
 from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
 import pytest
 from pydantic import ValidationError
+from pyroute2.netlink.exceptions import NetlinkError
 
 from common.errors import InputError
 from common.protocol.fields import parse_endpoint_text
@@ -28,7 +30,7 @@ from injector.link import Endpoint, Link, parse_endpoint
 from injector.rules import match_args
 from sniffer.daemon import Service, Sniffer
 from sniffer.daemon import run as run_sniffer
-from sniffer.kernel import _record
+from sniffer.kernel import _record, dump_sockets
 from sniffer.links import Process, SocketRecord, is_ipv6, link_counts, plain_address
 from tests.fakes.remote import (
     ADDRESSES,
@@ -146,6 +148,32 @@ def test_a_native_ipv6_socket_keeps_its_addresses():
                                                2, 1)
     assert _record(_Msg(None, idiag_src="fd00::2", idiag_sport=1, idiag_dst="fd00::3",
                         idiag_dport=2, idiag_inode=0, idiag_state=6), "tcp") is None
+
+
+class _DiagWithoutIpv6:
+    """pyroute2's DiagSocket on a kernel booted without IPv6: AF_INET6 dumps fail."""
+
+    def __enter__(self) -> _DiagWithoutIpv6:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def bind(self) -> None:
+        pass
+
+    def get_sock_stats(self, family: int, protocol: int, **_: object) -> list[_Msg]:
+        if family == socket.AF_INET6:
+            raise NetlinkError(2, "No such file or directory")
+        return [_Msg({"tcpi_data_segs_out": 1, "tcpi_data_segs_in": 1}, idiag_src="10.9.0.2",
+                     idiag_sport=40001, idiag_dst="10.9.0.3", idiag_dport=5432,
+                     idiag_inode=5, idiag_state=1)] if protocol == socket.IPPROTO_TCP else []
+
+
+def test_a_kernel_without_ipv6_still_gives_its_ipv4_sockets(monkeypatch):
+    monkeypatch.setattr("pyroute2.DiagSocket", _DiagWithoutIpv6)
+    assert dump_sockets() == [SocketRecord("tcp", "10.9.0.2", 40001, "10.9.0.3", 5432, 5, 1,
+                                           1)]
 
 
 def _report(*links: tuple[str, int, str, int, int]) -> Report:
