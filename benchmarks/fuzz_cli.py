@@ -44,7 +44,6 @@ import json
 import os
 import platform
 import random
-import re
 import resource
 import subprocess
 import sys
@@ -169,7 +168,10 @@ def structural(rng: random.Random, raw: bytes, as_yaml: bool) -> tuple[str, byte
         _set(data, path, "@@DEEP@@")
         body = _dump(data, as_yaml).decode().replace(
             "'@@DEEP@@'" if as_yaml else '"@@DEEP@@"', text)
-        return f"deep{depth}:{'.'.join(map(str, path))}", body.encode(), True
+        # past 64 levels YAML is refused; JSON that deep is JSON (an ignored field may hold
+        # it) until Python's parser cannot follow
+        invalid = as_yaml or depth >= 10_000
+        return f"deep{depth}:{'.'.join(map(str, path))}", body.encode(), invalid
     value = _rng_choice(rng, NASTY_VALUES)
     _set(data, path, value)
     invalid = (isinstance(value, float) and value != value) or value in (float("inf"),
@@ -212,15 +214,24 @@ def json_text(rng: random.Random, raw: bytes) -> tuple[str, bytes, bool]:
         end = text.index(",", at) if "," in text[at:] else -1
         if end > at and ":" in text[at:end]:
             return "duplicate_key", (text[:at] + text[at:end] + ", " + text[at:]).encode(), True
-    numbers = [m for m in re.finditer(r"(?<=[:\[,] )-?\d+(\.\d+)?([eE][-+]?\d+)?", text)]
-    numbers += [m for m in re.finditer(r"(?<=[:\[,])-?\d+(\.\d+)?([eE][-+]?\d+)?", text)]
+    data = json.loads(text)
+    numbers = [path for path in _paths(data) if isinstance(_get(data, path), int | float)
+               and not isinstance(_get(data, path), bool)]
     if not numbers:
         return "json:none", raw, False
-    m = _rng_choice(rng, numbers)
+    path = _rng_choice(rng, numbers)
     new = _rng_choice(rng, ["NaN", "Infinity", "-Infinity", "1e999", "-0", "1e308", "0",
                             "9" * 5000, "1.5", "true", "null", '"1"', "[]", "1e-400"])
     invalid = new in ("NaN", "Infinity", "-Infinity", "1e999")
-    return f"json_number={new[:12]}", (text[:m.start()] + new + text[m.end():]).encode(), invalid
+    _set(data, path, "@@NUMBER@@")
+    out = json.dumps(data, indent=2).replace('"@@NUMBER@@"', new)
+    return f"json_number:{'.'.join(map(str, path))}={new[:12]}", out.encode(), invalid
+
+
+def _get(node: Any, path: tuple[Any, ...]) -> Any:
+    for key in path:
+        node = node[key]
+    return node
 
 
 def bytes_level(rng: random.Random, raw: bytes, text_format: bool) -> tuple[str, bytes, bool]:
@@ -498,6 +509,18 @@ def summarize(outcomes: list[Outcome], daemon: list[dict[str, Any]]) -> dict[str
             "failures": sum(n for k, n in per_class.items() if k in FAILURES)}
 
 
+def _compared(path: Path | None) -> list[str]:
+    """A line on an earlier campaign's failures (e.g. before this campaign's fixes)."""
+    if path is None:
+        return []
+    before = json.loads(path.read_text())
+    cases = sum(before["per_class"].values())
+    classes = Counter(f["verdict"] for f in before["failing"])
+    return ["", f"Before the fixes it led to (`--code` {before['code']}, seed {before['seed']},"
+            f" {cases} cases): **{before['failures']}** failures ("
+            + ", ".join(f"{k} {v}" for k, v in sorted(classes.items())) + ")."]
+
+
 def _markdown(args: argparse.Namespace, summary: dict[str, Any], total: int,
               wall_s: float) -> str:
     classes = sorted({c for v in summary["per_command"].values() for c in v})
@@ -514,7 +537,8 @@ def _markdown(args: argparse.Namespace, summary: dict[str, Any], total: int,
         f" {wall_s / 60:.0f} min. Issue 13 found 183 tracebacks and 20 invalid `--json` "
         f"outputs in about 3,500 such cases; this campaign finds **{summary['failures']}** "
         "failures (traceback, internal error, invalid JSON, hang, crash, daemon died, exit 2 "
-        "not naming the file, certainly invalid input accepted).",
+        "not naming the file, certainly invalid input accepted, log lines unaccounted for).",
+        *_compared(args.compare),
         "",
         *rows,
         "",
@@ -551,6 +575,8 @@ def main() -> None:
     parser.add_argument("--code", type=Path, help="run the linkgrad of this source tree "
                         "(e.g. `git archive` of an older commit), with this venv")
     parser.add_argument("--no-results-md", action="store_true")
+    parser.add_argument("--compare", type=Path, metavar="FUZZ_CLI.json",
+                        help="an earlier campaign's output, quoted in RESULTS.md beside this one")
     args = parser.parse_args()
     began = time.monotonic()
     n_daemon = round(args.cases * args.daemon_share)
