@@ -229,3 +229,20 @@ def test_where_ip6tables_fails_ipv4_links_are_still_delayed_and_ipv6_ones_refuse
                              "ip6tables fails on this host (false -w 5 -N LINKGRAD-Q5660 failed")
     assert out[1] == "ipv4 added"
     assert "LINKGRAD" not in _rules(hosts, "a")
+
+
+def test_a_killed_injectors_ipv6_chain_is_removed_by_its_watchdog(dual):
+    hosts, v6 = dual
+    injector = Daemon(hosts, "b", "injector")
+    injector.ask({"cmd": "add", "link": {"proto": "tcp", "src": v6["a"],
+                                         "dst": f"[{v6['b']}]:{PORT}"},
+                  "schedule": {"kind": "constant", "magnitude_ms": 5.0, "duration_s": 60.0}})
+    assert f"-s {v6['a']}/128 -d {v6['b']}/128 -p tcp" in _rules(hosts, "b")
+    injector.proc.kill()
+    injector.proc.wait(timeout=15)
+    deadline = time.monotonic() + 10.0
+    while "LINKGRAD" in _rules(hosts, "b"):  # both chains, the jumps to them
+        assert time.monotonic() < deadline, _rules(hosts, "b")
+        time.sleep(0.05)
+    rtt = hosts.probe("a", "tcp", v6["b"], PORT, 5, 0.0)["rtt"]  # and the link still works
+    assert len(rtt) == 5
