@@ -22,10 +22,12 @@ from common.errors import InputError
 from common.protocol.fields import parse_endpoint_text
 from common.protocol.injector import LinkSpec
 from common.protocol.sniffer import LinkCount, Report, SnifferReady
-from coordinator.config.run_dir import RunDir
+from coordinator.config.run_dir import RunDir, load_run
 from coordinator.core.graph import build_graph, select
+from coordinator.core.prediction import Estimate
 from coordinator.live.run import run_experiment
 from coordinator.live.session import ipv6_hosts
+from coordinator.live.validate import PlacementChanges, validate_placements
 from injector.link import Endpoint, Link, parse_endpoint
 from injector.rules import match_args
 from sniffer.daemon import Service, Sniffer
@@ -279,3 +281,24 @@ def test_a_run_measures_a_link_over_ipv6(tmp_path: Path, monkeypatch: pytest.Mon
         assert m.record.link == m.link["label"]
         for name, truth in (("two", 2.0), ("none", 0.0)):  # about 3 standard errors
             assert abs(m.transactions[name]["gradient"] - truth) < 0.3, m.transactions[name]
+
+
+def test_validate_delays_a_pair_over_the_ipv6_ends_its_run_saw(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    """`predict --validate` grows a pair's latency on every family the run saw it use: the
+    app<->db pair talks IPv6 only, so a delay between their IPv4 addresses would change
+    nothing and the validation would read no change."""
+    monkeypatch.setattr(FakeRemote, "_sniffer", _sniffer_with_ipv6)
+    monkeypatch.setattr("tests.test_run_fake_remote.FakeApplication", _Ipv6App)
+    exp, run_dir = experiment(tmp_path), tmp_path / "run"
+    assert Fake().run(exp, run_dir).status == "completed"
+    run = load_run(run_dir / "gradients.json")
+    assert run.ipv6_traffic[("app", "db")] == {("tcp", IPV6["app"], IPV6["db"])}
+    fake = Fake(seed=3)
+    changes = {("app", "db"): Estimate(5.0, 0.0), ("db", "app"): Estimate(5.0, 0.0)}
+    [validation] = validate_placements(run, [PlacementChanges("east.yaml", changes)], 30.0,
+                                       lambda _: None, fake.hosts.connect, fake.clock)
+    two = validation.transactions["two"]
+    assert two.predicted_ms - two.current_ms == pytest.approx(20.0, abs=3.0)  # 2 x 2 x 5 ms
+    assert two.inside
+    fake.assert_every_lease_ended()

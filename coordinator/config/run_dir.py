@@ -299,6 +299,8 @@ class GraphEntry(_ReadBack):
     src_host: Str
     dst_host: Str
     proto: Str
+    src_addr: Str | None = None
+    dst_addr: Str | None = None
 
 
 class HostAsRun(_ReadBack):
@@ -347,6 +349,8 @@ class RunInputs:
     requests: dict[str, int]  # transaction -> requests in the passive phase (its mix)
     measured_ms: dict[Pair, float] = field(default_factory=dict)  # largest delay injected
     patterns: dict[str, str] = field(default_factory=dict)  # transaction -> URL regex, if named
+    # pairs that (also) talked IPv6: (proto, src address, dst address) as the graph saw them
+    ipv6_traffic: dict[Pair, set[tuple[str, str, str]]] = field(default_factory=dict)
 
 
 def fit_curve(points: list[tuple[float, float, float]]) -> Curve:
@@ -432,6 +436,7 @@ def load_run(gradients_file: Path) -> RunInputs:
         hosts=[h.name for h in experiment.hosts],
         gradients=pair_gradients(links),
         traffic=_traffic(entries),
+        ipv6_traffic=_ipv6_traffic(entries),
         current_ms={name: Estimate(b.mean_ms, b.se_ms)
                     for name, b in baseline.transactions.items()},
         requests={name: b.requests for name, b in baseline.transactions.items()},
@@ -444,6 +449,16 @@ def _traffic(graph: list[GraphEntry]) -> dict[Pair, set[str]]:
     out: dict[Pair, set[str]] = {}
     for g in graph:
         out.setdefault((g.src_host, g.dst_host), set()).add(g.proto)
+    return out
+
+
+def _ipv6_traffic(graph: list[GraphEntry]) -> dict[Pair, set[tuple[str, str, str]]]:
+    """The IPv6 ends of each pair's links: a host's IPv4 address does not reach them."""
+    out: dict[Pair, set[tuple[str, str, str]]] = {}
+    for g in graph:
+        if g.src_addr and g.dst_addr and ":" in g.src_addr:
+            out.setdefault((g.src_host, g.dst_host), set()).add((g.proto, g.src_addr,
+                                                                 g.dst_addr))
     return out
 
 

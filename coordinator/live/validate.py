@@ -197,15 +197,20 @@ def applied_changes(stats: list[tuple[Pair, LinkStats]], schedule_id: int,
 
 def add_links(session: Session, run: RunInputs, changes: dict[Pair, Estimate],
               duration_s: float) -> list[tuple[Pair, DaemonClient, int]]:
-    """Every protocol the run saw between each pair whose latency grows, at 0 ms for now."""
+    """Every protocol the run saw between each pair whose latency grows, at 0 ms for now:
+    between the hosts' IPv4 addresses, and between the IPv6 addresses the run's graph saw the
+    pair use (a latency is the pair's, whichever family carries it)."""
     address = {host: addr for addr, host in session.addresses.items()}
     added: list[tuple[Pair, DaemonClient, int]] = []
     try:
         for (a, b), d in sorted(changes.items()):
             if d.mean <= 0:
                 continue
-            for proto in sorted(run.traffic.get((a, b), {"tcp"})):
-                link = LinkSpec(proto=proto, src=address[a], dst=address[b])
+            links = [LinkSpec(proto=proto, src=address[a], dst=address[b])
+                     for proto in sorted(run.traffic.get((a, b), {"tcp"}))]
+            links += [LinkSpec(proto=proto, src=src, dst=dst)
+                      for proto, src, dst in sorted(run.ipv6_traffic.get((a, b), set()))]
+            for link in links:
                 schedule = ConstantSchedule(magnitude_ms=0.0, duration_s=duration_s)
                 injector = session.link_injector(a, b)  # as the run measured them
                 reply = injector.call(Add(link=link, schedule=schedule))
