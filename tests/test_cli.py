@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -217,3 +218,20 @@ def test_a_bug_is_one_sentence_exit_1_and_its_traceback_in_a_file(capsys, monkey
     saved = list(tmp_path.glob("linkgrad-internal-error-*.txt"))
     assert len(saved) == 1
     assert "Traceback (most recent call last)" in saved[0].read_text()
+
+
+def test_a_reader_that_leaves_is_no_traceback(capsys, monkeypatch, measured_log):
+    """`linkgrad plan --json | head -c 10` (found by benchmarks/fuzz_cli.py's probes): the
+    BrokenPipeError of print() was a traceback, and so was the last-resort handler's."""
+    def without_reader(*argv: str) -> int:
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        with os.fdopen(write_end, "w") as stdout:
+            monkeypatch.setattr(sys, "stdout", stdout)
+            return main([*argv, "--json"])
+
+    log = str(measured_log / "access.log")
+    assert without_reader("plan", "--log", log, "--log-format", EXAMPLE_LOG_FORMAT) == 1
+    assert capsys.readouterr().err == ""
+    assert without_reader("plan", "--log", log) == 1  # bad input, and no reader for its JSON:
+    assert "linkgrad: error: " in capsys.readouterr().err  # the sentence was said first

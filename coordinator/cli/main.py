@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import select
 import sys
 import tempfile
 import textwrap
@@ -90,13 +91,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _print_error(error: LinkgradError, as_json: bool) -> None:
     kind = "input" if isinstance(error, InputError) else "runtime"
-    if as_json:
-        print(dumps({"error": {"kind": kind, "message": str(error)}}, indent=None))
     print(f"linkgrad: error: {error}", file=sys.stderr)
+    if as_json:  # after the message: a reader that left must not silence it
+        print(dumps({"error": {"kind": kind, "message": str(error)}}, indent=None))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code = _run(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # a reader that left is found here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:  # `linkgrad ... | head`: the reader left; no traceback for it
+        _stdout_to_devnull()
+        return 1  # as rich's console does when its output's reader leaves
+
+
+def _run(argv: list[str]) -> int:
     as_json = "--json" in argv
     try:
         args = build_parser().parse_args(argv)
@@ -108,8 +118,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("linkgrad: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError as e:
+        if _reader_left():
+            raise  # main's
+        return _internal_error(e, as_json)  # another pipe than stdout: a bug
     except Exception as e:  # the last resort: not a LinkgradError, so a bug
         return _internal_error(e, as_json)
+
+
+def _reader_left() -> bool:
+    """Whether stdout is a pipe whose reader has gone (the kernel flags it POLLERR)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 INTERNAL_ERROR = "linkgrad: internal error (a bug, please report it)"
@@ -126,10 +157,10 @@ def _internal_error(error: Exception, as_json: bool) -> int:
         where = str(details)
     except OSError as e:  # the sentence must come out even where no file can be written
         where = f"nowhere ({details} could not be written: {e.strerror})"
-    if as_json:
+    print(f"{INTERNAL_ERROR}: {summary}; details in {where}", file=sys.stderr)
+    if as_json:  # after the sentence: a reader that left must not silence it
         print(dumps({"error": {"kind": "internal", "message": summary, "details": where}},
                     indent=None))
-    print(f"{INTERNAL_ERROR}: {summary}; details in {where}", file=sys.stderr)
     return 1
 
 
