@@ -235,3 +235,18 @@ def test_a_reader_that_leaves_is_no_traceback(capsys, monkeypatch, measured_log)
     assert capsys.readouterr().err == ""
     assert without_reader("plan", "--log", log) == 1  # bad input, and no reader for its JSON:
     assert "linkgrad: error: " in capsys.readouterr().err  # the sentence was said first
+
+
+def test_plan_with_no_transaction_planned_is_exit_2_naming_log_and_before(capsys,
+                                                                         measured_log):
+    """As gradient does when no transaction has an estimate (found by hand beside
+    benchmarks/fuzz_cli.py): `--before` earlier than every request planned nothing, exit 0."""
+    log = str(measured_log / "access.log")
+    code = main(["plan", "--log", log, "--log-format", EXAMPLE_LOG_FORMAT, "--before", "1",
+                 "--json"])
+    out = capsys.readouterr().out
+    assert code == 2
+    message = json.loads(out)["error"]["message"]
+    assert message.startswith(f"{log}: field '--before' no transaction can be planned from "
+                              "the 0 requests before --before 1970-01-01 00:00:01 UTC (")
+    assert "need more than 9 requests" in message

@@ -331,6 +331,14 @@ def plan_command(args: argparse.Namespace) -> int:
             plans[name] = {"error": str(e)}
         except ArithmeticError as e:  # e.g. --half-width 1e-300: cycles beyond any number
             plans[name] = {"error": f"the options give numbers out of range ({e})"}
+    if plans and all("error" in p for p in plans.values()):  # as gradient: nothing, exit 2
+        training = int(np.count_nonzero(log.start_s < end))
+        reasons = "; ".join(f"{name}: {p['error']}" for name, p in list(plans.items())[:5])
+        raise InputError(Problem(
+            f"no transaction can be planned from the {training} requests before "
+            f"{'--before ' if args.before is not None else 'the end of the log '}"
+            f"{_utc(end)} ({reasons})", str(args.log),
+            field="--before" if args.before is not None else None))
     if args.json:
         print(strict_json({"log": {"path": args.log, "requests": len(log),
                                    "malformed": _malformed_json(log)},
