@@ -424,6 +424,8 @@ def make_case(index: int, seed: int, world: World, root: Path) -> Case:
 def _log_lines(path: Path, kind: str) -> int | None:
     """Lines of a log that are not blank (a CSV's header left out): the requests plus the
     malformed lines of an accepted log must add up to it (nothing lost)."""
+    if path.is_symlink() or not path.is_file():  # /dev/zero has no end to count to
+        return None
     try:
         data = path.read_bytes()
         data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
@@ -460,7 +462,8 @@ def classify(case: Case, code: int | None, out: str, err: str) -> str:
     if case.as_json and not strict_json(out):
         return "invalid_json"
     if code == 2:  # an option's value may be wrong for a file it refers to: its field named
-        named = case.named in err or (case.slot.startswith("option:") and "field '" in err)
+        named = case.named in err or (case.slot.startswith("option:") and (
+            "field '" in err or "linkgrad: error: /" in err))  # or the file it names
         return "exit2_named" if named else "exit2_unnamed"
     if code == 0 and case.log_lines is not None and case.as_json:
         log = json.loads(out).get("log", {})
@@ -578,6 +581,9 @@ def main() -> None:
     parser.add_argument("--compare", type=Path, metavar="FUZZ_CLI.json",
                         help="an earlier campaign's output, quoted in RESULTS.md beside this one")
     args = parser.parse_args()
+    # The campaign's own reading of what it made is bounded too: a bug of its own must be a
+    # MemoryError here, not the kernel's OOM killer on a shared machine.
+    resource.setrlimit(resource.RLIMIT_AS, (2 * MEMORY_LIMIT, 2 * MEMORY_LIMIT))
     began = time.monotonic()
     n_daemon = round(args.cases * args.daemon_share)
     with tempfile.TemporaryDirectory(prefix="lgfuzz-") as tmp:
