@@ -12,6 +12,7 @@ from coordinator.core.wave_plan import (
     WavePlan,
     next_delay,
     plan_wave,
+    precision_shortfall,
     training_needed_s,
 )
 
@@ -141,3 +142,15 @@ def test_automatic_cycles_keep_every_concurrent_wave_under_the_duration_cap():
     for count in (1, 2, 3, 4):
         for wave in group_waves(plan, count, 0.0, [0.001] * count):
             assert wave.duration_s <= p.max_duration_s, (count, wave)
+
+
+def test_an_interval_much_wider_than_wanted_is_said() -> None:
+    ten = Precision(0.1, relative=True)
+    assert precision_shortfall(40.0, [36.5, 43.5], ten) is None  # ±3.5 against ±4
+    note = precision_shortfall(40.0, [-5.0, 85.0], ten)
+    assert note is not None
+    assert "±45 against ±4" in note
+    assert precision_shortfall(0.0, [-0.1, 0.1], ten) is None  # ±0.1: 10% of 1
+    assert precision_shortfall(0.0, [-0.2, 0.2], ten) is not None
+    assert precision_shortfall(None, None, ten) is None
+    assert precision_shortfall(2.0, [1.0, 3.0], Precision(0.5, relative=False)) is not None

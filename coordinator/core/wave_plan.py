@@ -74,6 +74,24 @@ class Precision:
         return self.value * max(abs(gradient), 1.0) if self.relative else self.value
 
 
+PRECISION_SLACK = 1.5  # an interval this much wider than wanted is said, not left to be found
+
+
+def precision_shortfall(gradient: float | None, ci95: list[float] | None, wanted: Precision
+                        ) -> str | None:
+    """A note when a measured interval is much wider than the precision asked for: the run
+    completed, but its answer is not what was wanted (noisier responses than training saw,
+    or the effect cap kept the delay small), and nothing else would say so."""
+    if gradient is None or ci95 is None:
+        return None
+    half, goal = (ci95[1] - ci95[0]) / 2, wanted.at(gradient)
+    if not half > PRECISION_SLACK * goal:
+        return None
+    return (f"wider than wanted: ±{half:.3g} against ±{goal:.3g} (half_width {wanted}); "
+            "the responses were noisier than training saw or the effect cap kept the delay "
+            "small: more cycles, a quieter time or a higher effect cap would narrow it")
+
+
 class PlanSettings(Protocol):
     """What the plan reads (an experiment's `parameters` has it): thesis §3.2's knobs."""
 

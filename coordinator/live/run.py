@@ -69,10 +69,12 @@ from coordinator.core.watch import (
 from coordinator.core.wave_plan import (
     TRAIN_BINS,
     TRAIN_CHUNKS,
+    Precision,
     RoughGradient,
     WavePlan,
     next_delay,
     plan_wave,
+    precision_shortfall,
     training_needed_s,
 )
 from coordinator.core.weblog.model import RequestLog
@@ -361,8 +363,18 @@ def measure_group(session: Session, links: list[GraphLink], plan: WavePlan, base
     results = inject_and_estimate(session, list(zip(links, waves, strict=True)), base)
     sleep_checking(clock, max(w.period_s for w in waves) / 2)
     return [LinkMeasurement(link=link.as_json(), adaptive=a, concurrent_with=len(links) - 1,
-                            planned_ms=fixed_ms, **dict(_with_linearity(r, a)))
+                            planned_ms=fixed_ms,
+                            **dict(_with_precision(_with_linearity(r, a), p.half_width)))
             for link, a, r in zip(links, adaptive, results, strict=True)]
+
+
+def _with_precision(result: WaveEstimate, wanted: Precision) -> WaveEstimate:
+    """The measurement with a note per transaction whose interval is much wider than wanted."""
+    transactions = {}
+    for name, t in result.transactions.items():
+        note = precision_shortfall(t.get("gradient"), t.get("ci95"), wanted)
+        transactions[name] = {**t, "notes": [*t["notes"], note]} if note else t
+    return result.model_copy(update={"transactions": transactions})
 
 
 def _with_linearity(result: WaveEstimate, adaptive: WaveEstimate | None) -> WaveEstimate:
