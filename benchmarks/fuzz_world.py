@@ -120,7 +120,7 @@ class World:
             ("latency", [str(g["experiment"]), "--out", rng.choice(
                 ["/proc/nope/x.yaml", str(case_dir), "/dev/full",
                  str(case_dir / "no" / "such" / "x.yaml"), value])], "--out"),
-            ("report", [str(case_dir / value.replace("/", "_")[:50])], "report"),
+            ("report", [str(case_dir / value.replace("/", "_")[:50])], "run_dir"),
             ("run", [str(g["experiment"]), "--resume", str(case_dir / "nowhere")], "--resume"),
         ]
         return choices[rng.randrange(len(choices))]
