@@ -113,6 +113,14 @@ def argv_for(slot: str, bad: Path, tmp: Path) -> tuple[list[str], Path]:
         return ["run", str(write_experiment(tmp / "x.yaml")), "--resume", str(run)], target
     if slot in ("run", "latency"):
         return [slot, str(bad)], bad
+    if slot.startswith("gradient:"):  # an injection record, or a concurrent partner's
+        log = tmp / "log.csv"
+        log.write_text("".join(f"{1.7e9 + i / 10},{5 + i % 3},/two\n" for i in range(400)))
+        good_record = tmp / "record.json"
+        good_record.write_text(json.dumps(link_entry()["record"]))
+        records = ["--injection", str(bad)] if slot == "gradient:injection" else \
+            ["--injection", str(good_record), "--concurrent", str(bad)]
+        return ["gradient", "--log", str(log), *records], bad
     if slot.startswith("predict:"):
         chosen = {**good, slot.split(":")[1]: bad}
         return ["predict", "--gradients", str(chosen["gradients"]), "--latencies",
@@ -123,7 +131,8 @@ def argv_for(slot: str, bad: Path, tmp: Path) -> tuple[list[str], Path]:
             str(chosen["latencies"]), "--candidates", str(chosen["candidates"])], bad
 
 
-SLOTS = ("run", "latency", "predict:gradients", "predict:latencies", "predict:placement",
+SLOTS = ("run", "latency", "gradient:injection", "gradient:concurrent", "predict:gradients",
+         "predict:latencies", "predict:placement",
          "place:gradients", "place:latencies", "place:candidates", "report:run.json",
          "report:plan.json", "report:experiment.json", "report:gradients.json",
          "resume:run.json", "resume:gradients.json")
