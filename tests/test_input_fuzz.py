@@ -353,3 +353,15 @@ def test_report_of_an_endless_weblog_or_an_unwritable_report_is_a_sentence(tmp_p
     out, err = capsys.readouterr()
     assert f"linkgrad: error: cannot write {run / 'report.html'}: Is a directory" in err
     assert strict_loads(out)["error"]["kind"] == "runtime"
+
+
+@pytest.mark.parametrize("site", [" ", " east", "east ", "-east", "a<b", "a>b"])
+def test_a_site_no_latency_can_name_is_refused_at_its_line(tmp_path, capsys, site):
+    """Found by benchmarks/fuzz_cli.py (issue 13): `move: {db: " "}` was refused as a latency
+    missing from the latencies file ('here-> '), not at the placement's own line."""
+    run = write_run(tmp_path / "run")
+    (run / "move.yaml").write_text(f"move:\n  db: {json.dumps(site)}\n")
+    code = main(["predict", "--gradients", str(run / "gradients.json"), "--latencies",
+                 str(run / "now.yaml"), "--placement", str(run / "move.yaml"), "--json"])
+    assert code == 2
+    assert f"{run / 'move.yaml'}:2: field 'move.db'" in capsys.readouterr().err

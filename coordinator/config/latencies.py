@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from common.errors import InputError, Problem
 from common.yamlconf import line_of, load_yaml
@@ -30,13 +30,24 @@ _PAIR = re.compile(r"^\s*([^\s<>-][^<>]*?)\s*(->|<->)\s*([^\s<>-][^<>]*?)\s*$")
 MAX_LATENCY_MS = 60_000.0  # one way; a minute is no network's latency
 
 
+def _site(name: str) -> str:
+    """A site a latency pair can name: `_PAIR` strips spaces and stops at '<', '>', '-'."""
+    if not _PAIR.match(f"{name}->{name}") or name != name.strip():
+        raise ValueError(f"{name!r} is no site name a latency ('a->b') could give: no spaces "
+                         "around it, no '<' or '>', not starting with '-'")
+    return name
+
+
+Site = Annotated[Str, AfterValidator(_site)]
+
+
 class Latency(InputModel):
     mean: Float = Field(ge=0, le=MAX_LATENCY_MS)
     se: Float = Field(0.0, ge=0, le=MAX_LATENCY_MS)
 
 
 class Latencies(InputModel):
-    sites: dict[Str, Str] = Field(default_factory=dict)  # host -> site (default: its own)
+    sites: dict[Str, Site] = Field(default_factory=dict)  # host -> site (default: its own)
     latency_ms: dict[Str, Annotated[Float, Field(ge=0, le=MAX_LATENCY_MS)] | Latency] = Field(
         min_length=1)
 
@@ -50,7 +61,7 @@ class Latencies(InputModel):
 
 
 class Placement(InputModel):
-    move: dict[Str, Str] = Field(min_length=1)  # host -> the site it moves to
+    move: dict[Str, Site] = Field(min_length=1)  # host -> the site it moves to
 
 
 def one_way(latencies: Latencies) -> dict[tuple[str, str], Estimate]:
