@@ -365,3 +365,15 @@ def test_a_site_no_latency_can_name_is_refused_at_its_line(tmp_path, capsys, sit
                  str(run / "now.yaml"), "--placement", str(run / "move.yaml"), "--json"])
     assert code == 2
     assert f"{run / 'move.yaml'}:2: field 'move.db'" in capsys.readouterr().err
+
+
+def test_a_copy_site_no_latency_can_name_is_exit_2_at_the_option(tmp_path, capsys):
+    """route --copies ' 1' east: its Placement refused the site as a ValidationError, a bug
+    said by the last-resort handler (found by benchmarks/fuzz_cli.py)."""
+    run = write_run(tmp_path / "run")
+    code = main(["route", "--gradients", str(run / "gradients.json"), "--latencies",
+                 str(run / "now.yaml"), "--component", "db", "--copies", " 1", "app", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert "field '--copies': ' 1' is no site name" in err
+    assert strict_loads(out)["error"]["kind"] == "input"

@@ -12,7 +12,13 @@ from rich.table import Table
 
 from common.command import Command
 from common.errors import InputError, Problem
-from coordinator.config.latencies import Placement, latency_changes, load_latencies, load_placement
+from coordinator.config.latencies import (
+    Placement,
+    check_site,
+    latency_changes,
+    load_latencies,
+    load_placement,
+)
 from coordinator.config.run_dir import load_run, require_measured
 from coordinator.core.prediction import predict
 from coordinator.core.routing import RoutingAdvice, advise, nginx_map, upstream_problem
@@ -38,6 +44,11 @@ def route_command(args: argparse.Namespace) -> int:
                 if p]
     if problems:  # before any file is read: the names go into nginx's configuration
         raise InputError(problems)
+    for site in args.copies:  # before Placement() is built from them
+        try:
+            check_site(site)
+        except ValueError as e:
+            raise InputError(Problem(str(e), field="--copies")) from e
     run = load_run(args.gradients)
     if args.component not in run.hosts:
         raise InputError(Problem(f"{args.component!r} is not a host of the run "

@@ -30,7 +30,7 @@ _PAIR = re.compile(r"^\s*([^\s<>-][^<>]*?)\s*(->|<->)\s*([^\s<>-][^<>]*?)\s*$")
 MAX_LATENCY_MS = 60_000.0  # one way; a minute is no network's latency
 
 
-def _site(name: str) -> str:
+def check_site(name: str) -> str:
     """A site a latency pair can name: `_PAIR` strips spaces and stops at '<', '>', '-'."""
     if not _PAIR.match(f"{name}->{name}") or name != name.strip():
         raise ValueError(f"{name!r} is no site name a latency ('a->b') could give: no spaces "
@@ -38,7 +38,7 @@ def _site(name: str) -> str:
     return name
 
 
-Site = Annotated[Str, AfterValidator(_site)]
+Site = Annotated[Str, AfterValidator(check_site)]
 
 
 class Latency(InputModel):
