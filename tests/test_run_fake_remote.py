@@ -138,6 +138,22 @@ def test_resume_measures_only_the_links_still_missing(tmp_path):
     second.assert_every_lease_ended()
 
 
+def test_resuming_a_completed_run_touches_no_host_and_keeps_its_journal(tmp_path):
+    exp, run_dir = experiment(tmp_path), tmp_path / "run"
+    assert Fake().run(exp, run_dir).status == "completed"
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+
+    def unreachable(*_: object) -> None:
+        raise AssertionError("a completed run's resume connected to a host")
+
+    said: list[str] = []
+    journal = run_experiment(exp, run_dir, said.append, resume=True, connect=unreachable)
+    assert journal.status == "completed"
+    assert journal.links_done == journal.links_planned == 2
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+    assert said == ["the run completed all 2 links: nothing to resume"]
+
+
 def test_a_throughput_collapse_aborts_and_removes_the_delay(tmp_path):
     fake, run_dir = Fake(collapse_when_delayed=True), tmp_path / "run"
     journal = fake.run(experiment(tmp_path), run_dir)

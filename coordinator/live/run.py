@@ -42,6 +42,7 @@ from coordinator.config.run_dir import (
     WaveEstimate,
     linearity_of,
     measurement_key,
+    read_record,
 )
 from coordinator.core.estimate import (
     delay_disagreement,
@@ -95,11 +96,25 @@ class Training:
     end_s: float
 
 
+def _finished(run_dir: Path) -> RunJournal | None:
+    """The journal of a run that completed every link it planned, else None."""
+    path = run_dir / "run.json"
+    if not path.exists():
+        return None
+    journal = read_record(path, RunJournal, "how the run went")
+    complete = (journal.status == "completed" and journal.links_planned is not None
+                and journal.links_done >= journal.links_planned)
+    return journal if complete else None
+
+
 def run_experiment(experiment: Experiment, run_dir: Path, say: Say, resume: bool = False,
                    connect: Connect = ssh_connect, clock: Clock = SYSTEM) -> RunJournal:
     """The whole run; its journal (also `run_dir/run.json`). Raises only what is not the
     run's own outcome (a bug, a failure to reach a host is `failed` and re-raised)."""
     out = RunDir(run_dir)
+    if resume and (finished := _finished(run_dir)) is not None:
+        say(f"the run completed all {finished.links_planned} links: nothing to resume")
+        return finished  # its files stay as they are: no host is touched
     out.write("experiment.json", experiment.model_dump(mode="json"))
     done = {m.key: m for m in out.measurements()} if resume else {}
     # who is running it: a coordinator killed outright leaves `running`, and this tells
