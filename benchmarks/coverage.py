@@ -75,14 +75,14 @@ def truth(app: str, load: bool) -> dict[tuple[str, str], tuple[float, float]]:
 
 
 def experiment_yaml(app: str, root: Path, rate: float, concurrent: int,
-                    parameters: tuple[str, ...] = ()) -> Path:
+                    parameters: tuple[str, ...] = (), tag: str = TAG) -> Path:
     """Both directions of the app's pair, every transaction, default parameters unless
     `parameters` (YAML lines under `parameters:`) adds some."""
     a, b = PAIRS[app]
     txs = [t for t in transactions_of(topology(app))
            if app != "rubis" or t.name in RUBIS_TRANSACTIONS]
     mix = ",".join(f"{t.path}=1" for t in txs)
-    lines = [f"name: coverage-{app}", f"testbed: {TAG}",
+    lines = [f"name: coverage-{app}", f"testbed: {tag}",
              f"workload: {{host: client, rate_per_s: {rate}, mix: {json.dumps(mix)}}}",
              "transactions:"]
     # the RUBiS-like paths by their path, MediaWiki's by path and query (index.php?title=...)

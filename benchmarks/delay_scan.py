@@ -34,7 +34,7 @@ DEFAULT_DELAYS = {"rubis": "0.5,1,2,4,8", "mediawiki": "0.5,1,2,4"}
 
 def to_markdown(app: str, args: argparse.Namespace, result: dict[str, Any], seconds: float,
                 status: str, expected: dict[tuple[str, str], tuple[float, float]]) -> str:
-    delays = [link["record"]["magnitude_ms"] for link in result["links"]]
+    delays = [link["record"]["magnitude_ms"] for link in result["links"]] or [float("nan")]
     lines = [f"## Small delays against large ones, {app} (`benchmarks/delay_scan.py`)", "",
              f"`--app {app} --delays {args.delays} --cycles {args.cycles} --rate {args.rate}`: "
              f"one `linkgrad run` ({status}, {seconds:.0f} s) measuring both directions of "
@@ -79,7 +79,7 @@ def main() -> None:
         up(topology(args.app), TAG, root)
         experiment = experiment_yaml(
             args.app, root, args.rate, 2,
-            (f"magnitudes_ms: {json.dumps(delays)}", f"cycles: {args.cycles}"))
+            (f"magnitudes_ms: {json.dumps(delays)}", f"cycles: {args.cycles}"), tag=TAG)
         result, seconds, status = one_run(experiment, env)
     finally:
         down(TAG, root=root)
