@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import RuntimeFailure
+from common.errors import InputError, RuntimeFailure
 from coordinator.config.experiment import Experiment
 from coordinator.config.run_dir import RunDir, load_run
 from coordinator.core.prediction import Estimate
@@ -260,3 +260,18 @@ def test_a_run_with_default_parameters_starts_small_grows_and_says_why(tmp_path)
     assert plan["effect_cap_ms"]["many"] == pytest.approx(13.7, abs=0.5)
     assert m.record.magnitude_ms == pytest.approx(0.5)
     assert m.perturbation.throughput_off_per_s is not None
+
+
+def test_a_gradients_file_naming_a_host_the_run_does_not_have_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    assert Fake().run(experiment(tmp_path), run_dir).status == "completed"
+    path = run_dir / "gradients.json"
+    data = json.loads(path.read_text())
+    data["links"][1]["link"]["src_host"] = "elsewhere"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError) as caught:
+        load_run(path)
+    [problem] = caught.value.problems
+    assert problem.file == str(path)
+    assert problem.field == "links.1.link.src_host"
+    assert "'elsewhere' is not a host of the run" in problem.message
