@@ -274,4 +274,5 @@ def test_a_gradients_file_naming_a_host_the_run_does_not_have_is_refused(tmp_pat
     [problem] = caught.value.problems
     assert problem.file == str(path)
     assert problem.field == "links.1.link.src_host"
-    assert "'elsewhere' is not a host of the run" in problem.message
+    assert f"'elsewhere' is not one of the hosts of {run_dir / 'experiment.json'}" in \
+        problem.message

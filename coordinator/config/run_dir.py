@@ -432,7 +432,7 @@ def load_run(gradients_file: Path) -> RunInputs:
     experiment = read_record(run_dir / "experiment.json", ExperimentAsRun,
                              "the experiment as run")
     _hosts_known(links, entries, {h.name for h in experiment.hosts}, gradients_file,
-                 run_dir / "graph.json")
+                 run_dir / "graph.json", run_dir / "experiment.json")
     return RunInputs(
         run_dir=run_dir,
         hosts=[h.name for h in experiment.hosts],
@@ -448,15 +448,16 @@ def load_run(gradients_file: Path) -> RunInputs:
 
 
 def _hosts_known(links: list[LinkMeasurement], graph: list[GraphEntry], hosts: set[str],
-                 gradients_file: Path, graph_file: Path) -> None:
+                 gradients_file: Path, graph_file: Path, experiment_file: Path) -> None:
     """InputError naming every link whose hosts the run's experiment does not have: the files
     are not of one run (or were edited), and a prediction over them would be about nobody."""
-    problems = [Problem(f"host {host!r} is not a host of the run ({', '.join(sorted(hosts))})",
-                        str(gradients_file), field=f"links.{i}.link.{side}")
+    known = f"the hosts of {experiment_file}: {', '.join(sorted(hosts)) or 'none'}"
+    problems = [Problem(f"host {host!r} is not one of {known}", str(gradients_file),
+                        field=f"links.{i}.link.{side}")
                 for i, m in enumerate(links)
                 for side, host in (("src_host", m.pair[0]), ("dst_host", m.pair[1]))
                 if host not in hosts]
-    problems += [Problem(f"host {host!r} is not a host of the run", str(graph_file),
+    problems += [Problem(f"host {host!r} is not one of {known}", str(graph_file),
                          field=f"{i}.{side}")
                  for i, g in enumerate(graph)
                  for side, host in (("src_host", g.src_host), ("dst_host", g.dst_host))
