@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import signal
 import threading
 import time
@@ -67,6 +68,9 @@ def schedule_request(args: argparse.Namespace, caps: Caps) -> tuple[dict[str, An
         except ValueError as e:
             raise InputError(Problem(f"expected PERIOD_S:MS, got {args.square!r}",
                                      field="--square")) from e
+        if not (math.isfinite(period) and period > 0 and math.isfinite(ms) and ms >= 0):
+            raise InputError(Problem(f"expected a period over 0 s and a delay of 0 ms or more, "
+                                     f"both finite, got {args.square!r}", field="--square"))
         limit = args.duration or caps.max_duration_s
         cycles = args.cycles or max(1, int(limit // period))
         spec = {"kind": "square", "period_s": period, "magnitude_ms": ms, "cycles": cycles}

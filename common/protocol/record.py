@@ -14,19 +14,31 @@ from pydantic import Field, StrictFloat, StrictInt, ValidationError
 
 from common.errors import InputError, Problem
 from common.protocol.base import Message
+from common.protocol.fields import (
+    LIMIT_CYCLES,
+    LIMIT_DURATION_S,
+    LIMIT_MAGNITUDE_MS,
+    LIMIT_UNIX_S,
+    MIN_PERIOD_S,
+)
 from common.square_wave import SquareWave
 from common.yamlconf import loads_json, read_text
+
+MIN_MAGNITUDE_MS = 1e-3  # a microsecond: below it no injector applies anything measurable
 
 
 class InjectionRecord(Message):
     """One square-wave injection as the coordinator recorded it."""
 
-    # Strict: `true` is no count and "30" no delay (a record is written by a program).
-    start: StrictFloat = Field(gt=0, description="unix seconds of the first rising edge")
-    period_s: StrictFloat = Field(gt=0)
-    cycles: StrictInt = Field(ge=1)
-    magnitude_ms: StrictFloat = Field(gt=0, description="mean delay actually injected while on")
-    n_bins: StrictInt | None = Field(default=None, ge=2)
+    # Strict: `true` is no count and "30" no delay (a record is written by a program); bounded
+    # as the injector's requests are, so no record reaches the arithmetic as 1e308 or 1e-320.
+    start: StrictFloat = Field(gt=0, lt=LIMIT_UNIX_S,
+                               description="unix seconds of the first rising edge")
+    period_s: StrictFloat = Field(ge=MIN_PERIOD_S, le=LIMIT_DURATION_S)
+    cycles: StrictInt = Field(ge=1, le=LIMIT_CYCLES)
+    magnitude_ms: StrictFloat = Field(ge=MIN_MAGNITUDE_MS, le=LIMIT_MAGNITUDE_MS,
+                                      description="mean delay actually injected while on")
+    n_bins: StrictInt | None = Field(default=None, ge=2, le=1 << 20)
     link: str | dict[str, Any] | None = None
 
     def square_wave(self) -> SquareWave:

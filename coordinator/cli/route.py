@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from coordinator.config.latencies import (
     load_placement,
 )
 from coordinator.config.run_dir import load_run, require_measured
+from coordinator.config.strict_json import dumps
 from coordinator.core.prediction import predict
 from coordinator.core.routing import RoutingAdvice, advise, nginx_map, upstream_problem
 
@@ -74,7 +74,7 @@ def route_command(args: argparse.Namespace) -> int:
                                      str(run.run_dir / "experiment.json"),
                                      field="transactions")) from e
     elif args.json:
-        print(json.dumps(out, indent=2))
+        print(dumps(out))
     else:
         _print(out)
     return 0
