@@ -276,3 +276,22 @@ def test_a_gradients_file_naming_a_host_the_run_does_not_have_is_refused(tmp_pat
     assert problem.field == "links.1.link.src_host"
     assert f"'elsewhere' is not one of the hosts of {run_dir / 'experiment.json'}" in \
         problem.message
+
+
+def test_resuming_with_another_experiment_is_refused_and_keeps_the_run(tmp_path):
+    exp, run_dir = experiment(tmp_path, concurrent=1), tmp_path / "run"
+    first = Fake()
+    first.clock.interrupt_at = START_S + 30 + 55  # after the first link
+    assert first.run(exp, run_dir).status == "interrupted"
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    other = exp.model_copy(update={"name": "another"})
+
+    def unreachable(*_: object) -> None:
+        raise AssertionError("connected although the experiment is another")
+
+    with pytest.raises(InputError) as caught:
+        run_experiment(other, run_dir, lambda _: None, resume=True, connect=unreachable)
+    [problem] = caught.value.problems
+    assert problem.file == str(run_dir / "experiment.json")
+    assert problem.field == "name"
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before

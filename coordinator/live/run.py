@@ -96,6 +96,25 @@ class Training:
     end_s: float
 
 
+SAME_ON_RESUME = ("name", "hosts", "transactions", "web_log")
+
+
+def _same_experiment(experiment: Experiment, path: Path) -> None:
+    """InputError unless `path` (a run directory's experiment.json) is the same experiment as
+    to what it measures: resuming with another would overwrite it and mix two runs' links."""
+    if not path.exists():
+        return
+    before = RunDir(path.parent).read("experiment.json")
+    now = experiment.model_dump(mode="json")
+    differ = [key for key in SAME_ON_RESUME
+              if isinstance(before, dict) and before.get(key) != now.get(key)]
+    if not isinstance(before, dict) or differ:
+        raise InputError(Problem(
+            "this run directory holds another experiment's run (differs in "
+            f"{', '.join(differ) or 'everything'}): resume it with the experiment file it "
+            "was started with", str(path), field=differ[0] if differ else None))
+
+
 def _finished(run_dir: Path) -> RunJournal | None:
     """The journal of a run that completed every link it planned, else None."""
     path = run_dir / "run.json"
@@ -115,6 +134,8 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Say, resume: bool
     if resume and (finished := _finished(run_dir)) is not None:
         say(f"the run completed all {finished.links_planned} links: nothing to resume")
         return finished  # its files stay as they are: no host is touched
+    if resume:
+        _same_experiment(experiment, run_dir / "experiment.json")
     out.write("experiment.json", experiment.model_dump(mode="json"))
     done = {m.key: m for m in out.measurements()} if resume else {}
     # who is running it: a coordinator killed outright leaves `running`, and this tells
