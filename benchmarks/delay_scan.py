@@ -45,8 +45,10 @@ def to_markdown(app: str, args: argparse.Namespace, result: dict[str, Any], seco
              "its 95% interval.", "",
              "| transaction | link | truth | gradient at each delay (ms: value ± 95%) "
              "| change smallest→largest | linear? |", "|---|---|---|---|---|---|"]
+    pair = {link["link"]["label"]: f"{link['link']['src_host']}->{link['link']['dst_host']}"
+            for link in result["links"]}
     for x in result.get("linearity", []):
-        value, se = expected.get((x["transaction"], x["link"]), (None, 0.0))
+        value, se = expected.get((x["transaction"], pair.get(x["link"], x["link"])), (None, 0.0))
         truth_text = "-" if value is None else f"{value:.3g}" + (f" ± {se:.2g}" if se else "")
         points = "; ".join(f"{p['delay_ms']:.2g}: {p['gradient']:.3g} ± {p['half_width']:.2g}"
                            for p in x["points"])
