@@ -44,6 +44,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -426,6 +427,20 @@ def markdown_load(result: dict[str, Any], idle: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
+def _on_testbed(root: Path, measure: Callable[[dict[str, Any]], dict[str, Any]]
+                ) -> dict[str, Any]:
+    """`measure` on a MediaWiki testbed of its own (tag mwt under `root`), taken down and
+    its root removed whatever happens."""
+    try:
+        info = up(MEDIAWIKI, "mwt", root)
+        try:
+            return measure(info)
+        finally:
+            down("mwt", root=root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
@@ -454,40 +469,28 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # the testbed comes down either way
     root = scratch_root("mediawiki_truth")
     if args.background_load:
-        try:
-            info = up(MEDIAWIKI, "mwt", root)
-            try:
-                result = under_background_load(info, args, root)
-            finally:
-                down("mwt", root=root)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+        result = _on_testbed(root, lambda info: under_background_load(info, args, root))
         OUT.mkdir(exist_ok=True)
         (OUT / "mediawiki_truth_load.json").write_text(json.dumps(result, indent=2))
         idle_path = OUT / "mediawiki_truth.json"
         idle = json.loads(idle_path.read_text()) if idle_path.exists() else None
-        update_section("mediawiki_truth_load", markdown_load(result, idle))
-        print(markdown_load(result, idle))
+        text = markdown_load(result, idle)
+        update_section("mediawiki_truth_load", text)
+        print(text)
         return 0
-    try:
-        info = up(MEDIAWIKI, "mwt", root)
-        try:
-            result = {"machine": f"{socket.gethostname()}, 2 cores", "requests": args.requests,
-                      "delay_ms": args.delay_ms, "window_s": args.window_s, "rate": args.rate,
-                      "crossings": crossings(info, Path(info["directory"]), args.requests),
-                      "idle_slopes": [idle_slopes(info, link, args.delay_ms)
-                                      for link in LINKS],
-                      "idle_scan": idle_slopes(info, "web->db", args.scan_ms),
-                      "slopes": [loaded_slopes(info, link, args.delay_ms, args.window_s,
-                                               args.rate) for link in LINKS]}
-        finally:
-            down("mwt", root=root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    result = _on_testbed(root, lambda info: {
+        "machine": f"{socket.gethostname()}, 2 cores", "requests": args.requests,
+        "delay_ms": args.delay_ms, "window_s": args.window_s, "rate": args.rate,
+        "crossings": crossings(info, Path(info["directory"]), args.requests),
+        "idle_slopes": [idle_slopes(info, link, args.delay_ms) for link in LINKS],
+        "idle_scan": idle_slopes(info, "web->db", args.scan_ms),
+        "slopes": [loaded_slopes(info, link, args.delay_ms, args.window_s, args.rate)
+                   for link in LINKS]})
     OUT.mkdir(exist_ok=True)
     (OUT / "mediawiki_truth.json").write_text(json.dumps(result, indent=2))
-    update_section("mediawiki_truth", markdown(result))
-    print(markdown(result))
+    text = markdown(result)
+    update_section("mediawiki_truth", text)
+    print(text)
     return 0
 
 
