@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from testbed.pairs.hosts import Hosts, make_pair
+from testbed.pairs.hosts import Hosts
 from tests.marks import IPTABLES
+from tests.netns_tools.pairs import echo_pair
 
 pytestmark = IPTABLES
 
@@ -22,12 +23,8 @@ UDP_PORT = 7303
 
 @pytest.fixture
 def pair():
-    hosts = make_pair()
-    try:
-        hosts.echo_servers("b", [], [UDP_PORT])
+    with echo_pair([], [UDP_PORT]) as hosts:
         yield hosts
-    finally:
-        hosts.remove()
 
 
 class Lines:

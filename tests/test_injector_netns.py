@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from common.jsonlines import DidNotStart
-from testbed.pairs.hosts import Hosts, InjectorProcess, make_pair, make_routed
+from testbed.pairs.hosts import Hosts, InjectorProcess, make_routed
 from tests.marks import IPTABLES
+from tests.netns_tools.pairs import echo_pair
 
 pytestmark = IPTABLES
 
@@ -24,12 +25,8 @@ TCP_DELAYED, TCP_OTHER, UDP_PORT = 7101, 7102, 7103
 
 @pytest.fixture
 def pair():
-    hosts = make_pair()
-    try:
-        hosts.echo_servers("b", [TCP_DELAYED, TCP_OTHER], [UDP_PORT])
+    with echo_pair([TCP_DELAYED, TCP_OTHER], [UDP_PORT]) as hosts:
         yield hosts
-    finally:
-        hosts.remove()
 
 
 @pytest.fixture

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.pairs.hosts import TOOLS, Hosts, InjectorProcess, make_pair
+from testbed.pairs.hosts import TOOLS, Hosts, InjectorProcess
 from tests.marks import IPTABLES
+from tests.netns_tools.pairs import echo_pair
 
 pytestmark = IPTABLES
 
@@ -26,12 +27,8 @@ STOPPED_S = 3.0
 
 @pytest.fixture
 def pair():
-    hosts = make_pair()
-    try:
-        hosts.echo_servers("b", [], [UDP_PORT])
+    with echo_pair([], [UDP_PORT]) as hosts:
         yield hosts
-    finally:
-        hosts.remove()
 
 
 def _children(pid: int) -> list[int]:
