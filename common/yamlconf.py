@@ -55,17 +55,51 @@ def _refuse_tag(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
         "plain value (string, number, true/false, list or mapping)", node.start_mark)
 
 
+_DECIMAL_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+_DECIMAL_FLOAT = re.compile(r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?"
+                            r"|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
+
+
+class _AmbiguousNumber(yaml.constructor.ConstructorError):
+    """Valid YAML that means different numbers to different readers."""
+
+
+def _ambiguous_number(node: yaml.Node, value: float) -> _AmbiguousNumber:
+    """YAML 1.1 reads `022` as 18, `1:30` as 90 and `0x16` as 22, where YAML 1.2 and people
+    read other things (22, a time, text): refused, with both readings, rather than guessed."""
+    text = node.value
+    shown = int(value) if float(value).is_integer() else value
+    kind = ("an octal number" if re.fullmatch(r"[-+]?0[0-7_]+", text) else
+            "a base-60 number" if ":" in text else
+            "a hexadecimal number" if "x" in text else
+            "a binary number" if "b" in text else "a number with underscores")
+    return _AmbiguousNumber(
+        None, None, f"{text!r} is {kind} in YAML 1.1 (it would read as {shown}): write the "
+        "number in plain decimal, or quote it if text is meant", node.start_mark)
+
+
 def _int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
     try:
-        return yaml.SafeLoader.construct_yaml_int(loader, node)  # type: ignore[arg-type]
+        value = yaml.SafeLoader.construct_yaml_int(loader, node)  # type: ignore[arg-type]
+        if not _DECIMAL_INT.fullmatch(node.value):
+            raise _ambiguous_number(node, value)
+        return value
     except ValueError:  # Python refuses ints of more than 4300 digits
         raise yaml.constructor.ConstructorError(
             None, None, "an integer of more than 4300 digits", node.start_mark) from None
 
 
+def _float(loader: yaml.SafeLoader, node: yaml.Node) -> float:
+    value = yaml.SafeLoader.construct_yaml_float(loader, node)  # type: ignore[arg-type]
+    if not _DECIMAL_FLOAT.fullmatch(node.value):  # 1:30.5 (base 60), 1_000.5
+        raise _ambiguous_number(node, value)
+    return value
+
+
 for _tag in _REFUSED_TAGS:
     _StrictLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _refuse_tag)
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _float)
 
 
 def _line_of(node: yaml.Node | None, path: tuple[int | str, ...]) -> int | None:
@@ -84,6 +118,21 @@ def _line_of(node: yaml.Node | None, path: tuple[int | str, ...]) -> int | None:
             return line
         line = node.start_mark.line + 1
     return line
+
+
+def _path_of(node: yaml.Node | None, mark: yaml.Mark, path: tuple[int | str, ...] = ()
+             ) -> tuple[int | str, ...] | None:
+    """The path of the value that starts at `mark` (to name the field of a scalar's error)."""
+    if node is None:
+        return None
+    if isinstance(node, yaml.ScalarNode):
+        return path if node.start_mark.index == mark.index else None
+    pairs = ([(k.value, v) for k, v in node.value] if isinstance(node, yaml.MappingNode) else
+             list(enumerate(node.value)))
+    for key, child in pairs:
+        if (found := _path_of(child, mark, (*path, key))) is not None:
+            return found
+    return None
 
 
 def nesting_problem(text: str, source: str) -> Problem | None:
@@ -151,6 +200,8 @@ def _yaml_error(e: yaml.YAMLError, text: str, source: str) -> InputError:
         return InputError(Problem(f"not valid YAML: character {e.character!r} is not allowed "
                                   "(a binary file?)", source, line))
     line = mark.line + 1 if mark is not None else None
+    if isinstance(e, _AmbiguousNumber):
+        return InputError(Problem(str(e.problem), source, line))
     return InputError(Problem(f"not valid YAML: {getattr(e, 'problem', None) or e}", source,
                               line))
 
@@ -169,7 +220,12 @@ def compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
                                          "expanded", source))
             if problems := duplicate_keys(root, source):
                 raise InputError(problems)
-            data = loader.construct_document(root) if root is not None else None
+            try:
+                data = loader.construct_document(root) if root is not None else None
+            except _AmbiguousNumber as e:
+                where = _path_of(root, e.problem_mark)
+                raise InputError(Problem(str(e.problem), source, e.problem_mark.line + 1,
+                                         ".".join(map(str, where)) if where else None)) from e
         finally:
             loader.dispose()
     except yaml.YAMLError as e:

@@ -268,6 +268,35 @@ def test_a_duplicate_key_is_named_with_both_lines(keys, data):
         assert f"(lines {a} and {b})" in said
 
 
+@pytest.mark.parametrize(("text", "reading"), [
+    ("022", "an octal number in YAML 1.1 (it would read as 18)"),
+    ("0x16", "a hexadecimal number in YAML 1.1 (it would read as 22)"),
+    ("0b10110", "a binary number in YAML 1.1 (it would read as 22)"),
+    ("22:00", "a base-60 number in YAML 1.1 (it would read as 1320)"),
+    ("2_2", "a number with underscores in YAML 1.1 (it would read as 22)"),
+    ("0:22.5", "a base-60 number in YAML 1.1 (it would read as 22.5)"),
+])
+def test_a_number_yaml_versions_read_differently_is_refused_at_its_field(text, reading):
+    experiment = yaml.safe_dump(BASE_EXPERIMENT).replace("port: 22", f"port: {text}", 1)
+    assert f"port: {text}" in experiment
+    _, error = attempt(parse_yaml, experiment, Experiment, "x.yaml")
+    assert error is not None
+    [problem] = error.problems
+    assert reading in problem.message
+    assert "plain decimal" in problem.message
+    assert problem.field == "hosts.0.port"
+    assert experiment.splitlines()[problem.line - 1].strip() == f"port: {text}"
+
+
+def test_plain_decimal_numbers_still_read_as_numbers():
+    text = (yaml.safe_dump(BASE_EXPERIMENT).replace("port: 22", "port: 2", 1)
+            .replace("period_s: 8", "period_s: 1e1")
+            .replace("magnitude_ms: 10", "magnitude_ms: .5"))
+    experiment = parse_yaml(text, Experiment, "x.yaml")
+    assert experiment.hosts[0].port == 2
+    assert (experiment.parameters.period_s, experiment.parameters.magnitude_ms) == (10.0, 0.5)
+
+
 @FAST
 @given(st.sampled_from(["latency_ms", "sites", "se", "mean"]), NASTY)
 def test_latencies_are_finite_non_negative_and_capped_or_exit_2(field, value):
