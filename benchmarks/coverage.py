@@ -56,22 +56,39 @@ def topology(app: str) -> Topology:
     return BUILT_IN[app]
 
 
-def truth(app: str, load: bool) -> dict[tuple[str, str], tuple[float, float]]:
-    """(transaction, "src->dst") -> (the gradient measured independently, its standard
-    error): rubis's crossing counts are exact; MediaWiki's are the slopes under a constant
-    delay alternated with none (`benchmarks/mediawiki_truth.py`), under background load when
-    the runs are."""
+Truth = dict[tuple[str, str], list[tuple[float | None, float, float]]]
+
+
+def truth(app: str, load: bool) -> Truth:
+    """(transaction, "src->dst") -> [(the delay it was measured at, or None where it does
+    not depend on one, the gradient measured independently, its standard error)]: rubis's
+    crossing counts are exact; MediaWiki's are the slopes under a constant delay alternated
+    with none (`benchmarks/mediawiki_truth.py`), under background load when the runs are, at
+    every delay measured (under load the slope grows with the delay: a cell is held against
+    the truth at the delay nearest its own)."""
     if app == "rubis":
-        return {(t.name, link): (float(g), 0.0) for t in transactions_of(DEFAULT)
+        return {(t.name, link): [(None, float(g), 0.0)] for t in transactions_of(DEFAULT)
                 if t.name in RUBIS_TRANSACTIONS for link, g in t.expected.items()
                 if g is not None}
-    path = OUT / ("mediawiki_truth_load.json" if load else "mediawiki_truth.json")
-    if not path.exists():
-        sys.exit(f"coverage: {path} is missing: run benchmarks/mediawiki_truth.py"
-                 f"{' --background-load' if load else ''} first")
-    data = json.loads(path.read_text())
-    return {(name, s["link"]): (float(page["slope"]), float(page["se"]))
-            for s in data["slopes"] for name, page in s["pages"].items()}
+    paths = sorted(OUT.glob("mediawiki_truth_load*.json")) if load else \
+        [OUT / "mediawiki_truth.json"]
+    if not paths or not paths[0].exists():
+        sys.exit(f"coverage: {OUT}/mediawiki_truth{'_load' if load else ''}.json is missing: "
+                 f"run benchmarks/mediawiki_truth.py{' --background-load' if load else ''} first")
+    out: Truth = {}
+    for path in paths:
+        data = json.loads(path.read_text())
+        for s in data["slopes"]:
+            for name, page in s["pages"].items():
+                out.setdefault((name, s["link"]), []).append(
+                    (float(s["applied_ms"]), float(page["slope"]), float(page["se"])))
+    return out
+
+
+def nearest(measured: list[tuple[float | None, float, float]], delay_ms: float
+            ) -> tuple[float | None, float, float]:
+    """The truth measured at the delay nearest `delay_ms` (by ratio)."""
+    return min(measured, key=lambda m: 0.0 if m[0] is None else abs(np.log(m[0] / delay_ms)))
 
 
 def experiment_yaml(app: str, root: Path, rate: float, concurrent: int,
@@ -115,10 +132,20 @@ def one_run(experiment: Path, env: dict[str, str]) -> tuple[dict[str, Any], floa
     return result, seconds, status["status"]
 
 
-def cells(result: dict[str, Any], expected: dict[tuple[str, str], tuple[float, float]]
-          ) -> list[dict[str, Any]]:
-    """Every measured cell with its truth: `held` if the interval holds the truth's value,
-    `held_within_truth_error` if it does once the truth's own 95% error is allowed for."""
+def judged(cell: dict[str, Any], expected: Truth) -> dict[str, Any]:
+    """`cell` (transaction, link, gradient, ci95, delay_ms) with its truth: `held` if the
+    interval holds the truth's value, `held_within_truth_error` if it does once the truth's
+    own 95% error is allowed for."""
+    lo, hi = cell["ci95"]
+    at_ms, value, se = nearest(expected[(cell["transaction"], cell["link"])], cell["delay_ms"])
+    slack = float(np.hypot((hi - lo) / 2, 1.96 * se))
+    return {**cell, "truth": value, "truth_se": se, "truth_delay_ms": at_ms,
+            "held": lo <= value <= hi,
+            "held_within_truth_error": abs(cell["gradient"] - value) <= slack}
+
+
+def cells(result: dict[str, Any], expected: Truth) -> list[dict[str, Any]]:
+    """Every measured cell of a run's --json result, judged against its truth."""
     out = []
     for link in result["links"]:
         label = f"{link['link']['src_host']}->{link['link']['dst_host']}"
@@ -126,14 +153,11 @@ def cells(result: dict[str, Any], expected: dict[tuple[str, str], tuple[float, f
             if (name, label) not in expected or t["gradient"] is None:
                 continue
             lo, hi = t["ci95"]
-            value, se = expected[(name, label)]
-            slack = float(np.hypot((hi - lo) / 2, 1.96 * se))
-            out.append({"transaction": name, "link": label, "truth": value, "truth_se": se,
-                        "gradient": t["gradient"], "ci95": [lo, hi],
-                        "held": lo <= value <= hi,
-                        "held_within_truth_error": abs(t["gradient"] - value) <= slack,
-                        "se": (hi - lo) / 2 / 1.96, "delay_ms": link["record"]["magnitude_ms"],
-                        "interval_from": t.get("interval_from"), "notes": t["notes"]})
+            out.append(judged({"transaction": name, "link": label, "gradient": t["gradient"],
+                               "ci95": [lo, hi], "se": (hi - lo) / 2 / 1.96,
+                               "delay_ms": link["record"]["magnitude_ms"],
+                               "interval_from": t.get("interval_from"), "notes": t["notes"]},
+                              expected))
     return out
 
 
@@ -145,7 +169,10 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     rows = []
     for (name, link), cs in sorted(by_cell.items()):
         values = [c["gradient"] for c in cs]
+        truths = sorted({(c.get("truth_delay_ms"), c["truth"], c["truth_se"]) for c in cs},
+                        key=lambda x: x[0] or 0.0)
         rows.append({"transaction": name, "link": link, "truth": cs[0]["truth"],
+                     "truths": truths,
                      "mean": statistics.mean(values),
                      "sd": statistics.stdev(values) if len(values) > 1 else None,
                      "mean_se": statistics.mean(c["se"] for c in cs),
@@ -180,7 +207,10 @@ def to_markdown(app: str, condition: str, args: argparse.Namespace,
              "|---|---|---|---|---|---|---|"]
     for r in s["rows"]:
         sd = f"{r['sd']:.3g}" if r["sd"] is not None else "-"
-        truth_text = f"{r['truth']:.3g}" + (f" ± {r['truth_se']:.2g}" if r["truth_se"] else "")
+        truth_text = " / ".join(
+            f"{value:.3g}" + (f" ± {se:.2g}" if se else "")
+            + (f" (at {at:.2g} ms)" if at is not None else "")
+            for at, value, se in r.get("truths", [(None, r["truth"], r["truth_se"])]))
         lines.append(f"| {r['transaction']} | {r['link']} | {truth_text} | {r['mean']:.3g} "
                      f"| {sd} | {r['mean_se']:.3g} | {r['held']}/{r['n']} |")
     pert = s["perturbation"]
@@ -211,13 +241,24 @@ def main() -> None:
     parser.add_argument("--append", action="store_true",
                         help="add these runs to those of benchmarks/out/coverage-APP-CONDITION"
                              ".json (same app and condition) instead of replacing them")
+    parser.add_argument("--rescore", action="store_true",
+                        help="no runs: judge the stored ones again against the truth files "
+                             "as they are now (a truth measured since, at another delay)")
     args = parser.parse_args()
     args.rate = args.rate or (40.0 if args.app == "rubis" else 12.0)
-    signal.signal(signal.SIGTERM, _interrupt)  # the testbed and the load come down either way
     expected = truth(args.app, args.load)
+    name = f"coverage-{args.app}-{'load' if args.load else 'idle'}"
+    condition = "under background load" if args.load else "idle"
+    if args.rescore:
+        runs = json.loads((OUT / f"{name}.json").read_text())["runs"]
+        args.rate, args.concurrent = runs[0]["args"]["rate"], runs[0]["args"]["concurrent"]
+        for run in runs:
+            run["cells"] = [judged(c, expected) for c in run["cells"]]
+        report(name, args, condition, runs)
+        return
+    signal.signal(signal.SIGTERM, _interrupt)  # the testbed and the load come down either way
     root = scratch_root("coverage")
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
-    condition = "under background load" if args.load else "idle"
     runs = []
     try:
         up(topology(args.app), TAG, root)
@@ -244,9 +285,14 @@ def main() -> None:
         down(TAG, root=root)
         shutil.rmtree(root, ignore_errors=True)
     OUT.mkdir(exist_ok=True)
-    name = f"coverage-{args.app}-{'load' if args.load else 'idle'}"
     if args.append and (OUT / f"{name}.json").exists():
         runs = json.loads((OUT / f"{name}.json").read_text())["runs"] + runs
+    report(name, args, condition, runs)
+
+
+def report(name: str, args: argparse.Namespace, condition: str,
+           runs: list[dict[str, Any]]) -> None:
+    """The runs and their summary to out/NAME.json, RESULTS.md and stdout."""
     s = summary(runs)
     (OUT / f"{name}.json").write_text(json.dumps({"runs": runs, "summary": s}, indent=1))
     update_section(name, to_markdown(args.app, condition, args, s))

@@ -55,7 +55,7 @@ from benchmarks.on_testbed import scratch_root
 from benchmarks.results_md import update_section
 from common.protocol.injector import ON as PHASE_ON
 from common.protocol.injector import SquareSchedule
-from coordinator.core.alternation import OFF, ON, Alternation
+from coordinator.core.alternation import NEITHER, OFF, ON, Alternation
 from coordinator.core.weblog import read_log
 from coordinator.core.weblog.apache_format import compile_apache
 from coordinator.core.weblog.textlog import parse_lines
@@ -219,6 +219,19 @@ def _slope(on_s: np.ndarray, off_s: np.ndarray, applied_ms: float) -> dict[str, 
             "n_on": len(on), "n_off": len(off)}
 
 
+def cycles_se(half: np.ndarray, response_s: np.ndarray, applied_ms: float) -> float | None:
+    """The slope's standard error from its spread between cycles: each on half against the
+    mean of the off halves either side of it (`half`: each request's half index, off halves
+    even). Welch's error treats requests as independent; background episodes (10-40 s) slow
+    every request of a few halves together, which only the between-cycles spread shows."""
+    means = {k: float(np.mean(response_s[half == k])) * 1e3 for k in np.unique(half)}
+    diffs = [means[k] - (means[k - 1] + means[k + 1]) / 2 for k in means
+             if k % 2 == 1 and k - 1 in means and k + 1 in means]
+    if len(diffs) < 4:
+        return None
+    return float(np.std(diffs, ddof=1) / np.sqrt(len(diffs))) / applied_ms
+
+
 def _applied_ms(stats: dict[str, Any], phase: str) -> float:
     """The mean delay the injector applied in `phase`, over all its schedules (by packets)."""
     total = count = 0.0
@@ -291,9 +304,16 @@ def loaded_slopes(info: dict[str, Any], link: str, delay_ms: float, window_s: fl
         hosts.remove()
     log = read_log(info["web_log"]["path"], "apache", info["web_log"]["log_format"])
     side, _ = alternation.sides(log.start_s)
-    pages = {t["name"]: _slope(log.response_s[(log.url == t["path"]) & (side == ON)],
-                               log.response_s[(log.url == t["path"]) & (side == OFF)],
-                               applied_ms) for t in info["transactions"]}
+    half = np.floor((log.start_s - alternation.start_s) / alternation.half_s).astype(int)
+    pages = {}
+    for t in info["transactions"]:
+        page = log.url == t["path"]
+        pages[t["name"]] = _slope(log.response_s[page & (side == ON)],
+                                  log.response_s[page & (side == OFF)], applied_ms)
+        used = page & (side != NEITHER)
+        by_cycles = cycles_se(half[used], log.response_s[used], applied_ms)
+        pages[t["name"]] |= {"welch_se": pages[t["name"]]["se"], "cycles_se": by_cycles,
+                             "se": max(pages[t["name"]]["se"], by_cycles or 0.0)}
     return {"link": link, "requested_ms": delay_ms, "applied_ms": applied_ms,
             "loadavg_1min": [load_before, os.getloadavg()[0]],
             "alternation": {"start": alternation.start_s, "half_s": alternation.half_s,
@@ -471,11 +491,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.background_load:
         result = _on_testbed(root, lambda info: under_background_load(info, args, root))
         OUT.mkdir(exist_ok=True)
-        (OUT / "mediawiki_truth_load.json").write_text(json.dumps(result, indent=2))
+        # one file (and section) per delay: under load the slope depends on it
+        name = "mediawiki_truth_load" + ("" if args.delay_ms == 2.0 else f"-{args.delay_ms:g}ms")
+        (OUT / f"{name}.json").write_text(json.dumps(result, indent=2))
         idle_path = OUT / "mediawiki_truth.json"
         idle = json.loads(idle_path.read_text()) if idle_path.exists() else None
         text = markdown_load(result, idle)
-        update_section("mediawiki_truth_load", text)
+        update_section(name, text)
         print(text)
         return 0
     result = _on_testbed(root, lambda info: {
