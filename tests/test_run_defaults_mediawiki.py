@@ -76,5 +76,8 @@ def test_a_default_run_completes_and_holds_the_truth(mediawiki, tmp_path):
             half = (hi - lo) / 2 * 1.7 + 2 * se
             assert abs(t["gradient"] - truth) <= half, (label, name, t, truth)
         article = link["transactions"]["article"]
-        # about the ±10% asked for (the cap on the effect may leave it somewhat wider)
-        assert (article["ci95"][1] - article["ci95"][0]) / 2 < 0.2 * article["gradient"]
+        # about the ±10% asked for (the cap on the effect and CI's 300 s cap may leave it
+        # wider, on a busy machine much wider: then the run must say so)
+        half = (article["ci95"][1] - article["ci95"][0]) / 2
+        said = any(n.startswith("wider than wanted") for n in article["notes"])
+        assert half < 0.2 * article["gradient"] or said, (label, article)
