@@ -18,7 +18,7 @@ from coordinator.config.latencies import (
     load_latencies,
     load_placement,
 )
-from coordinator.config.run_dir import load_run, require_measured
+from coordinator.config.run_dir import RunInputs, load_run, require_measured
 from coordinator.config.strict_json import dumps
 from coordinator.core.prediction import predict
 from coordinator.core.routing import RoutingAdvice, advise, nginx_map, upstream_problem
@@ -36,7 +36,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="print the advice as an nginx map setting $linkgrad_upstream, the "
                         "upstream groups of the copy at each site (in --copies order; names "
                         "of letters, digits, '-', '_' and dots, optional :PORT); "
-                        "proxy_pass http://$linkgrad_upstream; uses it")
+                        "proxy_pass http://$linkgrad_upstream; uses it. With --json, the "
+                        "map is the string nginx_map of the JSON")
 
 
 def route_command(args: argparse.Namespace) -> int:
@@ -66,18 +67,28 @@ def route_command(args: argparse.Namespace) -> int:
     total = sum(run.requests.values())
     advice = advise({n: c / total for n, c in run.requests.items()}, (at_copy[0], at_copy[1]))
     out = advice_json(advice, args.copies)
-    if args.nginx:
-        try:
-            print(nginx_map(advice, run.patterns, (args.nginx[0], args.nginx[1])), end="")
-        except ValueError as e:
-            raise InputError(Problem(f"{e}: the run's experiment names none",
-                                     str(run.run_dir / "experiment.json"),
-                                     field="transactions")) from e
-    elif args.json:
-        print(dumps(out))
+    routes = _nginx(advice, run, args.nginx) if args.nginx else None
+    if args.json:  # strict JSON whatever else is asked: the map is one of its strings
+        print(dumps({**out, "nginx_map": routes} if routes is not None else out))
+    elif routes is not None:
+        print(routes, end="")
     else:
         _print(out)
     return 0
+
+
+def _nginx(advice: RoutingAdvice, run: RunInputs, upstreams: list[str]) -> str:
+    """The advice as nginx configuration; InputError at the run's experiment when it names
+    no URL pattern for a transaction (--nginx needs one for each)."""
+    try:
+        return nginx_map(advice, run.patterns, (upstreams[0], upstreams[1]))
+    except ValueError as e:
+        raise InputError(Problem(f"{e}: the run's experiment names none (--nginx needs a "
+                                 "pattern per transaction)",
+                                 str(run.run_dir / "experiment.json"),
+                                 field="transactions")) from e
+
+
 
 
 def advice_json(advice: RoutingAdvice, copies: list[str]) -> dict[str, Any]:
