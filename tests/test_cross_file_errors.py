@@ -56,3 +56,79 @@ def test_route_nginx_with_json_is_the_json_with_the_map_as_a_string(run_dir, cap
     assert code == 0
     assert text == json.loads(out)["nginx_map"]  # without --json: the map alone, as before
     assert '"~^/view" db_here;' in text
+
+
+# --------------------------------------------------------------- sites another file names
+
+
+def test_place_names_the_candidates_line_of_a_site_the_latencies_file_lacks(run_dir, capsys):
+    candidates = run_dir / "candidates.yaml"
+    candidates.write_text("candidates:\n  db:\n    - east\n    - a/b\n  app1: [\"\U0001f600\"]\n")
+    code, _, err = _run(capsys, "place", "--app", str(run_dir / "gradients.json"),
+                        "--latencies", str(run_dir / "sites.yaml"),
+                        "--candidates", str(candidates))
+    assert code == 2
+    sites = run_dir / "sites.yaml"
+    assert (f"{candidates}:4: field 'candidates.db.1' site 'a/b' is not in {sites} (sites "
+            "there: east, here, west)") in err
+    assert f"{candidates}:5: field 'candidates.app1.0' site '\U0001f600' is not in" in err
+    assert "no latency for" not in err
+
+
+def test_place_names_the_candidates_line_of_an_unknown_host_or_a_bad_site(run_dir, capsys):
+    candidates = run_dir / "candidates.yaml"
+    argv = ["place", "--app", str(run_dir / "gradients.json"), "--latencies",
+            str(run_dir / "sites.yaml"), "--candidates", str(candidates)]
+    candidates.write_text("candidates:\n  db: [east]\n  dbx: [east]\n")
+    code, _, err = _run(capsys, *argv)
+    assert code == 2
+    assert (f"{candidates}:3: field 'candidates.dbx' 'dbx' is not a host of any application "
+            "(app1, db, web)") in err
+    candidates.write_text("candidates: {db: [' east']}\n")  # no site a latency pair can give
+    code, _, err = _run(capsys, *argv)
+    assert code == 2
+    assert f"{candidates}:1: field 'candidates.db.0' ' east' is no site name" in err
+
+
+def test_place_missing_pair_names_the_candidates_file(run_dir, capsys):
+    (run_dir / "sites.yaml").write_text(SITES.replace(" here<->west: 30.0,", "")
+                                        .replace("here<->west: 30.0", "west<->west: 0.1"))
+    candidates = run_dir / "candidates.yaml"
+    candidates.write_text("candidates: {db: [west]}\n")
+    code, _, err = _run(capsys, "place", "--app", str(run_dir / "gradients.json"),
+                        "--latencies", str(run_dir / "sites.yaml"),
+                        "--candidates", str(candidates))
+    assert code == 2
+    assert (f"{run_dir / 'sites.yaml'}: field 'latency_ms' no latency for here->west (where "
+            f"app1->db may go, by {candidates})") in err
+
+
+def test_route_copies_and_base_placement_sites_are_named_where_given(run_dir, capsys):
+    sites = run_dir / "sites.yaml"
+    code, _, err = _run(capsys, *_route(run_dir, "--copies", "here", "north"))
+    assert code == 2
+    assert (f"field '--copies': site 'north' is not in {sites} (sites there: east, here, west)"
+            in err)
+    base = run_dir / "base.yaml"
+    base.write_text("move:\n  app1: nowhere\n")
+    code, _, err = _run(capsys, *_route(run_dir, "--copies", "here", "east",
+                                        "--placement", str(base)))
+    assert code == 2
+    assert f"{base}:2: field 'move.app1' site 'nowhere' is not in {sites}" in err
+    code, _, err = _run(capsys, "route", "--gradients", str(run_dir / "gradients.json"),
+                        "--latencies", str(sites), "--component", "cache",
+                        "--copies", "here", "east")
+    assert code == 2
+    assert (f"field '--component': 'cache' is not a host of the run (the hosts of "
+            f"{run_dir / 'experiment.json'}: web, app1, db)") in err
+
+
+def test_predict_names_the_placement_line_of_a_site_the_latencies_file_lacks(run_dir, capsys):
+    placement = run_dir / "new.yaml"
+    placement.write_text("# db to a site\nmove:\n  db: eats\n")
+    code, _, err = _run(capsys, "predict", "--gradients", str(run_dir / "gradients.json"),
+                        "--latencies", str(run_dir / "sites.yaml"), "--placement",
+                        str(placement))
+    assert code == 2
+    assert (f"{placement}:3: field 'move.db' site 'eats' is not in {run_dir / 'sites.yaml'} "
+            "(sites there: east, here, west)") in err

@@ -10,22 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import Field
 from rich.console import Console
 from rich.table import Table
 
 from common.command import Command
 from common.errors import InputError, Problem
-from common.yamlconf import load_yaml
-from coordinator.config.fields import InputModel, Str
+from coordinator.config.candidates import check_candidates, load_candidates
 from coordinator.config.latencies import Latencies, load_latencies, one_way
 from coordinator.config.run_dir import RunInputs, load_run, unmeasured
 from coordinator.config.strict_json import dumps
 from coordinator.core.placement import PlacementProblem, SearchResult, search
-
-
-class Candidates(InputModel):
-    candidates: dict[Str, list[Str]] = Field(min_length=1)  # host -> sites it may move to
 
 
 @dataclass(frozen=True)
@@ -80,7 +74,8 @@ def _apps(specs: list[str]) -> list[App]:
 
 
 def build_problem(apps: list[App], latencies: Latencies, candidates: dict[str, list[str]],
-                  latencies_file: str = "<latencies>") -> PlacementProblem:
+                  latencies_file: str = "<latencies>",
+                  candidates_file: str = "<candidates>") -> PlacementProblem:
     hosts = tuple(sorted({h for a in apps for h in a.run.hosts}))
     unknown = sorted(set(candidates) - set(hosts))
     if unknown:
@@ -101,13 +96,17 @@ def build_problem(apps: list[App], latencies: Latencies, candidates: dict[str, l
     allowed = np.zeros((len(hosts), len(sites)), dtype=bool)
     for h in hosts:
         allowed[at[h], [index[s] for s in {here[h], *candidates.get(h, [])}]] = True
-    _check_latencies(gradient + curvature, allowed, lat, hosts, sites, latencies_file)
+    _check_latencies(gradient + curvature, allowed, lat, hosts, sites,
+                     (latencies_file, candidates_file))
     return PlacementProblem.from_curves(hosts, sites, np.nan_to_num(lat), gradient, curvature,
                                         allowed, np.array([index[here[h]] for h in hosts]))
 
 
 def _check_latencies(weight: np.ndarray, allowed: np.ndarray, lat: np.ndarray,
-                     hosts: tuple[str, ...], sites: tuple[str, ...], source: str) -> None:
+                     hosts: tuple[str, ...], sites: tuple[str, ...],
+                     files: tuple[str, str]) -> None:
+    """Every site pair two weighted hosts may be at has a latency: one missing is reported at
+    the latencies file, naming the candidates file that lets the hosts go there."""
     missing = set()
     for a, b in zip(*np.nonzero(weight), strict=True):
         for sa in np.flatnonzero(allowed[a]):
@@ -115,17 +114,22 @@ def _check_latencies(weight: np.ndarray, allowed: np.ndarray, lat: np.ndarray,
                 if np.isnan(lat[sa, sb]):
                     missing.add((sites[sa], sites[sb], hosts[a], hosts[b]))
     if missing:
-        raise InputError([Problem(f"no latency for {sa}->{sb} (where {a}->{b} may go)", source,
-                                  field="latency_ms") for sa, sb, a, b in sorted(missing)])
+        raise InputError([Problem(f"no latency for {sa}->{sb} (where {a}->{b} may go, by "
+                                  f"{files[1]})", files[0], field="latency_ms")
+                          for sa, sb, a, b in sorted(missing)])
 
 
-def _check_measured(apps: list[App], candidates: dict[str, list[str]]) -> None:
+def _check_measured(apps: list[App], candidates: dict[str, list[str]],
+                    candidates_file: Path) -> None:
+    """Every link that carries traffic and may change latency (a host in the candidates file
+    may move) has a measured gradient: the run lacks one, or the host should stay."""
     for app in apps:
         moving = {p for p in app.run.traffic if p[0] in candidates or p[1] in candidates}
         if missing := unmeasured(app.run, moving):
             raise InputError(Problem(
-                f"{app.name}: these links carry traffic and may change latency, but have no "
-                f"measured gradient: {', '.join(f'{a}->{b}' for a, b in missing)}",
+                f"{app.name}: these links carry traffic and may change latency (their hosts "
+                f"may move by {candidates_file}), but have no measured gradient: "
+                f"{', '.join(f'{a}->{b}' for a, b in missing)}",
                 str(app.run.run_dir), field="--app"))
 
 
@@ -133,10 +137,13 @@ def place_command(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise InputError(Problem(f"must be 1 or more, got {args.top}", field="--top"))
     apps = _apps(args.app)
-    candidates = load_yaml(args.candidates, Candidates).candidates
-    _check_measured(apps, candidates)
-    problem = build_problem(apps, load_latencies(args.latencies), candidates,
-                            str(args.latencies))
+    candidates = load_candidates(args.candidates)
+    latencies = load_latencies(args.latencies)
+    check_candidates(candidates, args.candidates, (h for a in apps for h in a.run.hosts),
+                     latencies, str(args.latencies))
+    _check_measured(apps, candidates, args.candidates)
+    problem = build_problem(apps, latencies, candidates, str(args.latencies),
+                            str(args.candidates))
     started = time.perf_counter()
     result = search(problem, args.top)
     out = result_json(problem, result, apps, time.perf_counter() - started)

@@ -20,6 +20,7 @@ from coordinator.config.latencies import (
     latency_changes,
     load_latencies,
     load_placement,
+    placement_site_problems,
 )
 from coordinator.config.run_dir import Pair, RunInputs, load_run, require_measured
 from coordinator.config.strict_json import dumps
@@ -46,6 +47,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _changes(run: RunInputs, latencies: Latencies, latencies_path: Path,
              placement_path: Path) -> tuple[Placement, dict[Pair, Estimate]]:
     placement = load_placement(placement_path)
+    if problems := placement_site_problems(placement, placement_path, latencies, run.hosts,
+                                           str(latencies_path)):
+        raise InputError(problems)
     changes = latency_changes(run.hosts, latencies, placement, str(latencies_path),
                               placement_path)
     require_measured(run, changes, "in this placement", str(placement_path), "move")

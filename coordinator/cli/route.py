@@ -12,11 +12,14 @@ from rich.table import Table
 from common.command import Command
 from common.errors import InputError, Problem
 from coordinator.config.latencies import (
+    Latencies,
     Placement,
     check_site,
     latency_changes,
     load_latencies,
     load_placement,
+    placement_site_problems,
+    unknown_site,
 )
 from coordinator.config.run_dir import RunInputs, load_run, require_measured
 from coordinator.config.strict_json import dumps
@@ -52,14 +55,16 @@ def route_command(args: argparse.Namespace) -> int:
             raise InputError(Problem(str(e), field="--copies")) from e
     run = load_run(args.gradients)
     if args.component not in run.hosts:
-        raise InputError(Problem(f"{args.component!r} is not a host of the run "
-                                 f"({', '.join(run.hosts)})", field="--component"))
+        raise InputError(Problem(f"{args.component!r} is not a host of the run (the hosts "
+                                 f"of {run.run_dir / 'experiment.json'}: "
+                                 f"{', '.join(run.hosts)})", field="--component"))
     latencies = load_latencies(args.latencies)
-    base = load_placement(args.placement).move if args.placement else {}
-    at_copy = []
+    base = load_placement(args.placement) if args.placement else None
+    _check_sites(args, latencies, base, run.hosts)
+    at_copy, moved = [], base.move if base else {}
     for site in args.copies:
         changes = latency_changes(run.hosts, latencies,
-                                  Placement(move={**base, args.component: site}),
+                                  Placement(move={**moved, args.component: site}),
                                   str(args.latencies), args.placement)
         require_measured(run, changes, f"with {args.component} at {site}", field="--copies")
         at_copy.append({n: p.predicted_ms
@@ -77,6 +82,19 @@ def route_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_sites(args: argparse.Namespace, latencies: Latencies, base: Placement | None,
+                 hosts: list[str]) -> None:
+    """Every site --copies and --placement name is one the latencies file knows: a typo is
+    reported where it is, naming the latencies file (not as a pair missing from it)."""
+    source = str(args.latencies)
+    problems = [Problem(why, field="--copies") for site in args.copies
+                if (why := unknown_site(site, latencies, hosts, source)) is not None]
+    if base is not None:
+        problems += placement_site_problems(base, args.placement, latencies, hosts, source)
+    if problems:
+        raise InputError(problems)
+
+
 def _nginx(advice: RoutingAdvice, run: RunInputs, upstreams: list[str]) -> str:
     """The advice as nginx configuration; InputError at the run's experiment when it names
     no URL pattern for a transaction (--nginx needs one for each)."""
@@ -87,8 +105,6 @@ def _nginx(advice: RoutingAdvice, run: RunInputs, upstreams: list[str]) -> str:
                                  "pattern per transaction)",
                                  str(run.run_dir / "experiment.json"),
                                  field="transactions")) from e
-
-
 
 
 def advice_json(advice: RoutingAdvice, copies: list[str]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ components move to which site.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
@@ -78,6 +79,41 @@ def one_way(latencies: Latencies) -> dict[tuple[str, str], Estimate]:
             out[(a, b)] = e
             if both:
                 out[(b, a)] = e
+    return out
+
+
+def latency_sites(latencies: Latencies, hosts: Iterable[str] = ()) -> set[str]:
+    """Every site `latencies` knows: in `sites`, at an end of a latency pair, or where one of
+    `hosts` is now (its own site by default)."""
+    ends = {site for pair in one_way(latencies) for site in pair}
+    return ends | set(latencies.sites.values()) | {latencies.sites.get(h, h) for h in hosts}
+
+
+def unknown_site(site: str, latencies: Latencies, hosts: Iterable[str],
+                 latencies_file: str) -> str | None:
+    """Why `site`, given in another file or an option, has no place in the latencies file
+    (a typo there or here: the sentence names that file and what it has), or None."""
+    known = latency_sites(latencies, hosts)
+    if site in known:
+        return None
+    listed = sorted(known)
+    more = f", ... ({len(listed)} in all)" if len(listed) > 12 else ""
+    return (f"site {site!r} is not in {latencies_file} (sites there: "
+            f"{', '.join(listed[:12])}{more})")
+
+
+def placement_site_problems(placement: Placement, placement_file: Path | None,
+                            latencies: Latencies, hosts: Iterable[str],
+                            latencies_file: str) -> list[Problem]:
+    """A problem at the placement's line for every site it moves to that the latencies file
+    does not know (else the error would be a missing latency, at the latencies file only)."""
+    hosts = list(hosts)
+    out = []
+    for host, site in placement.move.items():
+        if (why := unknown_site(site, latencies, hosts, latencies_file)) is not None:
+            out.append(Problem(why, str(placement_file) if placement_file else None,
+                               line_of(placement_file, ("move", host)) if placement_file
+                               else None, f"move.{host}"))
     return out
 
 
