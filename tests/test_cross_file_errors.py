@@ -132,3 +132,38 @@ def test_predict_names_the_placement_line_of_a_site_the_latencies_file_lacks(run
     assert code == 2
     assert (f"{placement}:3: field 'move.db' site 'eats' is not in {run_dir / 'sites.yaml'} "
             "(sites there: east, here, west)") in err
+
+
+# ------------------------------------------------------------------ hosts of one run
+
+
+def _set_hosts(run_dir: Path, hosts: list[str]) -> None:
+    (run_dir / "experiment.json").write_text(json.dumps({"hosts": [{"name": h} for h in hosts]}))
+
+
+def test_a_run_whose_experiment_has_no_hosts_is_one_problem_at_its_hosts(run_dir, capsys):
+    _set_hosts(run_dir, [])
+    code, _, err = _run(capsys, *_route(run_dir, "--copies", "here", "east"))
+    assert code == 2
+    [line] = err.strip().splitlines()
+    assert line == (f"linkgrad: error: {run_dir / 'experiment.json'}: field 'hosts' is empty, "
+                    "but gradients.json and graph.json name hosts: app1 (first at gradients.json"
+                    " field 'links.0.link.src_host'), db (first at gradients.json field "
+                    "'links.0.link.dst_host'), web (first at graph.json field '2.src_host') "
+                    "(files of two runs, or one edited?)")
+    _set_hosts(run_dir, ["a", "b"])  # another run's experiment: the same, with its hosts
+    code, _, err = _run(capsys, *_route(run_dir, "--copies", "here", "east"))
+    assert code == 2
+    assert "experiment.json: field 'hosts' (a, b) has none of the hosts gradients.json and " \
+        "graph.json name: app1" in err
+
+
+def test_a_stray_host_is_one_problem_at_the_first_field_naming_it(run_dir, capsys):
+    _set_hosts(run_dir, ["web", "app1"])  # db missing: named by 6 fields of two files
+    code, _, err = _run(capsys, *_route(run_dir, "--copies", "here", "east"))
+    assert code == 2
+    [line] = err.strip().splitlines()
+    assert line == (f"linkgrad: error: {run_dir / 'gradients.json'}: field "
+                    f"'links.0.link.dst_host' host 'db' is not one of the hosts of "
+                    f"{run_dir / 'experiment.json'}: app1, web (the first of 4 fields naming "
+                    "it)")

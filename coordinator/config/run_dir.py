@@ -7,6 +7,7 @@ edited by hand or from another tool is InputError naming it and each wrong field
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -27,6 +28,7 @@ from common.protocol.record import InjectionRecord
 from common.yamlconf import problems_of, read_json
 from coordinator.config.experiment import DAY_S, MAX_DELAY_MS
 from coordinator.config.fields import Float, Int, Str, compile_regex
+from coordinator.config.run_hosts import Mention, check_run_hosts
 from coordinator.config.strict_json import dumps
 from coordinator.core.linearity import Linearity, linearity
 from coordinator.core.prediction import Curve, Estimate
@@ -431,8 +433,8 @@ def load_run(gradients_file: Path) -> RunInputs:
     baseline = read_record(run_dir / "baseline.json", BaselineFile, "the current response times")
     experiment = read_record(run_dir / "experiment.json", ExperimentAsRun,
                              "the experiment as run")
-    _hosts_known(links, entries, {h.name for h in experiment.hosts}, gradients_file,
-                 run_dir / "graph.json", run_dir / "experiment.json")
+    check_run_hosts(_host_mentions(links, entries, gradients_file, run_dir / "graph.json"),
+                    [h.name for h in experiment.hosts], run_dir / "experiment.json")
     return RunInputs(
         run_dir=run_dir,
         hosts=[h.name for h in experiment.hosts],
@@ -447,23 +449,15 @@ def load_run(gradients_file: Path) -> RunInputs:
     )
 
 
-def _hosts_known(links: list[LinkMeasurement], graph: list[GraphEntry], hosts: set[str],
-                 gradients_file: Path, graph_file: Path, experiment_file: Path) -> None:
-    """InputError naming every link whose hosts the run's experiment does not have: the files
-    are not of one run (or were edited), and a prediction over them would be about nobody."""
-    known = f"the hosts of {experiment_file}: {', '.join(sorted(hosts)) or 'none'}"
-    problems = [Problem(f"host {host!r} is not one of {known}", str(gradients_file),
-                        field=f"links.{i}.link.{side}")
-                for i, m in enumerate(links)
-                for side, host in (("src_host", m.pair[0]), ("dst_host", m.pair[1]))
-                if host not in hosts]
-    problems += [Problem(f"host {host!r} is not one of {known}", str(graph_file),
-                         field=f"{i}.{side}")
-                 for i, g in enumerate(graph)
-                 for side, host in (("src_host", g.src_host), ("dst_host", g.dst_host))
-                 if host not in hosts]
-    if problems:
-        raise InputError(problems)
+def _host_mentions(links: list[LinkMeasurement], graph: list[GraphEntry], gradients_file: Path,
+                   graph_file: Path) -> Iterator[tuple[str, Mention]]:
+    """Every host gradients.json and graph.json name, with the file and field naming it."""
+    for i, m in enumerate(links):
+        for side, host in (("src_host", m.pair[0]), ("dst_host", m.pair[1])):
+            yield host, (gradients_file, f"links.{i}.link.{side}")
+    for i, g in enumerate(graph):
+        for side, host in (("src_host", g.src_host), ("dst_host", g.dst_host)):
+            yield host, (graph_file, f"{i}.{side}")
 
 
 def _traffic(graph: list[GraphEntry]) -> dict[Pair, set[str]]:
