@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from coordinator.cli import latency as latency_cli
 from coordinator.cli.main import main
 from tests.test_prediction import _run_dir
 
@@ -167,3 +169,109 @@ def test_a_stray_host_is_one_problem_at_the_first_field_naming_it(run_dir, capsy
                     f"'links.0.link.dst_host' host 'db' is not one of the hosts of "
                     f"{run_dir / 'experiment.json'}: app1, web (the first of 4 fields naming "
                     "it)")
+
+
+# ----------------------------------------------------- files an experiment names, opened late
+
+
+def _experiment(tmp_path: Path, ssh: str, hosts: str = "{name: web, address: 192.0.2.1}") -> Path:
+    path = tmp_path / "experiment.yaml"
+    path.write_text(f"name: x\nhosts:\n  - {hosts}\n{ssh}web_log: {{host: web, path: /l}}\n"
+                    "transactions: {t: ^/}\n")
+    return path
+
+
+def _latency(capsys: pytest.CaptureFixture[str], path: Path) -> tuple[int, str]:
+    code, _, err = _run(capsys, "latency", str(path), "--count", "2")
+    return code, err
+
+
+def test_a_missing_known_hosts_names_the_experiment_line_and_field(tmp_path, capsys):
+    path = _experiment(tmp_path, "ssh:\n  known_hosts: known_hosts\n")
+    code, err = _latency(capsys, path)
+    assert code == 2
+    assert (f"{path}:5: field 'ssh.known_hosts' cannot read {tmp_path / 'known_hosts'} "
+            "(known_hosts): No such file or directory") in err
+    (tmp_path / "known_hosts").mkdir()
+    code, err = _latency(capsys, path)
+    assert code == 2
+    assert f"{path}:5: field 'ssh.known_hosts' cannot read" in err
+    assert "it is a directory" in err
+
+
+def test_a_missing_ssh_config_and_key_name_the_experiment_lines(tmp_path, capsys):
+    (tmp_path / "kh").write_text("")
+    path = _experiment(tmp_path, "ssh: {config: cfg/ssh_config, known_hosts: kh}\n",
+                       "{name: web, address: 192.0.2.1, key: keys/id}")
+    code, err = _latency(capsys, path)
+    assert code == 2
+    assert (f"{path}:4: field 'ssh.config' cannot read {tmp_path / 'cfg' / 'ssh_config'} "
+            "(the ssh_config): No such file or directory") in err
+    assert (f"{path}:3: field 'hosts.0.key' cannot read {tmp_path / 'keys' / 'id'} "
+            "(the key of host web): No such file or directory") in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file of mode 000")
+def test_an_unreadable_known_hosts_gives_the_os_reason(tmp_path, capsys):
+    path = _experiment(tmp_path, "ssh: {known_hosts: kh}\n")
+    (tmp_path / "kh").write_text("")
+    (tmp_path / "kh").chmod(0)
+    code, err = _latency(capsys, path)
+    assert code == 2
+    assert "field 'ssh.known_hosts' cannot read" in err
+    assert "Permission denied" in err
+
+
+def test_files_an_ssh_config_gives_are_named_at_its_line(tmp_path, capsys, monkeypatch):
+    config = tmp_path / "ssh_config"
+    config.write_text("Host web\n  HostName 192.0.2.1\n  IdentityFile ~/no/such/key\n"
+                      f"  UserKnownHostsFile {tmp_path / 'gone'}\n")
+    path = _experiment(tmp_path, "ssh: {config: ssh_config}\n", "{name: web}")
+    code, err = _latency(capsys, path)
+    assert code == 2
+    assert (f"{config}:4: field 'UserKnownHostsFile' UserKnownHostsFile for Host web: "
+            f"{tmp_path / 'gone'} cannot be read: No such file or directory (give another "
+            "here, or ssh.known_hosts in the experiment)") in err
+    assert (f"{config}:3: field 'IdentityFile' IdentityFile for Host web: "
+            f"{Path('~/no/such/key').expanduser()} cannot be read") in err
+    config.write_text("Host web\n  HostName 192.0.2.1\n")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.ssh/known_hosts
+    code, err = _latency(capsys, path)
+    assert code == 2
+    assert (f"{config}: field 'UserKnownHostsFile' no UserKnownHostsFile for Host web, and "
+            f"the default {tmp_path / 'home' / '.ssh' / 'known_hosts'} cannot be read") in err
+
+
+def test_every_file_readable_reaches_the_hosts(tmp_path, capsys, monkeypatch):
+    """The checks refuse nothing that is there: the command goes on to connect."""
+    (tmp_path / "kh").write_text("")
+    (tmp_path / "id").write_text("")
+    path = _experiment(tmp_path, "ssh: {known_hosts: kh}\n",
+                       "{name: web, address: 192.0.2.1, key: id}")
+    reached = []
+
+    def probe(experiment, src, targets, count):
+        reached.append(src.name)
+        return {(src.name, d): latency_cli.Estimate(0.1, 0.01) for d in targets}
+
+    monkeypatch.setattr(latency_cli, "_probe", probe)
+    code, _ = _latency(capsys, path)
+    assert code == 0
+    assert reached == ["web"]
+
+
+def test_a_testbed_s_known_hosts_is_named_at_the_testbed_line(tmp_path, capsys, monkeypatch):
+    from coordinator.config import testbed_tag
+
+    monkeypatch.setattr(testbed_tag, "status", lambda tag, root: {
+        "up": True, "hosts": [{"name": "web", "address": "10.9.0.1"}],
+        "ssh_config": str(tmp_path / "ssh_config"), "known_hosts": str(tmp_path / "kh"),
+        "web_log": {"host": "web", "path": "/l", "format": "nginx", "log_format": None},
+        "frontend_url": "http://10.9.0.1/"})
+    path = tmp_path / "experiment.yaml"
+    path.write_text("name: x\ntestbed: tb\ntransactions: {t: ^/}\n")
+    code, err = _latency(capsys, path)
+    assert code == 2
+    assert (f"{path}:2: field 'testbed' cannot read {tmp_path / 'ssh_config'} (the "
+            "ssh_config): No such file or directory (the testbed's ssh.config)") in err
+

@@ -23,6 +23,7 @@ from common.command import Command
 from common.errors import InputError, Problem, RuntimeFailure
 from coordinator.config.experiment import Experiment
 from coordinator.config.experiment_file import load_experiment
+from coordinator.config.experiment_files import require_local_files
 from coordinator.config.strict_json import dumps
 from coordinator.core.prediction import Estimate
 from coordinator.live.ssh import Connection, Endpoint, check_endpoints
@@ -93,6 +94,7 @@ def latency_command(args: argparse.Namespace) -> int:
                                  str(args.out), field="--out"))
     experiment = load_experiment(args.experiment)
     assert experiment.ssh is not None
+    require_local_files(experiment)
     ends = check_endpoints(experiment.hosts, experiment.ssh)
     targets = {name: (end.hostname, end.port) for name, end in ends.items()}
     names = sorted(targets)

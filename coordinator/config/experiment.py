@@ -12,6 +12,7 @@ from pydantic import (
     BeforeValidator,
     Field,
     PlainSerializer,
+    PrivateAttr,
     Strict,
     field_validator,
     model_validator,
@@ -217,6 +218,20 @@ class Experiment(_Strict):
     workload: Workload | None = None
     output: Path = Path("runs")
     frontend_url: Str | None = None  # for a workload's load generator (set from a testbed)
+
+    # the file it was read from: a problem found after validation (a file it names that
+    # cannot be opened) is reported at that file's field
+    _source: Path | None = PrivateAttr(None)
+
+    @property
+    def source(self) -> Path | None:
+        return self._source
+
+    def read_from(self, path: Path) -> Experiment:
+        """This experiment, knowing the file it was read from."""
+        copy = self.model_copy()
+        copy._source = path
+        return copy
 
     @field_validator("transactions")
     @classmethod

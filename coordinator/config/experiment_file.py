@@ -32,7 +32,7 @@ def load_experiment(path: str | Path, testbed_root: Path | None = None) -> Exper
     hosts = tuple(h.model_copy(update={"key": base / h.key}) if h.key else h
                   for h in experiment.hosts)
     return experiment.model_copy(update={"ssh": ssh, "hosts": hosts,
-                                         "output": base / experiment.output})
+                                         "output": base / experiment.output}).read_from(path)
 
 
 def _check_references(experiment: Experiment, path: Path) -> None:

@@ -15,6 +15,7 @@ from common.jsonlines import Channel, DaemonClient
 from common.protocol.injector import InjectorReady
 from common.protocol.sniffer import Report, ReportEvent, SnifferReady
 from coordinator.config.experiment import Experiment, Host, Ssh
+from coordinator.config.experiment_files import require_local_files
 from coordinator.live.clock import SYSTEM, Clock
 from coordinator.live.logfollow import LogFollower, follow_argv
 from coordinator.live.ssh import Connection, check_endpoints, endpoint_for
@@ -66,6 +67,7 @@ class Session:
         assert e.ssh is not None
         assert e.web_log is not None
         if self.connect is ssh_connect:  # every ssh_config and known_hosts read first
+            require_local_files(e)
             check_endpoints(e.hosts, e.ssh)
         for host in e.hosts:
             remote = self.connect(host, e.ssh)

@@ -19,6 +19,7 @@ from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
 
 from common.errors import InputError, Problem, RuntimeFailure
 from common.yamlconf import read_text
+from coordinator.config.experiment_files import cannot_open
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,49 @@ def check_endpoints(hosts: Sequence[Any], ssh: Any) -> dict[str, Endpoint]:
     an unreadable ssh_config or known_hosts is InputError naming it, not a failure found
     halfway through connecting."""
     ends = {h.name: endpoint_for(h, ssh) for h in hosts}
+    if ssh.config is not None and (problems := _config_file_problems(hosts, ends, ssh)):
+        raise InputError(problems)
     for path in sorted({e.known_hosts for e in ends.values()}):
         check_known_hosts(path)
     return ends
+
+
+def _config_file_problems(hosts: Sequence[Any], ends: dict[str, Endpoint], ssh: Any
+                          ) -> list[Problem]:
+    """The files the ssh_config gives a host (UserKnownHostsFile or its default, IdentityFile)
+    that cannot be opened, at the ssh_config's line: paramiko would fail on them at connect
+    (exit 1), when the mistake is in that file (or the experiment, which could give its own).
+    The experiment's own ssh.known_hosts and keys are checked at its fields
+    (`require_local_files`)."""
+    text = read_text(ssh.config, "the ssh_config")
+    problems, seen = [], set()
+    for host in hosts:
+        end, given = ends[host.name], paramiko.SSHConfig.from_text(text).lookup(host.name)
+        files = [] if ssh.known_hosts else [("UserKnownHostsFile", end.known_hosts)]
+        files += [] if host.key else [("IdentityFile", Path(f)) for f in end.identity_files]
+        for option, path in files:
+            if path in seen or (reason := cannot_open(path)) is None:
+                continue
+            seen.add(path)
+            default = option.lower() not in given
+            what = f"no {option} for Host {host.name}, and the default" if default else \
+                f"{option} for Host {host.name}:"
+            hint = " (give another here, or ssh.known_hosts in the experiment)" \
+                if option == "UserKnownHostsFile" else ""
+            problems.append(Problem(f"{what} {path} cannot be read: {reason}{hint}",
+                                    str(ssh.config),
+                                    None if default else _line_of_path(text, option, path),
+                                    option))
+    return problems
+
+
+def _line_of_path(text: str, option: str, path: Path) -> int | None:
+    """The line giving `path` to `option` in an ssh_config (else its first `option` line)."""
+    pattern = re.compile(rf"^\s*{option}\s*(=\s*|\s)\s*\"?([^\"\s]+)", re.IGNORECASE)
+    found = [(i, m[2]) for i, line in enumerate(text.splitlines(), 1)
+             if (m := pattern.match(line))]
+    exact = [i for i, value in found if Path(value).expanduser() == path]
+    return (exact or [i for i, _ in found] or [None])[0]
 
 
 class Connection:

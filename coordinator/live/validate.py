@@ -101,7 +101,7 @@ def validate_placements(run: RunInputs, placements: list[PlacementChanges], wind
     """Each placement applied for real, in order; RuntimeFailure if a daemon does not confirm
     it stopped."""
     experiment = read_record(run.run_dir / "experiment.json", Experiment,
-                             "the experiment as run")
+                             "the experiment as run").read_from(run.run_dir / "experiment.json")
     _check_applicable(placements, experiment.parameters, window_s)
     session = Session(experiment, connect, clock)
     previous = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
