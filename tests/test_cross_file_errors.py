@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
+from common.errors import InputError
 from coordinator.cli import latency as latency_cli
 from coordinator.cli.main import main
+from coordinator.config.experiment_files import field_problem
 from tests.test_prediction import _run_dir
 
 SITES = ("sites: {web: here, app1: here, db: here}\n"
@@ -275,3 +278,39 @@ def test_a_testbed_s_known_hosts_is_named_at_the_testbed_line(tmp_path, capsys, 
     assert (f"{path}:2: field 'testbed' cannot read {tmp_path / 'ssh_config'} (the "
             "ssh_config): No such file or directory (the testbed's ssh.config)") in err
 
+
+# ------------------------------------- the experiment named where a later check refers to it
+
+
+def test_a_resumed_run_of_another_experiment_names_both_experiment_files(tmp_path, capsys):
+    from coordinator.config.experiment_file import load_experiment
+
+    (tmp_path / "kh").write_text("")
+    path = _experiment(tmp_path, "ssh: {known_hosts: kh}\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    before = {**load_experiment(path).model_dump(mode="json"), "name": "other"}
+    (run_dir / "experiment.json").write_text(json.dumps(before))
+    (run_dir / "run.json").write_text(json.dumps({"status": "failed", "started": 1.7e9,
+                                                  "links_done": 0}))
+    code, _, err = _run(capsys, "run", str(path), "--resume", str(run_dir))
+    assert code == 2
+    assert (f"{run_dir / 'experiment.json'}: field 'name' this run directory holds another "
+            f"experiment's run (differs in name from {path}): resume it") in err
+
+
+def test_a_later_check_of_a_limit_is_at_the_experiment_line(tmp_path):
+    from coordinator.config.experiment_file import load_experiment
+    from coordinator.core.prediction import Estimate
+    from coordinator.live.validate import PlacementChanges, _check_applicable
+
+    path = _experiment(tmp_path, "ssh: {known_hosts: kh}\n")
+    path.write_text(path.read_text() + "parameters:\n  max_delay_ms: 5\n"
+                    "  error_rate_limit: 0.1\n")
+    experiment = load_experiment(path)
+    problem = field_problem(experiment, ("parameters", "error_rate_limit"), "no status")
+    assert str(problem) == f"{path}:9: field 'parameters.error_rate_limit' no status"
+    with pytest.raises(InputError, match=rf"adds more than the experiment's max_delay_ms 5 "
+                                         rf"\({re.escape(str(path))}\) to a->b"):
+        _check_applicable([PlacementChanges("p.yaml", {("a", "b"): Estimate(6.0)})],
+                          experiment, 60.0)

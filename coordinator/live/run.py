@@ -34,6 +34,7 @@ from common.protocol.sniffer import Unwatch, Watch
 from common.square_wave import SquareWave
 from coordinator.config.coordinator_process import this_coordinator
 from coordinator.config.experiment import Experiment, Parameters
+from coordinator.config.experiment_files import field_problem
 from coordinator.config.run_dir import (
     LinkMeasurement,
     Perturbation,
@@ -111,8 +112,9 @@ def _same_experiment(experiment: Experiment, path: Path) -> None:
     if not isinstance(before, dict) or differ:
         raise InputError(Problem(
             "this run directory holds another experiment's run (differs in "
-            f"{', '.join(differ) or 'everything'}): resume it with the experiment file it "
-            "was started with", str(path), field=differ[0] if differ else None))
+            f"{', '.join(differ) or 'everything'} from {experiment.source or 'the experiment'}"
+            "): resume it with the experiment file it was started with", str(path),
+            field=differ[0] if differ else None))
 
 
 def _finished(run_dir: Path) -> RunJournal | None:
@@ -245,9 +247,9 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
                     failed_fraction(train_log, start, end))
     if base.failed_fraction is None:
         if "error_rate_limit" in experiment.parameters.model_fields_set:
-            raise InputError(Problem("the web log has no HTTP status (a CSV log needs a "
-                                     "status column): the error rate cannot be watched",
-                                     field="parameters.error_rate_limit"))
+            raise InputError(field_problem(  # the experiment's limit, found in the log
+                experiment, ("parameters", "error_rate_limit"), "the web log has no HTTP "
+                "status (a CSV log needs a status column): the error rate cannot be watched"))
         say("the web log has no HTTP status: the error rate is not watched")
     wave = plan_wave(by_tx, end, experiment.parameters)
     out.write("plan.json", {"period_s": wave.period_s, "cycles": wave.cycles,

@@ -35,7 +35,7 @@ from common.protocol.injector import (
     SetSchedule,
     SquareSchedule,
 )
-from coordinator.config.experiment import Experiment, Parameters
+from coordinator.config.experiment import Experiment
 from coordinator.config.run_dir import Pair, RunInputs, read_record
 from coordinator.core.alternation import OFF, ON, Alternation
 from coordinator.core.prediction import Z95, Estimate, batch_mean, predict
@@ -102,7 +102,7 @@ def validate_placements(run: RunInputs, placements: list[PlacementChanges], wind
     it stopped."""
     experiment = read_record(run.run_dir / "experiment.json", Experiment,
                              "the experiment as run").read_from(run.run_dir / "experiment.json")
-    _check_applicable(placements, experiment.parameters, window_s)
+    _check_applicable(placements, experiment, window_s)
     session = Session(experiment, connect, clock)
     previous = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     try:
@@ -118,9 +118,11 @@ def validate_placements(run: RunInputs, placements: list[PlacementChanges], wind
     return validations
 
 
-def _check_applicable(placements: list[PlacementChanges], caps: Parameters,
+def _check_applicable(placements: list[PlacementChanges], experiment: Experiment,
                       window_s: float) -> None:
-    """InputError, before any host is touched, for what the live system cannot do."""
+    """InputError, before any host is touched, for what the live system cannot do (a cap of
+    the run's experiment: the sentence names its file too)."""
+    caps, source = experiment.parameters, experiment.source or "the run's experiment"
     for p in placements:
         shorter = [f"{a}->{b}" for (a, b), d in p.changes.items() if d.mean < 0]
         if shorter:
@@ -130,13 +132,14 @@ def _check_applicable(placements: list[PlacementChanges], caps: Parameters,
     if (kept_s := _links_kept_s(window_s)) > caps.max_duration_s:
         raise InputError(Problem(f"each placement keeps its links in the injector for "
                                  f"{kept_s:g} s with this window, beyond the "
-                                 f"experiment's max_duration_s {caps.max_duration_s:g}",
+                                 f"experiment's max_duration_s {caps.max_duration_s:g} "
+                                 f"({source})",
                                  field="--window-s"))
     for p in placements:
         big = [f"{a}->{b}" for (a, b), d in p.changes.items() if d.mean > caps.max_delay_ms]
         if big:
             raise InputError(Problem(f"adds more than the experiment's max_delay_ms "
-                                     f"{caps.max_delay_ms:g} to {', '.join(big)}",
+                                     f"{caps.max_delay_ms:g} ({source}) to {', '.join(big)}",
                                      p.source, field="move"))
 
 
