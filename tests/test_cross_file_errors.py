@@ -314,3 +314,41 @@ def test_a_later_check_of_a_limit_is_at_the_experiment_line(tmp_path):
                                          rf"\({re.escape(str(path))}\) to a->b"):
         _check_applicable([PlacementChanges("p.yaml", {("a", "b"): Estimate(6.0)})],
                           experiment, 60.0)
+
+
+# ------------------------- `linkgrad run` checks the files it will read before it writes
+
+
+def _tree(d: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under `d` with its bytes and mtime: what "left exactly as it was" means."""
+    return {str(p.relative_to(d)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_run_with_a_missing_known_hosts_makes_no_run_directory(tmp_path, capsys):
+    path = _experiment(tmp_path, "ssh:\n  known_hosts: known_hosts\n")
+    path.write_text(path.read_text() + "output: runs\n")
+    (tmp_path / "runs" / "earlier").mkdir(parents=True)  # another run's: stays alone
+    code, _, err = _run(capsys, "run", str(path))
+    assert code == 2
+    assert (f"{path}:5: field 'ssh.known_hosts' cannot read {tmp_path / 'known_hosts'} "
+            "(known_hosts): No such file or directory") in err
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["earlier"]
+    assert "kept in" not in err  # no run was started
+
+
+def test_resume_with_a_missing_known_hosts_leaves_the_run_directory_as_it_was(tmp_path, capsys):
+    from coordinator.config.experiment_file import load_experiment
+
+    path = _experiment(tmp_path, "ssh:\n  known_hosts: known_hosts\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "experiment.json").write_text(
+        json.dumps(load_experiment(path).model_dump(mode="json")))
+    (run_dir / "run.json").write_text(json.dumps({"status": "interrupted", "started": 1.7e9,
+                                                  "links_done": 0}))
+    before = _tree(run_dir)
+    code, _, err = _run(capsys, "run", str(path), "--resume", str(run_dir))
+    assert code == 2
+    assert f"{path}:5: field 'ssh.known_hosts' cannot read" in err
+    assert _tree(run_dir) == before

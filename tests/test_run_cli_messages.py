@@ -26,6 +26,9 @@ FILES = ("graph.json", "baseline.json", "plan.json", "gradients.json", "report.h
 
 
 def write_experiment(tmp_path: Path, **parameters: object) -> Path:
+    # `linkgrad run` checks the known_hosts it names before making the run directory; the
+    # fake remote never reads it, so an empty one will do
+    (tmp_path / "known_hosts").write_text("")
     path = tmp_path / "fake.yaml"
     path.write_text(yaml.safe_dump({
         "name": "fake",
@@ -277,6 +280,7 @@ def test_nonsense_values_are_exit_2_at_their_line_with_the_limit_named(
 def test_an_output_directory_that_cannot_be_made_is_exit_2_at_the_output_line(
         tmp_path, capsys):
     (tmp_path / "afile").write_text("")
+    (tmp_path / "kh").write_text("")  # the experiment's known_hosts: only the output is wrong
     code, _, err = run([str(write(tmp_path, BASE + "output: afile/runs\n"))], capsys)
     assert code == 2
     assert re.search(r"x.yaml:6: field 'output' cannot create the run directory", err), err

@@ -32,6 +32,8 @@ CROSSINGS = {"/two": 2, "/none": 0}  # app<->db round trips: the gradients on ap
 
 
 def experiment(tmp_path: Path, **parameters: object) -> Experiment:
+    # the known_hosts it names exists, as `linkgrad run` requires; the fake never reads it
+    (tmp_path / "known_hosts").write_text("")
     return Experiment.model_validate({
         "name": "fake",
         "hosts": [{"name": name, "address": address} for name, address in ADDRESSES.items()],

@@ -19,6 +19,7 @@ from coordinator.config.experiment_file import load_experiment
 from coordinator.config.run_dir import RunDir, RunJournal, read_record
 from coordinator.config.strict_json import dumps
 from coordinator.live.run import run_experiment
+from coordinator.live.session import check_local_files
 
 
 def _run_arguments(p: argparse.ArgumentParser) -> None:
@@ -84,6 +85,9 @@ def run_command(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     if args.resume is not None:
         _resume_dir(args.resume, console)
+    # before the run directory is made or rewritten: a missing known_hosts or key found only
+    # when Session.open connects would leave a failed run behind (or rewrite the resumed one)
+    check_local_files(experiment)
     run_dir = _make_run_dir(experiment, args.experiment, args.resume)
     started = time.monotonic()
 

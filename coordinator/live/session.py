@@ -43,6 +43,16 @@ def ssh_connect(host: Host, ssh: Ssh) -> Remote:
     return Connection(endpoint_for(host, ssh), ssh.connect_timeout_s)
 
 
+def check_local_files(experiment: Experiment) -> None:
+    """Every local file an SSH connection to the experiment's hosts reads (its ssh_config,
+    known_hosts and keys, and the files the ssh_config gives), checked without connecting:
+    InputError at the file, line and field at fault. A command calls it before its first side
+    effect, so bad input leaves nothing behind."""
+    assert experiment.ssh is not None
+    require_local_files(experiment)
+    check_endpoints(experiment.hosts, experiment.ssh)
+
+
 @dataclass
 class Session:
     """Every connection and daemon of a run; `close()` ends every lease."""
@@ -66,9 +76,10 @@ class Session:
         e = self.experiment
         assert e.ssh is not None
         assert e.web_log is not None
-        if self.connect is ssh_connect:  # every ssh_config and known_hosts read first
-            require_local_files(e)
-            check_endpoints(e.hosts, e.ssh)
+        # every ssh_config and known_hosts read first; `linkgrad run` checked them before it
+        # wrote its run directory, predict --validate has written nothing and relies on this
+        if self.connect is ssh_connect:
+            check_local_files(e)
         for host in e.hosts:
             remote = self.connect(host, e.ssh)
             self.connections[host.name] = remote
