@@ -409,6 +409,8 @@ def make_case(index: int, seed: int, world: World, root: Path) -> Case:
         target.unlink()
     else:
         target = case_dir / inp.base.name
+        # an experiment names known_hosts beside it: without it every mutant stops there
+        (case_dir / "known_hosts").write_text("")
     mutation, invalid, nobody = _write_mutant(rng, inp, target, world)
     invalid = invalid and (inp.in_run is None or inp.in_run in READS[inp.command])
     argv = inp.argv(case_dir, target)
