@@ -21,11 +21,14 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
+    model_validator,
 )
 
 from common.errors import InputError, Problem
 from common.protocol.record import InjectionRecord
 from common.yamlconf import problems_of, read_json
+from coordinator.config import bounds
 from coordinator.config.experiment import DAY_S, MAX_DELAY_MS
 from coordinator.config.fields import Float, Int, Str, compile_regex
 from coordinator.config.run_hosts import Mention, check_run_hosts
@@ -67,14 +70,14 @@ class RunJournal(_Record):
     """`run.json`: how the run went (after chaostoolkit's journal)."""
 
     status: Status
-    started: Float  # unix s
+    started: Float = Field(ge=0, lt=bounds.MAX_UNIX_S)  # unix s
     links_done: Int = Field(ge=0)  # measurements in gradients.json (this and resumed ones)
     links_resumed: Int = Field(0, ge=0)  # of them, already there when the run was resumed
     links_planned: Int | None = Field(None, ge=0)  # measurements the run set out to make
     warnings: list[Str] | None = None  # what a daemon could not do
     reason: Str | None = None  # why it was aborted or failed
     cleanup_problems: list[Str] | None = None  # daemons that did not confirm they stopped
-    ended: Float | None = None
+    ended: Float | None = Field(None, ge=0, lt=bounds.MAX_UNIX_S)
     coordinator: Coordinator | None = None  # while running: who writes it
 
     @property
@@ -105,6 +108,12 @@ class Perturbation(_Record):
     mean_response_off_ms: Measured = None
     throughput_change_se: Measured = None  # Poisson counts: sqrt(1/n_on + 1/n_off)
 
+    @model_validator(mode="after")
+    def _sane(self, info: ValidationInfo) -> Perturbation:
+        if bounds.reading_back(info) and (problems := bounds.perturbation_problems(self)):
+            raise ValueError("; ".join(problems))
+        return self
+
 
 def _sane_record(record: InjectionRecord) -> InjectionRecord:
     """What the arithmetic on a record read back can take (a bin array per cycle, a delay
@@ -125,24 +134,32 @@ def _sane_record(record: InjectionRecord) -> InjectionRecord:
 _NUMBERS = ("gradient", "thesis_gradient", "effect_ms", "se_ms")
 
 
-def _transaction(entry: dict[str, Any]) -> dict[str, Any]:
-    """A `gradient_json` entry read back: the fields arithmetic uses are what they claim."""
+def _number(value: object) -> bool:
+    """A finite JSON number (an integer of any size: read back, its limit names it)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _transaction(entry: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+    """A `gradient_json` entry read back: the fields arithmetic uses are what they claim, and
+    (a file read back) within what a measurement can give."""
     for key in _NUMBERS:
         value = entry.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                  or not math.isfinite(value)):
+        if value is not None and not _number(value):
             raise ValueError(f"{key} is not a finite number or null: {value!r}")
     if entry.get("se_ms") is not None and entry["se_ms"] < 0:
         raise ValueError(f"se_ms is negative: {entry['se_ms']!r}")
     ci = entry.get("ci95")
-    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(
-            isinstance(v, int | float) and not isinstance(v, bool) for v in ci)):
+    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(map(_number, ci))):
         raise ValueError(f"ci95 is not [low, high] or null: {ci!r}")
     requests = entry.get("requests", 0)
     if isinstance(requests, bool) or not isinstance(requests, int) or requests < 0:
         raise ValueError(f"requests is not a count: {requests!r}")
     if not isinstance(entry.get("notes", []), list):
         raise ValueError("notes is not a list")
+    if bounds.reading_back(info) and (problems := bounds.transaction_problems(entry)):
+        raise ValueError("; ".join(problems))
     return entry
 
 
@@ -154,8 +171,8 @@ class WaveEstimate(_Record):
 
     # DESIGN.md's injection record, at the delay actually applied
     record: Annotated[InjectionRecord, AfterValidator(_sane_record)]
-    requested_ms: Float = Field(ge=0)
-    packets_delayed: Int = Field(ge=0)
+    requested_ms: Float = Field(ge=0, le=MAX_DELAY_MS)
+    packets_delayed: Int = Field(ge=0, le=bounds.MAX_COUNT)
     perturbation: Perturbation
     transactions: dict[str, TransactionEstimate]  # name -> `core.estimate.gradient_json`
 
@@ -173,7 +190,7 @@ class LinkMeasurement(WaveEstimate):
     # `core.graph.GraphLink.as_json()`
     link: Annotated[dict[str, Any], AfterValidator(_graph_link)]
     adaptive: WaveEstimate | None = None  # the adaptive cycle before it, if one ran
-    concurrent_with: Int = Field(0, ge=0)  # other links measured at the same time
+    concurrent_with: Int = Field(0, ge=0, le=bounds.MAX_COUNT)  # other links measured with it
     # the delay of magnitudes_ms this measurement was at
     planned_ms: Float | None = Field(None, gt=0, le=MAX_DELAY_MS)
     injection: Str | None = None  # injections/NNN.json
@@ -266,7 +283,7 @@ def read_measurements(path: Path) -> list[LinkMeasurement]:
     problems: list[Problem] = []
     for i, entry in enumerate(links):
         try:
-            out.append(LinkMeasurement.model_validate(entry))
+            out.append(LinkMeasurement.model_validate(entry, context=bounds.READ_BACK))
         except ValidationError as e:
             problems += problems_of(e, str(path), prefix=("links", i))
     if problems:
@@ -278,15 +295,15 @@ def read_record(path: Path, model: type[Record], what: str) -> Record:
     """A run directory's JSON file as `model`; InputError naming it and each wrong field."""
     data = _read(path, what)
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=bounds.READ_BACK)
     except ValidationError as e:
         raise InputError(problems_of(e, str(path))) from e
 
 
 class TransactionBaseline(_ReadBack):
-    requests: Int = Field(ge=0)
-    mean_ms: Float
-    se_ms: Float = Field(ge=0)
+    requests: Int = Field(ge=1, le=bounds.MAX_COUNT)  # the run writes no mean of fewer than 2
+    mean_ms: Float = Field(ge=0, le=bounds.MAX_RESPONSE_MS)  # a mean of a web log's response times
+    se_ms: Float = Field(ge=0, le=bounds.MAX_RESPONSE_MS)
 
 
 class BaselineFile(_ReadBack):

@@ -1,0 +1,90 @@
+"""The limits of the numbers a run directory's files hold when read back (gradients.json,
+baseline.json, run.json) and of the options that stand for them. Beyond a limit a number is a
+hand edit, corruption or a unit mistake, not a measurement; each limit is far beyond any real
+one.
+
+Inside them prediction, placement and routing cannot overflow (1.8e308). A gradients.json is
+at most 64 MB: under 1e6 links. Per link a gradient is at most 1e6, its standard error
+MAX_RESPONSE_MS / MIN_MAGNITUDE_MS = 2.6e12, a curvature (`run_dir.fit_curve`: delays 1.5x
+apart, 1 us at least) ~4e9 ms/ms² with a standard error ~1e16; a latency change is at most
+6e4 ms (`latencies.MAX_LATENCY_MS`). A prediction's largest term, Δ⁴·var(c) ≈ 1.3e19·1e32, over
+1e6 links of a pair and as many pairs, stays below 1e70; placement's weights (times an
+importance of at most 1e6) by latencies and their squares, summed over every host pair, below
+1e50."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationInfo
+
+from common.protocol.fields import LIMIT_UNIX_S
+from coordinator.core.weblog.model import MAX_RESPONSE_S, MAX_START_S, MIN_START_S
+
+MAX_GRADIENT = 1e6  # ms per ms: a count of crossings per request, real ones are 0-200
+MAX_RESPONSE_MS = MAX_RESPONSE_S * 1e3  # the web log's: no request is open for 30 days
+MAX_COUNT = 2**53  # requests, packets: above it a float no longer counts one by one
+MAX_RATE_PER_S = 1e9  # requests per second: no server answers a billion a second
+MAX_THROUGHPUT_CHANGE = 1e9  # on/off - 1: even one request off against a billion on
+MAX_UNIX_S = LIMIT_UNIX_S  # year 2286: a later unix time is a unit mistake (ms for s)
+FIRST_LOG_S, LAST_LOG_S = MIN_START_S, MAX_START_S  # the times a web log line can hold
+
+# Validation context of a file read back: its numbers are held to these limits. The run builds
+# the same records from what it measured without them, so a freak estimate is written (and
+# refused, named, when read back) instead of failing the run that measured it.
+READ_BACK: dict[str, Any] = {"read_back": True}
+
+
+def reading_back(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("read_back"))
+
+
+def out_of_range(name: str, value: float | None, low: float, high: float,
+                 why: str) -> str | None:
+    """A sentence naming `name` and the limit it is past (`why`: what the limit is), or None."""
+    if value is None or low <= value <= high:
+        return None
+    return (f"{name} {shown(value)} is {'above' if value > high else 'below'} "
+            f"{high if value > high else low:g} ({why})")
+
+
+def shown(value: float) -> str:
+    """`value` for a message; a JSON integer too large for a float by its digits."""
+    try:
+        return f"{value:g}"
+    except OverflowError:
+        return f"a number of {len(str(abs(int(value))))} digits"
+
+
+def transaction_problems(entry: dict[str, Any]) -> list[str]:
+    """What is past its limit in a `core.estimate.gradient_json` entry (its numbers checked
+    finite already)."""
+    g = (-MAX_GRADIENT, MAX_GRADIENT)
+    gradient = "a gradient counts crossings per request: real ones are 0-200"
+    effect = "a change of mean response time: the longest a web log holds is 30 days"
+    ci = entry.get("ci95") or []
+    out = [out_of_range("gradient", entry.get("gradient"), *g, gradient),
+           out_of_range("thesis_gradient", entry.get("thesis_gradient"), *g, gradient),
+           *[out_of_range(f"ci95[{i}]", v, *g, gradient) for i, v in enumerate(ci)],
+           out_of_range("effect_ms", entry.get("effect_ms"), -MAX_RESPONSE_MS,
+                        MAX_RESPONSE_MS, effect),
+           out_of_range("se_ms", entry.get("se_ms"), 0.0, MAX_RESPONSE_MS, effect),
+           out_of_range("requests", entry.get("requests"), 0, MAX_COUNT,
+                        "more than a float counts")]
+    if ci and ci[0] > ci[1]:
+        out.append(f"ci95 [{shown(ci[0])}, {shown(ci[1])}] is no interval: its low end is "
+                   "above its high end")
+    return [p for p in out if p]
+
+
+def perturbation_problems(p: Any) -> list[str]:
+    """What is past its limit in a `run_dir.Perturbation`: no web log's requests give it."""
+    rate, ms = (0.0, MAX_RATE_PER_S), (0.0, MAX_RESPONSE_MS)
+    change = (-1.0, MAX_THROUGHPUT_CHANGE)
+    limits = {"throughput_per_s": rate, "throughput_off_per_s": rate,
+              "throughput_change": change, "throughput_change_se": change,
+              "mean_response_ms": ms, "mean_response_off_ms": ms,
+              "mean_response_change_ms": (-MAX_RESPONSE_MS, MAX_RESPONSE_MS)}
+    out = [out_of_range(name, getattr(p, name), low, high, "no web log's requests give it")
+           for name, (low, high) in limits.items()]
+    return [x for x in out if x]
