@@ -6,13 +6,18 @@ warning (pytest makes every warning an error) or an internal error."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from coordinator.cli.main import main
-from coordinator.config.run_dir import LinkMeasurement
+from coordinator.config.run_dir import LinkMeasurement, fit_curve
+from coordinator.core.linearity import DelayPoint, fit
+from coordinator.core.prediction import Estimate, predict
+from coordinator.core.spectral.binning import bin_series
 from tests.test_input_fuzz import link_entry, strict_loads, write_run
 
 
@@ -112,3 +117,89 @@ def test_a_run_writes_a_freak_estimate_and_its_readers_refuse_it(tmp_path, capsy
     err = refused(commands(run)["predict"], capsys)
     assert "gradient 2e+06 is above 1e+06" in err
     assert "ci95[1] 4e+06 is above 1e+06" in err
+
+
+# --- inside the bounds: finite answers, no warning -----------------------------------------
+
+def extreme_run(d: Path, gradient: float, se_ms: float, delays: tuple[float, ...]) -> Path:
+    """app->db measured at `delays` (ms), every number at its limit."""
+    run = write_run(d)
+    links = []
+    for i, m in enumerate(delays):
+        entry = link_entry()
+        entry["record"]["magnitude_ms"] = entry["requested_ms"] = m
+        if i:
+            entry["planned_ms"] = m
+        g = gradient * (-1) ** i
+        entry["transactions"]["two"].update(gradient=g, ci95=[g, g], se_ms=se_ms,
+                                            effect_ms=2.592e9, thesis_gradient=-g)
+        links.append(entry)
+    edit(run / "gradients.json", lambda data: data.update(links=links))
+    edit(run / "baseline.json", lambda data: data["transactions"]["two"].update(
+        mean_ms=2.592e9, se_ms=2.592e9))
+    return run
+
+
+@pytest.mark.parametrize(("gradient", "se_ms", "delays"), [
+    (1e6, 0.0, (1e-3, 1e4)), (1e6, 2.592e9, (1e-3, 1.5e-3)), (-1e6, 0.0, (1e-3, 1.5e-3, 1e4)),
+    (1e-300, 1e-300, (10.0, 10.0 + 1e-12)), (0.0, 0.0, (10.0,)), (1e6, 2.592e9, (1e4,))])
+@pytest.mark.parametrize("latency", [0.0, 60000.0])
+def test_numbers_at_their_limits_give_finite_answers(gradient, se_ms, delays, latency,
+                                                    tmp_path, capsys):
+    """All-zero, tiny and largest gradients, delays at both ends and a hair apart, standard
+    errors 0 and largest, latencies 0 (all equal) and largest: exit 0 and strict JSON."""
+    run = extreme_run(tmp_path / "run", gradient, se_ms, delays)
+    sites = tmp_path / "sites.yaml"
+    sites.write_text(f"sites: {{web: a, app: a, db: a}}\nlatency_ms: {{a<->a: 0.0, "
+                     f"a<->b: {{mean: {latency!r}, se: 60000.0}}, b<->b: 0.0}}\n")
+    (run / "candidates.yaml").write_text("candidates: {db: [a, b]}\n")
+    (run / "move.yaml").write_text("move: {db: b}\n")
+    for name, argv in commands(run, sites).items():
+        if name == "route":
+            argv = [*argv[:-2], "a", "b"]
+        code = main([*argv, "--json"])
+        out, err = capsys.readouterr()
+        assert code == 0, (name, err)
+        strict_loads(out)
+
+
+def test_a_curve_from_delays_too_close_or_without_errors_is_the_largest_delays_gradient():
+    """Two delays a hair apart, or without standard errors, made a singular matrix
+    (LinAlgError: an internal error); they say nothing of a curvature."""
+    for points in ([(10.0, 1e6, 0.0), (float(np.nextafter(10.0, 11.0)), -1e6, 0.0)],
+                   [(5.0, 1.0, math.inf), (20.0, 2.0, math.inf)],
+                   [(10.0, 1.0, 0.1), (12.0, 2.0, 0.1)]):
+        curve = fit_curve(points)
+        assert curve.curvature == Estimate(0.0)
+        assert curve.gradient.mean == max(points)[1]
+
+
+def test_a_curve_stays_exact_when_the_standard_errors_are_far_apart():
+    """Weights 1e36 apart made the normal equations singular; two delays are interpolated
+    exactly whatever their weights, and the standard errors stay finite."""
+    for se in ([0.0, 1e8], [2.6e12, 0.0], [0.0, 2.6e12]):
+        curve = fit_curve([(5.0, 1.0 + 0.02 * 5, se[0]), (20.0, 1.0 + 0.02 * 20, se[1])])
+        assert curve.gradient.mean == pytest.approx(1.0, rel=1e-6)
+        assert curve.curvature.mean == pytest.approx(0.02, rel=1e-6)
+        assert math.isfinite(curve.gradient.se)
+        assert math.isfinite(curve.curvature.se)
+    worst = fit_curve([(1e-3, 1e6, 0.0), (1.5e-3, -1e6, 2.6e12)])  # the limits, 1.5x apart
+    change = predict({"t": Estimate(2.592e9, 2.592e9)}, {"t": {("a", "b"): worst}},
+                     {("a", "b"): Estimate(-6e4, 8.5e4)})["t"]
+    assert all(map(math.isfinite, (change.predicted_ms, change.se_ms, *change.ci95)))
+
+
+def test_linearity_with_an_interval_of_no_width_is_finite():
+    """A half-width of 1e-300 overflowed its weight (the report printed numpy warnings)."""
+    line = fit("l", "t", [DelayPoint(10.0, 1e-300, 1e-300, "measurement"),
+                          DelayPoint(30.0, 2.0, 1e-300, "measurement")])
+    assert line is not None
+    assert math.isfinite(line.change_per_ms)
+
+
+def test_requests_far_from_the_bins_are_left_out_without_a_cast_warning():
+    """plan --before 1e20 cast a bin 1e23 away to int64 ('invalid value encountered in
+    cast')."""
+    means, counts = bin_series(np.array([1e20, -1e20, 9.0]), np.ones(3), 0.0, 1e-3, 8)
+    assert counts.sum() == 0
+    assert np.isnan(means).all()

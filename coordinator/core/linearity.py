@@ -18,6 +18,9 @@ import numpy as np
 
 Z95 = 1.96
 MIN_SPAN = 1.5  # delays closer than this ratio say nothing about linearity
+# Half-widths are weighted as at least this: gradients.json keeps 4 decimals, so a real one is
+# 0 or 5e-5 and more, and a weight (1.96/1e-300)² would be infinite
+MIN_HALF_WIDTH = 1e-9
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ def fit(link: str, transaction: str, points: Iterable[DelayPoint]) -> Linearity 
         return None
     d = np.array([p.delay_ms for p in pts])
     g = np.array([p.gradient for p in pts])
-    w = (Z95 / np.array([p.half_width for p in pts])) ** 2
+    w = (Z95 / np.maximum([p.half_width for p in pts], MIN_HALF_WIDTH)) ** 2
     d_bar = float(np.sum(w * d) / np.sum(w))
     sxx = float(np.sum(w * (d - d_bar) ** 2))
     slope = float(np.sum(w * (d - d_bar) * g) / sxx)

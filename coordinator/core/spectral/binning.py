@@ -31,10 +31,11 @@ def bin_series(
 
     Empty bins get NaN; `fill_empty` decides what the FFT sees there.
     """
-    index = np.floor((np.asarray(t_s) - first_s) / bin_s).astype(np.int64)
-    keep = (index >= 0) & (index < n_bins)
-    counts = np.bincount(index[keep], minlength=n_bins)
-    sums = np.bincount(index[keep], weights=np.asarray(y)[keep], minlength=n_bins)
+    position = np.floor((np.asarray(t_s) - first_s) / bin_s)
+    keep = (position >= 0) & (position < n_bins)  # before the cast: 1e20 bins away is no int64
+    index = position[keep].astype(np.int64)
+    counts = np.bincount(index, minlength=n_bins)
+    sums = np.bincount(index, weights=np.asarray(y)[keep], minlength=n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums / counts
     return means, counts
