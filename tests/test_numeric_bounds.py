@@ -203,3 +203,42 @@ def test_requests_far_from_the_bins_are_left_out_without_a_cast_warning():
     means, counts = bin_series(np.array([1e20, -1e20, 9.0]), np.ones(3), 0.0, 1e-3, 8)
     assert counts.sum() == 0
     assert np.isnan(means).all()
+
+
+# --- options ---------------------------------------------------------------------------------
+
+def log(tmp_path: Path) -> list[str]:
+    path = tmp_path / "log.csv"
+    path.write_text("".join(f"{1.7e9 + i / 10},{5 + i % 3},/two\n" for i in range(400)))
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps(link_entry()["record"]))
+    return ["--log", str(path), "--format", "csv"]
+
+
+@pytest.mark.parametrize(("option", "value", "limit"), [
+    ("--before", "1e300", "253402300799 (9999)"), ("--before", "-1", "0 (1970)"),
+    ("--half-width", "1e300", "at most 100 (as in an experiment file)"),
+    ("--magnitude-ms", "1e6", "at most 10000"), ("--scale-d", "1e6", "at most 1000 "),
+    ("-k", "100000", "at most 10000")])
+def test_plan_options_have_the_experiment_files_bounds(option, value, limit, tmp_path, capsys):
+    """plan --before 1e300 printed numpy's cast warnings before its error."""
+    err = refused(["plan", *log(tmp_path), f"{option}={value}"], capsys)
+    assert f"field '{option}'" in err
+    assert limit in err
+
+
+@pytest.mark.parametrize("value", ["1e300", "-1e300", "-1"])
+def test_gradient_baseline_end_is_a_time_a_log_can_hold(value, tmp_path, capsys):
+    """--baseline-end -1e300 was taken: training data from before 1970."""
+    argv = ["gradient", *log(tmp_path), "--injection", str(tmp_path / "record.json")]
+    err = refused([*argv, f"--baseline-end={value}"], capsys)
+    assert "field '--baseline-end'" in err
+    assert "253402300799 (9999)" in err
+
+
+@pytest.mark.parametrize("weight", ["1e-300", "5e-324", "1e7"])
+def test_place_importance_is_a_relative_weight_within_1e6(weight, tmp_path, capsys):
+    run = write_run(tmp_path / "run")
+    argv = commands(run)["place"]
+    argv[2] += f"={weight}"
+    assert "importance must be 1e-06 to 1e+06" in refused(argv, capsys)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+from annotated_types import Le
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -22,6 +23,8 @@ from common.command import Command
 from common.errors import InputError, Problem
 from common.protocol.record import InjectionRecord, load_injection_record
 from common.square_wave import SquareWave
+from coordinator.config.bounds import FIRST_LOG_S, LAST_LOG_S
+from coordinator.config.experiment import MAX_DELAY_MS, MAX_HALF_WIDTH, Parameters
 from coordinator.core.estimate import (
     MAX_CHUNKS,
     TransactionGradient,
@@ -92,19 +95,32 @@ def _plan_arguments(p: argparse.ArgumentParser) -> None:
                    help="delay you are willing to inject (default: the thesis's A_d)")
 
 
-def _positive(value: float | int | None, name: str, at_most: float = math.inf) -> None:
+def _positive(value: float | int | None, name: str, at_most: float = math.inf,
+              why: str = "") -> None:
     if value is not None and not 0 < value <= at_most:
-        limit = f" and at most {at_most:g}" if at_most < math.inf else ""
+        limit = f" and at most {at_most:g}{why}" if at_most < math.inf else ""
         raise InputError(Problem(f"must be positive{limit}, got {value}", field=name))
 
 
-def _finite(value: float | None, name: str) -> None:
-    if value is not None and not math.isfinite(value):
-        raise InputError(Problem(f"must be a finite number, got {value}", field=name))
+def _file_limit(parameter: str) -> float:
+    """The experiment file's upper limit of `parameters.PARAMETER`: its option's too."""
+    return next(m.le for m in Parameters.model_fields[parameter].metadata if isinstance(m, Le))
+
+
+AS_FILE = " (as in an experiment file)"
+
+
+def _log_time(value: float | None, name: str) -> None:
+    """A unix time compared with a web log's: one no log line can hold is a mistake (ms for s,
+    a date typed wrong), and 1e300 would put billions of bins between it and the requests."""
+    if value is not None and not FIRST_LOG_S <= value <= LAST_LOG_S:
+        raise InputError(Problem(f"must be a unix time from {FIRST_LOG_S:.0f} (1970) to "
+                                 f"{LAST_LOG_S:.0f} (9999), as a web log's, got {value}",
+                                 field=name))
 
 
 def _load_log(args: argparse.Namespace) -> tuple[RequestLog, dict[str, np.ndarray]]:
-    _positive(args.k, "-k")
+    _positive(args.k, "-k", _file_limit("k"), AS_FILE)
     _positive(args.chunks, "--chunks", MAX_CHUNKS)
     patterns = [parse_transaction_option(t) for t in args.transaction]
     log = read_log(args.log, args.format, args.log_format, args.max_bad_fraction)
@@ -149,7 +165,7 @@ def _partners(record: InjectionRecord, paths: list[str]) -> list[InjectionRecord
 
 def gradient_command(args: argparse.Namespace) -> int:
     _positive(args.n_bins, "--n-bins")
-    _finite(args.baseline_end, "--baseline-end")
+    _log_time(args.baseline_end, "--baseline-end")
     record = load_injection_record(args.injection)
     _check_record(record, args.n_bins, args.injection)
     partners = _partners(record, args.concurrent)
@@ -314,11 +330,10 @@ def _plan_one(t: np.ndarray, y: np.ndarray, end: float, args: argparse.Namespace
 
 def plan_command(args: argparse.Namespace) -> int:
     _positive(args.n_bins, "--n-bins", MAX_BINS)
-    _positive(args.half_width, "--half-width")
-    _positive(args.scale_d, "--scale-d", 1e6)
-    _positive(args.magnitude_ms, "--magnitude-ms", 1e6)
-    _finite(args.half_width, "--half-width")
-    _finite(args.before, "--before")
+    _positive(args.half_width, "--half-width", MAX_HALF_WIDTH, AS_FILE)
+    _positive(args.scale_d, "--scale-d", _file_limit("scale_d"), AS_FILE)
+    _positive(args.magnitude_ms, "--magnitude-ms", MAX_DELAY_MS, AS_FILE)
+    _log_time(args.before, "--before")
     log, groups = _load_log(args)
     end = args.before if args.before is not None else float(log.start_s.max()) + 1e-6
     plans: dict[str, Any] = {}

@@ -57,6 +57,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=5, help="placements to show (default 5)")
 
 
+# Importances weigh apps against each other: 1e12 apart is more than any weighting means, and
+# a weight of 1e-300 would leave a gradient's product with it no digits (denormal or 0)
+MIN_IMPORTANCE, MAX_IMPORTANCE = 1e-6, 1e6
+
+
 def _apps(specs: list[str]) -> list[App]:
     apps = []
     for spec in specs:
@@ -66,9 +71,10 @@ def _apps(specs: list[str]) -> list[App]:
         except ValueError:
             raise InputError(Problem(f"importance {weight!r} is not a number",
                                      field="--app")) from None
-        if not 0 < importance <= 1e6:  # NaN too
-            raise InputError(Problem(f"importance must be above 0 and at most 1e6, got "
-                                     f"{weight}", field="--app"))
+        if not MIN_IMPORTANCE <= importance <= MAX_IMPORTANCE:  # NaN too
+            raise InputError(Problem(f"importance must be {MIN_IMPORTANCE:g} to "
+                                     f"{MAX_IMPORTANCE:g} (a weight relative to the other "
+                                     f"apps'), got {weight}", field="--app"))
         apps.append(App(Path(path).parent.name, load_run(Path(path)), importance))
     return apps
 
