@@ -12,7 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
+from common.protocol.injector import Calipers, Caps
+from common.protocol.sniffer import Report
 from coordinator.cli.main import main
 from coordinator.config.run_dir import LinkMeasurement, fit_curve
 from coordinator.core.linearity import DelayPoint, fit
@@ -242,3 +245,17 @@ def test_place_importance_is_a_relative_weight_within_1e6(weight, tmp_path, caps
     argv = commands(run)["place"]
     argv[2] += f"={weight}"
     assert "importance must be 1e-06 to 1e+06" in refused(argv, capsys)
+
+
+# --- the daemons' replies ------------------------------------------------------------------
+
+def test_daemon_replies_are_bounded_as_requests_are():
+    """A reply is input too: a mean delay of 1e300 ms became the run's injection record."""
+    for bad in ({"mean_ms": 1e300}, {"std_ms": -1.0}, {"count": -1}):
+        with pytest.raises(ValidationError):
+            Calipers.model_validate(bad)
+    Calipers.model_validate({"count": 3, "min_ms": -0.5, "mean_ms": 20.0, "std_ms": 0.1})
+    with pytest.raises(ValidationError):
+        Caps.model_validate({"max_magnitude_ms": 1e300, "max_duration_s": 60.0})
+    with pytest.raises(ValidationError):
+        Report.model_validate({"from": 0.0, "to": 1e300})

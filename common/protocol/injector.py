@@ -20,6 +20,7 @@ from common.protocol.fields import (
     LIMIT_MAGNITUDE_MS,
     MAX_TEXT,
     MIN_PERIOD_S,
+    Count,
     LinkId,
     UnixTime,
     family,
@@ -103,14 +104,20 @@ Schedule = Annotated[ScheduleSpec, Field(discriminator="kind")]
 SCHEDULE: TypeAdapter[ScheduleSpec] = TypeAdapter(Schedule)
 
 
+# No packet is held longer than a schedule lasts: a delay (or its error) beyond is no
+# measurement, and the coordinator takes a link's mean as the delay it injected
+LIMIT_HELD_MS = LIMIT_DURATION_S * 1e3
+HeldMs = Annotated[float, Field(ge=-LIMIT_HELD_MS, le=LIMIT_HELD_MS)]  # errors go below 0
+
+
 class Calipers(Message):
     """Summary statistics of a delay, in ms (Kissel et al.'s calipers); nulls when empty."""
 
-    count: int = 0
-    min_ms: float | None = None
-    max_ms: float | None = None
-    mean_ms: float | None = None
-    std_ms: float | None = None
+    count: Count = 0
+    min_ms: HeldMs | None = None
+    max_ms: HeldMs | None = None
+    mean_ms: HeldMs | None = None
+    std_ms: Annotated[HeldMs, Field(ge=0)] | None = None
 
 
 class PhaseStats(Message):
@@ -134,8 +141,8 @@ class LinkStats(Message):
 
 
 class Caps(Message):
-    max_magnitude_ms: float
-    max_duration_s: float
+    max_magnitude_ms: Annotated[float, Field(gt=0, le=LIMIT_MAGNITUDE_MS)]
+    max_duration_s: Annotated[float, Field(gt=0, le=LIMIT_DURATION_S)]
 
 
 class InjectorReady(Message):

@@ -12,7 +12,9 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StrictFloat, TypeAdapter
 
 from common.protocol.base import Empty, Message, Request, Result
-from common.protocol.fields import Count
+from common.protocol.fields import LIMIT_UNIX_S, Count
+
+WATCH_MIN_S, WATCH_MAX_S = 0.05, 3600.0  # a report at most 20 times a second, at least hourly
 
 
 class LinkEnd(Message):
@@ -34,8 +36,8 @@ class Report(Result):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
                               allow_inf_nan=False)
-    from_s: float = Field(alias="from")
-    to_s: float = Field(alias="to")
+    from_s: float = Field(alias="from", ge=0, lt=LIMIT_UNIX_S)  # the daemon's clock
+    to_s: float = Field(alias="to", ge=0, lt=LIMIT_UNIX_S)
     links: tuple[LinkCount, ...] = ()
 
 
@@ -63,7 +65,7 @@ class SnifferHealth(Result):
 
 
 class Watching(Result):
-    interval_s: float
+    interval_s: float = Field(ge=WATCH_MIN_S, le=WATCH_MAX_S)
 
 
 class HealthRequest(Request[SnifferHealth]):
@@ -77,7 +79,7 @@ class Poll(Request[Report]):
 
 class Watch(Request[Watching]):
     cmd: Literal["watch"] = "watch"
-    interval_s: StrictFloat = Field(1.0, ge=0.05, le=3600)
+    interval_s: StrictFloat = Field(1.0, ge=WATCH_MIN_S, le=WATCH_MAX_S)
     threshold: Count = 1
 
 
