@@ -67,12 +67,18 @@ class _AmbiguousNumber(yaml.constructor.ConstructorError):
 def _ambiguous_number(node: yaml.Node, value: float) -> _AmbiguousNumber:
     """YAML 1.1 reads `022` as 18, `1:30` as 90 and `0x16` as 22, where YAML 1.2 and people
     read other things (22, a time, text): refused, with both readings, rather than guessed."""
-    text = node.value
-    shown = int(value) if float(value).is_integer() else value
-    kind = ("an octal number" if re.fullmatch(r"[-+]?0[0-7_]+", text) else
-            "a base-60 number" if ":" in text else
-            "a hexadecimal number" if "x" in text else
-            "a binary number" if "b" in text else "a number with underscores")
+    full = node.value
+    text = full if len(full) <= 40 else full[:37] + "..."
+    if isinstance(value, int):  # float() of a 300-digit hex would overflow
+        shown: object = value if value.bit_length() < 64 else \
+            f"a number of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    else:
+        shown = ("a number too large for a float" if math.isinf(value) else
+                 int(value) if value.is_integer() else value)
+    kind = ("an octal number" if re.fullmatch(r"[-+]?0[0-7_]+", full) else
+            "a base-60 number" if ":" in full else
+            "a hexadecimal number" if "x" in full else
+            "a binary number" if "b" in full else "a number with underscores")
     return _AmbiguousNumber(
         None, None, f"{text!r} is {kind} in YAML 1.1 (it would read as {shown}): write the "
         "number in plain decimal, or quote it if text is meant", node.start_mark)
@@ -90,7 +96,10 @@ def _int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
 
 
 def _float(loader: yaml.SafeLoader, node: yaml.Node) -> float:
-    value = yaml.SafeLoader.construct_yaml_float(loader, node)  # type: ignore[arg-type]
+    try:
+        value = yaml.SafeLoader.construct_yaml_float(loader, node)  # type: ignore[arg-type]
+    except OverflowError:  # PyYAML sums a long base-60 float as an int first
+        value = math.inf
     if not _DECIMAL_FLOAT.fullmatch(node.value):  # 1:30.5 (base 60), 1_000.5
         raise _ambiguous_number(node, value)
     return value
@@ -200,8 +209,6 @@ def _yaml_error(e: yaml.YAMLError, text: str, source: str) -> InputError:
         return InputError(Problem(f"not valid YAML: character {e.character!r} is not allowed "
                                   "(a binary file?)", source, line))
     line = mark.line + 1 if mark is not None else None
-    if isinstance(e, _AmbiguousNumber):
-        return InputError(Problem(str(e.problem), source, line))
     return InputError(Problem(f"not valid YAML: {getattr(e, 'problem', None) or e}", source,
                               line))
 

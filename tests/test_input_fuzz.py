@@ -288,6 +288,17 @@ def test_a_number_yaml_versions_read_differently_is_refused_at_its_field(text, r
     assert experiment.splitlines()[problem.line - 1].strip() == f"port: {text}"
 
 
+@pytest.mark.parametrize("text", ["0x" + "f" * 300, "0" + "7" * 5000, "1" + ":59" * 200,
+                                  "1" + ":59" * 200 + ".5", "0b" + "1" * 5000])
+def test_a_huge_number_in_a_yaml_1_1_form_is_refused_not_a_crash(text):
+    _, error = attempt(parse_yaml, f"name: x\nport: {text}\n", Experiment, "x.yaml")
+    assert error is not None
+    [problem] = error.problems
+    assert (problem.line, problem.field) == (2, "port")
+    assert "in YAML 1.1 (it would read as a number " in problem.message
+    assert len(problem.message) < 300
+
+
 def test_plain_decimal_numbers_still_read_as_numbers():
     text = (yaml.safe_dump(BASE_EXPERIMENT).replace("port: 22", "port: 2", 1)
             .replace("period_s: 8", "period_s: 1e1")
