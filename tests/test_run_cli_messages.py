@@ -233,7 +233,8 @@ def test_with_a_testbed_the_hosts_are_checked_after_the_testbed_fills_them_in(
     info["web_log"] = {**info["web_log"], "host": "proxy"}  # a testbed's own web log host
     code, _, err = run([str(write(tmp_path, good))], capsys)
     assert code == 2
-    assert "x.yaml:2: field 'web_log.host' 'proxy' (the testbed's) is not one of the hosts" in err
+    assert ("x.yaml:2: field 'testbed' 'proxy' is not one of the hosts (web, app, db) (the "
+            "testbed's web_log.host)") in err
 
 
 @pytest.mark.parametrize(("tail", "expected"), [

@@ -10,6 +10,7 @@ from pathlib import Path
 from common.errors import InputError, Problem
 from common.yamlconf import line_of, load_yaml
 from coordinator.config.experiment import Experiment
+from coordinator.config.experiment_files import field_problem
 from coordinator.config.testbed_tag import from_testbed
 from coordinator.core.weblog.apache_format import compile_apache
 from coordinator.core.weblog.nginx_format import compile_nginx
@@ -38,13 +39,10 @@ def load_experiment(path: str | Path, testbed_root: Path | None = None) -> Exper
 def _check_references(experiment: Experiment, path: Path) -> None:
     """Every field naming a host names one of the experiment's (a testbed's, once filled
     in), and a load generator has a URL: each problem at its own line and field."""
-    problems = []
-    for loc, message in experiment.dangling_references():
-        line = line_of(path, loc)
-        if experiment.testbed is not None and loc[0] == "web_log":  # not in the file
-            line, message = line_of(path, ("testbed",)), message.replace(
-                " is not", " (the testbed's) is not", 1)
-        problems.append(Problem(message, str(path), line, ".".join(str(p) for p in loc)))
+    # field_problem puts a field the testbed: tag filled in (web_log) at that tag's line
+    located = experiment.read_from(path)
+    problems = [field_problem(located, loc, message)
+                for loc, message in experiment.dangling_references()]
     if problems:
         raise InputError(problems)
 
