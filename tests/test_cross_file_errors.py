@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import InputError
+from common.errors import InputError, RuntimeFailure
 from coordinator.cli import latency as latency_cli
 from coordinator.cli.main import main
 from coordinator.config.experiment_files import field_problem
@@ -235,14 +235,95 @@ def test_files_an_ssh_config_gives_are_named_at_its_line(tmp_path, capsys, monke
     assert (f"{config}:4: field 'UserKnownHostsFile' UserKnownHostsFile for Host web: "
             f"{tmp_path / 'gone'} cannot be read: No such file or directory (give another "
             "here, or ssh.known_hosts in the experiment)") in err
-    assert (f"{config}:3: field 'IdentityFile' IdentityFile for Host web: "
-            f"{Path('~/no/such/key').expanduser()} cannot be read") in err
+    assert (f"{config}:3: field 'IdentityFile' no IdentityFile for Host web can be read: "
+            f"{Path('~/no/such/key').expanduser()} (No such file or directory)") in err
     config.write_text("Host web\n  HostName 192.0.2.1\n")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.ssh/known_hosts
     code, err = _latency(capsys, path)
     assert code == 2
     assert (f"{config}: field 'UserKnownHostsFile' no UserKnownHostsFile for Host web, and "
             f"the default {tmp_path / 'home' / '.ssh' / 'known_hosts'} cannot be read") in err
+
+
+@pytest.fixture
+def refused(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
+    """paramiko's connect refused, after recording (hostname, key_filename): a command that
+    gets this far has accepted its local files (exit 1, not 2)."""
+    import paramiko
+
+    calls: list[tuple[str, object]] = []
+
+    def connect(self, hostname, port=22, username=None, key_filename=None, **_):
+        calls.append((hostname, key_filename))
+        raise paramiko.SSHException("refused")
+
+    monkeypatch.setattr(paramiko.SSHClient, "connect", connect)
+    return calls
+
+
+def _identity_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *files: str) -> Path:
+    """An experiment whose ssh_config gives web the IdentityFiles `files` and, as a `Host *`
+    block does, the default ~/.ssh/id_rsa, which this HOME lacks."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "kh").write_text("")
+    given = "".join(f"  IdentityFile = \"{tmp_path / f}\"\n" for f in files)
+    (tmp_path / "ssh_config").write_text(f"Host web\n  HostName 192.0.2.1\n{given}"
+                                         "Host *\n  IdentityFile ~/.ssh/id_rsa\n")
+    return _experiment(tmp_path, "ssh: {config: ssh_config, known_hosts: kh}\n", "{name: web}")
+
+
+def test_an_identity_file_missing_beside_one_there_is_skipped(tmp_path, capsys, monkeypatch,
+                                                              refused):
+    """OpenSSH skips an IdentityFile that is not there, and paramiko stops at the first key
+    that authenticates: only keys that can be opened are handed to it (it would raise
+    FileNotFoundError on a missing one before trying the next)."""
+    (tmp_path / "id").write_text("")
+    path = _identity_files(tmp_path, monkeypatch, "gone", "id")
+    code, err = _latency(capsys, path)
+    assert code == 1  # reached the host: refused there, not at the ssh_config
+    assert "ssh web (192.0.2.1): refused" in err
+    assert refused == [("192.0.2.1", [str(tmp_path / "id")])]
+
+
+def test_no_identity_file_there_is_exit_2_naming_each(tmp_path, capsys, monkeypatch, refused):
+    path = _identity_files(tmp_path, monkeypatch, "gone")
+    code, err = _latency(capsys, path)
+    assert code == 2
+    config = tmp_path / "ssh_config"
+    assert (f"{config}:3: field 'IdentityFile' no IdentityFile for Host web can be read: "
+            f"{tmp_path / 'gone'} (No such file or directory), "
+            f"{tmp_path / 'home' / '.ssh' / 'id_rsa'} (No such file or directory)") in err
+    assert refused == []
+
+
+@pytest.mark.parametrize("command", ["run", "latency", "validate"])
+def test_the_ssh_config_is_looked_up_once_per_host(tmp_path, capsys, monkeypatch, refused,
+                                                   command):
+    """Each lookup runs the ssh_config's `Match exec` commands: the files are checked on the
+    endpoints a command connects to, not on a lookup of their own."""
+    import paramiko
+
+    from coordinator.config.experiment_file import load_experiment
+    from coordinator.live.session import Session
+
+    lookups: list[str] = []
+    lookup = paramiko.SSHConfig.lookup
+    monkeypatch.setattr(paramiko.SSHConfig, "lookup",
+                        lambda self, name: lookups.append(name) or lookup(self, name))
+    (tmp_path / "kh").write_text("")
+    (tmp_path / "ssh_config").write_text("Host web\n  HostName 192.0.2.1\n"
+                                         "Host db\n  HostName 192.0.2.2\n")
+    path = _experiment(tmp_path, "ssh: {config: ssh_config, known_hosts: kh}\n",
+                       "{name: web}\n  - {name: db}")
+    if command == "validate":  # as predict --validate opens it: nothing checked before
+        with pytest.raises(RuntimeFailure, match="refused"):
+            Session(load_experiment(path)).open()
+    else:
+        code, _, _ = _run(capsys, command, str(path), *(["--count", "2"] if command ==
+                                                        "latency" else []))
+        assert code == 1
+    assert sorted(lookups) == ["db", "web"]
+    assert refused
 
 
 def test_every_file_readable_reaches_the_hosts(tmp_path, capsys, monkeypatch):

@@ -23,10 +23,10 @@ from common.command import Command
 from common.errors import InputError, Problem, RuntimeFailure
 from coordinator.config.experiment import Experiment
 from coordinator.config.experiment_file import load_experiment
-from coordinator.config.experiment_files import require_local_files
 from coordinator.config.strict_json import dumps
 from coordinator.core.prediction import Estimate
-from coordinator.live.ssh import Connection, Endpoint, check_endpoints
+from coordinator.live.session import check_local_files
+from coordinator.live.ssh import Connection, Endpoint
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -93,9 +93,7 @@ def latency_command(args: argparse.Namespace) -> int:
         raise InputError(Problem(f"no directory {args.out.parent} to write into",
                                  str(args.out), field="--out"))
     experiment = load_experiment(args.experiment)
-    assert experiment.ssh is not None
-    require_local_files(experiment)
-    ends = check_endpoints(experiment.hosts, experiment.ssh)
+    ends = check_local_files(experiment)
     targets = {name: (end.hostname, end.port) for name, end in ends.items()}
     names = sorted(targets)
     started = time.time()

@@ -86,8 +86,9 @@ def run_command(args: argparse.Namespace) -> int:
     if args.resume is not None:
         _resume_dir(args.resume, console)
     # before the run directory is made or rewritten: a missing known_hosts or key found only
-    # when Session.open connects would leave a failed run behind (or rewrite the resumed one)
-    check_local_files(experiment)
+    # when Session.open connects would leave a failed run behind (or rewrite the resumed one);
+    # the run connects to the endpoints checked, so the ssh_config is not looked up again
+    endpoints = check_local_files(experiment)
     run_dir = _make_run_dir(experiment, args.experiment, args.resume)
     started = time.monotonic()
 
@@ -95,7 +96,8 @@ def run_command(args: argparse.Namespace) -> int:
         console.print(f"[dim]{time.monotonic() - started:7.1f} s[/] {message}")
 
     try:
-        journal = run_experiment(experiment, run_dir, say, resume=args.resume is not None)
+        journal = run_experiment(experiment, run_dir, say, resume=args.resume is not None,
+                                 endpoints=endpoints)
     except OSError as e:  # a file that cannot be written (disk full, directory removed)
         _say_failed(console, run_dir, args.experiment)
         where = f"{e.filename}: " if e.filename else ""

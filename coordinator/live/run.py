@@ -82,6 +82,7 @@ from coordinator.core.wave_plan import (
 from coordinator.core.weblog.model import RequestLog
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
 from coordinator.live.session import Connect, Session, sigterm_as_interrupt, ssh_connect
+from coordinator.live.ssh import Endpoint
 
 ADAPTIVE_S = 10.0  # an adaptive round lasts at least this long (or half the measurement)
 TAIL_S = 3.0  # after a wave ends, the requests that started in it are still being logged
@@ -129,9 +130,12 @@ def _finished(run_dir: Path) -> RunJournal | None:
 
 
 def run_experiment(experiment: Experiment, run_dir: Path, say: Say, resume: bool = False,
-                   connect: Connect = ssh_connect, clock: Clock = SYSTEM) -> RunJournal:
+                   connect: Connect = ssh_connect, clock: Clock = SYSTEM,
+                   endpoints: dict[str, Endpoint] | None = None) -> RunJournal:
     """The whole run; its journal (also `run_dir/run.json`). Raises only what is not the
-    run's own outcome (a bug, a failure to reach a host is `failed` and re-raised)."""
+    run's own outcome (a bug, a failure to reach a host is `failed` and re-raised).
+    `endpoints`: the hosts' as the command checked them (`check_local_files`), not looked up
+    again."""
     out = RunDir(run_dir)
     if resume and (finished := _finished(run_dir)) is not None:
         say(f"the run completed all {finished.links_planned} links: nothing to resume")
@@ -144,7 +148,7 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Say, resume: bool
     journal = RunJournal(status="running", started=clock.time(), links_done=len(done),
                          links_resumed=len(done), coordinator=this_coordinator())
     out.write("run.json", journal)
-    session = Session(experiment, connect, clock)
+    session = Session(experiment, connect, clock, endpoints=endpoints)
     with _sigterm_as_interrupt():
         try:
             journal = journal.model_copy(update={"warnings": open_session(session, say)})

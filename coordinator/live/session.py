@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from common.jsonlines import Channel, DaemonClient
@@ -18,7 +19,7 @@ from coordinator.config.experiment import Experiment, Host, Ssh
 from coordinator.config.experiment_files import require_local_files
 from coordinator.live.clock import SYSTEM, Clock
 from coordinator.live.logfollow import LogFollower, follow_argv
-from coordinator.live.ssh import Connection, check_endpoints, endpoint_for
+from coordinator.live.ssh import Connection, Endpoint, check_endpoints, endpoint_for
 
 QUEUE_BASE = 4700
 
@@ -43,14 +44,20 @@ def ssh_connect(host: Host, ssh: Ssh) -> Remote:
     return Connection(endpoint_for(host, ssh), ssh.connect_timeout_s)
 
 
-def check_local_files(experiment: Experiment) -> None:
+def check_local_files(experiment: Experiment) -> dict[str, Endpoint]:
     """Every local file an SSH connection to the experiment's hosts reads (its ssh_config,
     known_hosts and keys, and the files the ssh_config gives), checked without connecting:
-    InputError at the file, line and field at fault. A command calls it before its first side
-    effect, so bad input leaves nothing behind."""
+    InputError at the file, line and field at fault; else every host's endpoint. A command
+    calls it before its first side effect, so bad input leaves nothing behind, and connects to
+    the endpoints it returns (`Session.endpoints`): the ssh_config is looked up once per host,
+    as each lookup runs its `Match exec` commands."""
     assert experiment.ssh is not None
     require_local_files(experiment)
-    check_endpoints(experiment.hosts, experiment.ssh)
+    return check_endpoints(experiment.hosts, experiment.ssh)
+
+
+def _connect_to(endpoints: dict[str, Endpoint], host: Host, ssh: Ssh) -> Remote:
+    return Connection(endpoints[host.name], ssh.connect_timeout_s)
 
 
 @dataclass
@@ -60,6 +67,7 @@ class Session:
     experiment: Experiment
     connect: Connect = ssh_connect
     clock: Clock = SYSTEM
+    endpoints: dict[str, Endpoint] | None = None  # as the command's `check_local_files` gave
     connections: dict[str, Remote] = field(default_factory=dict)
     sniffers: dict[str, DaemonClient] = field(default_factory=dict)
     injectors: dict[str, DaemonClient] = field(default_factory=dict)
@@ -76,12 +84,15 @@ class Session:
         e = self.experiment
         assert e.ssh is not None
         assert e.web_log is not None
-        # every ssh_config and known_hosts read first; `linkgrad run` checked them before it
-        # wrote its run directory, predict --validate has written nothing and relies on this
-        if self.connect is ssh_connect:
-            check_local_files(e)
+        # every ssh_config and known_hosts read before any host is connected to: `linkgrad
+        # run` checked them before it wrote its run directory and hands over the endpoints;
+        # predict --validate has written nothing and relies on the check here
+        connect = self.connect
+        if connect is ssh_connect:
+            connect = partial(_connect_to, self.endpoints if self.endpoints is not None
+                              else check_local_files(e))
         for host in e.hosts:
-            remote = self.connect(host, e.ssh)
+            remote = connect(host, e.ssh)
             self.connections[host.name] = remote
             self.addresses[host.address or remote.address] = host.name
         for name, remote in self.connections.items() if sniffers else ():

@@ -30,6 +30,9 @@ class Endpoint:
     user: str
     identity_files: tuple[str, ...]
     known_hosts: Path
+    # the options (lower case) the ssh_config set for the host: a later check tells its files
+    # from defaults without a second lookup (each runs the ssh_config's `Match exec` commands)
+    config_gives: frozenset[str] = frozenset()
 
 
 def endpoint_for(host: Any, ssh: Any) -> Endpoint:
@@ -41,7 +44,8 @@ def endpoint_for(host: Any, ssh: Any) -> Endpoint:
         base = Endpoint(host.name, host.address, 22, "root", (), ssh.known_hosts)
     return Endpoint(host.name, host.address or base.hostname, host.port or base.port,
                     host.user or base.user,
-                    (str(host.key),) if host.key else base.identity_files, base.known_hosts)
+                    (str(host.key),) if host.key else base.identity_files, base.known_hosts,
+                    base.config_gives)
 
 
 def resolve(name: str, ssh_config: Path, known_hosts: Path | None = None) -> Endpoint:
@@ -61,14 +65,22 @@ def resolve(name: str, ssh_config: Path, known_hosts: Path | None = None) -> End
                                 .split()[0]).expanduser()
     return Endpoint(name, config.get("hostname", name), int(port),
                     config.get("user", "root"), tuple(config.get("identityfile", [])),
-                    Path(known))
+                    Path(known), frozenset(config))
 
 
-def _line_of_option(text: str, option: str, value: str) -> int | None:
-    """The first line setting `option` to `value` in an ssh_config (paramiko keeps none)."""
-    pattern = re.compile(rf"^\s*{option}\s*(=\s*|\s)\s*\"?{re.escape(value)}\"?\s*$",
-                         re.IGNORECASE)
-    return next((i for i, line in enumerate(text.splitlines(), 1) if pattern.match(line)), None)
+def _line_of_option(text: str, option: str, value: str | Path) -> int | None:
+    """The first line setting `option` to `value` in an ssh_config (paramiko keeps no lines),
+    read as paramiko reads it (`Option value`, `Option=value`, quotes stripped). A path is
+    compared expanded, as paramiko gives it; one it rewrote (a %h token) is at the option's
+    first line."""
+    pattern = re.compile(rf"{option}(?:\s*=\s*|\s+)(.+)", re.IGNORECASE)
+    found = [(i, m[1]) for i, line in enumerate(text.splitlines(), 1)
+             if (m := pattern.fullmatch(line.strip()))]
+    for i, given in found:
+        given = given[1:-1] if given.startswith('"') and given.endswith('"') else given
+        if (Path(given).expanduser() if isinstance(value, Path) else given) == value:
+            return i
+    return found[0][0] if found and isinstance(value, Path) else None
 
 
 def check_known_hosts(path: Path) -> None:
@@ -102,40 +114,43 @@ def check_endpoints(hosts: Sequence[Any], ssh: Any) -> dict[str, Endpoint]:
 
 def _config_file_problems(hosts: Sequence[Any], ends: dict[str, Endpoint], ssh: Any
                           ) -> list[Problem]:
-    """The files the ssh_config gives a host (UserKnownHostsFile or its default, IdentityFile)
-    that cannot be opened, at the ssh_config's line: paramiko would fail on them at connect
-    (exit 1), when the mistake is in that file (or the experiment, which could give its own).
-    The experiment's own ssh.known_hosts and keys are checked at its fields
-    (`require_local_files`)."""
+    """The files the ssh_config gives a host that paramiko could not do without, at the
+    ssh_config's line: its UserKnownHostsFile (or the default), and its IdentityFiles when none
+    of them can be opened. paramiko would fail at connect (exit 1), when the mistake is in that
+    file (or the experiment, which could give its own). Some IdentityFiles missing is no
+    mistake: OpenSSH skips them (a `Host *` block's ~/.ssh/id_rsa often is), and `Connection`
+    gives paramiko only the others. The experiment's own ssh.known_hosts and keys are checked
+    at its fields (`require_local_files`)."""
     text = read_text(ssh.config, "the ssh_config")
-    problems, seen = [], set()
+    problems: list[Problem] = []
+    seen_known: set[Path] = set()
+    seen_keys: set[tuple[Path, ...]] = set()
     for host in hosts:
-        end, given = ends[host.name], paramiko.SSHConfig.from_text(text).lookup(host.name)
-        files = [] if ssh.known_hosts else [("UserKnownHostsFile", end.known_hosts)]
-        files += [] if host.key else [("IdentityFile", Path(f)) for f in end.identity_files]
-        for option, path in files:
-            if path in seen or (reason := cannot_open(path)) is None:
-                continue
-            seen.add(path)
-            default = option.lower() not in given
-            what = f"no {option} for Host {host.name}, and the default" if default else \
-                f"{option} for Host {host.name}:"
-            hint = " (give another here, or ssh.known_hosts in the experiment)" \
-                if option == "UserKnownHostsFile" else ""
-            problems.append(Problem(f"{what} {path} cannot be read: {reason}{hint}",
-                                    str(ssh.config),
-                                    None if default else _line_of_path(text, option, path),
-                                    option))
+        end = ends[host.name]
+        known = end.known_hosts
+        if ssh.known_hosts is None and known not in seen_known \
+                and (reason := cannot_open(known)) is not None:
+            seen_known.add(known)
+            given = "userknownhostsfile" in end.config_gives
+            what = f"UserKnownHostsFile for Host {host.name}:" if given else \
+                f"no UserKnownHostsFile for Host {host.name}, and the default"
+            problems.append(Problem(
+                f"{what} {known} cannot be read: {reason} (give another here, or "
+                "ssh.known_hosts in the experiment)", str(ssh.config),
+                _line_of_option(text, "UserKnownHostsFile", known) if given else None,
+                "UserKnownHostsFile"))
+        keys = tuple(Path(f) for f in end.identity_files)
+        if host.key is not None or not keys or keys in seen_keys:
+            continue
+        reasons = [(key, reason) for key in keys if (reason := cannot_open(key)) is not None]
+        if len(reasons) == len(keys):  # paramiko would have no key to try
+            seen_keys.add(keys)
+            listed = ", ".join(f"{key} ({reason})" for key, reason in reasons)
+            problems.append(Problem(f"no IdentityFile for Host {host.name} can be read: "
+                                    f"{listed}", str(ssh.config),
+                                    _line_of_option(text, "IdentityFile", keys[0]),
+                                    "IdentityFile"))
     return problems
-
-
-def _line_of_path(text: str, option: str, path: Path) -> int | None:
-    """The line giving `path` to `option` in an ssh_config (else its first `option` line)."""
-    pattern = re.compile(rf"^\s*{option}\s*(=\s*|\s)\s*\"?([^\"\s]+)", re.IGNORECASE)
-    found = [(i, m[2]) for i, line in enumerate(text.splitlines(), 1)
-             if (m := pattern.match(line))]
-    exact = [i for i, value in found if Path(value).expanduser() == path]
-    return (exact or [i for i, _ in found] or [None])[0]
 
 
 class Connection:
@@ -151,9 +166,14 @@ class Connection:
             # the file changed since it was checked
             raise RuntimeFailure(f"cannot read known_hosts {endpoint.known_hosts}: {e}") from e
         self.client.set_missing_host_key_policy(paramiko.RejectPolicy())  # never auto-add
+        # only the keys that can be opened: paramiko stops at the first it cannot open
+        # (FileNotFoundError) where OpenSSH skips it; none left (removed since they were
+        # checked) and paramiko's error names the first
+        keys = [f for f in endpoint.identity_files if cannot_open(Path(f)) is None] \
+            or list(endpoint.identity_files)
         try:
             self.client.connect(endpoint.hostname, endpoint.port, endpoint.user,
-                                key_filename=list(endpoint.identity_files) or None,
+                                key_filename=keys or None,
                                 timeout=timeout_s, banner_timeout=timeout_s,
                                 auth_timeout=timeout_s, look_for_keys=False, allow_agent=False)
         except (paramiko.SSHException, OSError, ValueError) as e:  # ValueError: a bad name
