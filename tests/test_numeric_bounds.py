@@ -16,12 +16,16 @@ from pydantic import ValidationError
 
 from common.protocol.injector import Calipers, Caps
 from common.protocol.sniffer import Report
+from common.square_wave import SquareWave
 from coordinator.cli.main import main
-from coordinator.config.run_dir import LinkMeasurement, fit_curve
+from coordinator.config.bounds import MAX_EFFECT_MS, MAX_GRADIENT
+from coordinator.config.run_dir import LinkMeasurement, RunDir, fit_curve
+from coordinator.core import estimate
+from coordinator.core.estimate import gradient_json, log_gradients, settings_for_log
 from coordinator.core.linearity import DelayPoint, fit
 from coordinator.core.prediction import Estimate, predict
 from coordinator.core.spectral.binning import bin_series
-from tests.test_input_fuzz import link_entry, strict_loads, write_run
+from tests.test_input_fuzz import link_entry, strict_loads, write_experiment, write_run
 
 
 def commands(run: Path, latencies: Path | None = None) -> dict[str, list[str]]:
@@ -55,12 +59,13 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 # --- gradients.json, baseline.json, run.json read back -------------------------------------
 
 @pytest.mark.parametrize(("key", "value", "message"), [
-    ("gradient", 1e300, "gradient 1e+300 is above 1e+06 (a gradient counts crossings"),
-    ("gradient", -1e300, "gradient -1e+300 is below -1e+06"),
-    ("gradient", 10**400, "gradient a number of 401 digits is above 1e+06"),
-    ("thesis_gradient", 1e7, "thesis_gradient 1e+07 is above 1e+06"),
-    ("effect_ms", -1e300, "effect_ms -1e+300 is below -2.592e+09 (a change of mean response"),
-    ("se_ms", 1e300, "se_ms 1e+300 is above 2.592e+09")], ids=lambda v: str(v)[:16])
+    ("gradient", 1e300, "gradient 1e+300 is above 2.592e+15 (no measurement gives it: an "
+                        "effect of at most 2.592e+12 ms over a delay of at least 0.001 ms)"),
+    ("gradient", -1e300, "gradient -1e+300 is below -2.592e+15"),
+    ("gradient", 10**400, "gradient a number of 401 digits is above 2.592e+15"),
+    ("thesis_gradient", 1e16, "thesis_gradient 1e+16 is above 2.592e+15"),
+    ("effect_ms", -1e300, "effect_ms -1e+300 is below -2.592e+12 (no fit of response times"),
+    ("se_ms", 1e300, "se_ms 1e+300 is above 2.592e+12")], ids=lambda v: str(v)[:16])
 def test_a_huge_number_in_gradients_json_is_exit_2_naming_the_limit(key, value, message,
                                                                      tmp_path, capsys):
     """gradient 1e300 reached prediction and was an OverflowError (internal error)."""
@@ -78,7 +83,8 @@ def test_an_interval_beyond_the_limit_or_upside_down_is_refused(ci, tmp_path, ca
     edit(run / "gradients.json", lambda d: d["links"][0]["transactions"]["two"].update(ci95=ci))
     err = refused(commands(run)["report"], capsys)
     assert "ci95" in err
-    assert ("1e+06" in err) if abs(max(ci, key=abs)) > 1e6 else ("no interval" in err)
+    assert ("2.592e+15 (an interval too wide to be a measurement" in err) \
+        if abs(max(ci, key=abs)) > 1e6 else ("no interval" in err)
 
 
 @pytest.mark.parametrize(("field", "value", "limit"), [
@@ -109,17 +115,67 @@ def test_a_run_journal_time_after_2286_is_refused(tmp_path, capsys):
     assert "run.json: field 'started'" in refused(["report", str(run)], capsys)
 
 
-def test_a_run_writes_a_freak_estimate_and_its_readers_refuse_it(tmp_path, capsys):
-    """The bounds hold for files read back: the run that measured a gradient of 2e6 (a delay
-    of a microsecond, say) writes it rather than failing, and the readers name it."""
+def wide_at_a_microsecond() -> dict[str, Any]:
+    """A link as a run measures it at the record's smallest delay (1 us): an effect of 1.5 ms
+    with a standard error of 1 s is a gradient of 1.5e6, its interval ±2.2e6 (t = 2.228 at 10
+    degrees of freedom) and eq. 2.6's gradient alike."""
     entry = link_entry()
-    entry["transactions"]["two"].update(gradient=2e6, ci95=[0.0, 4e6])
+    entry["record"]["magnitude_ms"] = entry["requested_ms"] = 0.001
+    entry["transactions"]["two"].update(gradient=1.5e6, ci95=[-728100.0, 3728100.0],
+                                        effect_ms=1.5, se_ms=1000.0, thesis_gradient=1.4e6)
+    return entry
+
+
+def test_a_wide_interval_at_a_microsecond_is_read_back(tmp_path, capsys):
+    """A run's own measurement is within the bounds: ci95 and gradient past ±1e6 were refused
+    ('crossings per request'), so resume refused the run forever, report skipped it and
+    predict, place and route refused the whole run for one transaction on one link."""
+    run = write_run(tmp_path / "run")
+    entry = LinkMeasurement.model_validate(wide_at_a_microsecond())  # as the run builds it
+    RunDir(run).write_measurements("fake", [entry])
+    assert RunDir(run).measurements() == [entry]
+    for name, argv in commands(run).items():
+        code = main([*argv, "--json"])
+        out, err = capsys.readouterr()
+        assert code == 0, (name, err)
+        strict_loads(out)
+    # run --resume reads the directory whole before anything else: it gets past it to the
+    # experiment's missing known_hosts
+    experiment = write_experiment(tmp_path / "x.yaml")
+    code = main(["run", str(experiment), "--resume", str(run), "--json"])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert "gradients.json" not in err
+    assert "known_hosts" in err
+
+
+def test_a_number_past_the_bounds_is_built_and_refused_read_back(tmp_path, capsys):
+    """The bounds hold for files read back: the same entry validates as the run builds it."""
+    entry = wide_at_a_microsecond()
+    entry["transactions"]["two"].update(gradient=3e15, ci95=[0.0, 4e15])
     LinkMeasurement.model_validate(entry)  # as the run builds it
     run = write_run(tmp_path / "run")
     edit(run / "gradients.json", lambda d: d.update(links=[entry]))
     err = refused(commands(run)["predict"], capsys)
-    assert "gradient 2e+06 is above 1e+06" in err
-    assert "ci95[1] 4e+06 is above 1e+06" in err
+    assert "gradient 3e+15 is above 2.592e+15" in err
+    assert "ci95[1] 4e+15 is above 2.592e+15 (an interval too wide to be a measurement" in err
+
+
+def test_a_fit_past_the_effect_limit_is_no_estimate(monkeypatch):
+    """What the run writes is what reading it back accepts: a lockin fit whose effect or
+    interval is past MAX_EFFECT_S (a near-singular fit) is dropped with its reason."""
+    t = 1.7e9 + np.arange(4000) * 0.05
+    wave = SquareWave(1.7e9 + 100.0, 8.0, 8, 0.001)
+    y = 0.005 + 0.002 * wave.is_on(t) + 0.0001 * np.sin(np.arange(len(t)))
+    groups = {"two": np.arange(len(t))}
+    settings = settings_for_log(0.0)
+    kept = log_gradients(t, y, groups, wave, settings, baseline_end_s=wave.start_s)["two"]
+    assert kept.lockin is not None
+    monkeypatch.setattr(estimate, "MAX_EFFECT_S", abs(kept.lockin.effect_s) / 2)
+    dropped = log_gradients(t, y, groups, wave, settings, baseline_end_s=wave.start_s)["two"]
+    assert dropped.lockin is None
+    assert any("past" in note and "collinear" in note for note in dropped.notes)
+    assert gradient_json(dropped)["gradient"] is None
 
 
 # --- inside the bounds: finite answers, no warning -----------------------------------------
@@ -135,7 +191,7 @@ def extreme_run(d: Path, gradient: float, se_ms: float, delays: tuple[float, ...
             entry["planned_ms"] = m
         g = gradient * (-1) ** i
         entry["transactions"]["two"].update(gradient=g, ci95=[g, g], se_ms=se_ms,
-                                            effect_ms=2.592e9, thesis_gradient=-g)
+                                            effect_ms=MAX_EFFECT_MS, thesis_gradient=-g)
         links.append(entry)
     edit(run / "gradients.json", lambda data: data.update(links=links))
     edit(run / "baseline.json", lambda data: data["transactions"]["two"].update(
@@ -144,8 +200,10 @@ def extreme_run(d: Path, gradient: float, se_ms: float, delays: tuple[float, ...
 
 
 @pytest.mark.parametrize(("gradient", "se_ms", "delays"), [
-    (1e6, 0.0, (1e-3, 1e4)), (1e6, 2.592e9, (1e-3, 1.5e-3)), (-1e6, 0.0, (1e-3, 1.5e-3, 1e4)),
-    (1e-300, 1e-300, (10.0, 10.0 + 1e-12)), (0.0, 0.0, (10.0,)), (1e6, 2.592e9, (1e4,))])
+    (MAX_GRADIENT, 0.0, (1e-3, 1e4)), (MAX_GRADIENT, MAX_EFFECT_MS, (1e-3, 1.5e-3)),
+    (-MAX_GRADIENT, 0.0, (1e-3, 1.5e-3, 1e4)), (1e-300, 1e-300, (10.0, 10.0 + 1e-12)),
+    (0.0, 0.0, (10.0,)), (MAX_GRADIENT, MAX_EFFECT_MS, (1e4,)),
+    (MAX_GRADIENT, MAX_EFFECT_MS, (1e-3, 1.5e-3, 1e4))])
 @pytest.mark.parametrize("latency", [0.0, 60000.0])
 def test_numbers_at_their_limits_give_finite_answers(gradient, se_ms, delays, latency,
                                                     tmp_path, capsys):
@@ -186,7 +244,8 @@ def test_a_curve_stays_exact_when_the_standard_errors_are_far_apart():
         assert curve.curvature.mean == pytest.approx(0.02, rel=1e-6)
         assert math.isfinite(curve.gradient.se)
         assert math.isfinite(curve.curvature.se)
-    worst = fit_curve([(1e-3, 1e6, 0.0), (1.5e-3, -1e6, 2.6e12)])  # the limits, 1.5x apart
+    g, se = MAX_GRADIENT, MAX_EFFECT_MS / 1e-3  # the limits, 1.5x apart
+    worst = fit_curve([(1e-3, g, se), (1.5e-3, -g, se / 1.5)])
     change = predict({"t": Estimate(2.592e9, 2.592e9)}, {"t": {("a", "b"): worst}},
                      {("a", "b"): Estimate(-6e4, 8.5e4)})["t"]
     assert all(map(math.isfinite, (change.predicted_ms, change.se_ms, *change.ci95)))

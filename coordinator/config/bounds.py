@@ -1,16 +1,24 @@
 """The limits of the numbers a run directory's files hold when read back (gradients.json,
 baseline.json, run.json) and of the options that stand for them. Beyond a limit a number is a
-hand edit, corruption or a unit mistake, not a measurement; each limit is far beyond any real
-one.
+hand edit, corruption or a unit mistake, not a measurement: each is what a run can produce at
+most, so a run's own files are always read back.
+
+A transaction's numbers are bounded by the record's delay and the estimator's effect: an
+effect, its standard error and an interval end times the delay within `MAX_EFFECT_MS`
+(`core.estimate` drops a lockin fit past it), over a delay of at least `MIN_MAGNITUDE_MS`, give
+a gradient or interval end within MAX_GRADIENT = 2.6e15 (a delay of 1 us and a wide interval
+are real: ci95 = g ± t·se_ms/magnitude_ms); eq. 2.6's gradient is at most
+2π·MAX_RESPONSE_MS/MIN_MAGNITUDE_MS = 1.6e13.
 
 Inside them prediction, placement and routing cannot overflow (1.8e308). A gradients.json is
-at most 64 MB: under 1e6 links. Per link a gradient is at most 1e6, its standard error
-MAX_RESPONSE_MS / MIN_MAGNITUDE_MS = 2.6e12, a curvature (`run_dir.fit_curve`: delays 1.5x
-apart, 1 us at least) ~4e9 ms/ms² with a standard error ~1e16; a latency change is at most
-6e4 ms (`latencies.MAX_LATENCY_MS`). A prediction's largest term, Δ⁴·var(c) ≈ 1.3e19·1e32, over
-1e6 links of a pair and as many pairs, stays below 1e70; placement's weights (times an
-importance of at most 1e6) by latencies and their squares, summed over every host pair, below
-1e50."""
+at most 64 MB: under 1e6 links. Per link a gradient and its standard error are at most 2.6e15;
+a curve through delays 1.5x apart, 1 us at least (`run_dir.fit_curve`), has a gradient of
+~1.3e16 and a curvature of ~1e19 ms/ms², each with a standard error as large. A latency change
+is at most 6e4 ms (`latencies.MAX_LATENCY_MS`), with a standard error of 8.5e4 at most. A
+prediction's largest term, slope²·var(Δ) with slope = g + 2cΔ ~1.2e24 per link (1.2e30 over
+1e6 links of a pair) and var(Δ) 7.2e9, is ~1e70 per pair and ~1e76 over as many pairs;
+placement's coefficients (times an importance of at most 1e6) g − 2cL⁰ ~1e36 and c ~1e31 a
+host pair, by latencies and their squares (3.6e9), stay below 1e54 over 1e12 host pairs."""
 
 from __future__ import annotations
 
@@ -19,10 +27,13 @@ from typing import Any
 from pydantic import ValidationInfo
 
 from common.protocol.fields import LIMIT_UNIX_S
+from common.protocol.record import MIN_MAGNITUDE_MS
+from coordinator.core.estimate import MAX_EFFECT_S
 from coordinator.core.weblog.model import MAX_RESPONSE_S, MAX_START_S, MIN_START_S
 
-MAX_GRADIENT = 1e6  # ms per ms: a count of crossings per request, real ones are 0-200
 MAX_RESPONSE_MS = MAX_RESPONSE_S * 1e3  # the web log's: no request is open for 30 days
+MAX_EFFECT_MS = MAX_EFFECT_S * 1e3  # a lockin fit's effect and standard error (2.6e12)
+MAX_GRADIENT = MAX_EFFECT_MS / MIN_MAGNITUDE_MS  # and an interval's end: 2.6e15 ms per ms
 MAX_COUNT = 2**53  # requests, packets: above it a float no longer counts one by one
 MAX_RATE_PER_S = 1e9  # requests per second: no server answers a billion a second
 MAX_THROUGHPUT_CHANGE = 1e9  # on/off - 1: even one request off against a billion on
@@ -30,8 +41,8 @@ MAX_UNIX_S = LIMIT_UNIX_S  # year 2286: a later unix time is a unit mistake (ms 
 FIRST_LOG_S, LAST_LOG_S = MIN_START_S, MAX_START_S  # the times a web log line can hold
 
 # Validation context of a file read back: its numbers are held to these limits. The run builds
-# the same records from what it measured without them, so a freak estimate is written (and
-# refused, named, when read back) instead of failing the run that measured it.
+# the same records from what it measured without them: what it measures is within them, and
+# were it not, the run would write it (refused, named, when read back) rather than fail.
 READ_BACK: dict[str, Any] = {"read_back": True}
 
 
@@ -60,15 +71,19 @@ def transaction_problems(entry: dict[str, Any]) -> list[str]:
     """What is past its limit in a `core.estimate.gradient_json` entry (its numbers checked
     finite already)."""
     g = (-MAX_GRADIENT, MAX_GRADIENT)
-    gradient = "a gradient counts crossings per request: real ones are 0-200"
-    effect = "a change of mean response time: the longest a web log holds is 30 days"
+    gradient = (f"no measurement gives it: an effect of at most {MAX_EFFECT_MS:g} ms over a "
+                f"delay of at least {MIN_MAGNITUDE_MS:g} ms")
+    wide = (f"an interval too wide to be a measurement: its ends are effects of at most "
+            f"{MAX_EFFECT_MS:g} ms over a delay of at least {MIN_MAGNITUDE_MS:g} ms")
+    effect = ("no fit of response times gives it: a web log holds none over 30 days, and a "
+              "fit beyond a thousand times that is dropped")
     ci = entry.get("ci95") or []
     out = [out_of_range("gradient", entry.get("gradient"), *g, gradient),
            out_of_range("thesis_gradient", entry.get("thesis_gradient"), *g, gradient),
-           *[out_of_range(f"ci95[{i}]", v, *g, gradient) for i, v in enumerate(ci)],
-           out_of_range("effect_ms", entry.get("effect_ms"), -MAX_RESPONSE_MS,
-                        MAX_RESPONSE_MS, effect),
-           out_of_range("se_ms", entry.get("se_ms"), 0.0, MAX_RESPONSE_MS, effect),
+           *[out_of_range(f"ci95[{i}]", v, *g, wide) for i, v in enumerate(ci)],
+           out_of_range("effect_ms", entry.get("effect_ms"), -MAX_EFFECT_MS, MAX_EFFECT_MS,
+                        effect),
+           out_of_range("se_ms", entry.get("se_ms"), 0.0, MAX_EFFECT_MS, effect),
            out_of_range("requests", entry.get("requests"), 0, MAX_COUNT,
                         "more than a float counts")]
     if ci and ci[0] > ci[1]:

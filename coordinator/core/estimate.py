@@ -24,10 +24,18 @@ from coordinator.core.spectral.lockin import LockinEstimate, LockinSettings, loc
 from coordinator.core.spectral.periodic import periodic_noise_hz
 from coordinator.core.spectral.thesis import thesis_gradient
 from coordinator.core.spectral.training import BaselineSpectrum, baseline_spectrum
+from coordinator.core.weblog.model import MAX_RESPONSE_S
 
 MAX_CHUNKS = 1000  # training chunks (M): beyond, a log years long would be cut into a loop
 PERIODIC_MAX_BINS = 4096  # bins per chunk in the periodic-noise search: a longer training
 # log is searched in wider bins (a lower Nyquist frequency), not in more of them
+# The largest effect (and standard error, and interval end times the delay) an estimate may
+# have: the lockin effect is a regression coefficient of responses a web log holds (30 days at
+# most), which drift and periodic-noise terms lift above their range only as far as the fit is
+# ill-conditioned (a few times; 63x in a contrived design). Past a thousandfold the fit is
+# near singular, not a measurement; the bound also makes what a run writes a number that
+# reading its directory back accepts (`config.bounds`).
+MAX_EFFECT_S = 1e3 * MAX_RESPONSE_S
 
 
 @dataclass(frozen=True)
@@ -164,11 +172,23 @@ def transaction_gradient(
     if estimate is not None and not np.all(np.isfinite([estimate.gradient, *estimate.ci])):
         estimate = None
         notes.append("lockin: the fit gave no finite gradient (responses too alike or too few)")
+    if estimate is not None and not _within_effect_limit(estimate, wave.magnitude_s):
+        estimate = None
+        notes.append(f"lockin: the fit's effect or its interval is past {MAX_EFFECT_S:g} s, "
+                     "a thousand times the longest response: its nuisance terms are all but "
+                     "collinear with the wave (more cycles or another period part them)")
     if estimate is not None and estimate.widened_by_cycles:
         notes.append("the cycles disagreed beyond the noise within them (a burst of other work "
                      "or a change of load): the interval is from the spread between cycles, "
                      "wider; more cycles narrow it")
     return TransactionGradient(name, n_window, n_base, estimate, thesis, periodic, tuple(notes))
+
+
+def _within_effect_limit(e: LockinEstimate, magnitude_s: float) -> bool:
+    """Whether the effect, its standard error and its interval's ends (as effects: the ends
+    times the delay) are within MAX_EFFECT_S."""
+    ends = [abs(end) * magnitude_s for end in e.ci]
+    return max(abs(e.effect_s), e.se_s, *ends) <= MAX_EFFECT_S
 
 
 def _lacking(t: np.ndarray, wave: SquareWave, settings: GradientSettings) -> str | None:
