@@ -15,16 +15,22 @@ import pytest
 from pydantic import ValidationError
 
 from common.protocol.injector import Calipers, Caps
+from common.protocol.record import InjectionRecord, recorded_delay_ms
 from common.protocol.sniffer import Report
 from common.square_wave import SquareWave
 from coordinator.cli.main import main
 from coordinator.config.bounds import MAX_EFFECT_MS, MAX_GRADIENT
+from coordinator.config.experiment import Parameters
 from coordinator.config.run_dir import LinkMeasurement, RunDir, fit_curve
 from coordinator.core import estimate
 from coordinator.core.estimate import gradient_json, log_gradients, settings_for_log
+from coordinator.core.graph import GraphLink
 from coordinator.core.linearity import DelayPoint, fit
 from coordinator.core.prediction import Estimate, predict
 from coordinator.core.spectral.binning import bin_series
+from coordinator.core.watch import Baseline
+from coordinator.core.weblog.model import RequestLog
+from coordinator.live.run import _estimate
 from tests.test_input_fuzz import link_entry, strict_loads, write_experiment, write_run
 
 
@@ -318,3 +324,45 @@ def test_daemon_replies_are_bounded_as_requests_are():
         Caps.model_validate({"max_magnitude_ms": 1e300, "max_duration_s": 60.0})
     with pytest.raises(ValidationError):
         Report.model_validate({"from": 0.0, "to": 1e300})
+
+
+# --- the injector's mean delay becomes the injection record ---------------------------------
+
+@pytest.mark.parametrize(("applied", "packets", "recorded", "noted"), [
+    (10_000.4, 900, 10_000.0, False), (10_150.0, 900, 10_000.0, True), (5.2, 900, 5.2, False),
+    (None, 0, 5.0, False), (0.0, 0, 5.0, False), (4e-4, 900, 5.0, True), (-1.0, 900, 5.0, True)])
+def test_the_recorded_delay_is_one_a_record_holds(applied, packets, recorded, noted):
+    asked = 10_000.0 if applied and applied > 1e4 else 5.0
+    ms, note = recorded_delay_ms(applied, packets, asked)
+    assert ms == recorded
+    assert (note is not None) == noted
+    InjectionRecord.of(SquareWave(1.7e9, 8.0, 4, ms / 1e3), ms)
+
+
+@pytest.mark.parametrize(("applied", "recorded", "note"), [
+    (10_000.4, 10_000.0, None),  # at the cap, packets released a little late
+    (10_500.0, 10_000.0, "held packets 10500 ms on average, above the injection record's "
+                         "10000 ms (released 5% late): recorded as 10000 ms"),
+    (2e-4, 10_000.0, "reports a mean delay of 0.0002 ms, below the 0.001 ms")])
+def test_a_run_records_a_mean_delay_past_the_records_limits_with_a_note(applied, recorded,
+                                                                        note):
+    """A run at the 10 s cap got a mean of ~10000.x ms (no packet leaves early), and
+    InjectionRecord.of raised ValidationError: an internal error on its own measurement."""
+    t = 1.7e9 + np.arange(3000) * 0.1
+    wave = SquareWave(1.7e9 + 100.0, 40.0, 4, 10.0)
+    y = 0.005 + 10.0 * wave.is_on(t)
+    snap = RequestLog(t, y, np.array(["/two"] * len(t), dtype=object))
+    link = GraphLink("tcp", "app", "10.0.0.1", 0, "db", "10.0.0.2", 5432, 100)
+    result = _estimate(snap, {"two": np.arange(len(t))}, link, wave, applied, 900,
+                       Baseline(wave.start_s, 10.0, 5.0), Parameters())
+    assert result.record.magnitude_ms == recorded
+    notes = result.transactions["two"]["notes"]
+    assert any(note in n for n in notes) if note else not any("injector" in n for n in notes)
+
+
+def test_an_experiment_delay_below_a_microsecond_is_refused():
+    """A run asked for less than a record holds failed on its first wave with no packet."""
+    for bad in ({"magnitude_ms": 1e-4}, {"max_delay_ms": 1e-4}, {"magnitudes_ms": (1e-4, 1.0)}):
+        with pytest.raises(ValidationError, match=r"0\.001"):
+            Parameters(**bad)
+    Parameters(magnitude_ms=1e-3, max_delay_ms=1e-3)

@@ -241,7 +241,7 @@ def test_jobs_measure_every_link_at_every_fixed_delay_and_skip_what_is_done():
     assert planned == [([links[1].label, links[2].label], 5.0),
                        ([links[0].label, links[1].label], 20.0), ([links[2].label], 20.0)]
     assert [f for _, f in jobs(links, {}, Parameters())] == [None, None, None]  # planned delay
-    with pytest.raises(ValueError, match="two or more different positive delays"):
+    with pytest.raises(ValueError, match=r"two or more different delays of at least 0\.001 ms"):
         Parameters(magnitudes_ms=(5.0, 5.0))
     with pytest.raises(ValueError, match="above max_delay_ms"):
         Parameters(magnitudes_ms=(5.0, 150.0))

@@ -105,7 +105,8 @@ SCHEDULE: TypeAdapter[ScheduleSpec] = TypeAdapter(Schedule)
 
 
 # No packet is held longer than a schedule lasts: a delay (or its error) beyond is no
-# measurement, and the coordinator takes a link's mean as the delay it injected
+# measurement. The coordinator takes a link's mean as the delay it injected, brought within an
+# injection record's narrower limits by `record.recorded_delay_ms` (with a note)
 LIMIT_HELD_MS = LIMIT_DURATION_S * 1e3
 HeldMs = Annotated[float, Field(ge=-LIMIT_HELD_MS, le=LIMIT_HELD_MS)]  # errors go below 0
 

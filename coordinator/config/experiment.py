@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from common.protocol.record import MIN_MAGNITUDE_MS
 from coordinator.config.fields import (
     Bool,
     Float,
@@ -67,6 +68,8 @@ LinkSelector = Annotated[str, Strict(), AfterValidator(_selector)]
 # the arithmetic (`period_s: 1e308` overflowed, `cycles: 1e9` allocated 30 GB).
 DAY_S = 86_400.0
 MAX_DELAY_MS = 10_000.0  # a 10 s delay is an outage, not a perturbation
+# and the least is a microsecond (MIN_MAGNITUDE_MS): an injection record holds no less, and a
+# run records the delay asked where no packet came while on
 MAX_HALF_WIDTH = 100.0
 _Strict = InputModel
 
@@ -127,7 +130,7 @@ class Parameters(_Strict):
                                "max_duration_s at most)")
     period_s: Float | None = Field(None, ge=0.1, le=3600,
                                    description="fix the period (else training's)")
-    magnitude_ms: Float | None = Field(None, gt=0, le=MAX_DELAY_MS,
+    magnitude_ms: Float | None = Field(None, ge=MIN_MAGNITUDE_MS, le=MAX_DELAY_MS,
                                        description="fix the delay (else d·σ rule)")
     half_width: HalfWidth = Field(Precision(0.1, relative=True), description="wanted 95% CI "
                                   "half-width of a gradient: '10%' of it (the default; ±0.1 "
@@ -135,7 +138,7 @@ class Parameters(_Strict):
     adaptive: Bool = True  # one small cycle first to rescale the delay by a rough gradient
     concurrent: Int = Field(1, ge=1, le=4, description="links measured at once, at periods "
                             "T, 2T, 4T, ... (orthogonal square waves)")
-    max_delay_ms: Float = Field(100.0, gt=0, le=MAX_DELAY_MS)
+    max_delay_ms: Float = Field(100.0, ge=MIN_MAGNITUDE_MS, le=MAX_DELAY_MS)
     max_duration_s: Float = Field(900.0, gt=0, le=DAY_S, description="cap per measurement")
     throughput_drop_limit: Float = Field(0.3, gt=0, le=1, description="abort above this")
     error_rate_limit: Float = Field(0.05, gt=0, le=1, description="abort when the fraction of "
@@ -164,8 +167,9 @@ class Parameters(_Strict):
     @field_validator("magnitudes_ms")
     @classmethod
     def _magnitudes(cls, values: tuple[float, ...]) -> tuple[float, ...]:
-        if values and (len(set(values)) < 2 or min(values) <= 0):
-            raise ValueError("give two or more different positive delays (or none)")
+        if values and (len(set(values)) < 2 or min(values) < MIN_MAGNITUDE_MS):
+            raise ValueError(f"give two or more different delays of at least "
+                             f"{MIN_MAGNITUDE_MS:g} ms (or none)")
         return tuple(sorted(values))
 
     @model_validator(mode="after")

@@ -29,7 +29,7 @@ import numpy as np
 
 from common.errors import InputError, Problem
 from common.protocol.injector import Add, Remove, SquareSchedule
-from common.protocol.record import InjectionRecord
+from common.protocol.record import InjectionRecord, recorded_delay_ms
 from common.protocol.sniffer import Unwatch, Watch
 from common.square_wave import SquareWave
 from coordinator.config.coordinator_process import this_coordinator
@@ -326,17 +326,21 @@ def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWav
 def _estimate(snap: RequestLog, groups: dict[str, np.ndarray], link: GraphLink,
               wave: SquareWave, applied_ms: float | None, packets: int, base: Baseline,
               p: Parameters, others: tuple[SquareWave, ...] = ()) -> WaveEstimate:
-    actual_ms = applied_ms or wave.magnitude_s * 1e3  # no packet while on: as asked
+    # the delay the record can hold: a mean past its limits is noted, never a failed run
+    actual_ms, note = recorded_delay_ms(applied_ms, packets, wave.magnitude_s * 1e3)
     measured = SquareWave(wave.start_s, wave.period_s, wave.cycles, actual_ms / 1e3)
     results = log_gradients(snap.start_s, snap.response_s, groups, measured,
                             settings_for_log(snap.time_resolution_s, p.k, p.chunks),
                             baseline_end_s=base.end_s, others=others)
+    transactions = {n: gradient_json(r) for n, r in results.items()}
+    if note:
+        transactions = {n: {**t, "notes": [*t["notes"], note]} for n, t in transactions.items()}
     return WaveEstimate(
         record=InjectionRecord.of(wave, actual_ms, link.label),
         requested_ms=wave.magnitude_s * 1e3,
         packets_delayed=packets,
         perturbation=perturbation(snap, wave),
-        transactions={n: gradient_json(r) for n, r in results.items()})
+        transactions=transactions)
 
 
 def perturbation(snap: RequestLog, wave: SquareWave) -> Perturbation:
