@@ -20,7 +20,7 @@ from common.protocol.sniffer import Report
 from common.square_wave import SquareWave
 from coordinator.cli.main import main
 from coordinator.config.bounds import MAX_EFFECT_MS, MAX_GRADIENT
-from coordinator.config.experiment import Parameters
+from coordinator.config.experiment import MAX_K, MAX_SCALE_D, Parameters
 from coordinator.config.run_dir import LinkMeasurement, RunDir, fit_curve
 from coordinator.core import estimate
 from coordinator.core.estimate import gradient_json, log_gradients, settings_for_log
@@ -293,6 +293,19 @@ def test_plan_options_have_the_experiment_files_bounds(option, value, limit, tmp
     err = refused(["plan", *log(tmp_path), f"{option}={value}"], capsys)
     assert f"field '{option}'" in err
     assert limit in err
+
+
+@pytest.mark.parametrize(("option", "field", "limit"), [("-k", "k", MAX_K),
+                                                      ("--scale-d", "scale_d", MAX_SCALE_D)])
+def test_plan_options_limits_are_the_experiment_files_named_once(option, field, limit,
+                                                                 tmp_path, capsys):
+    """The option's limit was dug out of the pydantic field's metadata; it is the constant
+    the experiment's parameters are declared with."""
+    Parameters(**{field: limit})
+    with pytest.raises(ValidationError):
+        Parameters(**{field: limit + 1})
+    err = refused(["plan", *log(tmp_path), f"{option}={limit * 2:g}"], capsys)
+    assert f"at most {limit:g} (as in an experiment file)" in err
 
 
 @pytest.mark.parametrize("value", ["1e300", "-1e300", "-1"])

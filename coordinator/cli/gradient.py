@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from annotated_types import Le
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -24,7 +23,7 @@ from common.errors import InputError, Problem
 from common.protocol.record import InjectionRecord, load_injection_record
 from common.square_wave import SquareWave
 from coordinator.config.bounds import FIRST_LOG_S, LAST_LOG_S
-from coordinator.config.experiment import MAX_DELAY_MS, MAX_HALF_WIDTH, Parameters
+from coordinator.config.experiment import MAX_DELAY_MS, MAX_HALF_WIDTH, MAX_K, MAX_SCALE_D
 from coordinator.core.estimate import (
     MAX_CHUNKS,
     TransactionGradient,
@@ -102,11 +101,6 @@ def _positive(value: float | int | None, name: str, at_most: float = math.inf,
         raise InputError(Problem(f"must be positive{limit}, got {value}", field=name))
 
 
-def _file_limit(parameter: str) -> float:
-    """The experiment file's upper limit of `parameters.PARAMETER`: its option's too."""
-    return next(m.le for m in Parameters.model_fields[parameter].metadata if isinstance(m, Le))
-
-
 AS_FILE = " (as in an experiment file)"
 
 
@@ -120,7 +114,7 @@ def _log_time(value: float | None, name: str) -> None:
 
 
 def _load_log(args: argparse.Namespace) -> tuple[RequestLog, dict[str, np.ndarray]]:
-    _positive(args.k, "-k", _file_limit("k"), AS_FILE)
+    _positive(args.k, "-k", MAX_K, AS_FILE)
     _positive(args.chunks, "--chunks", MAX_CHUNKS)
     patterns = [parse_transaction_option(t) for t in args.transaction]
     log = read_log(args.log, args.format, args.log_format, args.max_bad_fraction)
@@ -331,7 +325,7 @@ def _plan_one(t: np.ndarray, y: np.ndarray, end: float, args: argparse.Namespace
 def plan_command(args: argparse.Namespace) -> int:
     _positive(args.n_bins, "--n-bins", MAX_BINS)
     _positive(args.half_width, "--half-width", MAX_HALF_WIDTH, AS_FILE)
-    _positive(args.scale_d, "--scale-d", _file_limit("scale_d"), AS_FILE)
+    _positive(args.scale_d, "--scale-d", MAX_SCALE_D, AS_FILE)
     _positive(args.magnitude_ms, "--magnitude-ms", MAX_DELAY_MS, AS_FILE)
     _log_time(args.before, "--before")
     log, groups = _load_log(args)

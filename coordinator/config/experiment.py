@@ -71,6 +71,8 @@ MAX_DELAY_MS = 10_000.0  # a 10 s delay is an outage, not a perturbation
 # and the least is a microsecond (MIN_MAGNITUDE_MS): an injection record holds no less, and a
 # run records the delay asked where no packet came while on
 MAX_HALF_WIDTH = 100.0
+MAX_K = 10_000  # requests per bin
+MAX_SCALE_D = 1000.0  # the delay scale factor d
 _Strict = InputModel
 
 
@@ -118,12 +120,12 @@ class Parameters(_Strict):
                                   description="automatic training stops here")
     message_threshold: Int = Field(20, ge=1, le=10**9,
                                    description="messages for a link to count")
-    k: Int = Field(8, ge=1, le=10_000,
+    k: Int = Field(8, ge=1, le=MAX_K,
                    description="requests per bin (ΔTs = mean + 3 std of k-spans)")
     n_bins: Int = Field(32, ge=8, le=2**16, description="N, bins per measurement window")
     chunks: Int = Field(9, ge=2, le=1000,
                         description="M, training chunks for the baseline spectrum")
-    scale_d: Float = Field(30.0, gt=0, le=1000, description="delay scale factor d")
+    scale_d: Float = Field(30.0, gt=0, le=MAX_SCALE_D, description="delay scale factor d")
     cycles: Int | None = Field(None, ge=2, le=512, description="square-wave cycles per "
                                "measurement. Default: as many as half_width needs with the "
                                "effect under the response time's spread (6 at least, "
