@@ -21,12 +21,12 @@ from common.square_wave import SquareWave
 from coordinator.cli.main import main
 from coordinator.config.bounds import MAX_EFFECT_MS, MAX_GRADIENT
 from coordinator.config.experiment import MAX_K, MAX_SCALE_D, Parameters
-from coordinator.config.run_dir import LinkMeasurement, RunDir, fit_curve
+from coordinator.config.run_dir import LinkMeasurement, RunDir
 from coordinator.core import estimate
 from coordinator.core.estimate import gradient_json, log_gradients, settings_for_log
 from coordinator.core.graph import GraphLink
 from coordinator.core.linearity import DelayPoint, fit
-from coordinator.core.prediction import Estimate, predict
+from coordinator.core.prediction import Estimate, fit_curve, predict
 from coordinator.core.spectral.binning import bin_series
 from coordinator.core.watch import Baseline
 from coordinator.core.weblog.model import RequestLog

@@ -210,7 +210,7 @@ def test_the_shipped_placement_examples_load_and_predict(tmp_path, capsys):
 
 
 def test_a_link_measured_at_two_delays_gives_its_curvature_and_the_prediction_uses_it():
-    from coordinator.config.run_dir import fit_curve
+    from coordinator.core.prediction import fit_curve
 
     # queueing: 1 ms per ms at small delays, growing: effect = d + 0.02 d^2
     points = [(m, (m + 0.02 * m * m) / m, 0.001) for m in (5.0, 20.0)]

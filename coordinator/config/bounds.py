@@ -12,7 +12,7 @@ are real: ci95 = g ± t·se_ms/magnitude_ms); eq. 2.6's gradient is at most
 
 Inside them prediction, placement and routing cannot overflow (1.8e308). A gradients.json is
 at most 64 MB: under 1e6 links. Per link a gradient and its standard error are at most 2.6e15;
-a curve through delays 1.5x apart, 1 us at least (`run_dir.fit_curve`), has a gradient of
+a curve through delays 1.5x apart, 1 us at least (`prediction.fit_curve`), has a gradient of
 ~1.3e16 and a curvature of ~1e19 ms/ms², each with a standard error as large. A latency change
 is at most 6e4 ms (`latencies.MAX_LATENCY_MS`), with a standard error of 8.5e4 at most. A
 prediction's largest term, slope²·var(Δ) with slope = g + 2cΔ ~1.2e24 per link (1.2e30 over

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import numpy as np
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -33,8 +32,8 @@ from coordinator.config.experiment import DAY_S, MAX_DELAY_MS
 from coordinator.config.fields import Float, Int, Str, compile_regex
 from coordinator.config.run_hosts import Mention, check_run_hosts
 from coordinator.config.strict_json import dumps
-from coordinator.core.linearity import MIN_SPAN, Linearity, linearity
-from coordinator.core.prediction import Curve, Estimate
+from coordinator.core.linearity import Linearity, linearity
+from coordinator.core.prediction import Curve, Estimate, fit_curve
 
 Pair = tuple[str, str]
 Status = Literal["running", "completed", "aborted", "interrupted", "failed"]
@@ -42,9 +41,6 @@ Record = TypeVar("Record", bound=BaseModel)
 
 MAX_CYCLES = 1_000_000  # a record's cycles: 0.1 s periods for a day, far beyond any run
 MAX_BINS = 2**20
-# A curve's points' standard errors at most 1e6 apart: weights 1e12 apart keep its least
-# squares well within a float's 16 digits (a run's are within 10x of each other)
-MIN_SE_RATIO = 1e-6
 
 
 class _Record(BaseModel):
@@ -373,33 +369,6 @@ class RunInputs:
     patterns: dict[str, str] = field(default_factory=dict)  # transaction -> URL regex, if named
     # pairs that (also) talked IPv6: (proto, src address, dst address) as the graph saw them
     ipv6_traffic: dict[Pair, set[tuple[str, str, str]]] = field(default_factory=dict)
-
-
-def fit_curve(points: list[tuple[float, float, float]]) -> Curve:
-    """(delay ms, gradient, its se) of one link at one or more delays -> its curve.
-
-    One delay: the gradient. Several: the effect g·m at each delay m, fitted as
-    slope·m + curvature·m² through the origin (no delay, no change) by weighted least squares
-    (thesis ch. 6's regression on several magnitudes). A curvature needs delays MIN_SPAN apart
-    with standard errors: closer ones say nothing of it (as for `core.linearity`) and would
-    divide by their difference; without, the largest delay's gradient is the curve.
-    """
-    known = [p for p in points if math.isfinite(p[2])]
-    delays = [m for m, _, _ in known]
-    if len(known) < 2 or max(delays) < MIN_SPAN * min(delays):
-        m, g, se = max(points)  # one delay (repeated: the largest measurement)
-        return Curve(Estimate(g, se))
-    m = np.array(delays)
-    se = m * np.array([p[2] for p in known])  # of each effect
-    se = np.maximum(se, max(1e-9, MIN_SE_RATIO * float(se.max())))
-    top = float(m.max())  # delays as fractions of it: both columns of order 1
-    a = np.column_stack([m / top, (m / top) ** 2]) / se[:, None]
-    left, s, vt = np.linalg.svd(a, full_matrices=False)  # full rank: delays apart, se > 0
-    beta = vt.T @ ((left.T @ (m * np.array([p[1] for p in known]) / se)) / s)
-    scale = np.array([top, top * top])
-    beta, cov = beta / scale, (vt.T / s**2) @ vt / np.outer(scale, scale)
-    return Curve(Estimate(float(beta[0]), math.sqrt(cov[0, 0])),
-                 Estimate(float(beta[1]), math.sqrt(cov[1, 1])), float(cov[0, 1]))
 
 
 def pair_gradients(links: list[LinkMeasurement]) -> dict[str, dict[Pair, Curve]]:
