@@ -108,6 +108,52 @@ def test_place_missing_pair_names_the_candidates_file(run_dir, capsys):
             f"app1->db may go, by {candidates})") in err
 
 
+def test_place_missing_pair_of_where_hosts_are_now_names_only_the_latencies_file(run_dir,
+                                                                                 capsys):
+    """The candidates file lets no host go to the sites it is at now: a pair missing there is
+    the latencies file's alone (it said 'where app1->db may go, by candidates.yaml')."""
+    (run_dir / "sites.yaml").write_text(SITES.replace("here<->here: 0.1, ", ""))
+    candidates = run_dir / "candidates.yaml"
+    candidates.write_text("candidates: {db: [east]}\n")
+    code, _, err = _run(capsys, "place", "--app", str(run_dir / "gradients.json"),
+                        "--latencies", str(run_dir / "sites.yaml"),
+                        "--candidates", str(candidates))
+    assert code == 2
+    assert (f"{run_dir / 'sites.yaml'}: field 'latency_ms' no latency for here->here (where "
+            "app1->db are now)") in err
+    assert str(candidates) not in err
+
+
+def test_place_knows_the_latencies_sites_once_per_command(run_dir, capsys, monkeypatch):
+    """unknown_site rebuilt the latency table for every site it checked (ms each with
+    thousands of pairs)."""
+    from coordinator.config import latencies
+
+    calls = []
+    one_way = latencies.one_way
+    monkeypatch.setattr(latencies, "one_way", lambda lat: calls.append(1) or one_way(lat))
+    candidates = run_dir / "candidates.yaml"
+    candidates.write_text("candidates: {db: [east, west], app1: [east, west, here]}\n")
+    code, _, err = _run(capsys, "place", "--app", str(run_dir / "gradients.json"),
+                        "--latencies", str(run_dir / "sites.yaml"),
+                        "--candidates", str(candidates))
+    assert code == 2, err  # web->app1 is not measured: after the sites were checked
+    assert len(calls) == 1
+
+
+def test_place_with_a_bare_gradients_file_names_the_run_directory(run_dir, capsys,
+                                                                  monkeypatch):
+    """`--app gradients.json` is in '.', whose name is '': the message read '.: field
+    '--app' : these links ...'."""
+    monkeypatch.chdir(run_dir)
+    (run_dir / "candidates.yaml").write_text("candidates: {app1: [east]}\n")
+    code, _, err = _run(capsys, "place", "--app", "gradients.json", "--latencies",
+                        "sites.yaml", "--candidates", "candidates.yaml")
+    assert code == 2
+    assert (f"{run_dir}: field '--app' {run_dir.name}: these links carry traffic and may "
+            "change latency") in err
+
+
 def test_route_copies_and_base_placement_sites_are_named_where_given(run_dir, capsys):
     sites = run_dir / "sites.yaml"
     code, _, err = _run(capsys, *_route(run_dir, "--copies", "here", "north"))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from rich.table import Table
 from common.command import Command
 from common.errors import InputError, Problem
 from coordinator.config.candidates import check_candidates, load_candidates
-from coordinator.config.latencies import Latencies, load_latencies, one_way
+from coordinator.config.latencies import Latencies, latency_sites, load_latencies, one_way
 from coordinator.config.run_dir import RunInputs, load_run, unmeasured
 from coordinator.config.strict_json import dumps
 from coordinator.core.placement import PlacementProblem, SearchResult, search
@@ -75,18 +76,27 @@ def _apps(specs: list[str]) -> list[App]:
             raise InputError(Problem(f"importance must be {MIN_IMPORTANCE:g} to "
                                      f"{MAX_IMPORTANCE:g} (a weight relative to the other "
                                      f"apps'), got {weight}", field="--app"))
-        apps.append(App(Path(path).parent.name, load_run(Path(path)), importance))
+        apps.append(App(_run_name(Path(path)), load_run(Path(path)), importance))
     return apps
+
+
+def _run_name(gradients: Path) -> str:
+    """The run directory's name: `gradients.json` alone is in '.', which names nothing, so the
+    directory as made absolute (lexically: '..' taken away, symlinks kept as given)."""
+    return Path(os.path.abspath(gradients)).parent.name or str(gradients.parent)
+
+
+def _run_source(run: RunInputs) -> str:
+    """The run directory for a message: as given, unless that is '.' (see `_run_name`)."""
+    return str(run.run_dir) if run.run_dir.name else os.path.abspath(run.run_dir)
 
 
 def build_problem(apps: list[App], latencies: Latencies, candidates: dict[str, list[str]],
                   latencies_file: str = "<latencies>",
                   candidates_file: str = "<candidates>") -> PlacementProblem:
+    """The search over `candidates`, every host in them one of the apps' and every site one
+    the latencies know (`check_candidates`)."""
     hosts = tuple(sorted({h for a in apps for h in a.run.hosts}))
-    unknown = sorted(set(candidates) - set(hosts))
-    if unknown:
-        raise InputError(Problem(f"not a host of any application: {', '.join(unknown)}",
-                                 field="candidates"))
     here = {h: latencies.sites.get(h, h) for h in hosts}
     sites = tuple(sorted(set(here.values()) | {s for c in candidates.values() for s in c}))
     index = {s: i for i, s in enumerate(sites)}
@@ -102,27 +112,31 @@ def build_problem(apps: list[App], latencies: Latencies, candidates: dict[str, l
     allowed = np.zeros((len(hosts), len(sites)), dtype=bool)
     for h in hosts:
         allowed[at[h], [index[s] for s in {here[h], *candidates.get(h, [])}]] = True
-    _check_latencies(gradient + curvature, allowed, lat, hosts, sites,
+    current = np.array([index[here[h]] for h in hosts])
+    _check_latencies(gradient + curvature, allowed, current, lat, hosts, sites,
                      (latencies_file, candidates_file))
     return PlacementProblem.from_curves(hosts, sites, np.nan_to_num(lat), gradient, curvature,
-                                        allowed, np.array([index[here[h]] for h in hosts]))
+                                        allowed, current)
 
 
-def _check_latencies(weight: np.ndarray, allowed: np.ndarray, lat: np.ndarray,
-                     hosts: tuple[str, ...], sites: tuple[str, ...],
+def _check_latencies(weight: np.ndarray, allowed: np.ndarray, current: np.ndarray,
+                     lat: np.ndarray, hosts: tuple[str, ...], sites: tuple[str, ...],
                      files: tuple[str, str]) -> None:
     """Every site pair two weighted hosts may be at has a latency: one missing is reported at
-    the latencies file, naming the candidates file that lets the hosts go there."""
+    the latencies file, naming the candidates file only when it lets a host of the pair go
+    there (both where they are now: the latencies file alone lacks it)."""
     missing = set()
     for a, b in zip(*np.nonzero(weight), strict=True):
         for sa in np.flatnonzero(allowed[a]):
             for sb in np.flatnonzero(allowed[b]):
                 if np.isnan(lat[sa, sb]):
-                    missing.add((sites[sa], sites[sb], hosts[a], hosts[b]))
+                    now = bool(sa == current[a] and sb == current[b])
+                    missing.add((sites[sa], sites[sb], hosts[a], hosts[b], now))
     if missing:
-        raise InputError([Problem(f"no latency for {sa}->{sb} (where {a}->{b} may go, by "
-                                  f"{files[1]})", files[0], field="latency_ms")
-                          for sa, sb, a, b in sorted(missing)])
+        raise InputError([Problem(
+            f"no latency for {sa}->{sb} (where {a}->{b} "
+            + ("are now)" if now else f"may go, by {files[1]})"), files[0], field="latency_ms")
+            for sa, sb, a, b, now in sorted(missing)])
 
 
 def _check_measured(apps: list[App], candidates: dict[str, list[str]],
@@ -136,7 +150,7 @@ def _check_measured(apps: list[App], candidates: dict[str, list[str]],
                 f"{app.name}: these links carry traffic and may change latency (their hosts "
                 f"may move by {candidates_file}), but have no measured gradient: "
                 f"{', '.join(f'{a}->{b}' for a, b in missing)}",
-                str(app.run.run_dir), field="--app"))
+                _run_source(app.run), field="--app"))
 
 
 def place_command(args: argparse.Namespace) -> int:
@@ -145,8 +159,9 @@ def place_command(args: argparse.Namespace) -> int:
     apps = _apps(args.app)
     candidates = load_candidates(args.candidates)
     latencies = load_latencies(args.latencies)
-    check_candidates(candidates, args.candidates, (h for a in apps for h in a.run.hosts),
-                     latencies, str(args.latencies))
+    hosts = [h for a in apps for h in a.run.hosts]
+    check_candidates(candidates, args.candidates, hosts, latency_sites(latencies, hosts),
+                     str(args.latencies))
     _check_measured(apps, candidates, args.candidates)
     problem = build_problem(apps, latencies, candidates, str(args.latencies),
                             str(args.candidates))

@@ -18,6 +18,7 @@ from coordinator.config.latencies import (
     Latencies,
     Placement,
     latency_changes,
+    latency_sites,
     load_latencies,
     load_placement,
     placement_site_problems,
@@ -45,9 +46,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _changes(run: RunInputs, latencies: Latencies, latencies_path: Path,
-             placement_path: Path) -> tuple[Placement, dict[Pair, Estimate]]:
+             placement_path: Path, known_sites: set[str]
+             ) -> tuple[Placement, dict[Pair, Estimate]]:
     placement = load_placement(placement_path)
-    if problems := placement_site_problems(placement, placement_path, latencies, run.hosts,
+    if problems := placement_site_problems(placement, placement_path, known_sites,
                                            str(latencies_path)):
         raise InputError(problems)
     changes = latency_changes(run.hosts, latencies, placement, str(latencies_path),
@@ -116,9 +118,10 @@ def predict_command(args: argparse.Namespace) -> int:
         raise InputError(Problem(f"must be above 0 and at most 3600 s, got {args.window_s}",
                                  field="--window-s"))
     run, latencies = load_run(args.gradients), load_latencies(args.latencies)
+    known = latency_sites(latencies, run.hosts)  # once, however many placements
     results = []
     for path in args.placement:
-        placement, changes = _changes(run, latencies, args.latencies, path)
+        placement, changes = _changes(run, latencies, args.latencies, path, known)
         results.append(PlacementPrediction(str(path), placement, changes,
                                            predict(run.current_ms, run.gradients, changes)))
     if args.validate:

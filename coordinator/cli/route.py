@@ -16,6 +16,7 @@ from coordinator.config.latencies import (
     Placement,
     check_site,
     latency_changes,
+    latency_sites,
     load_latencies,
     load_placement,
     placement_site_problems,
@@ -86,11 +87,11 @@ def _check_sites(args: argparse.Namespace, latencies: Latencies, base: Placement
                  hosts: list[str]) -> None:
     """Every site --copies and --placement name is one the latencies file knows: a typo is
     reported where it is, naming the latencies file (not as a pair missing from it)."""
-    source = str(args.latencies)
+    source, known = str(args.latencies), latency_sites(latencies, hosts)
     problems = [Problem(why, field="--copies") for site in args.copies
-                if (why := unknown_site(site, latencies, hosts, source)) is not None]
+                if (why := unknown_site(site, known, source)) is not None]
     if base is not None:
-        problems += placement_site_problems(base, args.placement, latencies, hosts, source)
+        problems += placement_site_problems(base, args.placement, known, source)
     if problems:
         raise InputError(problems)
 

@@ -14,7 +14,7 @@ from pydantic import Field
 from common.errors import InputError, Problem
 from common.yamlconf import line_of, load_yaml
 from coordinator.config.fields import InputModel, Str
-from coordinator.config.latencies import Latencies, Site, unknown_site
+from coordinator.config.latencies import Site, unknown_site
 
 
 class Candidates(InputModel):
@@ -26,16 +26,16 @@ def load_candidates(path: str | Path) -> dict[str, list[str]]:
 
 
 def check_candidates(candidates: dict[str, list[str]], path: Path, hosts: Iterable[str],
-                     latencies: Latencies, latencies_file: str) -> None:
+                     known_sites: set[str], latencies_file: str) -> None:
     """InputError at its line for every host no application has and every site the
-    latencies file does not know."""
+    latencies file does not know (`known_sites`: its `latency_sites`)."""
     hosts = sorted(set(hosts))
     problems = [Problem(f"{host!r} is not a host of any application ({', '.join(hosts)})",
                         str(path), line_of(path, ("candidates", host)), f"candidates.{host}")
                 for host in candidates if host not in hosts]
     for host, sites in candidates.items():
         for i, site in enumerate(sites):
-            if (why := unknown_site(site, latencies, hosts, latencies_file)) is not None:
+            if (why := unknown_site(site, known_sites, latencies_file)) is not None:
                 problems.append(Problem(why, str(path), line_of(path, ("candidates", host, i)),
                                         f"candidates.{host}.{i}"))
     if problems:

@@ -89,11 +89,10 @@ def latency_sites(latencies: Latencies, hosts: Iterable[str] = ()) -> set[str]:
     return ends | set(latencies.sites.values()) | {latencies.sites.get(h, h) for h in hosts}
 
 
-def unknown_site(site: str, latencies: Latencies, hosts: Iterable[str],
-                 latencies_file: str) -> str | None:
+def unknown_site(site: str, known: set[str], latencies_file: str) -> str | None:
     """Why `site`, given in another file or an option, has no place in the latencies file
-    (a typo there or here: the sentence names that file and what it has), or None."""
-    known = latency_sites(latencies, hosts)
+    (a typo there or here: the sentence names that file and what it has), or None. `known`:
+    `latency_sites`, computed once per command (rebuilding it per site took ms each)."""
     if site in known:
         return None
     listed = sorted(known)
@@ -103,14 +102,13 @@ def unknown_site(site: str, latencies: Latencies, hosts: Iterable[str],
 
 
 def placement_site_problems(placement: Placement, placement_file: Path | None,
-                            latencies: Latencies, hosts: Iterable[str],
-                            latencies_file: str) -> list[Problem]:
+                            known: set[str], latencies_file: str) -> list[Problem]:
     """A problem at the placement's line for every site it moves to that the latencies file
-    does not know (else the error would be a missing latency, at the latencies file only)."""
-    hosts = list(hosts)
+    does not know (`known`: its `latency_sites`), else the error would be a missing latency,
+    at the latencies file only."""
     out = []
     for host, site in placement.move.items():
-        if (why := unknown_site(site, latencies, hosts, latencies_file)) is not None:
+        if (why := unknown_site(site, known, latencies_file)) is not None:
             out.append(Problem(why, str(placement_file) if placement_file else None,
                                line_of(placement_file, ("move", host)) if placement_file
                                else None, f"move.{host}"))
