@@ -20,6 +20,7 @@ from coordinator.core.spectral.binning import (
     fill_empty,
     sampling_interval_s,
 )
+from coordinator.core.spectral.by_level import LevelSplit, split_by_level
 from coordinator.core.spectral.lockin import LockinEstimate, LockinSettings, lockin_gradient
 from coordinator.core.spectral.periodic import periodic_noise_hz
 from coordinator.core.spectral.thesis import thesis_gradient
@@ -74,6 +75,7 @@ class TransactionGradient:
     thesis: ThesisResult | None
     periodic_hz: tuple[float, ...] = ()
     notes: tuple[str, ...] = ()
+    by_level: LevelSplit | None = None  # quiet against busy cycles, where their levels differ
 
 
 def thesis_bins(
@@ -181,7 +183,27 @@ def transaction_gradient(
         notes.append("the cycles disagreed beyond the noise within them (a burst of other work "
                      "or a change of load): the interval is from the spread between cycles, "
                      "wider; more cycles narrow it")
-    return TransactionGradient(name, n_window, n_base, estimate, thesis, periodic, tuple(notes))
+    split = split_by_level(t, y, wave, periodic, settings.lockin, others) \
+        if estimate is not None else None
+    if estimate is not None and split is not None and split.differ:
+        estimate, note = _spanning_both(estimate, split)
+        notes.append(note)
+    return TransactionGradient(name, n_window, n_base, estimate, thesis, periodic, tuple(notes),
+                               split)
+
+
+def _spanning_both(e: LockinEstimate, split: LevelSplit) -> tuple[LockinEstimate, str]:
+    """The estimate with an interval covering the quiet and the busy cycles' intervals (the
+    gradient a later hour sees lies between them, in its own mix), and the note saying why."""
+    lo, hi = split.span
+    q, b = split.quiet, split.busy
+    note = (f"depends on the load: {q.gradient:.3g} [{q.ci[0]:.3g}, {q.ci[1]:.3g}] in the "
+            f"{split.quiet_cycles} cycles at the usual response level, {b.gradient:.3g} "
+            f"[{b.ci[0]:.3g}, {b.ci[1]:.3g}] in the {split.busy_cycles} cycles "
+            f"{split.level_ratio:.1f}x slower (other work on the machine?); the gradient "
+            "averages this run's mix and its interval spans both: measure at a quiet time "
+            "for the quiet one")
+    return replace(e, ci=(min(lo, e.ci[0]), max(hi, e.ci[1])), widened_by_level=True), note
 
 
 def _within_effect_limit(e: LockinEstimate, magnitude_s: float) -> bool:
@@ -274,11 +296,26 @@ def gradient_json(r: TransactionGradient) -> dict[str, Any]:
         "periodic_noise_hz": [rounded(f, 5) for f in (e.periodic_hz if e else r.periodic_hz)],
         "inside_fraction": rounded(e.inside_fraction) if e else None,
         "edge_guard_ms": rounded(e.guard_s * 1e3, 2) if e else None,
-        "interval_from": ("cycles" if e.widened_by_cycles else "batches") if e else None,
+        "interval_from": ("levels" if e.widened_by_level else "cycles" if e.widened_by_cycles
+                          else "batches") if e else None,
+        "by_level": _level_json(r.by_level),
         "thesis": {"n_bins": th.n_bins, "bin_s": rounded(th.bin_s), "training_chunks": th.chunks}
         if th else None,
         "notes": list(r.notes),
     }
+
+
+def _level_json(split: LevelSplit | None) -> dict[str, Any] | None:
+    if split is None:
+        return None
+
+    def side(e: LockinEstimate, cycles: int) -> dict[str, Any]:
+        return {"gradient": rounded(e.gradient), "ci95": [rounded(e.ci[0]), rounded(e.ci[1])],
+                "cycles": cycles}
+
+    return {"level_ratio": rounded(split.level_ratio, 3), "differ": split.differ,
+            "quiet": side(split.quiet, split.quiet_cycles),
+            "busy": side(split.busy, split.busy_cycles)}
 
 
 def delay_disagreement(first: dict[str, Any], first_ms: float, second: dict[str, Any],

@@ -71,6 +71,7 @@ class LockinEstimate:
     guard_s: float
     lag1_autocorrelation: float
     widened_by_cycles: bool = False  # the cycles disagreed beyond the model's noise
+    widened_by_level: bool = False  # spans the quiet and busy cycles' gradients (`by_level`)
 
 
 @dataclass(frozen=True)
