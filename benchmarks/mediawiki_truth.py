@@ -421,9 +421,10 @@ def under_background_load(info: dict[str, Any], args: argparse.Namespace,
 def markdown_load(result: dict[str, Any], idle: dict[str, Any] | None) -> str:
     loaded = {x["link"]: x for x in result["slopes"]}
     quiet = {x["link"]: x for x in idle["slopes"]} if idle else {}
+    option = "" if result["delay_ms"] == 2.0 else f" --delay-ms {result['delay_ms']:g}"
     lines = [
-        "## MediaWiki: the truth under background load (`benchmarks/mediawiki_truth.py "
-        "--background-load`)", "",
+        f"## MediaWiki: the truth under background load, {result['delay_ms']:g} ms "
+        f"(`benchmarks/mediawiki_truth.py --background-load{option}`)", "",
         f"As the *loaded* slopes above ({result['rate']:g} req/s of all six pages, "
         f"{result['delay_ms']:g} ms constant delay at the receiver, off and on in turn, "
         f"{result['window_s']:g} s per side in {result['cycles']} cycles), while "
@@ -431,7 +432,9 @@ def markdown_load(result: dict[str, Any], idle: dict[str, Any] | None) -> str:
         "times (gaps ~45 s, 10-40 s long), as `benchmarks/coverage.py --load` does. Episodes "
         "ran " + ", ".join(f"{loaded[k]['busy_fraction']:.0%} of the {k} phase" for k in LINKS)
         + "; injector applied " + ", ".join(f"{loaded[k]['applied_ms']:.2f} ms ({k})"
-                                            for k in LINKS) + ".", "",
+                                            for k in LINKS) + ". ± is the standard error: "
+        "the larger of Welch's and the between-cycles one (each on half against the off halves "
+        "either side; episodes slow whole halves together), where the file has it.", "",
         "| page | web→db loaded | web→db under background load | db→web loaded "
         "| db→web under background load |", "| --- | --- | --- | --- | --- |"]
 
