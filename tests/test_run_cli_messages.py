@@ -334,3 +334,21 @@ def test_a_killed_coordinator_is_recognised_by_report_and_resume(tmp_path, monke
     assert code == 0, err
     assert "the previous run was interrupted" in err
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.parametrize(("log_format", "says"), [
+    ("", "has no URL"), ("$msec $request_time", "has no URL"), ("$request $status", "")])
+def test_a_web_log_format_the_reader_cannot_use_is_at_the_experiments_line(
+        tmp_path, capsys, log_format, says):
+    path = write_experiment(tmp_path)
+    path.write_text(path.read_text().replace(f"log_format: {LOG_FORMAT}",
+                                             f"log_format: '{log_format}'"))
+    assert f"log_format: '{log_format}'" in path.read_text()
+    code, _, err = run([str(path)], capsys)
+    assert code == 2
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1)
+                if "log_format:" in text)
+    assert f"{path}:{line}: field 'web_log.log_format'" in err
+    assert says in err
+    assert "--log-format" not in err
+    assert not (tmp_path / "runs").exists()  # before anything is written

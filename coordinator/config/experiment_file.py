@@ -25,6 +25,7 @@ def load_experiment(path: str | Path, testbed_root: Path | None = None) -> Exper
     if experiment.testbed is not None:
         experiment = from_testbed(experiment, path, testbed_root)
     _check_references(experiment, path)
+    _check_log_format(experiment, path)
     _check_error_watch(experiment, path)
     assert experiment.ssh is not None
     ssh = experiment.ssh.model_copy(update={
@@ -45,6 +46,21 @@ def _check_references(experiment: Experiment, path: Path) -> None:
                 for loc, message in experiment.dangling_references()]
     if problems:
         raise InputError(problems)
+
+
+def _check_log_format(experiment: Experiment, path: Path) -> None:
+    """The web log's format is one the reader can parse, checked before any host is touched
+    (the log is read only after the injections) and reported at the experiment's field, not
+    at `--log-format`, which the compiler names since `linkgrad gradient` takes it there."""
+    log = experiment.web_log
+    if log is None or log.format not in ("nginx", "apache"):
+        return
+    try:
+        (compile_nginx if log.format == "nginx" else compile_apache)(log.log_format)
+    except InputError as e:
+        located = experiment.read_from(path)
+        raise InputError([field_problem(located, ("web_log", "log_format"), p.message)
+                          for p in e.problems]) from e
 
 
 def _check_error_watch(experiment: Experiment, path: Path) -> None:

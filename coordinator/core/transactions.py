@@ -24,9 +24,10 @@ def parse_transaction_option(text: str) -> TransactionPattern:
         raise InputError(Problem(f"expected NAME=REGEX, got {text!r}", field="--transaction"))
     try:
         regex = re.compile(pattern)
-    except re.error as e:
+    except (re.error, OverflowError, RecursionError) as e:  # a count or nesting too large
         raise InputError(
-            Problem(f"bad regular expression {pattern!r}: {e}", field="--transaction")
+            Problem(f"bad regular expression {pattern[:80]!r}{'...' if len(pattern) > 80 else ''}"
+                    f": {e}", field="--transaction")
         ) from e
     return TransactionPattern(name.strip(), regex)
 
