@@ -172,6 +172,29 @@ def test_a_completed_run_names_its_gradients_and_no_resume(tmp_path, monkeypatch
     assert set(status["kept"]) == set(files)
 
 
+@pytest.mark.parametrize("damage", ["missing", "dangling_symlink", "fewer"])
+def test_resuming_a_run_whose_gradients_lost_links_is_exit_2_at_gradients_json(
+        tmp_path, monkeypatch, capsys, damage):
+    path = write_experiment(tmp_path, concurrent=2)
+    use_fake(monkeypatch)
+    assert run([str(path)], capsys)[0] == 0
+    [run_dir] = (tmp_path / "runs").iterdir()
+    gradients = run_dir / "gradients.json"
+    if damage == "fewer":
+        data = json.loads(gradients.read_text())
+        gradients.write_text(json.dumps({**data, "links": data["links"][:1], "linearity": []}))
+    else:
+        gradients.unlink()
+        if damage == "dangling_symlink":
+            gradients.symlink_to(tmp_path / "nowhere.json")
+    before = (run_dir / "run.json").read_bytes()
+    code, _, err = run([str(path), "--resume", str(run_dir)], capsys)
+    assert code == 2
+    assert f"{gradients}: holds {1 if damage == 'fewer' else 0} measurements where run.json " \
+        "counts 2" in err
+    assert (run_dir / "run.json").read_bytes() == before
+
+
 # ------------------------------------------------------------------ bad experiment files
 
 

@@ -58,7 +58,12 @@ def _resume_dir(path: Path, say: Console) -> None:
         raise InputError(Problem("not a run directory (no run.json)", str(path),
                                  field="--resume"))
     journal = read_record(path / "run.json", RunJournal, "how the run went")
-    RunDir(path).measurements()
+    measured = RunDir(path).measurements()
+    if len(measured) < journal.links_done:  # resuming would plan them again, or say "done"
+        raise InputError(Problem(
+            f"holds {len(measured)} measurements where run.json counts {journal.links_done} "
+            "(missing, replaced or cut short): the run's results are not all here",
+            str(path / "gradients.json")))
     if (busy := still_running(journal)) is not None:
         raise InputError(Problem(f"run.json says running and {busy}: resume it when that run "
                                  "has ended (a coordinator ends its run on Ctrl-C or SIGTERM)",
