@@ -406,8 +406,9 @@ def test_a_log_that_ends_before_the_injection_is_exit_2_saying_so(tmp_path: Path
     code, out = run_cli("gradient", "--log", str(log), "--injection", str(record))
     assert code == 2
     message = strict_json(out)["error"]["message"]
-    assert message.startswith(f"{log}: no request started during the injection")
-    assert message.endswith("start from 1970-01-01 00:16:40 UTC to 1970-01-01 00:24:59 UTC")
+    assert message.startswith(f"{log}: no request started during the injection of {record}")
+    assert message.endswith("start from 1970-01-01 00:16:40 UTC to 1970-01-01 00:24:59 UTC: "
+                            "the log or the record is not this run's")
 
 
 def test_out_of_range_stamps_are_reported_beside_the_gradients(tmp_path: Path) -> None:

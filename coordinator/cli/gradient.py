@@ -175,7 +175,7 @@ def gradient_command(args: argparse.Namespace) -> int:
                             others=tuple(p.square_wave() for p in partners))
     baseline_end = args.baseline_end if args.baseline_end is not None else record.start
     unused = unused_requests(log.start_s, groups, wave, baseline_end, bool(args.transaction))
-    _refuse_without_estimates(log, wave, results)
+    _refuse_without_estimates(log, wave, results, args.injection)
     if args.json:
         print(strict_json({
             "log": {"path": args.log, "requests": len(log), "malformed": _malformed_json(log),
@@ -213,7 +213,7 @@ def unused_requests(
 
 
 def _refuse_without_estimates(
-    log: RequestLog, wave: SquareWave, results: dict[str, TransactionGradient]
+    log: RequestLog, wave: SquareWave, results: dict[str, TransactionGradient], injection: str
 ) -> None:
     """Exit 2 when no transaction has an estimate: the log cannot answer for this injection
     (the wrong log or record, a log that ends early...). Some without one get a note."""
@@ -222,12 +222,14 @@ def _refuse_without_estimates(
     when = f"{_utc(wave.start_s)} to {_utc(wave.end_s)}"
     if len(log) and not np.any((log.start_s >= wave.start_s) & (log.start_s < wave.end_s)):
         span = f"{_utc(float(log.start_s.min()))} to {_utc(float(log.start_s.max()))}"
-        message = (f"no request started during the injection ({when}); the log's requests "
-                   f"start from {span}")
+        message = (f"no request started during the injection of {injection} ({when}); the "
+                   f"log's requests start from {span}: the log or the record is not this "
+                   "run's")
     else:
         reasons = "; ".join(f"{name}: {', '.join(r.notes)}" for name, r in
                             sorted(results.items())[:5]) or "no transaction"
-        message = f"no transaction has an estimate for the injection ({when}): {reasons}"
+        message = (f"no transaction has an estimate for the injection of {injection} "
+                   f"({when}): {reasons}")
     raise InputError(Problem(message, file=log.source))
 
 
