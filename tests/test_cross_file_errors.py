@@ -66,12 +66,21 @@ def test_route_nginx_with_json_is_the_json_with_the_map_as_a_string(run_dir, cap
 # --------------------------------------------------------------- sites another file names
 
 
-def test_place_names_the_candidates_line_of_a_site_the_latencies_file_lacks(run_dir, capsys):
+def _place(run_dir: Path, capsys: pytest.CaptureFixture[str], candidates_text: str
+           ) -> tuple[Path, int, str]:
+    """`place` of the run's gradients over its sites.yaml and these candidates: (the
+    candidates file, exit code, stderr)."""
     candidates = run_dir / "candidates.yaml"
-    candidates.write_text("candidates:\n  db:\n    - east\n    - a/b\n  app1: [\"\U0001f600\"]\n")
+    candidates.write_text(candidates_text)
     code, _, err = _run(capsys, "place", "--app", str(run_dir / "gradients.json"),
                         "--latencies", str(run_dir / "sites.yaml"),
                         "--candidates", str(candidates))
+    return candidates, code, err
+
+
+def test_place_names_the_candidates_line_of_a_site_the_latencies_file_lacks(run_dir, capsys):
+    candidates, code, err = _place(
+        run_dir, capsys, "candidates:\n  db:\n    - east\n    - a/b\n  app1: [\"\U0001f600\"]\n")
     assert code == 2
     sites = run_dir / "sites.yaml"
     assert (f"{candidates}:4: field 'candidates.db.1' site 'a/b' is not in {sites} (sites "
@@ -98,11 +107,7 @@ def test_place_names_the_candidates_line_of_an_unknown_host_or_a_bad_site(run_di
 def test_place_missing_pair_names_the_candidates_file(run_dir, capsys):
     (run_dir / "sites.yaml").write_text(SITES.replace(" here<->west: 30.0,", "")
                                         .replace("here<->west: 30.0", "west<->west: 0.1"))
-    candidates = run_dir / "candidates.yaml"
-    candidates.write_text("candidates: {db: [west]}\n")
-    code, _, err = _run(capsys, "place", "--app", str(run_dir / "gradients.json"),
-                        "--latencies", str(run_dir / "sites.yaml"),
-                        "--candidates", str(candidates))
+    candidates, code, err = _place(run_dir, capsys, "candidates: {db: [west]}\n")
     assert code == 2
     assert (f"{run_dir / 'sites.yaml'}: field 'latency_ms' no latency for here->west (where "
             f"app1->db may go, by {candidates})") in err
@@ -113,11 +118,7 @@ def test_place_missing_pair_of_where_hosts_are_now_names_only_the_latencies_file
     """The candidates file lets no host go to the sites it is at now: a pair missing there is
     the latencies file's alone (it said 'where app1->db may go, by candidates.yaml')."""
     (run_dir / "sites.yaml").write_text(SITES.replace("here<->here: 0.1, ", ""))
-    candidates = run_dir / "candidates.yaml"
-    candidates.write_text("candidates: {db: [east]}\n")
-    code, _, err = _run(capsys, "place", "--app", str(run_dir / "gradients.json"),
-                        "--latencies", str(run_dir / "sites.yaml"),
-                        "--candidates", str(candidates))
+    candidates, code, err = _place(run_dir, capsys, "candidates: {db: [east]}\n")
     assert code == 2
     assert (f"{run_dir / 'sites.yaml'}: field 'latency_ms' no latency for here->here (where "
             "app1->db are now)") in err
@@ -132,11 +133,8 @@ def test_place_knows_the_latencies_sites_once_per_command(run_dir, capsys, monke
     calls = []
     one_way = latencies.one_way
     monkeypatch.setattr(latencies, "one_way", lambda lat: calls.append(1) or one_way(lat))
-    candidates = run_dir / "candidates.yaml"
-    candidates.write_text("candidates: {db: [east, west], app1: [east, west, here]}\n")
-    code, _, err = _run(capsys, "place", "--app", str(run_dir / "gradients.json"),
-                        "--latencies", str(run_dir / "sites.yaml"),
-                        "--candidates", str(candidates))
+    _, code, err = _place(run_dir, capsys,
+                          "candidates: {db: [east, west], app1: [east, west, here]}\n")
     assert code == 2, err  # web->app1 is not measured: after the sites were checked
     assert len(calls) == 1
 
