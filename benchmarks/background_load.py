@@ -1,5 +1,6 @@
 """Other work on this machine at random times, for measuring under "a machine with other work
-running" (issue 12): a CPU hog, a disk writer, or both, in episodes of random length."""
+running" (issue 12): a CPU hog, a disk writer, or both, in episodes of random length; and the
+same work held steady, for measuring what an application does under each kind of it."""
 
 from __future__ import annotations
 
@@ -9,15 +10,59 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+KINDS = ("cpu", "disk", "both")
+
+
+def start_work(kind: str, scratch: Path) -> list[subprocess.Popen[bytes]]:
+    """The processes of one kind of other work: a busy Python (cpu), a dd loop with fsync
+    (disk), or both."""
+    procs = []
+    if kind in ("cpu", "both"):
+        procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+    if kind in ("disk", "both"):
+        procs.append(subprocess.Popen(
+            ["sh", "-c", f"while :; do dd if=/dev/zero of={scratch}/fill bs=1M "
+             "count=256 conv=fsync status=none; done"]))
+    return procs
+
+
+def stop_work(procs: list[subprocess.Popen[bytes]], scratch: Path) -> None:
+    """Ends what `start_work` started (by pid: every process is ours) and removes its file."""
+    for p in procs:
+        p.send_signal(signal.SIGKILL if p.args[0] == sys.executable else signal.SIGTERM)
+        p.wait(timeout=30)
+    (scratch / "fill").unlink(missing_ok=True)
+
+
+@contextmanager
+def steady_load(kind: str, scratch: Path) -> Iterator[None]:
+    """One kind of the episodes' work ("none" for nothing) running throughout."""
+    procs = start_work(kind, scratch) if kind != "none" else []
+    try:
+        yield
+    finally:
+        stop_work(procs, scratch)
+
+
+def busy_fractions(episodes: list[dict[str, Any]], start: float, end: float
+                   ) -> dict[str, float]:
+    """The share of [start, end) during which each kind of episode ran (episodes of a run do
+    not overlap: each starts after the last has ended)."""
+    out = dict.fromkeys(KINDS, 0.0)
+    for e in episodes:
+        out[e["kind"]] += max(0.0, min(end, e["at"] + e["length_s"]) - max(start, e["at"]))
+    return {k: v / max(end - start, 1e-9) for k, v in out.items()}
 
 
 class BackgroundLoad:
     """Episodes of other work at random times (gaps exponential with mean `mean_gap_s`,
-    lengths uniform in 10-40 s): a CPU hog (a busy Python), a disk writer (dd with fsync), or
-    both; every process is ours and is ended by its pid. A context manager; `episodes` lists
-    what ran when."""
+    lengths uniform in 10-40 s): a CPU hog, a disk writer, or both (`start_work`). A context
+    manager; `episodes` lists what ran when."""
 
     def __init__(self, seed: int, scratch: Path, mean_gap_s: float = 45.0) -> None:
         self.rng, self.scratch, self.mean_gap_s = random.Random(seed), scratch, mean_gap_s
@@ -37,25 +82,14 @@ class BackgroundLoad:
 
     def busy_fraction(self, start: float, end: float) -> float:
         """The share of [start, end) during which an episode ran."""
-        busy = sum(max(0.0, min(end, e["at"] + e["length_s"]) - max(start, e["at"]))
-                   for e in self.episodes)
-        return busy / max(end - start, 1e-9)
+        return sum(busy_fractions(self.episodes, start, end).values())
 
     def _run(self) -> None:
         while not self.stop.wait(self.rng.expovariate(1 / self.mean_gap_s)):
-            kind = self.rng.choice(["cpu", "disk", "both"])
+            kind = self.rng.choice(list(KINDS))
             length = self.rng.uniform(10.0, 40.0)
             self.episodes.append({"at": time.time(), "kind": kind, "length_s": length})
-            procs = []
-            if kind in ("cpu", "both"):
-                procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
-            if kind in ("disk", "both"):
-                procs.append(subprocess.Popen(
-                    ["sh", "-c", f"while :; do dd if=/dev/zero of={self.scratch}/fill bs=1M "
-                     "count=256 conv=fsync status=none; done"]))
+            procs = start_work(kind, self.scratch)
             self.stop.wait(length)
             self.episodes[-1]["length_s"] = time.time() - self.episodes[-1]["at"]
-            for p in procs:
-                p.send_signal(signal.SIGKILL if p.args[0] == sys.executable else signal.SIGTERM)
-                p.wait(timeout=30)
-            (self.scratch / "fill").unlink(missing_ok=True)
+            stop_work(procs, self.scratch)

@@ -21,10 +21,15 @@ Welch's.
     .venv/bin/python -m benchmarks.mediawiki_truth [--requests 10] [--delay-ms 2]
                                                    [--window-s 40] [--rate 12]
     .venv/bin/python -m benchmarks.mediawiki_truth --background-load [--window-s 240]
+    .venv/bin/python -m benchmarks.mediawiki_truth --steady-load none,cpu,disk,both --delay-ms 1
 
 (c) With --background-load, only (b) again, while a CPU hog and a disk writer run at random
 times (benchmarks/background_load.py, as `benchmarks/coverage.py --load` runs them):
-benchmarks/out/mediawiki_truth_load.json, the truth for MediaWiki's coverage under load.
+benchmarks/out/mediawiki_truth_load.json. Confounded: the episodes slow whole halves, and
+where they happen to fall moves the slope by 2x between two such measurements.
+(d) With --steady-load, only (b) again, under each kind of that work held steady in turn:
+benchmarks/out/mediawiki_truth_steady-Dms.json, the truth for MediaWiki's coverage under load
+(a run is judged against these mixed in the shares of its own window).
 
 Brings up its own MediaWiki testbed (tag mwt, a scratch root) and takes it down. Writes
 benchmarks/out/mediawiki_truth.json and its section of benchmarks/RESULTS.md.
@@ -50,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.background_load import BackgroundLoad
+from benchmarks.background_load import KINDS, BackgroundLoad, steady_load
 from benchmarks.on_testbed import scratch_root
 from benchmarks.results_md import update_section
 from common.protocol.injector import ON as PHASE_ON
@@ -418,6 +423,52 @@ def under_background_load(info: dict[str, Any], args: argparse.Namespace,
             "window_s": args.window_s, "rate": args.rate, "cycles": cycles, "slopes": slopes}
 
 
+def under_steady_load(info: dict[str, Any], args: argparse.Namespace,
+                      scratch: Path) -> dict[str, Any]:
+    """The loaded slopes under each kind of the episodes' work held steady ("none", "cpu",
+    "disk", "both"): what the application's gradient is while that work runs. A run under
+    random episodes mixes them in the shares its own window saw (`benchmarks/coverage.py`);
+    a slope measured under random episodes instead is confounded by where they fell (the
+    episodes slow whole halves: 38% of the off halves against 46% of the on ones gave a slope
+    half that of another measurement, `mediawiki_truth_load*`)."""
+    cycles = max(4, round(args.window_s / 10.0))
+    kinds: dict[str, Any] = {}
+    for link in LINKS:  # each link under every kind in turn, so slow drift spreads over kinds
+        for kind in args.steady_load.split(","):
+            with steady_load(kind, scratch):
+                time.sleep(5.0)  # past the work's start (the disk writer's first file)
+                x = loaded_slopes(info, link, args.delay_ms, args.window_s, args.rate, cycles)
+            kinds.setdefault(kind, {"slopes": []})["slopes"].append(x)
+    return {"machine": f"{socket.gethostname()}, 2 cores", "delay_ms": args.delay_ms,
+            "window_s": args.window_s, "rate": args.rate, "cycles": cycles, "kinds": kinds}
+
+
+def markdown_steady(result: dict[str, Any]) -> str:
+    kinds = list(result["kinds"])
+    by = {k: {x["link"]: x for x in result["kinds"][k]["slopes"]} for k in kinds}
+    applied = "; ".join(f"{k}: " + ", ".join(f"{by[k][link]['applied_ms']:.2f}" for link in LINKS)
+                        for k in kinds)
+    lines = [
+        f"## MediaWiki: the truth under steady other work, {result['delay_ms']:g} ms "
+        f"(`benchmarks/mediawiki_truth.py --steady-load {','.join(kinds)} --delay-ms "
+        f"{result['delay_ms']:g}`)", "",
+        f"{result['rate']:g} req/s of all six pages, {result['delay_ms']:g} ms constant delay "
+        f"at the receiver, off and on in turn ({result['window_s']:g} s per side in "
+        f"{result['cycles']} cycles), while one kind of `benchmarks/background_load.py`'s work "
+        "runs throughout: none, a CPU hog, a disk writer (dd with fsync), both. Injector "
+        f"applied (web->db, db->web, ms) {applied}. ± is the standard error: the larger of "
+        "Welch's and the between-cycles one. A run under random episodes is judged against "
+        "these mixed in the shares of its own window (`benchmarks/coverage.py`).", "",
+        "| page | " + " | ".join(f"{link.replace('->', '→')} {k}" for link in LINKS
+                                  for k in kinds) + " |",
+        "| --- |" + " --- |" * (len(LINKS) * len(kinds))]
+    for name in by[kinds[0]][LINKS[0]]["pages"]:
+        row = [f"{p['slope']:.1f} ± {p['se']:.1f}" for link in LINKS for k in kinds
+               for p in [by[k][link]["pages"][name]]]
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def markdown_load(result: dict[str, Any], idle: dict[str, Any] | None) -> str:
     loaded = {x["link"]: x for x in result["slopes"]}
     quiet = {x["link"]: x for x in idle["slopes"]} if idle else {}
@@ -481,6 +532,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--background-load", action="store_true",
                         help="only the loaded slopes, under random CPU/disk episodes (the "
                              "truth for `coverage.py --load`); --window-s defaults to 240")
+    parser.add_argument("--steady-load", metavar="KINDS",
+                        help="only the loaded slopes, under each kind of other work held "
+                             "steady in turn (comma-separated: none,cpu,disk,both; the truth "
+                             "for `coverage.py --load`); --window-s defaults to 120")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--sniff", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -489,8 +544,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.background_load and "--window-s" not in (argv or sys.argv):
         args.window_s = 240.0
+    if args.steady_load:
+        unknown = set(args.steady_load.split(",")) - {"none", *KINDS}
+        if unknown:
+            parser.error(f"--steady-load: unknown kinds {sorted(unknown)}; "
+                         f"expected some of none,{','.join(KINDS)}")
+        if "--window-s" not in (argv or sys.argv):
+            args.window_s = 120.0
     signal.signal(signal.SIGTERM, _interrupt)  # the testbed comes down either way
     root = scratch_root("mediawiki_truth")
+    if args.steady_load:
+        result = _on_testbed(root, lambda info: under_steady_load(info, args, root))
+        OUT.mkdir(exist_ok=True)
+        name = f"mediawiki_truth_steady-{args.delay_ms:g}ms"
+        (OUT / f"{name}.json").write_text(json.dumps(result, indent=2))
+        text = markdown_steady(result)
+        update_section(name, text)
+        print(text)
+        return 0
     if args.background_load:
         result = _on_testbed(root, lambda info: under_background_load(info, args, root))
         OUT.mkdir(exist_ok=True)
