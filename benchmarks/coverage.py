@@ -8,9 +8,11 @@ cell compared with the truth measured independently:
 
 * rubis: the crossing counts of `testbed/transactions.py` (app1<->db);
 * mediawiki: the slopes of the mean response time under constant delays on web<->db,
-  alternated with none, by `benchmarks/mediawiki_truth.py`: `out/mediawiki_truth.json` idle,
-  `out/mediawiki_truth_load.json` (its `--background-load`) under the same kind of background
-  load, since this application's slope rises under CPU contention.
+  alternated with none, by `benchmarks/mediawiki_truth.py`: `out/mediawiki_truth.json` idle;
+  under background load `out/mediawiki_truth_steady-1ms.json` (its `--steady-load`: the slope
+  under each kind of the episodes' work held steady, since this application's slope rises under
+  contention), mixed in the shares of time each kind ran in the cell's own injection window:
+  the gradient of the mean over that window.
 
 It reports the coverage (intervals holding the truth), each cell's run-to-run sd beside the
 mean standard error the runs reported (half-width / t), the time a default run takes, and each
@@ -39,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.background_load import BackgroundLoad
+from benchmarks.background_load import KINDS, BackgroundLoad, busy_fractions
 from benchmarks.on_testbed import LINKGRAD, scratch_root
 from benchmarks.results_md import update_section
 from testbed.lifecycle import down, up
@@ -56,39 +58,67 @@ def topology(app: str) -> Topology:
     return BUILT_IN[app]
 
 
-Truth = dict[tuple[str, str], list[tuple[float | None, float, float]]]
+# per (transaction, "src->dst"): each measurement as (the delay it was measured at, or None
+# where it does not depend on one; {condition: (gradient, its standard error)}), condition
+# "none" (no other work) or a kind of background work held steady ("cpu", "disk", "both")
+Measured = tuple[float | None, dict[str, tuple[float, float]]]
+Truth = dict[tuple[str, str], list[Measured]]
 
 
 def truth(app: str, load: bool) -> Truth:
-    """(transaction, "src->dst") -> [(the delay it was measured at, or None where it does
-    not depend on one, the gradient measured independently, its standard error)]: rubis's
-    crossing counts are exact; MediaWiki's are the slopes under a constant delay alternated
-    with none (`benchmarks/mediawiki_truth.py`), under background load when the runs are, at
-    every delay measured (under load the slope grows with the delay: a cell is held against
-    the truth at the delay nearest its own)."""
+    """The gradients measured independently: rubis's crossing counts are exact; MediaWiki's
+    are the slopes under a constant delay alternated with none (`benchmarks/mediawiki_truth.py`),
+    idle, or for runs under background load under each kind of that work held steady
+    (`--steady-load`: its slope rises under contention), at every delay measured (a cell is
+    held against the truth at the delay nearest its own)."""
     if app == "rubis":
-        return {(t.name, link): [(None, float(g), 0.0)] for t in transactions_of(DEFAULT)
-                if t.name in RUBIS_TRANSACTIONS for link, g in t.expected.items()
-                if g is not None}
-    paths = sorted(OUT.glob("mediawiki_truth_load*.json")) if load else \
+        return {(t.name, link): [(None, {"none": (float(g), 0.0)})]
+                for t in transactions_of(DEFAULT) if t.name in RUBIS_TRANSACTIONS
+                for link, g in t.expected.items() if g is not None}
+    paths = sorted(OUT.glob("mediawiki_truth_steady-*.json")) if load else \
         [OUT / "mediawiki_truth.json"]
     if not paths or not paths[0].exists():
-        sys.exit(f"coverage: {OUT}/mediawiki_truth{'_load' if load else ''}.json is missing: "
-                 f"run benchmarks/mediawiki_truth.py{' --background-load' if load else ''} first")
+        sys.exit(f"coverage: {OUT}/{'mediawiki_truth_steady-1ms' if load else 'mediawiki_truth'}"
+                 ".json is missing: run benchmarks/mediawiki_truth.py"
+                 f"{' --steady-load none,cpu,disk,both --delay-ms 1' if load else ''} first")
     out: Truth = {}
     for path in paths:
         data = json.loads(path.read_text())
-        for s in data["slopes"]:
-            for name, page in s["pages"].items():
-                out.setdefault((name, s["link"]), []).append(
-                    (float(s["applied_ms"]), float(page["slope"]), float(page["se"])))
+        by_kind = data["kinds"] if load else {"none": {"slopes": data["slopes"]}}
+        at: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
+        applied: dict[tuple[str, str], list[float]] = {}
+        for kind, measured in by_kind.items():
+            for s in measured["slopes"]:
+                for name, page in s["pages"].items():
+                    at.setdefault((name, s["link"]), {})[kind] = (float(page["slope"]),
+                                                                  float(page["se"]))
+                    applied.setdefault((name, s["link"]), []).append(float(s["applied_ms"]))
+        for key, conditions in at.items():
+            out.setdefault(key, []).append((float(np.mean(applied[key])), conditions))
     return out
 
 
-def nearest(measured: list[tuple[float | None, float, float]], delay_ms: float
-            ) -> tuple[float | None, float, float]:
+def nearest(measured: list[Measured], delay_ms: float) -> Measured:
     """The truth measured at the delay nearest `delay_ms` (by ratio)."""
     return min(measured, key=lambda m: 0.0 if m[0] is None else abs(np.log(m[0] / delay_ms)))
+
+
+def mixed(conditions: dict[str, tuple[float, float]], shares: dict[str, float]
+          ) -> tuple[float, float]:
+    """The gradient of the mean response over a window that spent `shares` of its time under
+    each kind of work (the rest under none): under open-loop load requests arrive evenly in
+    time, so the mean's gradient is the time-weighted mean of each condition's, and so is its
+    error (independent measurements)."""
+    if set(conditions) == {"none"}:
+        return conditions["none"]
+    weights = {k: shares.get(k, 0.0) for k in conditions if k != "none"}
+    weights["none"] = max(0.0, 1.0 - sum(weights.values()))
+    missing = [k for k, w in weights.items() if w > 0 and k not in conditions]
+    if missing:
+        sys.exit(f"coverage: the truth has no slope under {missing}")
+    value = sum(w * conditions[k][0] for k, w in weights.items() if w > 0)
+    se = float(np.sqrt(sum((w * conditions[k][1]) ** 2 for k, w in weights.items() if w > 0)))
+    return value, se
 
 
 def experiment_yaml(app: str, root: Path, rate: float, concurrent: int,
@@ -133,19 +163,34 @@ def one_run(experiment: Path, env: dict[str, str]) -> tuple[dict[str, Any], floa
 
 
 def judged(cell: dict[str, Any], expected: Truth) -> dict[str, Any]:
-    """`cell` (transaction, link, gradient, ci95, delay_ms) with its truth: `held` if the
-    interval holds the truth's value, `held_within_truth_error` if it does once the truth's
-    own 95% error is allowed for."""
+    """`cell` (transaction, link, gradient, ci95, delay_ms, and under background load
+    `busy_by_kind`: the share of its window each kind of work ran) with its truth: `held` if
+    the interval holds the truth's value, `held_within_truth_error` if it does once the
+    truth's own 95% error is allowed for."""
     lo, hi = cell["ci95"]
-    at_ms, value, se = nearest(expected[(cell["transaction"], cell["link"])], cell["delay_ms"])
+    at_ms, conditions = nearest(expected[(cell["transaction"], cell["link"])],
+                                cell["delay_ms"])
+    value, se = mixed(conditions, cell.get("busy_by_kind", {}))
     slack = float(np.hypot((hi - lo) / 2, 1.96 * se))
     return {**cell, "truth": value, "truth_se": se, "truth_delay_ms": at_ms,
             "held": lo <= value <= hi,
             "held_within_truth_error": abs(cell["gradient"] - value) <= slack}
 
 
+def with_shares(cell: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """`cell` with `busy_by_kind` over its link's injection window, or for a run stored
+    before windows were (no `window`), over the whole run."""
+    if not run.get("episodes"):
+        return cell
+    if "window" in cell:
+        return {**cell, "busy_by_kind": busy_fractions(run["episodes"], *cell["window"])}
+    whole = {k: sum(e["length_s"] for e in run["episodes"] if e["kind"] == k) / run["seconds"]
+             for k in KINDS}
+    return {**cell, "busy_by_kind": whole, "busy_from": "whole run"}
+
+
 def cells(result: dict[str, Any], expected: Truth) -> list[dict[str, Any]]:
-    """Every measured cell of a run's --json result, judged against its truth."""
+    """Every measured cell of a run's --json result that has a truth (judged by `main`)."""
     out = []
     for link in result["links"]:
         label = f"{link['link']['src_host']}->{link['link']['dst_host']}"
@@ -153,11 +198,13 @@ def cells(result: dict[str, Any], expected: Truth) -> list[dict[str, Any]]:
             if (name, label) not in expected or t["gradient"] is None:
                 continue
             lo, hi = t["ci95"]
-            out.append(judged({"transaction": name, "link": label, "gradient": t["gradient"],
-                               "ci95": [lo, hi], "se": (hi - lo) / 2 / 1.96,
-                               "delay_ms": link["record"]["magnitude_ms"],
-                               "interval_from": t.get("interval_from"), "notes": t["notes"]},
-                              expected))
+            record = link["record"]
+            out.append({"transaction": name, "link": label, "gradient": t["gradient"],
+                        "ci95": [lo, hi], "se": (hi - lo) / 2 / 1.96,
+                        "delay_ms": record["magnitude_ms"],
+                        "window": [record["start"],
+                                   record["start"] + record["period_s"] * record["cycles"]],
+                        "interval_from": t.get("interval_from"), "notes": t["notes"]})
     return out
 
 
@@ -207,10 +254,14 @@ def to_markdown(app: str, condition: str, args: argparse.Namespace,
              "|---|---|---|---|---|---|---|"]
     for r in s["rows"]:
         sd = f"{r['sd']:.3g}" if r["sd"] is not None else "-"
+        truths = r.get("truths", [(None, r["truth"], r["truth_se"])])
         truth_text = " / ".join(
             f"{value:.3g}" + (f" ± {se:.2g}" if se else "")
             + (f" (at {at:.2g} ms)" if at is not None else "")
-            for at, value, se in r.get("truths", [(None, r["truth"], r["truth_se"])]))
+            for at, value, se in truths)
+        if len(truths) > 2:  # one per run: mixed in the shares of each run's window
+            truth_text = (f"{min(t[1] for t in truths):.3g}-{max(t[1] for t in truths):.3g} "
+                          f"(± {max(t[2] for t in truths):.2g}, mixed per run)")
         lines.append(f"| {r['transaction']} | {r['link']} | {truth_text} | {r['mean']:.3g} "
                      f"| {sd} | {r['mean_se']:.3g} | {r['held']}/{r['n']} |")
     pert = s["perturbation"]
@@ -253,7 +304,7 @@ def main() -> None:
         runs = json.loads((OUT / f"{name}.json").read_text())["runs"]
         args.rate, args.concurrent = runs[0]["args"]["rate"], runs[0]["args"]["concurrent"]
         for run in runs:
-            run["cells"] = [judged(c, expected) for c in run["cells"]]
+            run["cells"] = [judged(with_shares(c, run), expected) for c in run["cells"]]
         report(name, args, condition, runs)
         return
     signal.signal(signal.SIGTERM, _interrupt)  # the testbed and the load come down either way
@@ -272,8 +323,10 @@ def main() -> None:
             finally:
                 if load:
                     load.__exit__()
-            runs.append({"seconds": seconds, "status": status, "cells": cells(result, expected),
-                         "episodes": load.episodes if load else [],
+            run = {"seconds": seconds, "status": status, "cells": cells(result, expected),
+                   "episodes": load.episodes if load else []}
+            run["cells"] = [judged(with_shares(c, run), expected) for c in run["cells"]]
+            runs.append({**run,
                          "busy_fraction": load.busy_fraction(load.started, time.time())
                          if load else 0.0,
                          "args": {"rate": args.rate, "concurrent": args.concurrent},
