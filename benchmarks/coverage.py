@@ -6,7 +6,9 @@ random times for random lengths on the same machine, as "a machine with other wo
 `--runs` runs of `linkgrad run` with **default parameters** (only the link pair given), each
 cell compared with the truth measured independently:
 
-* rubis: the crossing counts of `testbed/transactions.py` (app1<->db);
+* rubis: the slopes of `benchmarks/rubis_truth.py` (constant delays alternated with none, at
+  each delay it measured) where `out/rubis_truth.json` exists, else the crossing counts of
+  `testbed/transactions.py` (app1<->db);
 * mediawiki: the slopes of the mean response time under constant delays on web<->db,
   alternated with none, by `benchmarks/mediawiki_truth.py`: `out/mediawiki_truth.json` idle;
   under background load `out/mediawiki_truth_steady-1ms.json` (its `--steady-load`: the slope
@@ -72,9 +74,12 @@ def truth(app: str, load: bool) -> Truth:
     (`--steady-load`: its slope rises under contention), at every delay measured (a cell is
     held against the truth at the delay nearest its own)."""
     if app == "rubis":
-        return {(t.name, link): [(None, {"none": (float(g), 0.0)})]
-                for t in transactions_of(DEFAULT) if t.name in RUBIS_TRANSACTIONS
-                for link, g in t.expected.items() if g is not None}
+        counts: Truth = {(t.name, link): [(None, {"none": (float(g), 0.0)})]
+                         for t in transactions_of(DEFAULT) if t.name in RUBIS_TRANSACTIONS
+                         for link, g in t.expected.items() if g is not None}
+        slopes = OUT / "rubis_truth.json"
+        return {**counts, **_slopes(json.loads(slopes.read_text())["slopes"])} \
+            if slopes.exists() else counts
     paths = sorted(OUT.glob("mediawiki_truth_steady-*.json")) if load else \
         [OUT / "mediawiki_truth.json"]
     if not paths or not paths[0].exists():
@@ -85,16 +90,28 @@ def truth(app: str, load: bool) -> Truth:
     for path in paths:
         data = json.loads(path.read_text())
         by_kind = data["kinds"] if load else {"none": {"slopes": data["slopes"]}}
-        at: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
-        applied: dict[tuple[str, str], list[float]] = {}
-        for kind, measured in by_kind.items():
-            for s in measured["slopes"]:
-                for name, page in s["pages"].items():
-                    at.setdefault((name, s["link"]), {})[kind] = (float(page["slope"]),
-                                                                  float(page["se"]))
-                    applied.setdefault((name, s["link"]), []).append(float(s["applied_ms"]))
-        for key, conditions in at.items():
-            out.setdefault(key, []).append((float(np.mean(applied[key])), conditions))
+        for key, measured in _slopes(*(m["slopes"] for m in by_kind.values()),
+                                     kinds=list(by_kind)).items():
+            out.setdefault(key, []).extend(measured)
+    return out
+
+
+def _slopes(*slopes: list[dict[str, Any]], kinds: list[str] | None = None) -> Truth:
+    """A truth file's `slopes` (one list per condition in `kinds`, default "none"), grouped
+    by requested delay: each delay one measurement, at the mean delay its conditions applied."""
+    kinds = kinds or ["none"]
+    conditions: dict[tuple[str, str, float], dict[str, tuple[float, float]]] = {}
+    applied: dict[tuple[str, str, float], list[float]] = {}
+    for kind, measured in zip(kinds, slopes, strict=True):
+        for s in measured:
+            for name, page in s["pages"].items():
+                key = (name, s["link"], float(s["requested_ms"]))
+                conditions.setdefault(key, {})[kind] = (float(page["slope"]), float(page["se"]))
+                applied.setdefault(key, []).append(float(s["applied_ms"]))
+    out: Truth = {}
+    for (name, link, requested), c in sorted(conditions.items()):
+        at = float(np.mean(applied[(name, link, requested)]))
+        out.setdefault((name, link), []).append((at, c))
     return out
 
 
@@ -302,7 +319,9 @@ def main() -> None:
     condition = "under background load" if args.load else "idle"
     if args.rescore:
         runs = json.loads((OUT / f"{name}.json").read_text())["runs"]
-        args.rate, args.concurrent = runs[0]["args"]["rate"], runs[0]["args"]["concurrent"]
+        stored = runs[0].get("args", {})  # older files: as given on the command line
+        args.rate = stored.get("rate", args.rate)
+        args.concurrent = stored.get("concurrent", args.concurrent)
         for run in runs:
             run["cells"] = [judged(with_shares(c, run), expected) for c in run["cells"]]
         report(name, args, condition, runs)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
 import socket
@@ -58,15 +57,14 @@ import numpy as np
 from benchmarks.background_load import KINDS, BackgroundLoad, steady_load
 from benchmarks.on_testbed import scratch_root
 from benchmarks.results_md import update_section
-from common.protocol.injector import ON as PHASE_ON
-from common.protocol.injector import SquareSchedule
-from coordinator.core.alternation import NEITHER, OFF, ON, Alternation
+from benchmarks.slopes import applied_ms_of, link_spec, loaded_slopes, slope
+from coordinator.core.alternation import OFF, ON
 from coordinator.core.weblog import read_log
 from coordinator.core.weblog.apache_format import compile_apache
 from coordinator.core.weblog.textlog import parse_lines
 from testbed import mariadb
 from testbed.lifecycle import down, up
-from testbed.pairs.hosts import Hosts, InjectorProcess
+from testbed.pairs.hosts import InjectorProcess
 from testbed.topology import MEDIAWIKI
 
 OUT = Path(__file__).with_name("out")
@@ -201,60 +199,12 @@ def crossings(info: dict[str, Any], directory: Path, requests: int) -> dict[str,
         sniffer.wait(timeout=15)
 
 
-def _link(info: dict[str, Any], link: str) -> tuple[str, dict[str, str], Hosts]:
-    """The receiving host (its injector delays the link, as `linkgrad run` does by default),
-    the injector's link spec, and the testbed's namespaces as `Hosts` (ns(name) is
-    lgtb-TAG-name)."""
-    address = {h["name"]: h["address"] for h in info["hosts"]}
-    client_ns = next(h["namespace"] for h in info["hosts"] if h["name"] == "client")
-    hosts = Hosts(tag=client_ns.removesuffix("client"))
-    if link == "web->db":
-        return "db", {"proto": "tcp", "src": address["web"],
-                      "dst": f"{address['db']}:{PORT}"}, hosts
-    return "web", {"proto": "tcp", "src": f"{address['db']}:{PORT}",
-                   "dst": address["web"]}, hosts
-
-
-def _slope(on_s: np.ndarray, off_s: np.ndarray, applied_ms: float) -> dict[str, float]:
-    """(mean on - mean off) / applied delay, Welch's standard error; times in s."""
-    on, off = on_s * 1e3, off_s * 1e3
-    se = float(np.sqrt(on.var(ddof=1) / len(on) + off.var(ddof=1) / len(off)))
-    return {"slope": float(on.mean() - off.mean()) / applied_ms, "se": se / applied_ms,
-            "on_ms": float(on.mean()), "off_ms": float(off.mean()),
-            "n_on": len(on), "n_off": len(off)}
-
-
-def cycles_se(half: np.ndarray, response_s: np.ndarray, applied_ms: float) -> float | None:
-    """The slope's standard error from its spread between cycles: each on half against the
-    mean of the off halves either side of it (`half`: each request's half index, off halves
-    even). Welch's error treats requests as independent; background episodes (10-40 s) slow
-    every request of a few halves together, which only the between-cycles spread shows."""
-    means = {k: float(np.mean(response_s[half == k])) * 1e3 for k in np.unique(half)}
-    diffs = [means[k] - (means[k - 1] + means[k + 1]) / 2 for k in means
-             if k % 2 == 1 and k - 1 in means and k + 1 in means]
-    if len(diffs) < 4:
-        return None
-    return float(np.std(diffs, ddof=1) / np.sqrt(len(diffs))) / applied_ms
-
-
-def _applied_ms(stats: dict[str, Any], phase: str) -> float:
-    """The mean delay the injector applied in `phase`, over all its schedules (by packets)."""
-    total = count = 0.0
-    for link in stats.values():
-        for phases in link["schedules"].values():
-            actual = phases.get(phase, {}).get("actual", {})
-            if actual.get("count"):
-                total += actual["mean_ms"] * actual["count"]
-                count += actual["count"]
-    return total / count
-
-
 def idle_slopes(info: dict[str, Any], link: str, delay_ms: float, blocks: int = 4,
                 per_block: int = 4) -> dict[str, Any]:
     """No load: one request at a time, every page type `per_block` times per block, the delay
     off and on in turn by block (off, on, ..., off). The link passes the injector on both
     sides (an off schedule), so its own overhead cancels."""
-    receiver, spec, hosts = _link(info, link)
+    receiver, spec, hosts = link_spec(info, link, PORT)
     sides: list[tuple[int, float, float]] = []  # (side, start, end) per block
     try:
         injector = InjectorProcess(hosts, receiver, "--queue", "7300")
@@ -270,7 +220,7 @@ def idle_slopes(info: dict[str, Any], link: str, delay_ms: float, blocks: int = 
                     with DIRECT.open(t["url"], timeout=60) as answer:
                         answer.read()
             sides.append((ON if on else OFF, start, time.time()))
-        applied_ms = _applied_ms(injector.ok("stats")["links"], "constant")
+        applied_ms = applied_ms_of(injector.ok("stats")["links"], "constant")
         injector.stop()
     finally:
         hosts.remove()
@@ -278,52 +228,10 @@ def idle_slopes(info: dict[str, Any], link: str, delay_ms: float, blocks: int = 
     side = np.full(len(log), -1)
     for which, start, end in sides:
         side[(log.start_s >= start - 0.002) & (log.start_s < end)] = which
-    pages = {t["name"]: _slope(log.response_s[(log.url == t["path"]) & (side == ON)],
+    pages = {t["name"]: slope(log.response_s[(log.url == t["path"]) & (side == ON)],
                                log.response_s[(log.url == t["path"]) & (side == OFF)],
                                applied_ms) for t in info["transactions"]}
     return {"link": link, "requested_ms": delay_ms, "applied_ms": applied_ms, "pages": pages}
-
-
-def loaded_slopes(info: dict[str, Any], link: str, delay_ms: float, window_s: float,
-                  rate_per_s: float, cycles: int = 4) -> dict[str, Any]:
-    """Under open-loop load: the delay off and on in turn (coordinator.core.alternation), a
-    square schedule whose on phase is the constant delay, as `predict --validate` does."""
-    receiver, spec, hosts = _link(info, link)
-    namespace = {h["name"]: h["namespace"] for h in info["hosts"]}
-    alternation = Alternation.for_window(time.time() + 8.0, window_s, cycles=cycles,
-                                         guard_s=1.0)
-    load_before = os.getloadavg()[0]
-    try:
-        injector = InjectorProcess(hosts, receiver, "--queue", "7300")
-        injector.ok("add", link=spec,
-                    schedule=SquareSchedule.of(alternation.wave(delay_ms)).model_dump())
-        mix = ",".join(f"{t['path']}=1" for t in info["transactions"])
-        duration_s = alternation.end_s - time.time() + 1.0
-        subprocess.run(["ip", "netns", "exec", namespace["client"], sys.executable, "-m",
-                        "testbed.loadgen", "--url", info["frontend_url"], "--mix", mix,
-                        "--rate", str(rate_per_s), "--duration", f"{duration_s:.1f}", "--json"],
-                       capture_output=True, text=True, timeout=duration_s + 120, check=True)
-        applied_ms = _applied_ms(injector.ok("stats")["links"], PHASE_ON)
-        injector.stop()
-    finally:
-        hosts.remove()
-    log = read_log(info["web_log"]["path"], "apache", info["web_log"]["log_format"])
-    side, _ = alternation.sides(log.start_s)
-    half = np.floor((log.start_s - alternation.start_s) / alternation.half_s).astype(int)
-    pages = {}
-    for t in info["transactions"]:
-        page = log.url == t["path"]
-        pages[t["name"]] = _slope(log.response_s[page & (side == ON)],
-                                  log.response_s[page & (side == OFF)], applied_ms)
-        used = page & (side != NEITHER)
-        by_cycles = cycles_se(half[used], log.response_s[used], applied_ms)
-        pages[t["name"]] |= {"welch_se": pages[t["name"]]["se"], "cycles_se": by_cycles,
-                             "se": max(pages[t["name"]]["se"], by_cycles or 0.0)}
-    return {"link": link, "requested_ms": delay_ms, "applied_ms": applied_ms,
-            "loadavg_1min": [load_before, os.getloadavg()[0]],
-            "alternation": {"start": alternation.start_s, "half_s": alternation.half_s,
-                            "cycles": alternation.cycles, "guard_s": alternation.guard_s},
-            "pages": pages}
 
 
 def markdown(result: dict[str, Any]) -> str:
