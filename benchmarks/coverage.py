@@ -10,7 +10,8 @@ cell compared with the truth measured independently:
   each delay it measured) where `out/rubis_truth.json` exists, else the crossing counts of
   `testbed/transactions.py` (app1<->db);
 * mediawiki: the slopes of the mean response time under constant delays on web<->db,
-  alternated with none, by `benchmarks/mediawiki_truth.py`: `out/mediawiki_truth.json` idle;
+  alternated with none, by `benchmarks/mediawiki_truth.py`: idle `out/mediawiki_truth.json`
+  (2 ms) and the "none" of `out/mediawiki_truth_steady-1ms.json` (1 ms);
   under background load `out/mediawiki_truth_steady-1ms.json` (its `--steady-load`: the slope
   under each kind of the episodes' work held steady, since this application's slope rises under
   contention), mixed in the shares of time each kind ran in the cell's own injection window:
@@ -86,10 +87,14 @@ def truth(app: str, load: bool) -> Truth:
         sys.exit(f"coverage: {OUT}/{'mediawiki_truth_steady-1ms' if load else 'mediawiki_truth'}"
                  ".json is missing: run benchmarks/mediawiki_truth.py"
                  f"{' --steady-load none,cpu,disk,both --delay-ms 1' if load else ''} first")
+    if not load:  # the steady files' "none" is the idle truth at their delay
+        paths += sorted(OUT.glob("mediawiki_truth_steady-*.json"))
     out: Truth = {}
     for path in paths:
         data = json.loads(path.read_text())
-        by_kind = data["kinds"] if load else {"none": {"slopes": data["slopes"]}}
+        by_kind = data["kinds"] if "kinds" in data else {"none": {"slopes": data["slopes"]}}
+        if not load:
+            by_kind = {k: v for k, v in by_kind.items() if k == "none"}
         for key, measured in _slopes(*(m["slopes"] for m in by_kind.values()),
                                      kinds=list(by_kind)).items():
             out.setdefault(key, []).extend(measured)
