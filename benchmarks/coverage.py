@@ -226,7 +226,8 @@ def cells(result: dict[str, Any], expected: Truth) -> list[dict[str, Any]]:
                         "delay_ms": record["magnitude_ms"],
                         "window": [record["start"],
                                    record["start"] + record["period_s"] * record["cycles"]],
-                        "interval_from": t.get("interval_from"), "notes": t["notes"]})
+                        "interval_from": t.get("interval_from"), "notes": t["notes"],
+                        "by_level": t.get("by_level")})
     return out
 
 
