@@ -4,6 +4,8 @@ same work held steady, for measuring what an application does under each kind of
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import signal
 import subprocess
@@ -20,23 +22,34 @@ KINDS = ("cpu", "disk", "both")
 
 def start_work(kind: str, scratch: Path) -> list[subprocess.Popen[bytes]]:
     """The processes of one kind of other work: a busy Python (cpu), a dd loop with fsync
-    (disk), or both."""
-    procs = []
-    if kind in ("cpu", "both"):
-        procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
-    if kind in ("disk", "both"):
-        procs.append(subprocess.Popen(
-            ["sh", "-c", f"while :; do dd if=/dev/zero of={scratch}/fill bs=1M "
-             "count=256 conv=fsync status=none; done"]))
+    (disk), or both; each in a process group of its own, so that stopping it stops the dd
+    it is running too."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        if kind in ("cpu", "both"):
+            procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                          start_new_session=True))
+        if kind in ("disk", "both"):
+            procs.append(subprocess.Popen(
+                ["sh", "-c", 'while :; do dd if=/dev/zero of="$0/fill" bs=1M count=256 '
+                 "conv=fsync status=none; done", str(scratch)], start_new_session=True))
+    except BaseException:
+        stop_work(procs, scratch)
+        raise
     return procs
 
 
 def stop_work(procs: list[subprocess.Popen[bytes]], scratch: Path) -> None:
-    """Ends what `start_work` started (by pid: every process is ours) and removes its file."""
-    for p in procs:
-        p.send_signal(signal.SIGKILL if p.args[0] == sys.executable else signal.SIGTERM)
-        p.wait(timeout=30)
-    (scratch / "fill").unlink(missing_ok=True)
+    """Ends what `start_work` started (by its process groups: every process in them is ours)
+    and removes its file, whatever fails on the way."""
+    try:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+        for p in procs:
+            p.wait(timeout=30)
+    finally:
+        (scratch / "fill").unlink(missing_ok=True)
 
 
 @contextmanager

@@ -6,9 +6,9 @@ random times for random lengths on the same machine, as "a machine with other wo
 `--runs` runs of `linkgrad run` with **default parameters** (only the link pair given), each
 cell compared with the truth measured independently:
 
-* rubis: the slopes of `benchmarks/rubis_truth.py` (constant delays alternated with none, at
-  each delay it measured) where `out/rubis_truth.json` exists, else the crossing counts of
-  `testbed/transactions.py` (app1<->db);
+* rubis: the crossing counts of `testbed/transactions.py` (app1<->db), except where
+  `benchmarks/rubis_truth.py`'s slope at a delay (constant delays alternated with none) departs
+  from the count beyond its error (`departing`): there the slope, at that delay;
 * mediawiki: the slopes of the mean response time under constant delays on web<->db,
   alternated with none, by `benchmarks/mediawiki_truth.py`: idle `out/mediawiki_truth.json`
   (2 ms) and the "none" of `out/mediawiki_truth_steady-1ms.json` (1 ms);
@@ -70,7 +70,8 @@ Truth = dict[tuple[str, str], list[Measured]]
 
 
 def truth(app: str, load: bool) -> Truth:
-    """The gradients measured independently: rubis's crossing counts are exact; MediaWiki's
+    """The gradients measured independently: rubis's crossing counts are exact (a slope where
+    it departs from them, `departing`); MediaWiki's
     are the slopes under a constant delay alternated with none (`benchmarks/mediawiki_truth.py`),
     idle, or for runs under background load under each kind of that work held steady
     (`--steady-load`: its slope rises under contention), at every delay measured (a cell is
@@ -96,6 +97,8 @@ def truth(app: str, load: bool) -> Truth:
         by_kind = data["kinds"] if "kinds" in data else {"none": {"slopes": data["slopes"]}}
         if not load:
             by_kind = {k: v for k, v in by_kind.items() if k == "none"}
+        if not by_kind:
+            continue
         for key, measured in _slopes(*(m["slopes"] for m in by_kind.values()),
                                      kinds=list(by_kind)).items():
             out.setdefault(key, []).extend(measured)
@@ -138,8 +141,12 @@ def departing(counts: Truth, slopes: Truth) -> Truth:
 
 
 def nearest(measured: list[Measured], delay_ms: float) -> Measured:
-    """The truth measured at the delay nearest `delay_ms` (by ratio)."""
-    return min(measured, key=lambda m: 0.0 if m[0] is None else abs(np.log(m[0] / delay_ms)))
+    """The truth measured at the delay nearest `delay_ms` (by ratio); one that does not depend
+    on the delay only where nothing was measured at one."""
+    at_delays = [m for m in measured if m[0] is not None]
+    if not at_delays:
+        return measured[0]
+    return min(at_delays, key=lambda m: abs(np.log(m[0] / delay_ms)))
 
 
 def mixed(conditions: dict[str, tuple[float, float]], shares: dict[str, float]
@@ -147,14 +154,15 @@ def mixed(conditions: dict[str, tuple[float, float]], shares: dict[str, float]
     """The gradient of the mean response over a window that spent `shares` of its time under
     each kind of work (the rest under none): under open-loop load requests arrive evenly in
     time, so the mean's gradient is the time-weighted mean of each condition's, and so is its
-    error (independent measurements)."""
+    error (independent measurements). A truth measured only without work (rubis, idle runs)
+    is that truth whatever the shares."""
     if set(conditions) == {"none"}:
         return conditions["none"]
-    weights = {k: shares.get(k, 0.0) for k in conditions if k != "none"}
+    weights = {k: shares.get(k, 0.0) for k in KINDS}
     weights["none"] = max(0.0, 1.0 - sum(weights.values()))
-    missing = [k for k, w in weights.items() if w > 0 and k not in conditions]
+    missing = sorted(k for k, w in weights.items() if w > 0 and k not in conditions)
     if missing:
-        sys.exit(f"coverage: the truth has no slope under {missing}")
+        sys.exit(f"coverage: the truth has no slope under {missing} (it has {sorted(conditions)})")
     value = sum(w * conditions[k][0] for k, w in weights.items() if w > 0)
     se = float(np.sqrt(sum((w * conditions[k][1]) ** 2 for k, w in weights.items() if w > 0)))
     return value, se
@@ -212,6 +220,7 @@ def judged(cell: dict[str, Any], expected: Truth) -> dict[str, Any]:
     value, se = mixed(conditions, cell.get("busy_by_kind", {}))
     slack = float(np.hypot((hi - lo) / 2, 1.96 * se))
     return {**cell, "truth": value, "truth_se": se, "truth_delay_ms": at_ms,
+            "truth_mixed": set(conditions) != {"none"},
             "held": lo <= value <= hi,
             "held_within_truth_error": abs(cell["gradient"] - value) <= slack}
 
@@ -256,10 +265,13 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     rows = []
     for (name, link), cs in sorted(by_cell.items()):
         values = [c["gradient"] for c in cs]
-        truths = sorted({(c.get("truth_delay_ms"), c["truth"], c["truth_se"]) for c in cs},
-                        key=lambda x: x[0] or 0.0)
+        # a count is exact at any delay: its delay is where a slope was found not to depart
+        truths = sorted({(c.get("truth_delay_ms") if c["truth_se"] else None, c["truth"],
+                          c["truth_se"]) for c in cs}, key=lambda x: x[0] or 0.0)
         rows.append({"transaction": name, "link": link, "truth": cs[0]["truth"],
-                     "truths": truths,
+                     "truths": truths, "mixed": any(c.get("truth_mixed") for c in cs),
+                     "whole_run": sum(c.get("truth_mixed", False)
+                                      and c.get("busy_from") == "whole run" for c in cs),
                      "mean": statistics.mean(values),
                      "sd": statistics.stdev(values) if len(values) > 1 else None,
                      "mean_se": statistics.mean(c["se"] for c in cs),
@@ -289,7 +301,12 @@ def to_markdown(app: str, condition: str, args: argparse.Namespace,
              f"**The truth was inside the 95% interval in {s['held']} of {s['cells']} cells"
              f" ({s['held'] / max(s['cells'], 1):.0%})** (goal: 90% or more); allowing for the "
              f"truth's own 95% error, {s['held_within_truth_error']} of {s['cells']}. Delays the "
-             f"runs chose: {', '.join(f'{d:g}' for d in s['delays_ms'])} ms.", "",
+             f"runs chose: {', '.join(f'{d:g}' for d in s['delays_ms'])} ms."
+             + (" The truth of a cell under load is the steady-load slopes mixed in the "
+                "shares of time each kind of work ran in its link's injection window"
+                + (f" ({whole} cells of runs stored before windows were: over their whole run)"
+                   if (whole := sum(r.get("whole_run", 0) for r in s["rows"])) else "") + "."
+                if any(r.get("mixed") for r in s["rows"]) else ""), "",
              "| transaction | link | truth | mean | run-to-run sd | mean reported se | held |",
              "|---|---|---|---|---|---|---|"]
     for r in s["rows"]:
@@ -299,7 +316,7 @@ def to_markdown(app: str, condition: str, args: argparse.Namespace,
             f"{value:.3g}" + (f" ± {se:.2g}" if se else "")
             + (f" (at {at:.2g} ms)" if at is not None else "")
             for at, value, se in truths)
-        if len(truths) > 2:  # one per run: mixed in the shares of each run's window
+        if r.get("mixed"):  # one per run: mixed in the shares of each run's window
             truth_text = (f"{min(t[1] for t in truths):.3g}-{max(t[1] for t in truths):.3g} "
                           f"(± {max(t[2] for t in truths):.2g}, mixed per run)")
         lines.append(f"| {r['transaction']} | {r['link']} | {truth_text} | {r['mean']:.3g} "
