@@ -1,10 +1,11 @@
 """The gradient in the cycles where responses were at their usual level against the cycles
 where they were much slower.
 
-Other work on the machine can change an application's gradient, not only its noise: under
-random CPU and disk episodes MediaWiki's web<->db gradient measured 45-50 in one twenty-minute
-measurement and 95-100 in the next (benchmarks/RESULTS.md, the truth under background load).
-One number then averages two states in whatever mix the run happened to see, and its interval,
+Other work on the machine can change an application's gradient, not only its noise:
+MediaWiki's web<->db gradients of 42-71 idle rise by 5-25% under a steady disk writer, 10-60%
+under a CPU hog and 50-100% under both (benchmarks/RESULTS.md, the truth under steady other
+work). One number then averages the states in whatever mix the run happened to see (the
+gradient of its mean response), and its interval,
 however honest about the noise, says nothing about the other mix a later hour brings. The
 response level of each cycle is what every run has to tell the states apart (no host probe
 needed): the cycles are split at their median level, the wave fitted in each half, and where
