@@ -53,10 +53,13 @@ def stop_work(procs: list[subprocess.Popen[bytes]], scratch: Path) -> None:
 
 
 @contextmanager
-def steady_load(kind: str, scratch: Path) -> Iterator[None]:
-    """One kind of the episodes' work ("none" for nothing) running throughout."""
+def steady_load(kind: str, scratch: Path, settle_s: float = 5.0) -> Iterator[None]:
+    """One kind of the episodes' work ("none" for nothing) running throughout; entered
+    `settle_s` after the work started (past the disk writer's first file)."""
     procs = start_work(kind, scratch) if kind != "none" else []
     try:
+        if procs:
+            time.sleep(settle_s)
         yield
     finally:
         stop_work(procs, scratch)

@@ -344,7 +344,6 @@ def under_steady_load(info: dict[str, Any], args: argparse.Namespace,
     for link in LINKS:  # each link under every kind in turn, so slow drift spreads over kinds
         for kind in args.steady_load.split(","):
             with steady_load(kind, scratch):
-                time.sleep(5.0)  # past the work's start (the disk writer's first file)
                 x = loaded_slopes(info, link, args.delay_ms, args.window_s, args.rate, cycles)
             kinds.setdefault(kind, {"slopes": []})["slopes"].append(x)
     return {"machine": f"{socket.gethostname()}, 2 cores", "delay_ms": args.delay_ms,

@@ -24,7 +24,6 @@ import shutil
 import signal
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +53,6 @@ def measure(info: dict[str, Any], delays_ms: list[float], window_s: float,
     for delay in sorted(delays_ms):
         for link in LINKS:
             with steady_load(work, scratch or Path(info["directory"])):
-                time.sleep(5.0 if work != "none" else 0.0)  # past the work's start
                 out.append(loaded_slopes(info, link, delay, window_s, rate, cycles,
                                          port=PORT, transactions=wanted))
     return out
