@@ -110,16 +110,17 @@ def _slopes(*slopes: list[dict[str, Any]], kinds: list[str] | None = None) -> Tr
     by requested delay: each delay one measurement, at the mean delay its conditions applied."""
     kinds = kinds or ["none"]
     conditions: dict[tuple[str, str, float], dict[str, tuple[float, float]]] = {}
-    applied: dict[tuple[str, str, float], list[float]] = {}
+    applied: dict[tuple[str, float], list[float]] = {}  # per link and requested delay
     for kind, measured in zip(kinds, slopes, strict=True):
         for s in measured:
+            applied.setdefault((s["link"], float(s["requested_ms"])), []).append(
+                float(s["applied_ms"]))
             for name, page in s["pages"].items():
                 key = (name, s["link"], float(s["requested_ms"]))
                 conditions.setdefault(key, {})[kind] = (float(page["slope"]), float(page["se"]))
-                applied.setdefault(key, []).append(float(s["applied_ms"]))
     out: Truth = {}
     for (name, link, requested), c in sorted(conditions.items()):
-        at = float(np.mean(applied[(name, link, requested)]))
+        at = float(np.mean(applied[(link, requested)]))
         out.setdefault((name, link), []).append((at, c))
     return out
 
