@@ -1,4 +1,4 @@
-"""The kernel's view: sockets by sock_diag (pyroute2's DiagSocket, not `ss` parsing), socket
+"""The kernel's view: sockets by sock_diag (`sniffer.sockdiag`, not `ss` parsing), socket
 owners from /proc/PID/fd, the ephemeral port range, the host's IPv6 addresses. One netlink dump
 per protocol and address family per poll, plus the kernel's notices of TCP sockets it destroys,
 with their final counters. IPv6 sockets are read as well as IPv4 ones: a server listening on
@@ -12,15 +12,22 @@ import queue
 import socket
 import threading
 from pathlib import Path
-from typing import Any
+
+import numpy as np
 
 from common.jsonlines import leave_signals_to_main_thread
+from sniffer import tcp_info
 from sniffer.links import Process, SocketRecord, is_ipv6, plain_address
+from sniffer.sockdiag import (
+    NETLINK_SOCK_DIAG,
+    TCP_EXTENSIONS,
+    SockDiag,
+    SocketTable,
+    address_text,
+    parse_datagram,
+)
 
-SS_ALL = (1 << 12) - 1
 SS_LISTEN = 10
-INET_DIAG_INFO = 2  # extension bit for struct tcp_info
-NETLINK_SOCK_DIAG = 4
 SKNLGRP_INET_TCP_DESTROY = 1  # sock_diag multicast groups: TCP sockets as they are freed,
 SKNLGRP_INET6_TCP_DESTROY = 3  # IPv4 and IPv6 (include/uapi/linux/sock_diag.h)
 FAMILIES = (socket.AF_INET, socket.AF_INET6)
@@ -34,35 +41,37 @@ def ephemeral_range(proc: Path = Path("/proc")) -> tuple[int, int]:
 def dump_sockets() -> list[SocketRecord]:
     """Every TCP and UDP socket of this network namespace, IPv4 and IPv6 (the two families
     hold disjoint sockets: an IPv4-mapped connection is in the AF_INET6 dump only)."""
-    from pyroute2 import DiagSocket
-    from pyroute2.netlink.exceptions import NetlinkError
-
     records = []
-    with DiagSocket() as ds:
-        ds.bind()
+    with SockDiag() as diag:
         for family in FAMILIES:
             for proto, number in (("tcp", socket.IPPROTO_TCP), ("udp", socket.IPPROTO_UDP)):
-                extensions = 1 << (INET_DIAG_INFO - 1) if proto == "tcp" else 0
+                extensions = TCP_EXTENSIONS if proto == "tcp" else 0
                 try:
-                    found = ds.get_sock_stats(family=family, states=SS_ALL, protocol=number,
-                                              extensions=extensions)
-                except NetlinkError:
+                    table = diag.dump(family, number, extensions=extensions)
+                except OSError:
                     if family == socket.AF_INET:
                         raise
                     continue  # a kernel without IPv6 (ipv6.disable=1): no IPv6 socket to see
-                records += [r for msg in found if (r := _record(msg, proto)) is not None]
+                records += socket_records(table, proto)
     return records
 
 
-def _record(msg: Any, proto: str) -> SocketRecord | None:
-    info = msg.get_attr("INET_DIAG_INFO") if proto == "tcp" else None
-    if proto == "tcp" and info is None:
-        return None  # TIME_WAIT and the like: no counters, no more data
-    return SocketRecord(proto, plain_address(msg["idiag_src"]), msg["idiag_sport"],
-                        plain_address(msg["idiag_dst"]), msg["idiag_dport"], msg["idiag_inode"],
-                        info["tcpi_data_segs_out"] if info else None,
-                        info["tcpi_data_segs_in"] if info else None,
-                        listening=msg["idiag_state"] == SS_LISTEN)
+def socket_records(table: SocketTable, proto: str) -> list[SocketRecord]:
+    """The rows of `table` as records; TCP rows without tcp_info (TIME_WAIT and the like: no
+    counters, no more data) left out."""
+    counted = proto == "tcp" and tcp_info.has(table.info, "data_segs_out")
+    out = []
+    for row, info, has_info in zip(table.diag.tolist(), table.info, table.has_info,
+                                   strict=True):
+        family, state, _, _, sport, dport, src, dst, _, _, _, _, _, _, inode = row
+        if proto == "tcp" and not has_info:
+            continue
+        out.append(SocketRecord(proto, address_text(family, src), sport,
+                                address_text(family, dst), dport, inode,
+                                int(info["data_segs_out"]) if counted else None,
+                                int(info["data_segs_in"]) if counted else None,
+                                listening=state == SS_LISTEN))
+    return out
 
 
 def ipv6_addresses() -> tuple[str, ...]:
@@ -94,10 +103,6 @@ class ClosedSockets:
             raise error
 
     def _read(self) -> None:
-        # a plain netlink socket, messages parsed by pyroute2's marshal: pyroute2 0.9's own
-        # socket buffers multicast messages in its event loop, where select() cannot see them
-        from pyroute2.netlink.diag import MarshalDiag
-
         leave_signals_to_main_thread()
         try:
             diag = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
@@ -108,17 +113,16 @@ class ClosedSockets:
             self.started.put(e)
             return
         self.started.put(None)
-        marshal = MarshalDiag()
         with diag:
             while not self.stopping.is_set():
                 try:
                     data = diag.recv(1 << 20)
                 except TimeoutError:
                     continue
-                for msg in marshal.parse(data):
-                    if msg.get("idiag_family") in FAMILIES and (r := _record(msg, "tcp")):
-                        with self.lock:
-                            self.records.append(r)
+                table = parse_datagram(data)
+                found = socket_records(table[np.isin(table.diag["family"], FAMILIES)], "tcp")
+                with self.lock:
+                    self.records += found
 
     def drain(self) -> list[SocketRecord]:
         with self.lock:

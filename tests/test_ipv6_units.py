@@ -6,6 +6,7 @@ The run loop measures a fake application whose app<->db connection is IPv6.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import re
@@ -16,7 +17,6 @@ from typing import IO
 
 import pytest
 from pydantic import ValidationError
-from pyroute2.netlink.exceptions import NetlinkError
 
 from common.errors import InputError
 from common.protocol.fields import parse_endpoint_text
@@ -32,8 +32,10 @@ from injector.link import Endpoint, Link, parse_endpoint
 from injector.rules import match_args
 from sniffer.daemon import Service, Sniffer
 from sniffer.daemon import run as run_sniffer
-from sniffer.kernel import _record, dump_sockets
+from sniffer.kernel import dump_sockets, socket_records
 from sniffer.links import Process, SocketRecord, is_ipv6, link_counts, plain_address
+from sniffer.sockdiag import SockDiag, SocketTable, empty_table, parse_datagram
+from tests.fakes.diag_messages import diag_message
 from tests.fakes.remote import (
     ADDRESSES,
     CLIENT_PORT,
@@ -117,24 +119,16 @@ def test_a_link_of_both_ip_versions_and_icmp_over_ipv6():
         "tcp *:0 -> [fd00::3]:5432"
 
 
-class _Msg(dict):
-    """A sock_diag message as pyroute2 decodes it: fields by key, attributes by get_attr."""
-
-    def __init__(self, info: dict | None, **fields: object) -> None:
-        super().__init__(fields)
-        self.info = info
-
-    def get_attr(self, name: str) -> dict | None:
-        return self.info if name == "INET_DIAG_INFO" else None
+def _record(message: bytes) -> SocketRecord | None:
+    found = socket_records(parse_datagram(message), "tcp")
+    return found[0] if found else None
 
 
 def test_a_socket_of_a_server_on_any_ipv6_address_counts_on_its_ipv4_link():
     """What a Java or Go server listening on [::] holds for an IPv4 client: an AF_INET6
     socket with IPv4-mapped ends. It is the client's IPv4 link, not a link of its own."""
-    msg = _Msg({"tcpi_data_segs_out": 7, "tcpi_data_segs_in": 5}, idiag_src="::ffff:10.9.0.3",
-               idiag_sport=5432, idiag_dst="::ffff:10.9.0.2", idiag_dport=40001,
-               idiag_inode=12, idiag_state=1)
-    record = _record(msg, "tcp")
+    record = _record(diag_message("::ffff:10.9.0.3", 5432, "::ffff:10.9.0.2", 40001, inode=12,
+                                  info={"data_segs_out": 7, "data_segs_in": 5}))
     assert record == SocketRecord("tcp", "10.9.0.3", 5432, "10.9.0.2", 40001, 12, 7, 5)
     counts = link_counts({}, [record], {12: Process(3, "java")}, (32768, 60999))
     assert {(lk.src_addr, lk.src_port, lk.dst_addr, lk.dst_port): n
@@ -143,37 +137,24 @@ def test_a_socket_of_a_server_on_any_ipv6_address_counts_on_its_ipv4_link():
 
 
 def test_a_native_ipv6_socket_keeps_its_addresses():
-    msg = _Msg({"tcpi_data_segs_out": 2, "tcpi_data_segs_in": 1}, idiag_src="fd00::2",
-               idiag_sport=40003, idiag_dst="fd00::3", idiag_dport=11211, idiag_inode=9,
-               idiag_state=1)
-    assert _record(msg, "tcp") == SocketRecord("tcp", "fd00::2", 40003, "fd00::3", 11211, 9,
-                                               2, 1)
-    assert _record(_Msg(None, idiag_src="fd00::2", idiag_sport=1, idiag_dst="fd00::3",
-                        idiag_dport=2, idiag_inode=0, idiag_state=6), "tcp") is None
-
-
-class _DiagWithoutIpv6:
-    """pyroute2's DiagSocket on a kernel booted without IPv6: AF_INET6 dumps fail."""
-
-    def __enter__(self) -> _DiagWithoutIpv6:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def bind(self) -> None:
-        pass
-
-    def get_sock_stats(self, family: int, protocol: int, **_: object) -> list[_Msg]:
-        if family == socket.AF_INET6:
-            raise NetlinkError(2, "No such file or directory")
-        return [_Msg({"tcpi_data_segs_out": 1, "tcpi_data_segs_in": 1}, idiag_src="10.9.0.2",
-                     idiag_sport=40001, idiag_dst="10.9.0.3", idiag_dport=5432,
-                     idiag_inode=5, idiag_state=1)] if protocol == socket.IPPROTO_TCP else []
+    message = diag_message("fd00::2", 40003, "fd00::3", 11211, inode=9,
+                           info={"data_segs_out": 2, "data_segs_in": 1})
+    assert _record(message) == SocketRecord("tcp", "fd00::2", 40003, "fd00::3", 11211, 9, 2, 1)
+    assert _record(diag_message("fd00::2", 1, "fd00::3", 2, inode=0, state=6)) is None
 
 
 def test_a_kernel_without_ipv6_still_gives_its_ipv4_sockets(monkeypatch):
-    monkeypatch.setattr("pyroute2.DiagSocket", _DiagWithoutIpv6)
+    """A kernel booted with ipv6.disable=1: AF_INET6 dumps fail."""
+
+    def dump(self: SockDiag, family: int, protocol: int, **_: object) -> SocketTable:
+        if family == socket.AF_INET6:
+            raise OSError(errno.ENOENT, "No such file or directory")
+        if protocol != socket.IPPROTO_TCP:
+            return empty_table()
+        return parse_datagram(diag_message("10.9.0.2", 40001, "10.9.0.3", 5432, inode=5,
+                                           info={"data_segs_out": 1, "data_segs_in": 1}))
+
+    monkeypatch.setattr(SockDiag, "dump", dump)
     assert dump_sockets() == [SocketRecord("tcp", "10.9.0.2", 40001, "10.9.0.3", 5432, 5, 1,
                                            1)]
 
