@@ -1,10 +1,12 @@
 """`python -m sniffer`: reports the links that carried traffic, over JSON lines on stdio.
 
 Requests (`common.protocol.sniffer`, served by `common.jsonlines`): `{"id": 1, "cmd": "health"
-| "poll" | "watch" | "unwatch" | "stop", ...}`.
+| "poll" | "watch" | "unwatch" | "profile" | "unprofile" | "stop", ...}`.
 `poll` answers with every link that carried at least `threshold` messages since the previous
 poll; `watch` with `interval_s` emits such a report as an event (`{"event": "report", ...}`)
-every interval until `unwatch`, which first emits a last report up to that moment. Closing
+every interval until `unwatch`, which first emits a last report up to that moment. `profile`
+runs SNAP (`common.protocol.snap`: `{"event": "snap", ...}` every report interval) until
+`unprofile`, likewise with a last report. Closing
 stdin (the SSH channel) ends the daemon.
 """
 
@@ -23,6 +25,7 @@ from common.errors import InputError, Problem
 from common.jsonlines import LineWriter, StopServing, leave_signals_to_main_thread
 from common.protocol import sniffer as protocol
 from common.protocol.base import Empty, Request, Result, Stopped
+from common.protocol.snap import Profile, Unprofile
 from common.protocol.sniffer import LinkCount, Report, ReportEvent
 from sniffer.kernel import (
     ClosedSockets,
@@ -32,6 +35,7 @@ from sniffer.kernel import (
     socket_owners,
 )
 from sniffer.links import Process, SocketRecord, active, link_counts, match_closed
+from sniffer.profiling import Profiler
 
 KEEP_VANISHED_POLLS = 2  # a socket gone from the dump waits this long for its closing notice
 
@@ -100,6 +104,7 @@ class Service:
         self.woken = threading.Event()  # set by unwatch: the watch thread leaves now
         self.watcher: threading.Thread | None = None
         self.threshold = 1
+        self.profiler = Profiler(self.out)
 
     def handle(self, request: Request[Any]) -> Result:
         match request:
@@ -121,6 +126,13 @@ class Service:
             case protocol.Unwatch():
                 self.unwatch()
                 return Empty()
+            case Profile():
+                try:
+                    return self.profiler.start(request)
+                except ValueError as e:  # settings that contradict each other
+                    raise InputError(Problem(str(e), field="profile")) from e
+            case Unprofile():
+                return self.profiler.stop()
             case protocol.Stop():
                 raise StopServing(Empty())
         raise InputError(Problem(f"unknown command {request.cmd!r}", field="cmd"))
@@ -194,5 +206,6 @@ def run(service: Service, stdin: IO[bytes] | IO[str], warning: str | None = None
         reason = "signal"
     finally:
         service.unwatch()
+        service.profiler.stop()
     service.out.write(Stopped(reason=reason))
     return 0

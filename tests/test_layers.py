@@ -18,8 +18,10 @@ RANK = {"common": 0, "injector": 1, "sniffer": 1, "testbed": 2, "coordinator": 3
         "benchmarks": 4, "tests": 5}
 
 # Below-rank imports allowed all the same: the fake remote is a tool as much as a test (the
-# fuzz campaign makes a real run directory with it, in virtual time, without root).
-ALLOWED_UPWARD = ("tests.fakes",)
+# fuzz campaign makes a real run directory with it, in virtual time, without root); SNAP's
+# classifier is one pure code for the sniffer on each host (which classifies every interval to
+# decide what to log and what to poll faster) and the coordinator offline.
+ALLOWED_UPWARD = ("tests.fakes", "coordinator.snap")
 
 PRESENTATION = ("rich", "argparse", "matplotlib")
 # sub-package -> what it must never import (prefixes of module names)
@@ -29,6 +31,10 @@ FORBIDDEN = {
     "coordinator.config": ("coordinator.live", "coordinator.cli", "paramiko", *PRESENTATION),
     "coordinator.live": ("coordinator.cli", "injector", "sniffer", *PRESENTATION),
     "common": ("rich", "argparse", "matplotlib", "paramiko"),
+    # imported by the sniffer on every host: numpy and the standard library only
+    "coordinator.snap": ("coordinator.core", "coordinator.config", "coordinator.live",
+                         "coordinator.cli", "pydantic", "yaml", "paramiko", "scipy", "common",
+                         "sniffer", "injector", "testbed", *PRESENTATION),
 }
 
 

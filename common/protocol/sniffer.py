@@ -13,6 +13,7 @@ from pydantic import ConfigDict, Field, StrictFloat, TypeAdapter
 
 from common.protocol.base import Empty, Message, Request, Result
 from common.protocol.fields import LIMIT_UNIX_S, Count
+from common.protocol.snap import Profile, Unprofile
 
 WATCH_MIN_S, WATCH_MAX_S = 0.05, 3600.0  # a report at most 20 times a second, at least hourly
 
@@ -91,7 +92,6 @@ class Stop(Request[Empty]):
     cmd: Literal["stop"] = "stop"
 
 
-SnifferRequest = Annotated[HealthRequest | Poll | Watch | Unwatch | Stop,
-                           Field(discriminator="cmd")]
-SNIFFER_REQUEST: TypeAdapter[HealthRequest | Poll | Watch | Unwatch | Stop] = \
-    TypeAdapter(SnifferRequest)
+AnySnifferRequest = HealthRequest | Poll | Watch | Unwatch | Profile | Unprofile | Stop
+SnifferRequest = Annotated[AnySnifferRequest, Field(discriminator="cmd")]
+SNIFFER_REQUEST: TypeAdapter[AnySnifferRequest] = TypeAdapter(SnifferRequest)

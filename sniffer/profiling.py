@@ -1,0 +1,87 @@
+"""The sniffer's `profile` command: a thread running the SNAP poller, a `snap` event every
+report interval, a last one on `unprofile` (or when the daemon stops)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from common.jsonlines import LineWriter, leave_signals_to_main_thread
+from common.protocol.snap import Profile, Profiling
+from coordinator.snap.classify import SnapThresholds
+from sniffer.poll_budget import BudgetSettings
+from sniffer.snap_poller import SnapPoller
+
+
+def settings_of(request: Profile) -> tuple[BudgetSettings, SnapThresholds]:
+    """The request's parameters as the poller's settings (ValueError names a bad one)."""
+    budget = BudgetSettings(
+        cpu_lower_pct=request.cpu_lower_pct, cpu_upper_pct=request.cpu_upper_pct,
+        table_interval_s=request.table_interval_s,
+        table_interval_max_s=request.table_interval_max_s,
+        fast_interval_min_s=request.fast_interval_min_s, history_s=request.history_s)
+    thresholds = SnapThresholds(max_queuing_delay_s=request.max_queuing_delay_s,
+                                delayed_ack_timeout_s=request.delayed_ack_timeout_s)
+    return budget, thresholds
+
+
+class Profiler:
+    """One profiling at a time; `start` replaces a running one (after its last report)."""
+
+    def __init__(self, out: LineWriter) -> None:
+        self.out = out
+        self.poller: SnapPoller | None = None
+        self.thread: threading.Thread | None = None
+        self.stopping = threading.Event()
+        self.report_interval_s = 5.0
+        self.missing: tuple[str, ...] = ()
+
+    def start(self, request: Profile) -> Profiling:
+        self.stop()
+        budget, thresholds = settings_of(request)
+        self.poller = SnapPoller(budget, thresholds, seed=request.seed)
+        self.report_interval_s = request.report_interval_s
+        self.poller.step()  # the first table read: the baseline, and what the kernel gives
+        self.missing = tuple(self.poller.missing())
+        self.stopping.clear()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self.profiling()
+
+    def profiling(self) -> Profiling:
+        interval = self.poller.budget.table_interval_s if self.poller else 0.0
+        return Profiling(table_interval_s=interval, socket_calls=False, missing=self.missing)
+
+    def stop(self) -> Profiling:
+        """Stop polling; a last report covers the time since the previous one."""
+        result = self.profiling()
+        if self.thread is not None:
+            self.stopping.set()
+            self.thread.join(timeout=10)
+            self.thread = None
+        if self.poller is not None:
+            self._report()
+            self.poller.close()
+            self.poller = None
+        return result
+
+    def _run(self) -> None:
+        leave_signals_to_main_thread()
+        assert self.poller is not None
+        report_at = time.monotonic() + self.report_interval_s
+        try:
+            while not self.stopping.is_set():
+                next_s = self.poller.step()
+                if time.monotonic() >= report_at:
+                    self._report()
+                    report_at += self.report_interval_s
+                wait = min(next_s - self.poller.clock(), report_at - time.monotonic())
+                self.stopping.wait(max(0.0, wait))
+        except OSError as e:  # the netlink socket failed: say so, stop profiling
+            self.out.write({"event": "snap_error", "message": f"SNAP polling stopped: {e}"})
+
+    def _report(self) -> None:
+        assert self.poller is not None
+        event: dict[str, Any] = self.poller.report()
+        self.out.write(event)

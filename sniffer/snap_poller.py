@@ -1,0 +1,179 @@
+"""SNAP's poller on a host: Poisson-timed reads of every TCP socket and lookups of the fast
+ones (SNAP §2.1: PASTA; §7: the CPU budget), fed to `SnapProfile`; reports as `snap` events.
+
+The kernel's cookie names a socket; its ends and owner are read once, when it is first seen
+(the owners' /proc scan only when an unknown inode turns up, at most every `OWNER_SCAN_S`).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from coordinator.snap.classify import CLASS_NAMES, SnapThresholds
+from sniffer import tcp_info
+from sniffer.kernel import socket_owners
+from sniffer.links import Process
+from sniffer.poll_budget import BudgetSettings, PollBudget
+from sniffer.snap_profile import CALLS, SUMS, Endpoint, SnapProfile
+from sniffer.snap_sample import Samples, samples
+from sniffer.sockdiag import SockDiag, SocketTable, address_text, sockid
+
+# TCP states that carry data: ESTABLISHED SYN_SENT FIN_WAIT1 FIN_WAIT2 CLOSE_WAIT LAST_ACK
+# CLOSING (not LISTEN, TIME_WAIT, SYN_RECV: no tcp_info, or nothing to send)
+CONNECTED_STATES = sum(1 << s for s in (1, 2, 4, 5, 8, 9, 11))
+FAMILIES = (socket.AF_INET, socket.AF_INET6)
+OWNER_SCAN_S = 5.0
+CONTROL_S = 1.0  # how often the budget is checked
+# what each missing tcp_info field costs the classifier
+NEEDED = {"sndbuf_limited": "send-buffer limits are seen only when a poll lands on a full "
+          "buffer", "rwnd_limited": "receiver-window limits are not seen",
+          "total_rto": "timeouts are seen only when a poll lands in one",
+          "min_rtt": "delayed ACKs are not estimated", "data_segs_out": "idle is not told"}
+
+
+class SnapPoller:
+    def __init__(self, budget: BudgetSettings, thresholds: SnapThresholds, *,
+                 clock: Callable[[], float] = time.time,
+                 cpu_s: Callable[[], float] = time.process_time,
+                 owners: Callable[[], dict[int, Process]] = socket_owners,
+                 seed: int | None = None) -> None:
+        self.budget = PollBudget(budget)
+        self.profile = SnapProfile(thresholds, budget.history_s)
+        self.clock, self.cpu_s, self.owners = clock, cpu_s, owners
+        self.rng = np.random.default_rng(seed)
+        self.diag = SockDiag()
+        self.known_owners: dict[int, Process] = {}
+        self.owners_read_s = -np.inf
+        self.ids: dict[int, tuple[int, bytes]] = {}  # cookie -> (family, sockid) for lookups
+        self.next_table_s = 0.0
+        self.next_fast: dict[int, float] = {}
+        self.sockets = 0
+        self.info_length = 0
+        self.since_s = clock()
+        self.cpu_at_report = cpu_s()
+        self.cpu_at_control, self.control_s = self.cpu_at_report, self.since_s
+
+    def close(self) -> None:
+        self.diag.close()
+
+    def step(self) -> float:
+        """Do what is due; returns the time of the next thing due."""
+        now = self.clock()
+        if now >= self.next_table_s:
+            self._read_table(now)
+            self.next_table_s = now + self.rng.exponential(self.budget.table_interval_s)
+        due = [c for c, t in self.next_fast.items() if t <= now]
+        if due:
+            self._lookup(due)
+            for c in due:
+                self.next_fast[c] = now + self.rng.exponential(self.budget.interval_of(c))
+        if now - self.control_s >= CONTROL_S:
+            self._control(now)
+        return min([self.next_table_s, *self.next_fast.values()])
+
+    def _read_table(self, now: float) -> None:
+        tables = []
+        for family in FAMILIES:
+            try:
+                tables.append(self.diag.dump(family, states=CONNECTED_STATES))
+            except OSError:
+                if family == socket.AF_INET:
+                    raise  # no IPv6 in this kernel: no IPv6 socket to see
+        polled = [samples(t, self.clock()) for t in tables]
+        for t in tables:
+            self._learn(t)
+        merged = _concat(polled)
+        self.sockets = len(merged.cookie)
+        self.profile.observe_table(merged, now)
+        self.ids = {c: v for c, v in self.ids.items() if c in self.profile.endpoints}
+
+    def _lookup(self, cookies: list[int]) -> None:
+        for family in FAMILIES:
+            ids = [self.ids[c][1] for c in cookies if c in self.ids and self.ids[c][0] == family]
+            if ids:
+                self.profile.observe_lookup(samples(self.diag.lookup(family, ids), self.clock()))
+
+    def _learn(self, table: SocketTable) -> None:
+        """Ends and owners of the sockets not seen before."""
+        rows = table[table.has_info]
+        if len(rows.info) and tcp_info.has(rows.info, "rtt"):
+            self.info_length = rows.info.dtype.itemsize
+        endpoints = self.profile.endpoints
+        new = [i for i, c in enumerate(rows.diag["cookie"].tolist()) if c not in endpoints]
+        if not new:
+            return
+        inodes = rows.diag["inode"][new].tolist()
+        if any(i not in self.known_owners for i in inodes) \
+                and time.monotonic() - self.owners_read_s >= OWNER_SCAN_S:
+            self.known_owners = self.owners()
+            self.owners_read_s = time.monotonic()
+        for i, inode in zip(new, inodes, strict=True):
+            d = rows.diag[i]
+            owner = self.known_owners.get(inode)
+            family = int(d["family"])
+            endpoints[int(d["cookie"])] = Endpoint(
+                family, address_text(family, d["src"].tobytes()), int(d["sport"]),
+                address_text(family, d["dst"].tobytes()), int(d["dport"]), inode,
+                owner.pid if owner else None, owner.name if owner else None)
+            self.ids[int(d["cookie"])] = (family, sockid(d))
+
+    def _control(self, now: float) -> None:
+        cpu = self.cpu_s()
+        share_pct = 100.0 * (cpu - self.cpu_at_control) / max(now - self.control_s, 1e-9)
+        self.cpu_at_control, self.control_s = cpu, now
+        self.budget.adjust(share_pct, self.profile.recent_problems(now))
+        self.next_fast = {c: self.next_fast.get(c, now) for c in self.budget.fast}
+
+    def missing(self) -> list[str]:
+        """The tcp_info fields this kernel lacks that the classifier uses, with their cost."""
+        if not self.info_length:
+            return []
+        have = tcp_info.dtype_for(self.info_length).names or ()
+        return [f"tcp_info has no {field} (kernel before {tcp_info.SINCE[field]}): {cost}"
+                for field, cost in NEEDED.items() if field not in have]
+
+    def report(self) -> dict[str, Any]:
+        """A `snap` event (`common.protocol.snap.SnapReportEvent`) of the time since the last."""
+        now, cpu = self.clock(), self.cpu_s()
+        ends = dict(self.profile.endpoints)  # before the drain forgets the closed ones
+        totals, records, dropped = self.profile.drain()
+        connections = []
+        for cookie, row in totals.slot.items():
+            e = ends.get(cookie)
+            if e is None:
+                continue  # closed before its ends were learnt
+            connections.append({
+                **_ends(e), "pid": e.pid, "process": e.process,
+                "first_s": float(totals.first_s[row]), "last_s": float(totals.last_s[row]),
+                "polls": int(totals.polls[row]),
+                "seconds": dict(zip(CLASS_NAMES, totals.seconds[row].tolist(), strict=True)),
+                "sums": dict(zip((*SUMS, *CALLS), totals.sums[row].tolist(), strict=True)),
+                "delayed_acks": float(totals.delayed_acks[row]),
+                "problem_intervals": int(totals.problem_intervals[row])})
+        event = {"event": "snap", "from": self.since_s, "to": now,
+                 "cpu_pct": 100.0 * (cpu - self.cpu_at_report) / max(now - self.since_s, 1e-9),
+                 "table_interval_s": self.budget.table_interval_s,
+                 "fast_connections": len(self.budget.fast), "sockets": self.sockets,
+                 "connections": connections,
+                 "records": [{**_ends(ends[r["cookie"]]),
+                              **{k: v for k, v in r.items() if k != "cookie"}}
+                             for r in records if r["cookie"] in ends],
+                 "dropped_records": dropped}
+        self.since_s, self.cpu_at_report = now, cpu
+        return event
+
+
+def _ends(e: Endpoint) -> dict[str, dict[str, object]]:
+    return {"local": {"addr": e.local_addr, "port": e.local_port},
+            "remote": {"addr": e.remote_addr, "port": e.remote_port}}
+
+
+def _concat(parts: list[Samples]) -> Samples:
+    return Samples(np.concatenate([p.time_s for p in parts]),
+                   np.concatenate([p.cookie for p in parts]),
+                   np.concatenate([p.values for p in parts]))

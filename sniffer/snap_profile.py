@@ -1,0 +1,198 @@
+"""SNAP on one host, without I/O: polls in, classified intervals and a report out (§2.1-2.2).
+
+Each poll (a table read of every socket, or a lookup of some) becomes intervals against each
+socket's previous sample, classified by Table 2 (`coordinator.snap.classify`, the same pure code
+the coordinator uses offline). Log volume as SNAP's: a full record (the classes, the Table 1
+statistics, the socket calls) only for an interval with a problem; otherwise per-connection
+sums, reported only for connections that moved data or had a problem since the last report.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from coordinator.snap.classify import CLASS_NAMES, Classes, SnapThresholds, classify
+from coordinator.snap.intervals import COLUMNS, IntervalStats
+from sniffer.snap_sample import NAMES, Intervals, Samples, empty_samples, intervals, merged
+
+SUMS = ("bytes_acked", "bytes_received", "data_segs_out", "data_segs_in", "retrans", "rto")
+CALLS = ("writes", "write_bytes", "small_writes")  # socket-call sums, from tracing
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One end of a TCP connection as this host sees it, with its owner where known."""
+
+    family: int
+    local_addr: str
+    local_port: int
+    remote_addr: str
+    remote_port: int
+    inode: int
+    pid: int | None = None
+    process: str | None = None
+
+    @property
+    def four_tuple(self) -> tuple[str, int, str, int]:
+        return (self.local_addr, self.local_port, self.remote_addr, self.remote_port)
+
+
+class Totals:
+    """Connections' sums since the last report, a row (slot) per connection: column stores,
+    so ten thousand connections add up in a few numpy calls a poll."""
+
+    def __init__(self) -> None:
+        self.slot: dict[int, int] = {}
+        self.first_s = np.empty(0)
+        self.last_s = np.empty(0)
+        self.polls = np.empty(0)
+        self.seconds = np.empty((0, len(CLASS_NAMES)))
+        self.sums = np.empty((0, len(SUMS) + len(CALLS)))
+        self.delayed_acks = np.empty(0)
+        self.problem_intervals = np.empty(0)
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+    def slots(self, cookies: np.ndarray, start_s: np.ndarray) -> np.ndarray:
+        """The rows of `cookies`, new connections given one (first seen at `start_s`)."""
+        for c in cookies.tolist():
+            self.slot.setdefault(c, len(self.slot))
+        grow = len(self.slot) - len(self.first_s)
+        if grow:
+            self.first_s = np.concatenate([self.first_s, np.full(grow, np.inf)])
+            self.last_s = np.concatenate([self.last_s, np.zeros(grow)])
+            for name in ("polls", "delayed_acks", "problem_intervals"):
+                setattr(self, name, np.concatenate([getattr(self, name), np.zeros(grow)]))
+            self.seconds = np.vstack([self.seconds, np.zeros((grow, self.seconds.shape[1]))])
+            self.sums = np.vstack([self.sums, np.zeros((grow, self.sums.shape[1]))])
+        rows = np.fromiter((self.slot[c] for c in cookies.tolist()), dtype=np.intp,
+                           count=len(cookies))
+        np.minimum.at(self.first_s, rows, start_s)
+        return rows
+
+
+class SnapProfile:
+    """Samples, totals and problem records of the connections of one host."""
+
+    def __init__(self, thresholds: SnapThresholds, history_s: float,
+                 max_records: int = 10_000) -> None:
+        self.thresholds, self.history_s, self.max_records = thresholds, history_s, max_records
+        self.latest = empty_samples()
+        self.last_table_s: float | None = None
+        self.endpoints: dict[int, Endpoint] = {}
+        self.totals = Totals()
+        self.records: list[dict[str, object]] = []
+        self.dropped_records = 0
+        self.calls: dict[int, np.ndarray] = {}  # socket calls since the connection's last poll
+        self.recent: deque[tuple[float, np.ndarray]] = deque()  # (time, problem cookies)
+        self.gone: set[int] = set()  # closed since the last drain
+
+    def observe_table(self, polled: Samples, now_s: float) -> None:
+        """A read of every socket: the first only sets the baseline (what a socket did before
+        the profiler started is not its to judge); sockets missing from it are gone."""
+        if self.last_table_s is None:
+            self.latest = polled
+        else:
+            self._classify(intervals(self.latest, polled, since_s=self.last_table_s))
+            self.latest = merged(self.latest, polled)
+            alive = np.isin(self.latest.cookie, polled.cookie)
+            self.latest = Samples(self.latest.time_s[alive], self.latest.cookie[alive],
+                                  self.latest.values[alive])
+        self.last_table_s = now_s
+        # closed: their ends are kept until the next report names them
+        self.gone |= set(self.endpoints) - set(polled.cookie.tolist())
+
+    def observe_lookup(self, polled: Samples) -> None:
+        """A lookup of some known sockets (the fast ones)."""
+        known = polled.cookie[np.isin(polled.cookie, self.latest.cookie)]
+        polled = _rows(polled, np.isin(polled.cookie, known))
+        if len(polled):
+            self._classify(intervals(self.latest, polled, since_s=0.0))
+            self.latest = merged(self.latest, polled)
+
+    def add_calls(self, cookie: int, writes: int, write_bytes: int, small_writes: int) -> None:
+        got = self.calls.setdefault(cookie, np.zeros(len(CALLS)))
+        got += (writes, write_bytes, small_writes)
+
+    def _classify(self, iv: Intervals) -> None:
+        columns = {name: v for name, v in iv.columns().items() if name in COLUMNS}
+        calls = np.full((len(iv), len(CALLS)), np.nan)
+        if self.calls:
+            for i, cookie in enumerate(iv.cookie.tolist()):
+                if (got := self.calls.pop(cookie, None)) is not None:
+                    calls[i] = got
+        columns.update({name: calls[:, j] for j, name in enumerate(CALLS)})
+        stats = IntervalStats.from_columns(columns)
+        classes = classify(stats, self.thresholds)
+        self._total(iv, stats, classes)
+        problem = classes.problem_matrix().any(axis=1)
+        if problem.any():
+            self.recent.append((float(iv.end_s.max()), iv.cookie[problem]))
+            self._record(iv, stats, classes, np.flatnonzero(problem))
+
+    def _total(self, iv: Intervals, stats: IntervalStats, classes: Classes) -> None:
+        sums = np.column_stack([np.nan_to_num(getattr(stats, n)) for n in (*SUMS, *CALLS)])
+        problem = classes.problem_matrix().any(axis=1)
+        moved = (stats.data_segs_out + stats.data_segs_in > 0) | problem  # NaN: not moved
+        if not moved.any():
+            return
+        t = self.totals
+        rows = t.slots(iv.cookie[moved], iv.start_s[moved])
+        held = np.column_stack([getattr(classes, n) for n in CLASS_NAMES])[moved]
+        duration = (iv.end_s - iv.start_s)[moved]
+        np.maximum.at(t.last_s, rows, iv.end_s[moved])
+        np.add.at(t.polls, rows, 1)
+        np.add.at(t.seconds, rows, held * duration[:, None])
+        np.add.at(t.sums, rows, sums[moved])
+        np.add.at(t.delayed_acks, rows, np.nan_to_num(classes.delayed_acks[moved]))
+        np.add.at(t.problem_intervals, rows, problem[moved])
+
+    def _record(self, iv: Intervals, stats: IntervalStats, classes: Classes,
+                rows: Iterable[int]) -> None:
+        for i in rows:
+            if len(self.records) >= self.max_records:
+                self.dropped_records += 1
+                continue
+            values = {name: float(v) for name, v in zip(NAMES, iv.values[i], strict=True)
+                      if not np.isnan(v)}
+            calls = {name: float(getattr(stats, name)[i]) for name in CALLS
+                     if not np.isnan(getattr(stats, name)[i])}
+            self.records.append({"cookie": int(iv.cookie[i]), "from": float(iv.start_s[i]),
+                                 "to": float(iv.end_s[i]), "classes": list(classes.names(i)),
+                                 "delayed_acks": _finite(classes.delayed_acks[i]),
+                                 "tcp": values, "calls": calls or None})
+
+    def recent_problems(self, now_s: float) -> dict[int, int]:
+        """Problem intervals per live connection within T_history (the budget's input)."""
+        while self.recent and self.recent[0][0] < now_s - self.history_s:
+            self.recent.popleft()
+        counts = dict.fromkeys(self.latest.cookie.tolist(), 0)
+        for _, cookies in self.recent:
+            for c in cookies.tolist():
+                if c in counts:
+                    counts[c] += 1
+        return counts
+
+    def drain(self) -> tuple[Totals, list[dict[str, object]], int]:
+        """The totals and records since the last drain, and how many records were dropped."""
+        out = (self.totals, self.records, self.dropped_records)
+        self.totals, self.records, self.dropped_records = Totals(), [], 0
+        for cookie in self.gone:
+            self.endpoints.pop(cookie, None)
+            self.calls.pop(cookie, None)
+        self.gone = set()
+        return out
+
+
+def _rows(s: Samples, mask: np.ndarray) -> Samples:
+    return Samples(s.time_s[mask], s.cookie[mask], s.values[mask])
+
+
+def _finite(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)
+
