@@ -104,7 +104,7 @@ class Service:
         self.woken = threading.Event()  # set by unwatch: the watch thread leaves now
         self.watcher: threading.Thread | None = None
         self.threshold = 1
-        self.profiler = Profiler(self.out)
+        self.profiler = Profiler(self.out, sniffer.ephemeral)
 
     def handle(self, request: Request[Any]) -> Result:
         match request:

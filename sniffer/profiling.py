@@ -29,8 +29,8 @@ def settings_of(request: Profile) -> tuple[BudgetSettings, SnapThresholds]:
 class Profiler:
     """One profiling at a time; `start` replaces a running one (after its last report)."""
 
-    def __init__(self, out: LineWriter) -> None:
-        self.out = out
+    def __init__(self, out: LineWriter, ephemeral: tuple[int, int] | None = None) -> None:
+        self.out, self.ephemeral = out, ephemeral
         self.poller: SnapPoller | None = None
         self.thread: threading.Thread | None = None
         self.stopping = threading.Event()
@@ -51,7 +51,8 @@ class Profiler:
 
     def profiling(self) -> Profiling:
         interval = self.poller.budget.table_interval_s if self.poller else 0.0
-        return Profiling(table_interval_s=interval, socket_calls=False, missing=self.missing)
+        return Profiling(table_interval_s=interval, socket_calls=False, missing=self.missing,
+                         ephemeral_range=self.ephemeral)
 
     def stop(self) -> Profiling:
         """Stop polling; a last report covers the time since the previous one."""

@@ -16,6 +16,7 @@ import pytest
 from common.errors import InputError, RuntimeFailure
 from coordinator.config.experiment import Experiment
 from coordinator.config.run_dir import RunDir, load_run
+from coordinator.config.snap_file import read_snap
 from coordinator.core.prediction import Estimate
 from coordinator.live.run import run_experiment
 from coordinator.live.validate import PlacementChanges, validate_placements
@@ -90,6 +91,13 @@ def test_a_run_measures_the_applications_known_gradients(tmp_path):
     assert (run_dir / "weblog.log").read_text().count("\n") > 1000
     graph = json.loads((run_dir / "graph.json").read_text())
     assert {g["label"] for g in graph} >= {"tcp web:0 -> app:8000", "tcp app:0 -> db:5432"}
+    # SNAP profiled every host for the whole run (the fake hosts' sniffers read this
+    # machine's real sockets), and each link carries its classes by phase
+    snap = read_snap(run_dir)
+    assert snap is not None
+    assert set(snap.hosts) == {"web", "app", "db"}
+    assert {r.host for r in snap.reports} == {"web", "app", "db"}  # at least the last reports
+    assert all(set(m.snap or {}) == {"passive", "measurement"} for m in links)
 
 
 def test_ctrl_c_during_a_measurement_ends_every_lease_and_keeps_the_training(tmp_path):

@@ -106,11 +106,40 @@ def test_run_measures_known_gradients_in_both_directions(testbed, tag, concurren
         for name in EXPECTED:
             assert again[name]["gradient"] == pytest.approx(
                 link["transactions"][name]["gradient"], abs=0.01), (link["link"]["label"], name)
+    # SNAP profiled every host all along; each measured link has its classes by phase, and
+    # the app<->db connections moved data in both phases
+    snap = json.loads((run_dir / "snap.json").read_text())
+    assert set(snap["hosts"]) >= {"app1", "db", "web"}
+    assert {r["host"] for r in snap["reports"]} >= {"app1", "db"}
+    for link in links:
+        assert set(link["snap"]) == {"passive", "measurement"}, link["snap"]
+        assert sum(link["snap"]["measurement"].values()) > 0, link["snap"]
     if concurrent > 1:
         return
     page = (run_dir / "report.html").read_text()
+    assert "SNAP: TCP classes per link" in page
     assert page.count("data:image/png;base64,") == len(EXPECTED) + len(links)  # graphs, series
     assert "tcp app1:0 -&gt; db:5432" in page
+    assert_no_rules(tag)
+
+
+def test_profile_classifies_the_testbeds_links_without_injecting(testbed, tag):
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
+    experiment = _experiment(testbed, tag, "profiled")
+    saved = testbed / "profiled-snap.json"
+    done = subprocess.run([LINKGRAD, "profile", str(experiment), "--duration", "6",
+                           "--report-interval", "2", "--save", str(saved), "--json"],
+                          capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    links = {lk["link"]: lk for lk in summary["links"]}
+    for label in ("app1:0 -> db:5432", "db:5432 -> app1:0", "client:0 -> web:80"):
+        assert label in links, sorted(links)
+        assert links[label]["connections"] >= 1
+        assert sum(links[label]["seconds"].values()) > 0
+    assert summary["reports"] >= len(summary["hosts"])  # a last report from each host at least
+    assert json.loads(saved.read_text())["reports"]
+    wait_until_gone(tag)  # the sniffers ended with their channels
     assert_no_rules(tag)
 
 

@@ -27,6 +27,7 @@ class Profiling(Result):
     table_interval_s: float
     socket_calls: bool  # socket-call logs (tracepoints) are on
     missing: tuple[str, ...] = ()  # what this host lacks, each with its consequence
+    ephemeral_range: tuple[int, int] | None = None  # the host's: which local ports are clients
 
 
 class Profile(Request[Profiling]):

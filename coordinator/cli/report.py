@@ -20,6 +20,7 @@ import numpy as np
 
 from common.errors import InputError, Problem, RuntimeFailure
 from common.protocol.record import InjectionRecord
+from coordinator.cli import snap_report
 from coordinator.config.run_dir import (
     ExperimentAsRun,
     LinkMeasurement,
@@ -29,6 +30,7 @@ from coordinator.config.run_dir import (
     read_measurements,
     read_record,
 )
+from coordinator.config.snap_file import read_snap
 from coordinator.core.spectral.binning import bin_series, fill_empty
 from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.core.weblog.model import RequestLog
@@ -174,6 +176,7 @@ def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
              "<h2>Gradients</h2>", _table(links), *_linearity(links),
              "<h2>Link gradient graphs</h2>"]
     parts += [graph_figure(n, links) for n in experiment.transactions]
+    parts += snap_report.html_section(read_snap(run_dir), links)
     parts.append("<h2>Response series and spectra</h2>")
     for lk in links:
         if not lk.transactions:

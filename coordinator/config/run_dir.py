@@ -195,6 +195,8 @@ class LinkMeasurement(WaveEstimate):
     injection: Str | None = None  # injections/NNN.json
     concurrent_injections: list[Str] = Field(default_factory=list)
     recompute_argv: list[Str] = Field(default_factory=list)
+    # SNAP's Table 2 classes on the link: phase ("passive", "measurement") -> class -> seconds
+    snap: dict[Str, dict[Str, Float]] | None = None
 
     @property
     def pair(self) -> Pair:
@@ -216,6 +218,8 @@ class LinkMeasurement(WaveEstimate):
                 entry["record"] = {k: v for k, v in entry["record"].items() if v is not None}
         if self.planned_ms is None:
             del data["planned_ms"]
+        if self.snap is None:
+            del data["snap"]
         return data
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from common.errors import InputError, Problem
 from common.protocol.injector import Add, Remove, SquareSchedule
 from common.protocol.record import InjectionRecord, recorded_delay_ms
+from common.protocol.snap import Profile
 from common.protocol.sniffer import Unwatch, Watch
 from common.square_wave import SquareWave
 from coordinator.config.coordinator_process import this_coordinator
@@ -80,6 +81,7 @@ from coordinator.core.wave_plan import (
     training_needed_s,
 )
 from coordinator.core.weblog.model import RequestLog
+from coordinator.live import passive
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
 from coordinator.live.session import Connect, Session, sigterm_as_interrupt, ssh_connect
 from coordinator.live.ssh import Endpoint
@@ -181,8 +183,10 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def open_session(session: Session, say: Say) -> list[str]:
-    """Phase 1: connect, start the sniffers, follow the log; what a daemon cannot do."""
+    """Phase 1: connect, start the sniffers and their SNAP profiling (for the whole run),
+    follow the log; what a daemon cannot do."""
     session.open()
+    session.warnings += session.start_profiling(Profile())
     for warning in session.warnings:
         say(f"[yellow]{warning}")
     return session.warnings
@@ -278,6 +282,12 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
 def finish(session: Session, out: RunDir, journal: RunJournal, say: Say) -> RunJournal:
     """Phase 4, whatever happened: every lease ends (no injection survives the run), the log
     is kept, the journal written."""
+    if unprofiled := session.stop_profiling():  # each host's last SNAP report, before its
+        journal = journal.model_copy(update={  # sniffer goes
+            "warnings": [*(journal.warnings or []), *unprofiled]})
+        say("[yellow]" + "; ".join(unprofiled))
+    passive.save(out, session.experiment.name, session.profiling, session.snap_reports,
+                 {**session.addresses, **session.ipv6_addresses})
     if problems := session.close():
         journal = journal.model_copy(update={"cleanup_problems": problems})
         say("[red]cleanup: " + "; ".join(problems))

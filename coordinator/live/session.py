@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from common.jsonlines import Channel, DaemonClient
 from common.protocol.injector import InjectorReady
+from common.protocol.snap import Profile, Profiling, SnapReportEvent, Unprofile
 from common.protocol.sniffer import Report, ReportEvent, SnifferReady
 from coordinator.config.experiment import Experiment, Host, Ssh
 from coordinator.config.experiment_files import require_local_files
@@ -77,6 +78,9 @@ class Session:
     log: LogFollower | None = None
     workload: Channel | None = None
     warnings: list[str] = field(default_factory=list)  # what a daemon could not do
+    snap_reports: list[dict[str, Any]] = field(default_factory=list)  # as snap.json keeps them
+    profiling: dict[str, Profiling] = field(default_factory=dict)  # host -> what it can give
+    unprofiled: set[str] = field(default_factory=set)  # hosts whose profiling has ended
 
     def open(self, sniffers: bool = True) -> Session:
         """Connect to every host; start the sniffers (unless not wanted), follow the web log
@@ -84,6 +88,30 @@ class Session:
         e = self.experiment
         assert e.ssh is not None
         assert e.web_log is not None
+        self.open_hosts(sniffers)
+        channel = self.connections[e.web_log.host].open_lines(
+            follow_argv(e.ssh.python, e.web_log.path))
+        try:
+            self.log = LogFollower(channel, f"{e.web_log.host}:{e.web_log.path}",
+                                   e.web_log.format, e.web_log.log_format, self.clock)
+        except BaseException:  # no follower to close it: the channel goes now
+            channel.close()
+            raise
+        return self.start_workload()
+
+    def start_workload(self) -> Session:
+        """The experiment's workload, if it has one; leased: it ends with its channel, as the
+        daemons do."""
+        e = self.experiment
+        if e.workload is not None and e.ssh is not None:
+            self.workload = self.connections[e.workload.host].open_lines(
+                [e.ssh.python, "-m", "injector.leased", "--", *self._workload_argv()])
+        return self
+
+    def open_hosts(self, sniffers: bool = True) -> Session:
+        """Connect to every host and start the sniffers (unless not wanted)."""
+        e = self.experiment
+        assert e.ssh is not None
         # every ssh_config and known_hosts read before any host is connected to: `linkgrad
         # run` checked them before it wrote its run directory and hands over the endpoints;
         # predict --validate has written nothing and relies on the check here
@@ -104,22 +132,38 @@ class Session:
         self.ipv6_addresses = ipv6_hosts({name: d.ready.ipv6_addresses or ()
                                           for name, d in self.sniffers.items()
                                           if isinstance(d.ready, SnifferReady)})
-        channel = self.connections[e.web_log.host].open_lines(
-            follow_argv(e.ssh.python, e.web_log.path))
-        try:
-            self.log = LogFollower(channel, f"{e.web_log.host}:{e.web_log.path}",
-                                   e.web_log.format, e.web_log.log_format, self.clock)
-        except BaseException:  # no follower to close it: the channel goes now
-            channel.close()
-            raise
-        if e.workload is not None:  # leased: it ends with the channel, as the daemons do
-            self.workload = self.connections[e.workload.host].open_lines(
-                [e.ssh.python, "-m", "injector.leased", "--", *self._workload_argv()])
         return self
 
     def _report(self, host: str, message: dict[str, Any]) -> None:
         if message.get("event") == "report":
             self.reports.append((host, ReportEvent.model_validate(message)))
+        elif message.get("event") == "snap":
+            report = SnapReportEvent.model_validate(message).model_dump(mode="json",
+                                                                        by_alias=True)
+            self.snap_reports.append({"host": host, **report})
+        elif message.get("event") == "snap_error":
+            self.warnings.append(f"sniffer on {host}: {message.get('message')}")
+
+    def start_profiling(self, request: Profile) -> list[str]:
+        """SNAP on every host, for as long as the run goes; what each host cannot give."""
+        notes = []
+        for name, sniffer in self.sniffers.items():
+            self.profiling[name] = got = sniffer.call(request)
+            notes += [f"SNAP on {name}: {missing}" for missing in got.missing]
+        return notes
+
+    def stop_profiling(self) -> list[str]:
+        """Every host's last SNAP report (it comes before the answer); what failed."""
+        problems = []
+        for name in self.profiling:
+            if name in self.unprofiled:
+                continue
+            self.unprofiled.add(name)
+            try:
+                self.sniffers[name].call(Unprofile())
+            except Exception as e:  # reported; the other hosts' reports still count
+                problems.append(f"SNAP on {name}: {e}")
+        return problems
 
     def _workload_argv(self) -> list[str]:
         w, e = self.experiment.workload, self.experiment

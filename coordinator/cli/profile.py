@@ -1,0 +1,118 @@
+"""`linkgrad profile EXPERIMENT.yaml --duration 60 [--save FILE] [--json]`: SNAP alone, no
+injection: every host's TCP connections profiled, classified (Table 2) and correlated (ACC)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from common.command import Command
+from common.errors import InputError, Problem
+from common.protocol.snap import Profile
+from coordinator.cli import snap_report
+from coordinator.config.experiment_file import load_experiment
+from coordinator.config.run_dir import RunDir
+from coordinator.config.snap_file import SnapFile
+from coordinator.config.strict_json import dumps
+from coordinator.live.clock import SYSTEM, sleep_checking
+from coordinator.live.passive import snap_file
+from coordinator.live.session import Session, check_local_files
+from coordinator.snap.evidence import links_seen
+
+MAX_DURATION_S = 7 * 86400.0
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("experiment", type=Path, help="experiment YAML: its hosts and ssh settings")
+    p.add_argument("--duration", type=float, default=60.0, metavar="S",
+                   help="seconds to profile (default 60; Ctrl-C ends it early and keeps what "
+                   "was seen)")
+    p.add_argument("--report-interval", type=float, default=5.0, metavar="S",
+                   help="seconds between each host's reports (default 5)")
+    p.add_argument("--cpu-upper", type=float, default=5.0, metavar="PCT",
+                   help="the profiler's CPU budget on each host, percent of one core (SNAP "
+                   "§7; default 5; the lower bound is 40%% of it)")
+    p.add_argument("--save", type=Path, metavar="FILE",
+                   help="write what was seen as a snap.json (as a run's)")
+
+
+def _check(args: argparse.Namespace) -> None:
+    if not 1.0 <= args.duration <= MAX_DURATION_S:
+        raise InputError(Problem(f"{args.duration:g} s: expected 1 to {MAX_DURATION_S:g}",
+                                 field="--duration"))
+    if not 0.1 <= args.report_interval <= 3600:
+        raise InputError(Problem(f"{args.report_interval:g} s: expected 0.1 to 3600",
+                                 field="--report-interval"))
+    if not 0.1 <= args.cpu_upper <= 100:
+        raise InputError(Problem(f"{args.cpu_upper:g}: expected 0.1 to 100",
+                                 field="--cpu-upper"))
+
+
+def profile_command(args: argparse.Namespace) -> int:
+    _check(args)
+    experiment = load_experiment(args.experiment)
+    console = Console(stderr=True)
+    session = Session(experiment, endpoints=check_local_files(experiment))
+    request = Profile(report_interval_s=min(args.report_interval, args.duration),
+                      cpu_upper_pct=args.cpu_upper, cpu_lower_pct=0.4 * args.cpu_upper)
+    problems: list[str] = []
+    try:
+        session.open_hosts().start_workload()  # the experiment's own traffic, if it has one
+        for note in session.warnings + session.start_profiling(request):
+            console.print(f"[yellow]{escape(note)}")
+        console.print(f"profiling {len(session.sniffers)} host(s) for {args.duration:g} s")
+        try:
+            sleep_checking(SYSTEM, args.duration)
+        except KeyboardInterrupt:
+            console.print("interrupted: what was seen so far follows")
+        problems += session.stop_profiling()
+    finally:
+        problems += session.close()
+    hosts = {**session.addresses, **session.ipv6_addresses}
+    snap = SnapFile.model_validate(snap_file(session.profiling, session.snap_reports, hosts))
+    if args.save:
+        RunDir(args.save.parent).write(args.save.name, snap.model_dump(mode="json",
+                                                                       by_alias=True))
+    summary = _summary(snap)
+    if args.json:
+        print(dumps({**summary, "problems": problems}))
+    else:
+        _print(console, summary, problems)
+    return 0 if not problems else 1
+
+
+def _summary(snap: SnapFile) -> dict[str, Any]:
+    ephemeral = {h: p.ephemeral_range for h, p in snap.hosts.items() if p.ephemeral_range}
+    links = links_seen(snap.report_dicts(), snap.addresses, ephemeral)
+    return {"hosts": {h: p.model_dump(mode="json") for h, p in snap.hosts.items()},
+            "links": [{"link": label, **entry} for label, entry in sorted(links.items())],
+            "resources": snap_report.resource_rows(snap_report.ranked(snap)),
+            "reports": len(snap.reports), "at": time.time()}
+
+
+def _print(console: Console, summary: dict[str, Any], problems: list[str]) -> None:
+    for link in summary["links"]:
+        seconds = {k: v for k, v in link["seconds"].items() if v > 0}
+        print(f"{link['link']}  ({link['connections']} connection(s)): "
+              f"{snap_report.classes_text(seconds)}")
+    for r in summary["resources"]:
+        acc = "-" if r["acc"] is None else f"{r['acc']:.2f}"
+        print(f"  {r['resource']}: ACC {acc}{'  above α' if r['above_alpha'] else ''}"
+              f"  {snap_report.classes_text(r['problems_s'])}")
+    for problem in problems:
+        console.print(f"[red]{escape(problem)}")
+
+
+COMMANDS = (Command(
+    "profile", "SNAP alone: classify every TCP connection's limits, no injection",
+    "Profile every TCP connection of the experiment's hosts for a while (with its workload "
+    "running, if it has one), without injecting anything: SNAP's per-socket classes (send "
+    "buffer, fast retransmit, timeout, delayed ACK, receiver window, else application "
+    "limited) per link, and the hosts, host pairs and processes whose connections share their "
+    "problems (average correlation above 0.4).",
+    _arguments, profile_command),)

@@ -1,0 +1,76 @@
+"""SNAP in the run's report and in `linkgrad profile`: per link the Table 2 classes seen
+during the passive phase and during its measurement, and the shared resources ranked by ACC
+(SNAP §2.3). Text for the terminal, HTML for report.html; both from `snap.json`."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from coordinator.config.run_dir import LinkMeasurement
+from coordinator.config.snap_file import SnapFile
+from coordinator.snap.correlate import ResourceScore
+from coordinator.snap.evidence import correlated_resources
+
+TOP = 8  # resources shown
+
+
+def classes_text(seconds: dict[str, float] | None) -> str:
+    """`receiver_window 3.2 s, app_limited 40.1 s`; problems first, by time."""
+    if not seconds:
+        return "-"
+    ordered = sorted(seconds.items(), key=lambda kv: (kv[0] == "app_limited", -kv[1]))
+    return ", ".join(f"{name} {s:.1f} s" for name, s in ordered)
+
+
+def ranked(snap: SnapFile, window: tuple[float, float] | None = None,
+           aggregation_s: float = 2.0, alpha: float = 0.4) -> list[ResourceScore]:
+    """Every shared resource of the run (or `window`) by ACC."""
+    reports = snap.report_dicts()
+    if not reports:
+        return []
+    if window is None:
+        window = (min(r["from"] for r in reports), max(r["to"] for r in reports))
+    if window[1] <= window[0]:
+        return []
+    return correlated_resources(reports, snap.addresses, window, aggregation_s, alpha)
+
+
+def resource_rows(scores: list[ResourceScore]) -> list[dict[str, Any]]:
+    """The ranked resources as JSON: the top ones and any above α."""
+    shown = [s for i, s in enumerate(scores) if i < TOP or s.above_alpha]
+    return [{"resource": s.resource, "acc": s.acc, "above_alpha": s.above_alpha,
+             "connections": len(s.connections),
+             "problems_s": {k: round(v, 3) for k, v in s.problems.items() if v > 0}}
+            for s in shown]
+
+
+def missing_notes(snap: SnapFile) -> list[str]:
+    return [f"{host}: {note}" for host, p in snap.hosts.items() for note in p.missing] + \
+        [f"{host}: no socket-call logs" for host, p in snap.hosts.items() if not p.socket_calls]
+
+
+def html_section(snap: SnapFile | None, links: list[LinkMeasurement]) -> list[str]:
+    if snap is None:
+        return ["<h2>SNAP</h2><p>no snap.json: this run profiled no TCP connection</p>"]
+    rows = "".join(
+        f"<tr><td>{html.escape(str(lk.link['label']))}</td>"
+        f"<td>{html.escape(classes_text((lk.snap or {}).get('passive')))}</td>"
+        f"<td>{html.escape(classes_text((lk.snap or {}).get('measurement')))}</td></tr>"
+        for lk in links)
+    scores = resource_rows(ranked(snap))
+    resources = "".join(
+        f"<tr><td>{html.escape(r['resource'])}</td><td>{_acc(r['acc'])}"
+        f"{' <b>above α</b>' if r['above_alpha'] else ''}</td><td>{r['connections']}</td>"
+        f"<td>{html.escape(classes_text(r['problems_s']))}</td></tr>" for r in scores)
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in missing_notes(snap))
+    return ["<h2>SNAP: TCP classes per link</h2>",
+            f"<table><tr><th>link</th><th>passive phase</th><th>its measurement</th></tr>"
+            f"{rows}</table>",
+            "<h3>Shared resources by ACC (α = 0.4)</h3>",
+            f"<table><tr><th>resource</th><th>ACC</th><th>connections</th><th>problems</th>"
+            f"</tr>{resources}</table>", f"<ul>{notes}</ul>" if notes else ""]
+
+
+def _acc(acc: float | None) -> str:
+    return "-" if acc is None else f"{acc:.2f}"

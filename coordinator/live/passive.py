@@ -1,0 +1,56 @@
+"""The run's passive evidence on disk: `snap.json` (what every host's SNAP profiler reported,
+and what it could not give), and each link's Table 2 classes beside its gradient in
+`gradients.json`, during the passive phase and during the link's own measurement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.config.run_dir import LinkMeasurement, RunDir
+from coordinator.snap.evidence import LinkKey, link_classes
+
+PHASES = ("passive", "measurement")
+
+
+def snap_file(profiling: dict[str, Any], reports: list[dict[str, Any]],
+              hosts: dict[str, str]) -> dict[str, Any]:
+    """`snap.json`: per host what its profiler could give; which host each address is (so
+    the file is read alone, offline); every report, in arrival order."""
+    return {"hosts": {name: p.model_dump(mode="json") for name, p in profiling.items()},
+            "addresses": hosts, "reports": reports}
+
+
+def link_key(link: dict[str, Any]) -> LinkKey:
+    return LinkKey(str(link["src_host"]), int(link["src_port"]), str(link["dst_host"]),
+                   int(link["dst_port"]))
+
+
+def with_snap(measurement: LinkMeasurement, reports: list[dict[str, Any]],
+              hosts: dict[str, str], training: tuple[float, float] | None
+              ) -> LinkMeasurement:
+    """`measurement` with the classes its link showed in the passive phase and while it was
+    measured (the square wave's cycles)."""
+    key, record = link_key(measurement.link), measurement.record
+    windows = {"measurement": (record.start, record.start + record.period_s * record.cycles)}
+    if training is not None:
+        windows["passive"] = training
+    snap = {phase: {name: round(s, 3) for name, s in
+                    link_classes(reports, hosts, key, window).items() if s > 0}
+            for phase, window in windows.items()}
+    return measurement.model_copy(update={"snap": snap})
+
+
+def save(out: RunDir, experiment: str, profiling: dict[str, Any],
+         reports: list[dict[str, Any]], hosts: dict[str, str]) -> None:
+    """Write `snap.json` and put each measured link's classes into `gradients.json`."""
+    if not profiling:
+        return
+    out.write("snap.json", snap_file(profiling, reports, hosts))
+    measurements = out.measurements()
+    if not measurements:
+        return
+    plan = out.read("plan.json") or {}
+    training = (float(plan["training"][0]), float(plan["training"][1])) \
+        if "training" in plan else None
+    out.write_measurements(experiment, [with_snap(m, reports, hosts, training)
+                                        for m in measurements])
