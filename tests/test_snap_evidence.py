@@ -1,0 +1,88 @@
+"""SNAP's evidence beside the gradients (coordinator.snap.evidence): which connections are a
+link's, the classes in a window, the resources ranked by ACC, the links a profile saw."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.snap.evidence import (
+    LinkKey,
+    correlated_resources,
+    link_classes,
+    links_seen,
+)
+
+HOSTS = {"10.0.0.1": "app", "10.0.0.2": "db", "10.0.0.3": "web"}
+
+
+def _end(addr: str, port: int) -> dict:
+    return {"addr": addr, "port": port}
+
+
+def _connection(local, remote, first, last, app_limited=0.0, process="php", **seconds):
+    return {"local": _end(*local), "remote": _end(*remote), "pid": 7, "process": process,
+            "first_s": first, "last_s": last, "polls": 3,
+            "seconds": {"app_limited": app_limited, **seconds},
+            "sums": {"bytes_acked": 1000.0}, "delayed_acks": 0.0, "problem_intervals": 0}
+
+
+def _record(local, remote, start, end, *classes):
+    return {"local": _end(*local), "remote": _end(*remote), "from": start, "to": end,
+            "classes": list(classes), "delayed_acks": 0.0, "tcp": {}, "calls": None}
+
+
+APP, DB = ("10.0.0.1", 40001), ("10.0.0.2", 5432)
+
+
+def test_a_sender_s_classes_are_its_link_s_and_windows_cut_them():
+    report = {"host": "app", "from": 0.0, "to": 10.0,
+              "records": [_record(APP, DB, 1.0, 3.0, "receiver_window", "fast_retransmit"),
+                          _record(APP, DB, 8.0, 9.0, "timeout")],
+              "connections": [_connection(APP, DB, 0.0, 10.0, app_limited=6.0)]}
+    app_to_db = LinkKey("app", 0, "db", 5432)
+    got = link_classes([report], HOSTS, app_to_db, (2.0, 8.5))
+    assert got["receiver_window"] == pytest.approx(1.0)  # 2..3 of 1..3
+    assert got["fast_retransmit"] == pytest.approx(1.0)
+    assert got["timeout"] == pytest.approx(0.5)
+    assert got["app_limited"] == pytest.approx(6.0 * 6.5 / 10.0)  # spread over its span
+    # the other direction, and a link on another port, have none of it
+    assert sum(link_classes([report], HOSTS, LinkKey("db", 5432, "app", 0), (0, 10)).values()) == 0
+    assert sum(link_classes([report], HOSTS, LinkKey("app", 0, "db", 3306), (0, 10)).values()) == 0
+
+
+def test_shared_problems_on_one_host_rank_it_above_alpha_and_healthy_ones_below():
+    reports = []
+    for i in range(4):  # four connections from web to app, losing packets at the same times
+        local, remote = ("10.0.0.3", 41000 + i), ("10.0.0.1", 80)
+        records = [_record(local, remote, t, t + 1.0, "fast_retransmit") for t in (4, 12, 20)]
+        reports.append({"host": "web", "from": 0.0, "to": 30.0, "records": records,
+                        "connections": [_connection(local, remote, 0.0, 30.0, process="nginx")]})
+    for i in range(3):  # healthy app -> db connections
+        local = ("10.0.0.1", 42000 + i)
+        reports.append({"host": "app", "from": 0.0, "to": 30.0, "records": [],
+                        "connections": [_connection(local, DB, 0.0, 30.0, app_limited=30.0)]})
+    scores = {s.resource: s for s in correlated_resources(reports, HOSTS, (0.0, 30.0))}
+    assert scores["link:app-web"].acc == pytest.approx(1.0)
+    assert scores["link:app-web"].above_alpha
+    assert scores["process:nginx"].above_alpha
+    assert scores["link:app-db"].acc == 0.0  # healthy: no common problem
+    assert not scores["link:app-db"].above_alpha
+    assert scores["host:app"].acc < 0.4  # shared with the healthy ones
+    assert len(scores["link:app-web"].connections) == 4
+
+
+def test_no_reports_rank_nothing():
+    assert correlated_resources([], HOSTS, (0.0, 1.0)) == []
+
+
+def test_links_seen_write_ephemeral_ports_0_and_sum_their_connections():
+    reports = [{"host": "app", "connections": [
+        _connection(APP, DB, 0, 5, app_limited=5.0),
+        _connection(("10.0.0.1", 40002), DB, 0, 5, app_limited=4.0, receiver_window=1.0),
+        _connection(("10.0.0.1", 22), ("192.0.2.9", 50000), 0, 5, app_limited=1.0)]}]
+    got = links_seen(reports, HOSTS, {"app": (32768, 60999), "db": (32768, 60999)})
+    assert got["app:0 -> db:5432"]["connections"] == 2
+    assert got["app:0 -> db:5432"]["seconds"]["app_limited"] == 9.0
+    assert got["app:0 -> db:5432"]["seconds"]["receiver_window"] == 1.0
+    assert got["app:0 -> db:5432"]["bytes_acked"] == 2000.0
+    assert "app:22 -> 192.0.2.9:50000" in got  # no host of ours: kept as it is
