@@ -163,7 +163,7 @@ def test_a_partner_that_does_not_overlap_or_a_late_baseline_is_exit_2(capsys, co
 
 
 SUBCOMMANDS = ["gradient", "plan", "inject", "testbed", "run", "report", "predict", "latency",
-               "place", "route"]
+               "place", "route", "profile"]
 
 
 def _leaves(commands, path=()):
@@ -250,3 +250,17 @@ def test_plan_with_no_transaction_planned_is_exit_2_naming_log_and_before(capsys
     assert message.startswith(f"{log}: field '--before' no transaction can be planned from "
                               "the 0 requests before --before 1970-01-01 00:00:01 UTC (")
     assert "need more than 9 requests" in message
+
+
+@pytest.mark.parametrize(("option", "value"), [("--duration", "0"), ("--duration", "nan"),
+                                               ("--report-interval", "0.01"),
+                                               ("--cpu-upper", "0")])
+def test_profile_refuses_bad_numbers_naming_the_option(capsys, tmp_path, option, value):
+    code = main(["profile", str(tmp_path / "nope.yaml"), option, value])
+    assert code == 2
+    assert option in capsys.readouterr().err
+
+
+def test_profile_of_a_missing_experiment_is_bad_input(capsys, tmp_path):
+    assert main(["profile", str(tmp_path / "nope.yaml"), "--json"]) == 2
+    assert "nope.yaml" in capsys.readouterr().err
