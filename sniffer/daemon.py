@@ -97,14 +97,15 @@ class Sniffer:
 class Service:
     """The sniffer's requests, and its `watch` thread's reports as events."""
 
-    def __init__(self, sniffer: Sniffer, out: IO[str]) -> None:
+    def __init__(self, sniffer: Sniffer, out: IO[str],
+                 closing: ClosedSockets | None = None) -> None:
         self.sniffer = sniffer
         self.out = LineWriter(out)
         self.watching = threading.Event()
         self.woken = threading.Event()  # set by unwatch: the watch thread leaves now
         self.watcher: threading.Thread | None = None
         self.threshold = 1
-        self.profiler = Profiler(self.out, sniffer.ephemeral)
+        self.profiler = Profiler(self.out, sniffer.ephemeral, closing)
 
     def handle(self, request: Request[Any]) -> Result:
         match request:
@@ -184,7 +185,7 @@ def main() -> int:
         own_ipv6 = None
         missing = "; ".join(w for w in (missing, f"IPv6 addresses not read ({e}): IPv6 links "
                                         "are not named") if w)
-    service = Service(Sniffer(closed=closing.drain if closing else list), sys.stdout)
+    service = Service(Sniffer(closed=closing.drain if closing else list), sys.stdout, closing)
     try:
         return run(service, sys.stdin.buffer, missing, own_ipv6, closing is not None)
     finally:

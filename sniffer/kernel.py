@@ -11,6 +11,7 @@ import os
 import queue
 import socket
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from sniffer.sockdiag import (
 )
 
 SS_LISTEN = 10
+MAX_CLOSED_TABLES = 100_000  # notices kept between two SNAP polls (each a few sockets)
 SKNLGRP_INET_TCP_DESTROY = 1  # sock_diag multicast groups: TCP sockets as they are freed,
 SKNLGRP_INET6_TCP_DESTROY = 3  # IPv4 and IPv6 (include/uapi/linux/sock_diag.h)
 FAMILIES = (socket.AF_INET, socket.AF_INET6)
@@ -94,6 +96,8 @@ class ClosedSockets:
 
     def __init__(self) -> None:
         self.records: list[SocketRecord] = []
+        # their whole statistics, kept only while SNAP profiles (None: not asked for)
+        self.tables: list[tuple[float, SocketTable]] | None = None
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.started: queue.Queue[BaseException | None] = queue.Queue()
@@ -120,14 +124,28 @@ class ClosedSockets:
                 except TimeoutError:
                     continue
                 table = parse_datagram(data)
-                found = socket_records(table[np.isin(table.diag["family"], FAMILIES)], "tcp")
+                table = table[np.isin(table.diag["family"], FAMILIES)]
+                found = socket_records(table, "tcp")
                 with self.lock:
                     self.records += found
+                    if self.tables is not None and len(self.tables) < MAX_CLOSED_TABLES:
+                        self.tables.append((time.time(), table))
 
     def drain(self) -> list[SocketRecord]:
         with self.lock:
             records, self.records = self.records, []
         return records
+
+    def keep_tables(self, keep: bool) -> None:
+        """Whether to keep the closed sockets' statistics for `drain_tables` (SNAP)."""
+        with self.lock:
+            self.tables = [] if keep else None
+
+    def drain_tables(self) -> list[tuple[float, SocketTable]]:
+        """(when it was heard, the sockets) since the last call."""
+        with self.lock:
+            tables, self.tables = self.tables or [], [] if self.tables is not None else None
+        return tables
 
     def close(self) -> None:
         self.stopping.set()

@@ -10,6 +10,7 @@ from typing import Any
 from common.jsonlines import LineWriter, leave_signals_to_main_thread
 from common.protocol.snap import Profile, Profiling
 from coordinator.snap.classify import SnapThresholds
+from sniffer.kernel import ClosedSockets
 from sniffer.poll_budget import BudgetSettings
 from sniffer.snap_poller import SnapPoller
 
@@ -29,8 +30,9 @@ def settings_of(request: Profile) -> tuple[BudgetSettings, SnapThresholds]:
 class Profiler:
     """One profiling at a time; `start` replaces a running one (after its last report)."""
 
-    def __init__(self, out: LineWriter, ephemeral: tuple[int, int] | None = None) -> None:
-        self.out, self.ephemeral = out, ephemeral
+    def __init__(self, out: LineWriter, ephemeral: tuple[int, int] | None = None,
+                 closing: ClosedSockets | None = None) -> None:
+        self.out, self.ephemeral, self.closing = out, ephemeral, closing
         self.poller: SnapPoller | None = None
         self.thread: threading.Thread | None = None
         self.stopping = threading.Event()
@@ -40,7 +42,12 @@ class Profiler:
     def start(self, request: Profile) -> Profiling:
         self.stop()
         budget, thresholds = settings_of(request)
-        self.poller = SnapPoller(budget, thresholds, seed=request.seed)
+        if self.closing is not None:
+            self.closing.keep_tables(True)
+        self.poller = SnapPoller(
+            budget, thresholds, seed=request.seed,
+            closed=self.closing.drain_tables if self.closing is not None else list,
+            **({"ephemeral": self.ephemeral} if self.ephemeral else {}))
         self.report_interval_s = request.report_interval_s
         self.poller.step()  # the first table read: the baseline, and what the kernel gives
         self.missing = tuple(self.poller.missing())
@@ -65,6 +72,8 @@ class Profiler:
             self._report()
             self.poller.close()
             self.poller = None
+        if self.closing is not None:
+            self.closing.keep_tables(False)
         return result
 
     def _run(self) -> None:

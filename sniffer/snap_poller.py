@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from sniffer.sockdiag import SockDiag, SocketTable, address_text, sockid
 CONNECTED_STATES = sum(1 << s for s in (1, 2, 4, 5, 8, 9, 11))
 FAMILIES = (socket.AF_INET, socket.AF_INET6)
 OWNER_SCAN_S = 5.0
+SHORT_KEYS = 1 << 64  # totals keys of short sockets' logical links: above every cookie
 CONTROL_S = 1.0  # how often the budget is checked
 # what each missing tcp_info field costs the classifier
 NEEDED = {"sndbuf_limited": "send-buffer limits are seen only when a poll lands on a full "
@@ -41,10 +43,14 @@ class SnapPoller:
                  clock: Callable[[], float] = time.time,
                  cpu_s: Callable[[], float] = time.process_time,
                  owners: Callable[[], dict[int, Process]] = socket_owners,
+                 closed: Callable[[], list[tuple[float, SocketTable]]] = list,
+                 ephemeral: tuple[int, int] = (32768, 60999),
                  seed: int | None = None) -> None:
         self.budget = PollBudget(budget)
         self.profile = SnapProfile(thresholds, budget.history_s)
-        self.clock, self.cpu_s, self.owners = clock, cpu_s, owners
+        self.clock, self.cpu_s, self.owners, self.closed = clock, cpu_s, owners, closed
+        self.ephemeral = ephemeral
+        self.short: dict[tuple[str, int, str, int], int] = {}  # logical link -> totals key
         self.rng = np.random.default_rng(seed)
         self.diag = SockDiag()
         self.known_owners: dict[int, Process] = {}
@@ -77,6 +83,7 @@ class SnapPoller:
         return min([self.next_table_s, *self.next_fast.values()])
 
     def _read_table(self, now: float) -> None:
+        self._observe_closed()  # first: a socket freed since is in no dump any more
         tables = []
         for family in FAMILIES:
             try:
@@ -91,6 +98,31 @@ class SnapPoller:
         self.sockets = len(merged.cookie)
         self.profile.observe_table(merged, now)
         self.ids = {c: v for c, v in self.ids.items() if c in self.profile.endpoints}
+
+    def _observe_closed(self) -> None:
+        heard = [(when, t[t.has_info]) for when, t in self.closed()]
+        heard = [(when, t) for when, t in heard if len(t)]
+        if not heard:
+            return
+        polled = set(self.profile.latest.cookie.tolist())
+        for _, table in heard:
+            self._learn(table)
+        closed = _concat([samples(t, when) for when, t in heard])
+        keys = [c if c in polled else self._short_key(c) for c in closed.cookie.tolist()]
+        self.profile.observe_closed(closed, keys)
+
+    def _short_key(self, cookie: int) -> int:
+        """Where a socket never polled (shorter than a table interval) is summed: its logical
+        link, the client's ephemeral port written 0 (as the link counts do)."""
+        e = self.profile.endpoints[cookie]
+        lo, hi = self.ephemeral
+        client = lo <= e.local_port <= hi
+        local_port, remote_port = (0, e.remote_port) if client else (e.local_port, 0)
+        logical = (e.local_addr, local_port, e.remote_addr, remote_port)
+        key = self.short.setdefault(logical, SHORT_KEYS + len(self.short))
+        self.profile.endpoints[key] = replace(e, local_port=local_port, remote_port=remote_port,
+                                              inode=0)
+        return key
 
     def _lookup(self, cookies: list[int]) -> None:
         for family in FAMILIES:
@@ -139,9 +171,10 @@ class SnapPoller:
 
     def report(self) -> dict[str, Any]:
         """A `snap` event (`common.protocol.snap.SnapReportEvent`) of the time since the last."""
+        self._observe_closed()  # what closed since the last table read counts in this report
         now, cpu = self.clock(), self.cpu_s()
         ends = dict(self.profile.endpoints)  # before the drain forgets the closed ones
-        totals, records, dropped = self.profile.drain()
+        totals, records, dropped, sockets = self.profile.drain()
         connections = []
         for cookie, row in totals.slot.items():
             e = ends.get(cookie)
@@ -154,7 +187,8 @@ class SnapPoller:
                 "seconds": dict(zip(CLASS_NAMES, totals.seconds[row].tolist(), strict=True)),
                 "sums": dict(zip((*SUMS, *CALLS), totals.sums[row].tolist(), strict=True)),
                 "delayed_acks": float(totals.delayed_acks[row]),
-                "problem_intervals": int(totals.problem_intervals[row])})
+                "problem_intervals": int(totals.problem_intervals[row]),
+                "sockets": sockets.get(cookie, 1)})
         event = {"event": "snap", "from": self.since_s, "to": now,
                  "cpu_pct": 100.0 * (cpu - self.cpu_at_report) / max(now - self.since_s, 1e-9),
                  "table_interval_s": self.budget.table_interval_s,

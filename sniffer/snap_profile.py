@@ -58,9 +58,9 @@ class Totals:
     def __len__(self) -> int:
         return len(self.slot)
 
-    def slots(self, cookies: np.ndarray, start_s: np.ndarray) -> np.ndarray:
-        """The rows of `cookies`, new connections given one (first seen at `start_s`)."""
-        for c in cookies.tolist():
+    def slots(self, keys: list[int], start_s: np.ndarray) -> np.ndarray:
+        """The rows of `keys`, new connections given one (first seen at `start_s`)."""
+        for c in keys:
             self.slot.setdefault(c, len(self.slot))
         grow = len(self.slot) - len(self.first_s)
         if grow:
@@ -70,8 +70,7 @@ class Totals:
                 setattr(self, name, np.concatenate([getattr(self, name), np.zeros(grow)]))
             self.seconds = np.vstack([self.seconds, np.zeros((grow, self.seconds.shape[1]))])
             self.sums = np.vstack([self.sums, np.zeros((grow, self.sums.shape[1]))])
-        rows = np.fromiter((self.slot[c] for c in cookies.tolist()), dtype=np.intp,
-                           count=len(cookies))
+        rows = np.fromiter((self.slot[c] for c in keys), dtype=np.intp, count=len(keys))
         np.minimum.at(self.first_s, rows, start_s)
         return rows
 
@@ -91,6 +90,7 @@ class SnapProfile:
         self.calls: dict[int, np.ndarray] = {}  # socket calls since the connection's last poll
         self.recent: deque[tuple[float, np.ndarray]] = deque()  # (time, problem cookies)
         self.gone: set[int] = set()  # closed since the last drain
+        self.sockets: dict[int, int] = {}  # totals key of closed short sockets -> how many
 
     def observe_table(self, polled: Samples, now_s: float) -> None:
         """A read of every socket: the first only sets the baseline (what a socket did before
@@ -107,6 +107,21 @@ class SnapProfile:
         # closed: their ends are kept until the next report names them
         self.gone |= set(self.endpoints) - set(polled.cookie.tolist())
 
+    def observe_closed(self, polled: Samples, totals_keys: list[int]) -> None:
+        """Sockets the kernel freed, with their final counters: the rest of a polled one's
+        life, or the whole of one never polled (counted from zero since the last table read).
+        Their sums go under `totals_keys`: a polled socket's own cookie; a short one's logical
+        link, so an application opening a connection per request (PHP to MySQL) is one entry
+        of many sockets, not thousands of entries."""
+        if self.last_table_s is None or not len(polled):
+            return  # before the baseline: not ours to judge
+        self._classify(intervals(self.latest, polled, since_s=self.last_table_s), totals_keys)
+        self.latest = _rows(self.latest, ~np.isin(self.latest.cookie, polled.cookie))
+        self.gone |= set(polled.cookie.tolist())
+        for key, cookie in zip(totals_keys, polled.cookie.tolist(), strict=True):
+            if key != cookie:
+                self.sockets[key] = self.sockets.get(key, 0) + 1
+
     def observe_lookup(self, polled: Samples) -> None:
         """A lookup of some known sockets (the fast ones)."""
         known = polled.cookie[np.isin(polled.cookie, self.latest.cookie)]
@@ -119,7 +134,7 @@ class SnapProfile:
         got = self.calls.setdefault(cookie, np.zeros(len(CALLS)))
         got += (writes, write_bytes, small_writes)
 
-    def _classify(self, iv: Intervals) -> None:
+    def _classify(self, iv: Intervals, totals_keys: list[int] | None = None) -> None:
         columns = {name: v for name, v in iv.columns().items() if name in COLUMNS}
         calls = np.full((len(iv), len(CALLS)), np.nan)
         if self.calls:
@@ -129,20 +144,23 @@ class SnapProfile:
         columns.update({name: calls[:, j] for j, name in enumerate(CALLS)})
         stats = IntervalStats.from_columns(columns)
         classes = classify(stats, self.thresholds)
-        self._total(iv, stats, classes)
+        self._total(iv, stats, classes,
+                    iv.cookie.tolist() if totals_keys is None else totals_keys)
         problem = classes.problem_matrix().any(axis=1)
         if problem.any():
             self.recent.append((float(iv.end_s.max()), iv.cookie[problem]))
             self._record(iv, stats, classes, np.flatnonzero(problem))
 
-    def _total(self, iv: Intervals, stats: IntervalStats, classes: Classes) -> None:
+    def _total(self, iv: Intervals, stats: IntervalStats, classes: Classes,
+               keys: list[int]) -> None:
         sums = np.column_stack([np.nan_to_num(getattr(stats, n)) for n in (*SUMS, *CALLS)])
         problem = classes.problem_matrix().any(axis=1)
         moved = (stats.data_segs_out + stats.data_segs_in > 0) | problem  # NaN: not moved
         if not moved.any():
             return
         t = self.totals
-        rows = t.slots(iv.cookie[moved], iv.start_s[moved])
+        rows = t.slots([k for k, m in zip(keys, moved.tolist(), strict=True) if m],
+                       iv.start_s[moved])
         held = np.column_stack([getattr(classes, n) for n in CLASS_NAMES])[moved]
         duration = (iv.end_s - iv.start_s)[moved]
         np.maximum.at(t.last_s, rows, iv.end_s[moved])
@@ -178,10 +196,11 @@ class SnapProfile:
                     counts[c] += 1
         return counts
 
-    def drain(self) -> tuple[Totals, list[dict[str, object]], int]:
-        """The totals and records since the last drain, and how many records were dropped."""
-        out = (self.totals, self.records, self.dropped_records)
-        self.totals, self.records, self.dropped_records = Totals(), [], 0
+    def drain(self) -> tuple[Totals, list[dict[str, object]], int, dict[int, int]]:
+        """The totals and records since the last drain, how many records were dropped, and
+        how many closed short sockets each aggregated total holds."""
+        out = (self.totals, self.records, self.dropped_records, self.sockets)
+        self.totals, self.records, self.dropped_records, self.sockets = Totals(), [], 0, {}
         for cookie in self.gone:
             self.endpoints.pop(cookie, None)
             self.calls.pop(cookie, None)

@@ -70,6 +70,9 @@ class SnapConnection(Message):
     sums: dict[str, Number]  # bytes_acked, data_segs_out, retrans, rto, writes, ...
     delayed_acks: Number
     problem_intervals: int = Field(ge=0)
+    # sockets summed here: 1, or the short ones (closed before any poll) of one logical link,
+    # whose client port is written 0
+    sockets: int = Field(1, ge=1)
 
 
 class SnapRecord(Message):
