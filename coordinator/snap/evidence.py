@@ -123,20 +123,27 @@ def links_seen(reports: Iterable[Report], hosts: Mapping[str, str],
                ephemeral: Mapping[str, tuple[int, int]]) -> dict[str, dict[str, Any]]:
     """Every sending direction the reports saw, as a link label (`app1:0 -> db:5432`: a port
     in its host's ephemeral range written 0; an address of no known host kept as it is),
-    with the seconds in each class and the bytes acknowledged, summed over its connections."""
+    with its connections (sockets), the seconds in each class and the bytes acknowledged,
+    summed over them."""
     links: dict[str, dict[str, Any]] = {}
     for report in reports:
         for c in _items(report, "connections"):
             (src, sport), (dst, dport) = _ends(c, hosts)
             label = (f"{_end(src or c['local']['addr'], sport, ephemeral)} -> "
                      f"{_end(dst or c['remote']['addr'], dport, ephemeral)}")
-            entry = links.setdefault(label, {"connections": set(), "bytes_acked": 0.0,
+            entry = links.setdefault(label, {"connections": set(), "short": 0,
+                                             "bytes_acked": 0.0,
                                              "seconds": dict.fromkeys(CLASS_NAMES, 0.0)})
-            entry["connections"].add((report["host"], *_flat(c)))
+            if c["local"]["port"] and c["remote"]["port"]:  # one socket, in many reports
+                entry["connections"].add((report["host"], *_flat(c)))
+            else:  # short sockets summed per report (a port written 0): disjoint each time
+                entry["short"] += c.get("sockets", 1)
             entry["bytes_acked"] += c["sums"].get("bytes_acked", 0.0)
             for name, s in c["seconds"].items():
                 entry["seconds"][name] = entry["seconds"].get(name, 0.0) + s
-    return {label: {**e, "connections": len(e["connections"])} for label, e in links.items()}
+    return {label: {**{k: v for k, v in e.items() if k != "short"},
+                    "connections": len(e["connections"]) + e["short"]}
+            for label, e in links.items()}
 
 
 def _end(host: str, port: int, ephemeral: Mapping[str, tuple[int, int]]) -> str:
