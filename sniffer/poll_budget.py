@@ -5,10 +5,14 @@ Two kinds of poll, as SNAP's "reading the TCP table" and "polling TCP statistics
 (one sock_diag dump of every socket) at `table_interval_s`, and exact lookups of chosen
 connections at their own, shorter, intervals (the "fast" ones). Each control step compares the
 CPU share measured since the last step with the bounds:
-- above `cpu_upper_pct`: the fast connections with the fewest recent problems slow down (back
-  to the table's rate at most); with none left, the table reads slow down;
-- below `cpu_lower_pct`: table reads slowed earlier speed back up to their base interval, and
-  then the connections with the most recent problems speed up (to `fast_interval_min_s`).
+- above `cpu_upper_pct`: the table reads slow down (to `table_interval_max_s`); at that, the
+  fast connections with the fewest recent problems slow down (back to the table's rate);
+- below `cpu_lower_pct`: the connections with the most recent problems speed up (to
+  `fast_interval_min_s`), and with none left to speed up, table reads slowed earlier speed
+  back up to their base interval.
+So on a busy host the table is read slowly and the problem connections fast, as SNAP wants: a
+read of ten thousand sockets costs what a thousand lookups do. A fast connection with no
+problem within T_history goes back to the table's rate.
 SNAP moves one connection a step; here a step moves a tenth of the candidates (at least one),
 so ten thousand connections settle in tens of steps, not thousands.
 """
@@ -45,8 +49,10 @@ class BudgetSettings:
             raise ValueError(f"need fast_interval_min_s={self.fast_interval_min_s} <= "
                              f"table_interval_s={self.table_interval_s} <= "
                              f"table_interval_max_s={self.table_interval_max_s}")
-        if self.step <= 1 or self.share > 1:
-            raise ValueError(f"step={self.step} must exceed 1 and share={self.share} be <= 1")
+        if self.step <= 1:
+            raise ValueError(f"step={self.step} must exceed 1")
+        if self.share > 1:
+            raise ValueError(f"share={self.share} must be at most 1")
 
 
 class PollBudget:
@@ -63,7 +69,8 @@ class PollBudget:
     def adjust(self, cpu_pct: float, problems: Mapping[int, int]) -> str:
         """One control step; `problems`: each live connection's problem intervals within
         T_history. Returns what it did, for the report."""
-        self.fast = {c: i for c, i in self.fast.items() if c in problems}  # closed ones go
+        # closed ones go, and those whose problems are older than T_history
+        self.fast = {c: i for c, i in self.fast.items() if problems.get(c, 0) > 0}
         s = self.settings
         if cpu_pct > s.cpu_upper_pct:
             return self._slow_down(problems)
@@ -73,9 +80,11 @@ class PollBudget:
 
     def _slow_down(self, problems: Mapping[int, int]) -> str:
         s = self.settings
-        if not self.fast:
+        if self.table_interval_s < s.table_interval_max_s:
             self.table_interval_s = min(s.table_interval_max_s, self.table_interval_s * s.step)
             return "slower table"
+        if not self.fast:
+            return "hold"  # as slow as it may be
         for c in _pick(sorted(self.fast, key=lambda c: problems.get(c, 0)), s.share):
             interval = self.fast[c] * s.step
             if interval >= self.table_interval_s:
@@ -86,17 +95,17 @@ class PollBudget:
 
     def _speed_up(self, problems: Mapping[int, int]) -> str:
         s = self.settings
+        candidates = [c for c, n in problems.items()
+                      if n > 0 and self.interval_of(c) > s.fast_interval_min_s]
+        if candidates:
+            candidates.sort(key=lambda c: problems[c], reverse=True)
+            for c in _pick(candidates, s.share):
+                self.fast[c] = max(s.fast_interval_min_s, self.interval_of(c) / s.step)
+            return "faster connections"
         if self.table_interval_s > s.table_interval_s:
             self.table_interval_s = max(s.table_interval_s, self.table_interval_s / s.step)
             return "faster table"
-        candidates = [c for c, n in problems.items()
-                      if n > 0 and self.interval_of(c) > s.fast_interval_min_s]
-        if not candidates:
-            return "hold"
-        candidates.sort(key=lambda c: problems[c], reverse=True)
-        for c in _pick(candidates, s.share):
-            self.fast[c] = max(s.fast_interval_min_s, self.interval_of(c) / s.step)
-        return "faster connections"
+        return "hold"
 
 
 def _pick(ordered: list[int], share: float) -> list[int]:

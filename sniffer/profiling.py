@@ -7,12 +7,14 @@ import threading
 import time
 from typing import Any
 
+from common.errors import RuntimeFailure
 from common.jsonlines import LineWriter, leave_signals_to_main_thread
 from common.protocol.snap import Profile, Profiling
 from coordinator.snap.classify import SnapThresholds
 from sniffer.kernel import ClosedSockets
 from sniffer.poll_budget import BudgetSettings
 from sniffer.snap_poller import SnapPoller
+from sniffer.socket_calls import SocketCallTracer, probe
 
 
 def settings_of(request: Profile) -> tuple[BudgetSettings, SnapThresholds]:
@@ -37,7 +39,10 @@ class Profiler:
         self.thread: threading.Thread | None = None
         self.stopping = threading.Event()
         self.report_interval_s = 5.0
+        self.sums_every = 1  # reports between two with the connections' sums
+        self.reports = 0
         self.missing: tuple[str, ...] = ()
+        self.tracer: SocketCallTracer | None = None
 
     def start(self, request: Profile) -> Profiling:
         self.stop()
@@ -49,17 +54,38 @@ class Profiler:
             closed=self.closing.drain_tables if self.closing is not None else list,
             **({"ephemeral": self.ephemeral} if self.ephemeral else {}))
         self.report_interval_s = request.report_interval_s
+        self.sums_every = max(1, round(request.sums_interval_s / request.report_interval_s))
+        self.reports = 0
         self.poller.step()  # the first table read: the baseline, and what the kernel gives
         self.missing = tuple(self.poller.missing())
+        if request.socket_calls:
+            self._trace()
         self.stopping.clear()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
         return self.profiling()
 
+    def _trace(self) -> None:
+        """Socket-call logs where the host can (SNAP §2.1); else why not, and on without."""
+        config = probe()
+        if isinstance(config, str):
+            self.missing += (config,)
+            return
+        tracer = SocketCallTracer(config)
+        try:
+            tracer.start()
+        except RuntimeFailure as e:
+            tracer.stop()
+            self.missing += (f"{e}: socket-call logs are off",)
+            return
+        self.tracer = tracer
+        assert self.poller is not None
+        self.poller.calls = tracer.drain
+
     def profiling(self) -> Profiling:
         interval = self.poller.budget.table_interval_s if self.poller else 0.0
-        return Profiling(table_interval_s=interval, socket_calls=False, missing=self.missing,
-                         ephemeral_range=self.ephemeral)
+        return Profiling(table_interval_s=interval, socket_calls=self.tracer is not None,
+                         missing=self.missing, ephemeral_range=self.ephemeral)
 
     def stop(self) -> Profiling:
         """Stop polling; a last report covers the time since the previous one."""
@@ -68,8 +94,17 @@ class Profiler:
             self.stopping.set()
             self.thread.join(timeout=10)
             self.thread = None
+        if self.tracer is not None:
+            self.tracer.stop()  # its last partial interval flushed first
+            if self.poller is not None:
+                self.poller.step_calls()
+            self.tracer = None
         if self.poller is not None:
-            self._report()
+            try:
+                self.poller.read_table()  # every socket's last interval, up to now
+            except OSError as e:
+                self.out.write({"event": "snap_error", "message": f"last SNAP poll: {e}"})
+            self._report(last=True)
             self.poller.close()
             self.poller = None
         if self.closing is not None:
@@ -91,7 +126,11 @@ class Profiler:
         except OSError as e:  # the netlink socket failed: say so, stop profiling
             self.out.write({"event": "snap_error", "message": f"SNAP polling stopped: {e}"})
 
-    def _report(self) -> None:
+    def _report(self, last: bool = False) -> None:
         assert self.poller is not None
-        event: dict[str, Any] = self.poller.report()
+        self.reports += 1
+        with_sums = last or self.reports % self.sums_every == 0
+        event: dict[str, Any] = self.poller.report(with_sums)
+        if self.tracer is not None and (lost := self.tracer.losses()):
+            event["socket_calls_lost"] = lost
         self.out.write(event)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -23,6 +24,7 @@ from sniffer.poll_budget import BudgetSettings, PollBudget
 from sniffer.snap_profile import CALLS, SUMS, Endpoint, SnapProfile
 from sniffer.snap_sample import Samples, samples
 from sniffer.sockdiag import SockDiag, SocketTable, address_text, sockid
+from sniffer.socket_call_summary import SocketCallSummary
 
 # TCP states that carry data: ESTABLISHED SYN_SENT FIN_WAIT1 FIN_WAIT2 CLOSE_WAIT LAST_ACK
 # CLOSING (not LISTEN, TIME_WAIT, SYN_RECV: no tcp_info, or nothing to send)
@@ -31,6 +33,7 @@ FAMILIES = (socket.AF_INET, socket.AF_INET6)
 OWNER_SCAN_S = 5.0
 SHORT_KEYS = 1 << 64  # totals keys of short sockets' logical links: above every cookie
 CONTROL_S = 1.0  # how often the budget is checked
+CPU_WINDOW_S = 5.0  # ... on the CPU share over this long
 # what each missing tcp_info field costs the classifier
 NEEDED = {"sndbuf_limited": "send-buffer limits are seen only when a poll lands on a full "
           "buffer", "rwnd_limited": "receiver-window limits are not seen",
@@ -49,6 +52,8 @@ class SnapPoller:
         self.budget = PollBudget(budget)
         self.profile = SnapProfile(thresholds, budget.history_s)
         self.clock, self.cpu_s, self.owners, self.closed = clock, cpu_s, owners, closed
+        # socket-call summaries since the last call (the tracer's drain; none without one)
+        self.calls: Callable[[], list[SocketCallSummary]] = list
         self.ephemeral = ephemeral
         self.short: dict[tuple[str, int, str, int], int] = {}  # logical link -> totals key
         self.rng = np.random.default_rng(seed)
@@ -62,17 +67,18 @@ class SnapPoller:
         self.info_length = 0
         self.since_s = clock()
         self.cpu_at_report = cpu_s()
-        self.cpu_at_control, self.control_s = self.cpu_at_report, self.since_s
+        self.control_s = self.since_s
+        self.cpu_seen: deque[tuple[float, float]] = deque([(self.since_s, self.cpu_at_report)])
 
     def close(self) -> None:
         self.diag.close()
 
     def step(self) -> float:
         """Do what is due; returns the time of the next thing due."""
+        self.step_calls()
         now = self.clock()
         if now >= self.next_table_s:
-            self._read_table(now)
-            self.next_table_s = now + self.rng.exponential(self.budget.table_interval_s)
+            self.read_table(now)
         due = [c for c, t in self.next_fast.items() if t <= now]
         if due:
             self._lookup(due)
@@ -80,9 +86,11 @@ class SnapPoller:
                 self.next_fast[c] = now + self.rng.exponential(self.budget.interval_of(c))
         if now - self.control_s >= CONTROL_S:
             self._control(now)
-        return min([self.next_table_s, *self.next_fast.values()])
+        return min([self.next_table_s, self.control_s + CONTROL_S, *self.next_fast.values()])
 
-    def _read_table(self, now: float) -> None:
+    def read_table(self, now: float | None = None) -> None:
+        """Read every socket now; the next read is drawn from here."""
+        now = self.clock() if now is None else now
         self._observe_closed()  # first: a socket freed since is in no dump any more
         tables = []
         for family in FAMILIES:
@@ -98,6 +106,20 @@ class SnapPoller:
         self.sockets = len(merged.cookie)
         self.profile.observe_table(merged, now)
         self.ids = {c: v for c, v in self.ids.items() if c in self.profile.endpoints}
+        self.next_table_s = now + self.rng.exponential(self.budget.table_interval_s)
+
+    def step_calls(self) -> None:
+        """The socket calls traced since the last step, to each socket's next interval (by
+        its 4-tuple: the tracer sees the kernel's socket, not the cookie)."""
+        summaries = self.calls()
+        if not summaries:
+            return
+        by_tuple = {e.four_tuple: c for c, e in self.profile.endpoints.items()
+                    if c < SHORT_KEYS}
+        for s in summaries:
+            key = (s.local_addr, s.local_port, s.remote_addr, s.remote_port)
+            if (cookie := by_tuple.get(key)) is not None:
+                self.profile.add_calls(cookie, s.writes, s.write_bytes, s.small_writes)
 
     def _observe_closed(self) -> None:
         heard = [(when, t[t.has_info]) for when, t in self.closed()]
@@ -155,10 +177,18 @@ class SnapPoller:
             self.ids[int(d["cookie"])] = (family, sockid(d))
 
     def _control(self, now: float) -> None:
-        cpu = self.cpu_s()
-        share_pct = 100.0 * (cpu - self.cpu_at_control) / max(now - self.control_s, 1e-9)
-        self.cpu_at_control, self.control_s = cpu, now
+        """A budget step on the CPU share of the last CPU_WINDOW_S (one second holds one
+        read or none at 10,000 sockets: 0% or 10%, and the intervals would swing)."""
+        self.cpu_seen.append((now, self.cpu_s()))
+        while len(self.cpu_seen) > 2 and now - self.cpu_seen[1][0] >= CPU_WINDOW_S:
+            self.cpu_seen.popleft()
+        (t0, cpu0), (t1, cpu1) = self.cpu_seen[0], self.cpu_seen[-1]
+        share_pct = 100.0 * (cpu1 - cpu0) / max(t1 - t0, 1e-9)
+        self.control_s = now
+        table_interval = self.budget.table_interval_s
         self.budget.adjust(share_pct, self.profile.recent_problems(now))
+        if self.budget.table_interval_s != table_interval:  # memoryless: draw again from now
+            self.next_table_s = now + self.rng.exponential(self.budget.table_interval_s)
         self.next_fast = {c: self.next_fast.get(c, now) for c in self.budget.fast}
 
     def missing(self) -> list[str]:
@@ -169,26 +199,16 @@ class SnapPoller:
         return [f"tcp_info has no {field} (kernel before {tcp_info.SINCE[field]}): {cost}"
                 for field, cost in NEEDED.items() if field not in have]
 
-    def report(self) -> dict[str, Any]:
-        """A `snap` event (`common.protocol.snap.SnapReportEvent`) of the time since the last."""
+    def report(self, with_sums: bool = True) -> dict[str, Any]:
+        """A `snap` event (`common.protocol.snap.SnapReportEvent`) of the time since the last:
+        the problem records, and (`with_sums`) the connections' sums since they were last
+        reported. Sums are the bulk of the log (a line per connection that moved data), so they
+        may be sent less often than the records."""
         self._observe_closed()  # what closed since the last table read counts in this report
         now, cpu = self.clock(), self.cpu_s()
         ends = dict(self.profile.endpoints)  # before the drain forgets the closed ones
-        totals, records, dropped, sockets = self.profile.drain()
-        connections = []
-        for cookie, row in totals.slot.items():
-            e = ends.get(cookie)
-            if e is None:
-                continue  # closed before its ends were learnt
-            connections.append({
-                **_ends(e), "pid": e.pid, "process": e.process,
-                "first_s": float(totals.first_s[row]), "last_s": float(totals.last_s[row]),
-                "polls": int(totals.polls[row]),
-                "seconds": dict(zip(CLASS_NAMES, totals.seconds[row].tolist(), strict=True)),
-                "sums": dict(zip((*SUMS, *CALLS), totals.sums[row].tolist(), strict=True)),
-                "delayed_acks": float(totals.delayed_acks[row]),
-                "problem_intervals": int(totals.problem_intervals[row]),
-                "sockets": sockets.get(cookie, 1)})
+        records, dropped = self.profile.drain_records()
+        connections = self._sums(ends) if with_sums else []
         event = {"event": "snap", "from": self.since_s, "to": now,
                  "cpu_pct": 100.0 * (cpu - self.cpu_at_report) / max(now - self.since_s, 1e-9),
                  "table_interval_s": self.budget.table_interval_s,
@@ -200,6 +220,31 @@ class SnapPoller:
                  "dropped_records": dropped}
         self.since_s, self.cpu_at_report = now, cpu
         return event
+
+
+    def _sums(self, ends: dict[int, Endpoint]) -> list[dict[str, Any]]:
+        """Each connection's sums, zeros left out (most classes and counters of most
+        connections are zero: this halves the log)."""
+        totals, sockets = self.profile.drain_totals()
+        out = []
+        for cookie, row in totals.slot.items():
+            e = ends.get(cookie)
+            if e is None:
+                continue  # closed before its ends were learnt
+            out.append({
+                **_ends(e), "pid": e.pid, "process": e.process,
+                "first_s": float(totals.first_s[row]), "last_s": float(totals.last_s[row]),
+                "polls": int(totals.polls[row]),
+                "seconds": _nonzero(CLASS_NAMES, totals.seconds[row]),
+                "sums": _nonzero((*SUMS, *CALLS), totals.sums[row]),
+                "delayed_acks": float(totals.delayed_acks[row]),
+                "problem_intervals": int(totals.problem_intervals[row]),
+                "sockets": sockets.get(cookie, 1)})
+        return out
+
+
+def _nonzero(names: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
+    return {n: v for n, v in zip(names, values.tolist(), strict=True) if v}
 
 
 def _ends(e: Endpoint) -> dict[str, dict[str, object]]:

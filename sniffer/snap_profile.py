@@ -155,7 +155,9 @@ class SnapProfile:
                keys: list[int]) -> None:
         sums = np.column_stack([np.nan_to_num(getattr(stats, n)) for n in (*SUMS, *CALLS)])
         problem = classes.problem_matrix().any(axis=1)
-        moved = (stats.data_segs_out + stats.data_segs_in > 0) | problem  # NaN: not moved
+        # NaN: not moved; socket calls count too (the tracer's summary of a call arrives up to
+        # a flush interval after the data moved)
+        moved = (stats.data_segs_out + stats.data_segs_in > 0) | problem | (stats.writes > 0)
         if not moved.any():
             return
         t = self.totals
@@ -196,11 +198,18 @@ class SnapProfile:
                     counts[c] += 1
         return counts
 
-    def drain(self) -> tuple[Totals, list[dict[str, object]], int, dict[int, int]]:
-        """The totals and records since the last drain, how many records were dropped, and
-        how many closed short sockets each aggregated total holds."""
-        out = (self.totals, self.records, self.dropped_records, self.sockets)
-        self.totals, self.records, self.dropped_records, self.sockets = Totals(), [], 0, {}
+    def drain_records(self) -> tuple[list[dict[str, object]], int]:
+        """The problem records since the last call, and how many were dropped."""
+        out = (self.records, self.dropped_records)
+        self.records, self.dropped_records = [], 0
+        return out
+
+    def drain_totals(self) -> tuple[Totals, dict[int, int]]:
+        """The connections' sums since the last call, and how many closed short sockets each
+        aggregated one holds; the closed connections are forgotten now (their records are
+        drained at least as often)."""
+        out = (self.totals, self.sockets)
+        self.totals, self.sockets = Totals(), {}
         for cookie in self.gone:
             self.endpoints.pop(cookie, None)
             self.calls.pop(cookie, None)

@@ -35,6 +35,9 @@ class Profile(Request[Profiling]):
 
     cmd: Literal["profile"] = "profile"
     report_interval_s: StrictFloat = Field(5.0, ge=0.1, le=3600)
+    # the connections' sums (the bulk of the log) go out this often, the problem records with
+    # every report
+    sums_interval_s: StrictFloat = Field(60.0, ge=0.1, le=86400)
     table_interval_s: StrictFloat = Field(0.5, ge=0.01, le=3600)
     table_interval_max_s: StrictFloat = Field(30.0, ge=0.01, le=3600)
     fast_interval_min_s: StrictFloat = Field(0.05, ge=0.01, le=3600)
@@ -103,3 +106,4 @@ class SnapReportEvent(Message):
     connections: tuple[SnapConnection, ...] = ()
     records: tuple[SnapRecord, ...] = ()
     dropped_records: int = Field(0, ge=0)
+    socket_calls_lost: str | None = None  # the tracer's maps overflowed: what was not counted
