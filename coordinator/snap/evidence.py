@@ -67,7 +67,7 @@ def link_classes(reports: Iterable[Report], hosts: Mapping[str, str], link: Link
             if link.matches(*_ends(c, hosts)) and c["last_s"] > c["first_s"]:
                 fraction = _overlap(c["first_s"], c["last_s"], window) / (c["last_s"]
                                                                           - c["first_s"])
-                seconds["app_limited"] += fraction * c["seconds"]["app_limited"]
+                seconds["app_limited"] += fraction * c["seconds"].get("app_limited", 0.0)
     return seconds
 
 
