@@ -98,14 +98,14 @@ class Service:
     """The sniffer's requests, and its `watch` thread's reports as events."""
 
     def __init__(self, sniffer: Sniffer, out: IO[str],
-                 closing: ClosedSockets | None = None) -> None:
+                 closing: ClosedSockets | None = None, tracing: bool = True) -> None:
         self.sniffer = sniffer
         self.out = LineWriter(out)
         self.watching = threading.Event()
         self.woken = threading.Event()  # set by unwatch: the watch thread leaves now
         self.watcher: threading.Thread | None = None
         self.threshold = 1
-        self.profiler = Profiler(self.out, sniffer.ephemeral, closing)
+        self.profiler = Profiler(self.out, sniffer.ephemeral, closing, tracing)
 
     def handle(self, request: Request[Any]) -> Result:
         match request:

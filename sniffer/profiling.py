@@ -33,8 +33,9 @@ class Profiler:
     """One profiling at a time; `start` replaces a running one (after its last report)."""
 
     def __init__(self, out: LineWriter, ephemeral: tuple[int, int] | None = None,
-                 closing: ClosedSockets | None = None) -> None:
+                 closing: ClosedSockets | None = None, tracing: bool = True) -> None:
         self.out, self.ephemeral, self.closing = out, ephemeral, closing
+        self.tracing = tracing  # False: this sniffer never traces (an in-process fake host)
         self.poller: SnapPoller | None = None
         self.thread: threading.Thread | None = None
         self.stopping = threading.Event()
@@ -58,7 +59,7 @@ class Profiler:
         self.reports = 0
         self.poller.step()  # the first table read: the baseline, and what the kernel gives
         self.missing = tuple(self.poller.missing())
-        if request.socket_calls:
+        if request.socket_calls and self.tracing:
             self._trace()
         self.stopping.clear()
         self.thread = threading.Thread(target=self._run, daemon=True)

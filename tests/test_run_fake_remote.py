@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import InputError, RuntimeFailure
-from coordinator.config.experiment import Experiment
+from coordinator.config.experiment import Experiment, Snap
 from coordinator.config.run_dir import RunDir, load_run
 from coordinator.config.snap_file import read_snap
 from coordinator.core.prediction import Estimate
@@ -98,6 +98,14 @@ def test_a_run_measures_the_applications_known_gradients(tmp_path):
     assert set(snap.hosts) == {"web", "app", "db"}
     assert {r.host for r in snap.reports} == {"web", "app", "db"}  # at least the last reports
     assert all(set(m.snap or {}) == {"passive", "measurement"} for m in links)
+
+
+def test_snap_off_writes_no_profile_and_asks_no_sniffer_for_one(tmp_path):
+    fake, run_dir = Fake(), tmp_path / "run"
+    exp = experiment(tmp_path).model_copy(update={"snap": Snap(enabled=False)})
+    assert fake.run(exp, run_dir).status == "completed"
+    assert not (run_dir / "snap.json").exists()
+    assert all("snap" not in m.as_json() for m in RunDir(run_dir).measurements())
 
 
 def test_ctrl_c_during_a_measurement_ends_every_lease_and_keeps_the_training(tmp_path):

@@ -212,6 +212,27 @@ class Workload(_Strict):
         return self.argv is None
 
 
+class Snap(_Strict):
+    """SNAP's passive profiling of every TCP connection on every host, for the whole run
+    (Yu et al. 2011): its CPU budget (§7) and Table 2's thresholds."""
+
+    enabled: Bool = True
+    cpu_lower_pct: Float = Field(2.0, gt=0, le=100)  # of one core, on each host
+    cpu_upper_pct: Float = Field(5.0, gt=0, le=100)
+    table_interval_s: Float = Field(0.5, ge=0.01, le=3600)  # mean, Poisson
+    report_interval_s: Float = Field(5.0, ge=0.1, le=3600)
+    max_queuing_delay_ms: Float = Field(10.0, gt=0, le=10_000)
+    delayed_ack_timeout_ms: Float = Field(36.0, gt=0, le=10_000)
+    socket_calls: Bool = True  # bpftrace on the sock tracepoints, where a host has them
+
+    @model_validator(mode="after")
+    def _budget(self) -> Snap:
+        if self.cpu_lower_pct >= self.cpu_upper_pct:
+            raise ValueError(f"cpu_lower_pct {self.cpu_lower_pct:g} must be below "
+                             f"cpu_upper_pct {self.cpu_upper_pct:g}")
+        return self
+
+
 class Experiment(_Strict):
     name: RunName  # the run directory's name: one path component
     testbed: TestbedTag | None = None  # a `linkgrad testbed` tag: hosts, ssh, web_log from it
@@ -222,6 +243,7 @@ class Experiment(_Strict):
     nodes: Nodes = Nodes()  # default: every process on the hosts
     parameters: Parameters = Parameters()
     workload: Workload | None = None
+    snap: Snap = Snap()
     output: Path = Path("runs")
     frontend_url: Str | None = None  # for a workload's load generator (set from a testbed)
 

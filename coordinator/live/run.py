@@ -186,7 +186,14 @@ def open_session(session: Session, say: Say) -> list[str]:
     """Phase 1: connect, start the sniffers and their SNAP profiling (for the whole run),
     follow the log; what a daemon cannot do."""
     session.open()
-    session.warnings += session.start_profiling(Profile())
+    snap = session.experiment.snap
+    if snap.enabled:
+        session.warnings += session.start_profiling(Profile(
+            report_interval_s=snap.report_interval_s, table_interval_s=snap.table_interval_s,
+            cpu_lower_pct=snap.cpu_lower_pct, cpu_upper_pct=snap.cpu_upper_pct,
+            max_queuing_delay_s=snap.max_queuing_delay_ms / 1e3,
+            delayed_ack_timeout_s=snap.delayed_ack_timeout_ms / 1e3,
+            socket_calls=snap.socket_calls))
     for warning in session.warnings:
         say(f"[yellow]{warning}")
     return session.warnings

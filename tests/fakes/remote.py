@@ -384,7 +384,9 @@ class FakeRemote:
         sniffer = Sniffer(lambda: app.sockets(self.name),
                           lambda: {100 + i: Process(10 + i, OWNERS[self.name]) for i in range(2)},
                           ephemeral=(32768, 60999), clock=clock.time)
-        return run_sniffer(Service(sniffer, stdout), stdin)
+        # SNAP profiles this machine's real sockets (cheap), without bpftrace: the fake hosts
+        # share one process, and their calls are no real host's
+        return run_sniffer(Service(sniffer, stdout, tracing=False), stdin)
 
     def _injector(self, argv: list[str]) -> Callable[[IO[str], IO[str]], int]:
         caps = Caps(float(argv[argv.index("--max-magnitude-ms") + 1]),
