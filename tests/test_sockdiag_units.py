@@ -107,3 +107,35 @@ def test_a_dump_of_real_sockets_counts_what_was_sent_and_a_lookup_finds_them():
             closed = diag.lookup(socket.AF_INET, [sockid(mine.diag[0])])
             assert len(closed) == 0 or closed.diag["state"][0] != 1  # not ESTABLISHED
     assert np.all(table.diag["family"] == socket.AF_INET)
+
+
+def _slow_table(data: bytes):
+    batch = _Batch()
+    batch._uniform = lambda data, seq: None  # the general path, message by message
+    batch.feed(data, None)
+    return batch.table()
+
+
+@pytest.mark.parametrize("odd_one", [None, "no info", "longer memory"])
+def test_a_uniform_datagram_is_cut_as_an_array_and_gives_what_the_general_path_gives(odd_one):
+    messages = [diag_message("10.0.0.1", 40000 + i, "10.0.0.2", 5432, inode=10 + i, cookie=i,
+                             info={"rtt": 100 * i, "bytes_acked": 7 * i},
+                             skmem=tuple(range(i, i + 9))) for i in range(5)]
+    if odd_one == "no info":  # another layout: the whole datagram takes the general path
+        messages[2] = diag_message("10.0.0.1", 40002, "10.0.0.2", 5432, inode=12, state=6)
+    elif odd_one == "longer memory":
+        messages[3] = diag_message("10.0.0.1", 40003, "10.0.0.2", 5432, inode=13, cookie=3,
+                                   info={"rtt": 300}, skmem=tuple(range(10)))
+    data = b"".join(messages) + done(0)
+    batch = _Batch()
+    assert batch.feed(data, None) == 5
+    assert batch.done
+    fast, slow = batch.table(), _slow_table(data)
+    assert fast.diag.tobytes() == slow.diag.tobytes()
+    assert fast.info.tobytes() == slow.info.tobytes()
+    assert fast.has_info.tolist() == slow.has_info.tolist()
+    assert fast.skmem.tolist() == slow.skmem.tolist()
+    assert fast.diag["sport"].tolist() == [40000 + i for i in range(5)]
+    if odd_one is None:
+        assert fast.info["rtt"].tolist() == [0, 100, 200, 300, 400]
+        assert fast.skmem[:, 0].tolist() == [0, 1, 2, 3, 4]
