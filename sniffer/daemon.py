@@ -13,6 +13,7 @@ stdin (the SSH channel) ends the daemon.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -131,7 +132,9 @@ class Service:
                 try:
                     return self.profiler.start(request)
                 except ValueError as e:  # settings that contradict each other
-                    raise InputError(Problem(str(e), field="profile")) from e
+                    named = re.match(r"\w+", str(e))  # the messages start with the field
+                    raise InputError(Problem(str(e), field=named.group() if named else None)) \
+                        from e
             case Unprofile():
                 return self.profiler.stop()
             case protocol.Stop():

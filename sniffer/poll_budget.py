@@ -7,9 +7,9 @@ connections at their own, shorter, intervals (the "fast" ones). Each control ste
 CPU share measured since the last step with the bounds:
 - above `cpu_upper_pct`: the table reads slow down (to `table_interval_max_s`); at that, the
   fast connections with the fewest recent problems slow down (back to the table's rate);
-- below `cpu_lower_pct`: the connections with the most recent problems speed up (to
-  `fast_interval_min_s`), and with none left to speed up, table reads slowed earlier speed
-  back up to their base interval.
+- below `cpu_lower_pct`: table reads slowed earlier speed back up toward their base
+  interval, and the connections with the most recent problems speed up (to
+  `fast_interval_min_s`), always faster than the table.
 So on a busy host the table is read slowly and the problem connections fast, as SNAP wants: a
 read of ten thousand sockets costs what a thousand lookups do. A fast connection with no
 problem within T_history goes back to the table's rate.
@@ -46,8 +46,8 @@ class BudgetSettings:
             raise ValueError(f"cpu_lower_pct={self.cpu_lower_pct} must be below "
                              f"cpu_upper_pct={self.cpu_upper_pct}")
         if not self.fast_interval_min_s <= self.table_interval_s <= self.table_interval_max_s:
-            raise ValueError(f"need fast_interval_min_s={self.fast_interval_min_s} <= "
-                             f"table_interval_s={self.table_interval_s} <= "
+            raise ValueError(f"table_interval_s={self.table_interval_s} must be between "
+                             f"fast_interval_min_s={self.fast_interval_min_s} and "
                              f"table_interval_max_s={self.table_interval_max_s}")
         if self.step <= 1:
             raise ValueError(f"step={self.step} must exceed 1")
@@ -66,9 +66,10 @@ class PollBudget:
     def interval_of(self, connection: int) -> float:
         return self.fast.get(connection, self.table_interval_s)
 
-    def adjust(self, cpu_pct: float, problems: Mapping[int, int]) -> str:
-        """One control step; `problems`: each live connection's problem intervals within
-        T_history. Returns what it did, for the report."""
+    def adjust(self, cpu_pct: float, problems: Mapping[int, float]) -> str:
+        """One control step; `problems`: each live connection's seconds with a problem within
+        T_history (seconds, not intervals: a fast connection has more intervals, and would
+        stay fast for it). Returns what it did, for the report."""
         # closed ones go, and those whose problems are older than T_history
         self.fast = {c: i for c, i in self.fast.items() if problems.get(c, 0) > 0}
         s = self.settings
@@ -78,7 +79,7 @@ class PollBudget:
             return self._speed_up(problems)
         return "hold"
 
-    def _slow_down(self, problems: Mapping[int, int]) -> str:
+    def _slow_down(self, problems: Mapping[int, float]) -> str:
         s = self.settings
         if self.table_interval_s < s.table_interval_max_s:
             self.table_interval_s = min(s.table_interval_max_s, self.table_interval_s * s.step)
@@ -93,19 +94,23 @@ class PollBudget:
                 self.fast[c] = interval
         return "slower connections"
 
-    def _speed_up(self, problems: Mapping[int, int]) -> str:
-        s = self.settings
+    def _speed_up(self, problems: Mapping[int, float]) -> str:
+        """Table reads slowed earlier toward their base interval (else a table slowed to its
+        maximum would stay there until every problem connection is at its fastest: minutes),
+        and the connections with the most recent problems faster than the table."""
+        s, done = self.settings, []
+        if self.table_interval_s > s.table_interval_s:
+            self.table_interval_s = max(s.table_interval_s, self.table_interval_s / s.step)
+            self.fast = {c: i for c, i in self.fast.items() if i < self.table_interval_s}
+            done.append("faster table")
         candidates = [c for c, n in problems.items()
                       if n > 0 and self.interval_of(c) > s.fast_interval_min_s]
         if candidates:
             candidates.sort(key=lambda c: problems[c], reverse=True)
             for c in _pick(candidates, s.share):
                 self.fast[c] = max(s.fast_interval_min_s, self.interval_of(c) / s.step)
-            return "faster connections"
-        if self.table_interval_s > s.table_interval_s:
-            self.table_interval_s = max(s.table_interval_s, self.table_interval_s / s.step)
-            return "faster table"
-        return "hold"
+            done.append("faster connections")
+        return " and ".join(done) or "hold"
 
 
 def _pick(ordered: list[int], share: float) -> list[int]:

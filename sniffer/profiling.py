@@ -46,8 +46,8 @@ class Profiler:
         self.tracer: SocketCallTracer | None = None
 
     def start(self, request: Profile) -> Profiling:
+        budget, thresholds = settings_of(request)  # a bad request leaves a running one be
         self.stop()
-        budget, thresholds = settings_of(request)
         if self.closing is not None:
             self.closing.keep_tables(True)
         self.poller = SnapPoller(
@@ -124,8 +124,9 @@ class Profiler:
                     report_at += self.report_interval_s
                 wait = min(next_s - self.poller.clock(), report_at - time.monotonic())
                 self.stopping.wait(max(0.0, wait))
-        except OSError as e:  # the netlink socket failed: say so, stop profiling
-            self.out.write({"event": "snap_error", "message": f"SNAP polling stopped: {e}"})
+        except Exception as e:  # never silently: say so, and stop profiling
+            self.out.write({"event": "snap_error",
+                            "message": f"SNAP polling stopped: {type(e).__name__}: {e}"})
 
     def _report(self, last: bool = False) -> None:
         assert self.poller is not None

@@ -7,6 +7,7 @@ The kernel's cookie names a socket; its ends and owner are read once, when it is
 
 from __future__ import annotations
 
+import errno
 import socket
 import time
 from collections import deque
@@ -31,6 +32,7 @@ from sniffer.socket_call_summary import SocketCallSummary
 CONNECTED_STATES = sum(1 << s for s in (1, 2, 4, 5, 8, 9, 11))
 FAMILIES = (socket.AF_INET, socket.AF_INET6)
 OWNER_SCAN_S = 5.0
+NO_FAMILY = (errno.ENOENT, errno.EAFNOSUPPORT, errno.EOPNOTSUPP)  # a kernel without IPv6
 SHORT_KEYS = 1 << 64  # totals keys of short sockets' logical links: above every cookie
 CONTROL_S = 1.0  # how often the budget is checked
 CPU_WINDOW_S = 5.0  # ... on the CPU share over this long
@@ -60,6 +62,7 @@ class SnapPoller:
         self.diag = SockDiag()
         self.known_owners: dict[int, Process] = {}
         self.owners_read_s = -np.inf
+        self.unowned: set[int] = set()  # cookies whose process is not known yet
         self.ids: dict[int, tuple[int, bytes]] = {}  # cookie -> (family, sockid) for lookups
         self.next_table_s = 0.0
         self.next_fast: dict[int, float] = {}
@@ -96,9 +99,10 @@ class SnapPoller:
         for family in FAMILIES:
             try:
                 tables.append(self.diag.dump(family, states=CONNECTED_STATES))
-            except OSError:
-                if family == socket.AF_INET:
-                    raise  # no IPv6 in this kernel: no IPv6 socket to see
+            except OSError as e:
+                if family == socket.AF_INET or e.errno not in NO_FAMILY:
+                    raise
+                # no IPv6 in this kernel: no IPv6 socket to see
         polled = [samples(t, self.clock()) for t in tables]
         for t in tables:
             self._learn(t)
@@ -159,22 +163,30 @@ class SnapPoller:
             self.info_length = rows.info.dtype.itemsize
         endpoints = self.profile.endpoints
         new = [i for i, c in enumerate(rows.diag["cookie"].tolist()) if c not in endpoints]
-        if not new:
-            return
-        inodes = rows.diag["inode"][new].tolist()
-        if any(i not in self.known_owners for i in inodes) \
-                and time.monotonic() - self.owners_read_s >= OWNER_SCAN_S:
-            self.known_owners = self.owners()
-            self.owners_read_s = time.monotonic()
-        for i, inode in zip(new, inodes, strict=True):
+        for i in new:
             d = rows.diag[i]
-            owner = self.known_owners.get(inode)
-            family = int(d["family"])
-            endpoints[int(d["cookie"])] = Endpoint(
+            family, cookie, inode = int(d["family"]), int(d["cookie"]), int(d["inode"])
+            endpoints[cookie] = Endpoint(
                 family, address_text(family, d["src"].tobytes()), int(d["sport"]),
-                address_text(family, d["dst"].tobytes()), int(d["dport"]), inode,
-                owner.pid if owner else None, owner.name if owner else None)
-            self.ids[int(d["cookie"])] = (family, sockid(d))
+                address_text(family, d["dst"].tobytes()), int(d["dport"]), inode)
+            self.ids[cookie] = (family, sockid(d))
+            if inode:  # 0: freed already (a closing notice), no process holds it
+                self.unowned.add(cookie)
+        self._own()
+
+    def _own(self) -> None:
+        """Owners of the sockets that have none yet: from the last /proc scan, scanned again
+        (at most every OWNER_SCAN_S) while some are unknown to it."""
+        endpoints = self.profile.endpoints
+        self.unowned &= endpoints.keys()
+        if any(endpoints[c].inode not in self.known_owners for c in self.unowned) \
+                and self.clock() - self.owners_read_s >= OWNER_SCAN_S:
+            self.known_owners = self.owners()
+            self.owners_read_s = self.clock()
+        for cookie in [c for c in self.unowned if endpoints[c].inode in self.known_owners]:
+            owner = self.known_owners[endpoints[cookie].inode]
+            endpoints[cookie] = replace(endpoints[cookie], pid=owner.pid, process=owner.name)
+            self.unowned.discard(cookie)
 
     def _control(self, now: float) -> None:
         """A budget step on the CPU share of the last CPU_WINDOW_S (one second holds one

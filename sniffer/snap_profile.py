@@ -88,21 +88,31 @@ class SnapProfile:
         self.records: list[dict[str, object]] = []
         self.dropped_records = 0
         self.calls: dict[int, np.ndarray] = {}  # socket calls since the connection's last poll
-        self.recent: deque[tuple[float, np.ndarray]] = deque()  # (time, problem cookies)
+        # (time, cookies with a problem, each one's seconds with it): the budget's memory
+        self.recent: deque[tuple[float, np.ndarray, np.ndarray]] = deque()
         self.gone: set[int] = set()  # closed since the last drain
+        self.vanished = np.empty(0, dtype=np.uint64)  # in `latest`, missing from the last read
         self.sockets: dict[int, int] = {}  # totals key of closed short sockets -> how many
 
     def observe_table(self, polled: Samples, now_s: float) -> None:
         """A read of every socket: the first only sets the baseline (what a socket did before
-        the profiler started is not its to judge); sockets missing from it are gone."""
+        the profiler started is not its to judge); sockets missing from it are gone.
+
+        A missing socket's last sample is kept until the next read all the same: its closing
+        notice may come after the read (the kernel sends it from a work queue once the socket
+        is freed, which waits for its last queued packets, while it leaves the table when it
+        closes), and a dump may miss a socket whose hash chain changed between two of its
+        datagrams. Either is then an interval from that sample, not the socket's whole life
+        counted again as a new one's."""
         if self.last_table_s is None:
             self.latest = polled
         else:
             self._classify(intervals(self.latest, polled, since_s=self.last_table_s))
             self.latest = merged(self.latest, polled)
-            alive = np.isin(self.latest.cookie, polled.cookie)
-            self.latest = Samples(self.latest.time_s[alive], self.latest.cookie[alive],
-                                  self.latest.values[alive])
+            missing = ~np.isin(self.latest.cookie, polled.cookie)
+            twice = missing & np.isin(self.latest.cookie, self.vanished)
+            self.latest = _rows(self.latest, ~twice)
+            self.vanished = self.latest.cookie[missing[~twice]]
         self.last_table_s = now_s
         # closed: their ends are kept until the next report names them
         self.gone |= set(self.endpoints) - set(polled.cookie.tolist())
@@ -115,7 +125,12 @@ class SnapProfile:
         of many sockets, not thousands of entries."""
         if self.last_table_s is None or not len(polled):
             return  # before the baseline: not ours to judge
-        self._classify(intervals(self.latest, polled, since_s=self.last_table_s), totals_keys)
+        iv = intervals(self.latest, polled, since_s=self.last_table_s)
+        # a notice is timed by the thread that heard it, a poll after its reply came: a socket
+        # freed in between was last seen "after" it closed. It closed at about that poll.
+        iv = Intervals(iv.cookie, iv.start_s, np.maximum(iv.end_s, iv.start_s), iv.values,
+                       iv.new)
+        self._classify(iv, totals_keys)
         self.latest = _rows(self.latest, ~np.isin(self.latest.cookie, polled.cookie))
         self.gone |= set(polled.cookie.tolist())
         for key, cookie in zip(totals_keys, polled.cookie.tolist(), strict=True):
@@ -148,7 +163,8 @@ class SnapProfile:
                     iv.cookie.tolist() if totals_keys is None else totals_keys)
         problem = classes.problem_matrix().any(axis=1)
         if problem.any():
-            self.recent.append((float(iv.end_s.max()), iv.cookie[problem]))
+            self.recent.append((float(iv.end_s.max()), iv.cookie[problem],
+                                (iv.end_s - iv.start_s)[problem]))
             self._record(iv, stats, classes, np.flatnonzero(problem))
 
     def _total(self, iv: Intervals, stats: IntervalStats, classes: Classes,
@@ -187,16 +203,18 @@ class SnapProfile:
                                  "delayed_acks": _finite(classes.delayed_acks[i]),
                                  "tcp": values, "calls": calls or None})
 
-    def recent_problems(self, now_s: float) -> dict[int, int]:
-        """Problem intervals per live connection within T_history (the budget's input)."""
+    def recent_problems(self, now_s: float) -> dict[int, float]:
+        """Seconds with a problem per live connection within T_history (the budget's input:
+        seconds, not intervals, which a faster-polled connection has more of)."""
         while self.recent and self.recent[0][0] < now_s - self.history_s:
             self.recent.popleft()
-        counts = dict.fromkeys(self.latest.cookie.tolist(), 0)
-        for _, cookies in self.recent:
-            for c in cookies.tolist():
-                if c in counts:
-                    counts[c] += 1
-        return counts
+        live = self.latest.cookie[~np.isin(self.latest.cookie, self.vanished)]
+        seconds = dict.fromkeys(live.tolist(), 0.0)
+        for _, cookies, durations in self.recent:
+            for c, d in zip(cookies.tolist(), durations.tolist(), strict=True):
+                if c in seconds:
+                    seconds[c] += d
+        return seconds
 
     def drain_records(self) -> tuple[list[dict[str, object]], int]:
         """The problem records since the last call, and how many were dropped."""

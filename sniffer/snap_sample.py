@@ -21,7 +21,8 @@ COUNTERS = {"sndbuf_limited_us": "sndbuf_limited", "rwnd_limited_us": "rwnd_limi
             "busy_us": "busy_time", "retrans": "total_retrans", "rto": "total_rto",
             "data_segs_out": "data_segs_out", "data_segs_in": "data_segs_in",
             "bytes_acked": "bytes_acked", "bytes_received": "bytes_received",
-            "bytes_sent": "bytes_sent", "bytes_retrans": "bytes_retrans"}
+            "bytes_sent": "bytes_sent", "bytes_retrans": "bytes_retrans",
+            "dsack_dups": "dsack_dups"}
 # ... and instantaneous values, taken at the poll
 SNAPSHOTS = {"rtt_us": "rtt", "min_rtt_us": "min_rtt", "notsent_bytes": "notsent_bytes",
              "ca_state": "ca_state", "retransmits_now": "retransmits", "backoff": "backoff",
@@ -107,7 +108,18 @@ def intervals(earlier: Samples, later: Samples, since_s: float) -> Intervals:
     before = np.zeros_like(later.values[:, _COUNTER_COLUMNS])
     before[matched] = earlier.values[order[at[matched]]][:, _COUNTER_COLUMNS]
     values = later.values.copy()
-    values[:, _COUNTER_COLUMNS] = np.mod(later.values[:, _COUNTER_COLUMNS] - before, WRAP)
+    values[:, _COUNTER_COLUMNS] = _differences(later.values[:, _COUNTER_COLUMNS], before)
     start = np.full(len(later), since_s)
     start[matched] = earlier.time_s[order[at[matched]]]
-    return Intervals(later.cookie, start, later.time_s, values, ~matched)
+    # a sample timed after a dump may postdate a closing notice heard during it
+    return Intervals(later.cookie, np.minimum(start, later.time_s), later.time_s, values,
+                     ~matched)
+
+
+def _differences(after: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """after - before per counter. A counter that went down wrapped if it was past half its
+    range (a u16 total_rto after 65,535 RTOs), else was reset (tcp_disconnect() zeroes a
+    socket's statistics and keeps its cookie): then it counts from zero."""
+    diff = after - before
+    down = diff < 0
+    return np.where(down, np.where(before > WRAP / 2, diff + WRAP, after), diff)

@@ -164,6 +164,8 @@ class _Batch:
         """A datagram of sockets with one layout (a dump: same length, same attributes, the
         same header but for the socket), cut as a 2-D array instead of message by message:
         a quarter of the per-socket cost. None: not such a datagram (the general path)."""
+        if len(data) < _NLMSG.size:
+            return None
         length, kind, _, got_seq, _ = _NLMSG.unpack_from(data, 0)
         n, tail = divmod(len(data), length) if length >= _NLMSG.size else (0, 0)
         if (kind != SOCK_DIAG_BY_FAMILY or n < 2 or length % 4 or tail not in (0, _DONE_SIZE)

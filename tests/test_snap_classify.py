@@ -15,7 +15,7 @@ from coordinator.snap import COLUMNS, IntervalStats, SnapThresholds, classify, d
 # samples all at the 1 ms propagation delay, buffers far from full.
 HEALTHY = dict(
     start_s=100.0, end_s=100.5, sndbuf_limited_us=0, rwnd_limited_us=0, busy_us=2000,
-    retrans=0, rto=0, data_segs_out=10, data_segs_in=10, bytes_acked=14480,
+    retrans=0, dsack_dups=0, rto=0, data_segs_out=10, data_segs_in=10, bytes_acked=14480,
     bytes_received=14480, rtt_sum_us=5000, rtt_samples=5, rtt_us=1000, min_rtt_us=1000,
     notsent_bytes=0, wmem_queued=4096, sndbuf=87040, ca_state=0, retransmits_now=0, backoff=0,
     snd_mss=1448, snd_wnd=65535, rcv_space=14480, writes=2, write_bytes=14480, small_writes=0,
@@ -64,6 +64,13 @@ def test_each_class_alone(override: dict[str, float], expected: str) -> None:
 ])
 def test_near_misses_stay_app_limited(override: dict[str, float]) -> None:
     assert held(**override) == ("app_limited",)
+
+
+def test_retransmissions_the_peer_reports_as_duplicates_are_no_loss() -> None:
+    """A tail-loss probe sent while a delayed ACK was on its way: the peer DSACKs it."""
+    assert held(retrans=1, rto=0, dsack_dups=1) == ("app_limited",)
+    assert held(retrans=3, rto=0, dsack_dups=1) == ("fast_retransmit",)
+    assert held(retrans=2, rto=1, dsack_dups=1) == ("timeout",)  # the RTO's own, no more
 
 
 def test_several_classes_at_once() -> None:

@@ -138,10 +138,13 @@ def _timeout(s: IntervalStats) -> np.ndarray:
 def _fast_retransmit(s: IntervalStats, timeout: np.ndarray) -> np.ndarray:
     """Linux has no fast-retransmit counter. Every RTO retransmits at least one segment, so
     retransmissions beyond the RTOs are fast retransmits (or recovery); tail-loss-probe
-    retransmits land here too, being neither. Without total_rto: retransmissions in an
-    interval not in timeout at the poll."""
-    with_rto = s.retrans > s.rto
-    without_rto = (s.retrans > 0) & ~_timeout_fallback(s)
+    retransmits land here too, being neither. Retransmissions the peer reports (DSACK, 4.19)
+    to have been duplicates lost nothing (a probe sent while a delayed ACK was on its way):
+    they are left out. Without total_rto: retransmissions in an interval not in timeout at
+    the poll."""
+    lost = s.retrans - np.nan_to_num(s.dsack_dups)
+    with_rto = lost > s.rto
+    without_rto = (lost > 0) & ~_timeout_fallback(s)
     return np.where(_known(s.rto), with_rto, without_rto)
 
 

@@ -29,6 +29,7 @@ class IntervalStats:
     rwnd_limited_us: np.ndarray  # tcpi_rwnd_limited (4.10)
     busy_us: np.ndarray  # tcpi_busy_time (4.10)
     retrans: np.ndarray  # tcpi_total_retrans
+    dsack_dups: np.ndarray  # tcpi_dsack_dups (4.19): retransmissions the peer had already
     rto: np.ndarray  # tcpi_total_rto (6.7)
     data_segs_out: np.ndarray  # 4.6
     data_segs_in: np.ndarray  # 4.6
