@@ -86,3 +86,19 @@ def test_links_seen_write_ephemeral_ports_0_and_sum_their_connections():
     assert got["app:0 -> db:5432"]["seconds"]["receiver_window"] == 1.0
     assert got["app:0 -> db:5432"]["bytes_acked"] == 2000.0
     assert "app:22 -> 192.0.2.9:50000" in got  # no host of ours: kept as it is
+
+
+def test_an_rtt_the_injected_delay_explains_is_no_delayed_ack():
+    """15 ms injected on the pair: an RTT of 16 ms over a 0.5 ms minimum is the injection;
+    one of 60 ms is a delayed ACK still."""
+    def record(rtt_us: float) -> dict:
+        r = _record(APP, DB, 1.0, 2.0, "delayed_ack")
+        r["tcp"] = {"rtt_us": rtt_us, "min_rtt_us": 500.0}
+        return r
+
+    report = {"host": "app", "records": [record(16_000.0)], "connections": []}
+    key, window = LinkKey("app", 0, "db", 5432), (0.0, 10.0)
+    assert link_classes([report], HOSTS, key, window)["delayed_ack"] == 1.0  # passive: stands
+    assert link_classes([report], HOSTS, key, window, injected_us=15_000.0)["delayed_ack"] == 0
+    report["records"] = [record(60_000.0)]
+    assert link_classes([report], HOSTS, key, window, injected_us=15_000.0)["delayed_ack"] == 1

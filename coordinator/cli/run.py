@@ -146,6 +146,7 @@ def _kept(run_dir: Path, journal: RunJournal) -> dict[str, str]:
         "gradients.json": lambda: _measured(journal),
         "report.html": lambda: "the link gradient graph and every link's series",
         "weblog.log": lambda: "the web log's requests",
+        "snap.json": lambda: "SNAP's TCP profile of every host (classes per link)",
         "run.json": lambda: "how the run went",
     }
     return {name: what() for name, what in described.items() if (run_dir / name).exists()}

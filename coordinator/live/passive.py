@@ -25,23 +25,37 @@ def link_key(link: dict[str, Any]) -> LinkKey:
                    int(link["dst_port"]))
 
 
+def _window(m: LinkMeasurement) -> tuple[float, float]:
+    return m.record.start, m.record.start + m.record.period_s * m.record.cycles
+
+
+def injected_us(m: LinkMeasurement, every: list[LinkMeasurement]) -> float:
+    """The delay on `m`'s host pair during its measurement: its own and that of any link of
+    the pair measured at the same time (either direction: ACKs cross it too)."""
+    start, end = _window(m)
+    return sum(o.record.magnitude_ms * 1e3 for o in every
+               if set(o.pair) == set(m.pair) and _window(o)[0] < end and _window(o)[1] > start)
+
+
 def with_snap(measurement: LinkMeasurement, reports: list[dict[str, Any]],
-              hosts: dict[str, str], training: tuple[float, float] | None
-              ) -> LinkMeasurement:
+              hosts: dict[str, str], training: tuple[float, float] | None,
+              injected: float = 0.0, max_queuing_us: float = 10_000.0) -> LinkMeasurement:
     """`measurement` with the classes its link showed in the passive phase and while it was
-    measured (the square wave's cycles)."""
-    key, record = link_key(measurement.link), measurement.record
-    windows = {"measurement": (record.start, record.start + record.period_s * record.cycles)}
+    measured (the square wave's cycles; an RTT the `injected` delay (µs) explains is no
+    delayed ACK there)."""
+    key = link_key(measurement.link)
+    windows = {"measurement": (*_window(measurement), injected)}
     if training is not None:
-        windows["passive"] = training
-    snap = {phase: {name: round(s, 3) for name, s in
-                    link_classes(reports, hosts, key, window).items() if s > 0}
-            for phase, window in windows.items()}
+        windows["passive"] = (*training, 0.0)
+    snap = {phase: {name: round(s, 3) for name, s in link_classes(
+                reports, hosts, key, (start, end), injected, max_queuing_us).items() if s > 0}
+            for phase, (start, end, injected) in windows.items()}
     return measurement.model_copy(update={"snap": snap})
 
 
 def save(out: RunDir, experiment: str, profiling: dict[str, Any],
-         reports: list[dict[str, Any]], hosts: dict[str, str]) -> None:
+         reports: list[dict[str, Any]], hosts: dict[str, str],
+         max_queuing_us: float = 10_000.0) -> None:
     """Write `snap.json` and put each measured link's classes into `gradients.json`."""
     if not profiling:
         return
@@ -52,5 +66,6 @@ def save(out: RunDir, experiment: str, profiling: dict[str, Any],
     plan = out.read("plan.json") or {}
     training = (float(plan["training"][0]), float(plan["training"][1])) \
         if "training" in plan else None
-    out.write_measurements(experiment, [with_snap(m, reports, hosts, training)
-                                        for m in measurements])
+    out.write_measurements(experiment, [
+        with_snap(m, reports, hosts, training, injected_us(m, measurements), max_queuing_us)
+        for m in measurements])

@@ -294,7 +294,8 @@ def finish(session: Session, out: RunDir, journal: RunJournal, say: Say) -> RunJ
             "warnings": [*(journal.warnings or []), *unprofiled]})
         say("[yellow]" + "; ".join(unprofiled))
     passive.save(out, session.experiment.name, session.profiling, session.snap_reports,
-                 {**session.addresses, **session.ipv6_addresses})
+                 {**session.addresses, **session.ipv6_addresses},
+                 session.experiment.snap.max_queuing_delay_ms * 1e3)
     if problems := session.close():
         journal = journal.model_copy(update={"cleanup_problems": problems})
         say("[red]cleanup: " + "; ".join(problems))

@@ -49,11 +49,15 @@ def _overlap(a: float, b: float, window: tuple[float, float]) -> float:
 
 
 def link_classes(reports: Iterable[Report], hosts: Mapping[str, str], link: LinkKey,
-                 window: tuple[float, float]) -> dict[str, float]:
+                 window: tuple[float, float], injected_us: float = 0.0,
+                 max_queuing_us: float = 10_000.0) -> dict[str, float]:
     """Seconds of each class on `link`'s connections within `window`, summed over them.
 
     The five problems come from the full records (exact intervals); app_limited from the
     connections' sums, spread evenly over the span they cover (their intervals are not sent).
+    `injected_us`: a delay put on the link's host pair in the window (either way: the ACKs
+    cross it too). An RTT it explains is no delayed ACK: the class stands only where the RTT
+    less that delay still exceeds the minimum plus `max_queuing_us` (the classifier's rule).
     """
     seconds = dict.fromkeys(CLASS_NAMES, 0.0)
     for report in reports:
@@ -61,7 +65,8 @@ def link_classes(reports: Iterable[Report], hosts: Mapping[str, str], link: Link
             if link.matches(*_ends(record, hosts)):
                 share = _overlap(record["from"], record["to"], window)
                 for name in record["classes"]:
-                    if name in PROBLEMS:
+                    if name in PROBLEMS and not (name == "delayed_ack" and _explained(
+                            record, injected_us, max_queuing_us)):
                         seconds[name] += share
         for c in _items(report, "connections"):
             if link.matches(*_ends(c, hosts)) and c["last_s"] > c["first_s"]:
@@ -69,6 +74,13 @@ def link_classes(reports: Iterable[Report], hosts: Mapping[str, str], link: Link
                                                                           - c["first_s"])
                 seconds["app_limited"] += fraction * c["seconds"].get("app_limited", 0.0)
     return seconds
+
+
+def _explained(record: Mapping[str, Any], injected_us: float, max_queuing_us: float) -> bool:
+    rtt, least = record["tcp"].get("rtt_us"), record["tcp"].get("min_rtt_us")
+    if not injected_us or rtt is None or least is None:
+        return False
+    return bool(rtt - injected_us <= least + max_queuing_us)
 
 
 def _items(report: Report, key: str) -> list[Mapping[str, Any]]:
