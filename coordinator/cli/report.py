@@ -176,7 +176,7 @@ def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
              "<h2>Gradients</h2>", _table(links), *_linearity(links),
              "<h2>Link gradient graphs</h2>"]
     parts += [graph_figure(n, links) for n in experiment.transactions]
-    parts += snap_report.html_section(read_snap(run_dir), links)
+    parts += snap_report.html_section(read_snap(run_dir), links, plan.training)
     parts.append("<h2>Response series and spectra</h2>")
     for lk in links:
         if not lk.transactions:

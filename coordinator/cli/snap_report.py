@@ -50,7 +50,10 @@ def missing_notes(snap: SnapFile) -> list[str]:
         [f"{host}: no socket-call logs" for host, p in snap.hosts.items() if not p.socket_calls]
 
 
-def html_section(snap: SnapFile | None, links: list[LinkMeasurement]) -> list[str]:
+def html_section(snap: SnapFile | None, links: list[LinkMeasurement],
+                 passive: tuple[float, float] | None = None) -> list[str]:
+    """The classes per link, and the resources ranked by ACC over the passive phase (while a
+    link is delayed, its connections' RTTs rise together: a correlation the run made)."""
     if snap is None:
         return ["<h2>SNAP</h2><p>no snap.json: this run profiled no TCP connection</p>"]
     rows = "".join(
@@ -58,7 +61,7 @@ def html_section(snap: SnapFile | None, links: list[LinkMeasurement]) -> list[st
         f"<td>{html.escape(classes_text((lk.snap or {}).get('passive')))}</td>"
         f"<td>{html.escape(classes_text((lk.snap or {}).get('measurement')))}</td></tr>"
         for lk in links)
-    scores = resource_rows(ranked(snap))
+    scores = resource_rows(ranked(snap, passive))
     resources = "".join(
         f"<tr><td>{html.escape(r['resource'])}</td><td>{_acc(r['acc'])}"
         f"{' <b>above α</b>' if r['above_alpha'] else ''}</td><td>{r['connections']}</td>"
@@ -67,7 +70,8 @@ def html_section(snap: SnapFile | None, links: list[LinkMeasurement]) -> list[st
     return ["<h2>SNAP: TCP classes per link</h2>",
             f"<table><tr><th>link</th><th>passive phase</th><th>its measurement</th></tr>"
             f"{rows}</table>",
-            "<h3>Shared resources by ACC (α = 0.4)</h3>",
+            "<h3>Shared resources by ACC (α = 0.4)"
+            f"{', over the passive phase' if passive else ''}</h3>",
             f"<table><tr><th>resource</th><th>ACC</th><th>connections</th><th>problems</th>"
             f"</tr>{resources}</table>", f"<ul>{notes}</ul>" if notes else ""]
 

@@ -359,6 +359,7 @@ class PlanFile(_ReadBack):
     magnitude_ms: Float = Field(ge=0, le=MAX_DELAY_MS)
     n_bins: Int = Field(ge=1, le=MAX_BINS)
     notes: list[Str] = Field(default_factory=list)
+    training: tuple[Float, Float] | None = None  # the passive phase, unix s
 
 
 @dataclass(frozen=True)
