@@ -74,10 +74,16 @@ def test_retransmissions_the_peer_reports_as_duplicates_are_no_loss() -> None:
 
 
 def test_several_classes_at_once() -> None:
-    got = held(sndbuf_limited_us=10, retrans=5, rto=1, rwnd_limited_us=100,
+    got = held(sndbuf_limited_us=10, retrans=5, rto=1, rwnd_limited_us=100)
+    assert got == ("send_buffer", "fast_retransmit", "timeout", "receiver_window")
+    got = held(sndbuf_limited_us=10, retrans=5, rwnd_limited_us=100,
                rtt_sum_us=5 * 1000 + 200_000)
-    assert got == ("send_buffer", "fast_retransmit", "timeout", "delayed_ack",
-                   "receiver_window")
+    assert got == ("send_buffer", "fast_retransmit", "delayed_ack", "receiver_window")
+
+
+def test_an_rto_s_rtt_sample_tells_no_delayed_ack() -> None:
+    """The first sample after an RTO spans the backoff: seconds, not a delayed ACK."""
+    assert held(retrans=1, rto=1, rtt_sum_us=5 * 1000 + 2_000_000) == ("timeout",)
 
 
 @pytest.mark.parametrize(("override", "expected"), [

@@ -102,7 +102,9 @@ def classify(stats: IntervalStats, thresholds: SnapThresholds = DEFAULTS) -> Cla
         "send_buffer": _send_buffer(stats),
         "fast_retransmit": _fast_retransmit(stats, timeout),
         "timeout": timeout,
-        "delayed_ack": delayed_acks > 0,  # NaN (unknown) compares False
+        # NaN (unknown) compares False; an RTO's first RTT sample spans the backoff: no
+        # delayed ACK is told from it
+        "delayed_ack": (delayed_acks > 0) & ~timeout,
         "receiver_window": stats.rwnd_limited_us > 0,
     }
     app_limited = ~np.logical_or.reduce(list(problems.values()))
