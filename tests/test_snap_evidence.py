@@ -102,3 +102,20 @@ def test_an_rtt_the_injected_delay_explains_is_no_delayed_ack():
     assert link_classes([report], HOSTS, key, window, injected_us=15_000.0)["delayed_ack"] == 0
     report["records"] = [record(60_000.0)]
     assert link_classes([report], HOSTS, key, window, injected_us=15_000.0)["delayed_ack"] == 1
+
+
+def test_the_delay_on_a_pair_sums_the_links_measured_at_once_either_way():
+    from coordinator.config.run_dir import LinkMeasurement
+    from coordinator.live.passive import injected_us
+    from tests.test_prediction import measurement
+
+    def at(src: str, dst: str, start: float, ms: float) -> LinkMeasurement:
+        m = LinkMeasurement.model_validate(measurement(src, dst, f"tcp {src}:0 -> {dst}:0", ms,
+                                                       {}))
+        return m.model_copy(update={"record": m.record.model_copy(update={"start": start})})
+
+    both = [at("app1", "db", 1e9, 10.0), at("db", "app1", 1e9 + 5, 4.0),  # overlapping
+            at("app1", "db", 1e9 + 100, 7.0), at("web", "app1", 1e9, 3.0)]  # later; another pair
+    assert injected_us(both[0], both) == 14_000.0
+    assert injected_us(both[2], both) == 7_000.0
+    assert injected_us(both[3], both) == 3_000.0
