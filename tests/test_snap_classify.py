@@ -124,7 +124,8 @@ def test_a_base_kernel_with_no_newer_field_classifies_without_warnings() -> None
 def test_delayed_ack_count_matches_section_4_2_by_hand() -> None:
     # The paper's constants and data-centre RTT (no propagation delay): ten samples, three
     # held 200 ms by a delayed ACK, seven at the 10 ms queuing delay.
-    paper = SnapThresholds(max_queuing_delay_s=0.010, delayed_ack_timeout_s=0.180)
+    paper = SnapThresholds(max_queuing_delay_s=0.010, delayed_ack_timeout_s=0.180,
+                           queuing_delay_s=0.010)
     sum_us = 3 * 200_000 + 7 * 10_000
     stats = rows({"rtt_sum_us": sum_us, "rtt_samples": 10, "min_rtt_us": 0},
                  {"rtt_sum_us": sum_us + 10 * 20_000, "rtt_samples": 10, "min_rtt_us": 20_000},
@@ -138,13 +139,25 @@ def test_delayed_ack_count_matches_section_4_2_by_hand() -> None:
 
 def test_delayed_ack_count_without_a_tracer_uses_srtt_per_segment() -> None:
     stats = rows({"rtt_sum_us": math.nan, "rtt_samples": math.nan, "rtt_us": 50_000,
+                  "data_segs_out": 4, "min_rtt_us": 1000},
+                 {"rtt_sum_us": math.nan, "rtt_samples": math.nan, "rtt_us": 10_500,
                   "data_segs_out": 4, "min_rtt_us": 1000})
-    # samples ≈ 4 segments, sum ≈ 4·50 ms; (0.200 − 4·(0.001 + 0.010)) / 0.036
-    assert_allclose(delayed_ack_count(stats), [(0.2 - 0.044) / 0.036], rtol=1e-12)
+    # samples ≈ 4 segments, sum ≈ 4·50 ms; (0.200 − 4·0.001) / 0.042 (Linux's timer, no
+    # queuing charged); 10.5 ms is within the minimum plus 10 ms: the rule counts nothing
+    assert_allclose(delayed_ack_count(stats), [(0.2 - 0.004) / 0.042, 0.0], rtol=1e-12)
+
+
+def test_write_write_read_counts_one_delayed_ack_a_request() -> None:
+    """Nagle's second write waits for the first's delayed ACK (~42 ms); the reply ACKs it at
+    once: two RTT samples a request, one of them delayed (benchmarks/snap_delayed_ack.py)."""
+    requests = 20
+    stats = rows({"rtt_sum_us": requests * (42_000 + 100 + 100), "rtt_samples": 2 * requests,
+                  "min_rtt_us": 100})
+    assert_allclose(delayed_ack_count(stats), [requests], rtol=1e-12)
 
 
 @pytest.mark.parametrize("field", ["max_queuing_delay_s", "delayed_ack_timeout_s",
-                                   "small_write_fraction"])
+                                   "small_write_fraction"])  # queuing_delay_s may be 0
 @pytest.mark.parametrize("value", [0.0, -0.01, math.nan, math.inf])
 def test_thresholds_must_be_positive_and_finite(field: str, value: float) -> None:
     message = re.escape(f"{field}={value!r} must be positive and finite")

@@ -45,7 +45,7 @@ class Profile(Request[Profiling]):
     cpu_upper_pct: StrictFloat = Field(5.0, gt=0, le=100)
     history_s: StrictFloat = Field(60.0, gt=0, le=86400)
     max_queuing_delay_s: StrictFloat = Field(0.010, gt=0, le=10)
-    delayed_ack_timeout_s: StrictFloat = Field(0.036, gt=0, le=10)
+    delayed_ack_timeout_s: StrictFloat = Field(0.042, gt=0, le=10)
     socket_calls: StrictBool = True
     seed: int | None = None  # of the Poisson polling times
 

@@ -222,7 +222,7 @@ class Snap(_Strict):
     table_interval_s: Float = Field(0.5, ge=0.01, le=3600)  # mean, Poisson
     report_interval_s: Float = Field(5.0, ge=0.1, le=3600)
     max_queuing_delay_ms: Float = Field(10.0, gt=0, le=10_000)
-    delayed_ack_timeout_ms: Float = Field(36.0, gt=0, le=10_000)
+    delayed_ack_timeout_ms: Float = Field(42.0, gt=0, le=10_000)
     socket_calls: Bool = True  # bpftrace on the sock tracepoints, where a host has them
 
     @model_validator(mode="after")
