@@ -61,6 +61,7 @@ class Profiler:
         self.missing = tuple(self.poller.missing())
         if request.socket_calls and self.tracing:
             self._trace()
+        self.poller.restart_budget()
         self.stopping.clear()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()

@@ -56,6 +56,7 @@ class SnapPoller:
         self.clock, self.cpu_s, self.owners, self.closed = clock, cpu_s, owners, closed
         # socket-call summaries since the last call (the tracer's drain; none without one)
         self.calls: Callable[[], list[SocketCallSummary]] = list
+        self.by_tuple: dict[tuple[str, int, str, int], int] = {}  # 4-tuple -> cookie
         self.ephemeral = ephemeral
         self.short: dict[tuple[str, int, str, int], int] = {}  # logical link -> totals key
         self.rng = np.random.default_rng(seed)
@@ -112,17 +113,24 @@ class SnapPoller:
         self.ids = {c: v for c, v in self.ids.items() if c in self.profile.endpoints}
         self.next_table_s = now + self.rng.exponential(self.budget.table_interval_s)
 
+    def restart_budget(self) -> None:
+        """Measure the CPU share from now: the first read (every socket's ends and owners
+        learnt) and the tracer's start are no steady cost to budget against."""
+        now = self.clock()
+        self.cpu_seen = deque([(now, self.cpu_s())])
+        self.control_s = now
+
     def step_calls(self) -> None:
         """The socket calls traced since the last step, to each socket's next interval (by
         its 4-tuple: the tracer sees the kernel's socket, not the cookie)."""
         summaries = self.calls()
-        if not summaries:
-            return
-        by_tuple = {e.four_tuple: c for c, e in self.profile.endpoints.items()
-                    if c < SHORT_KEYS}
+        endpoints = self.profile.endpoints
         for s in summaries:
             key = (s.local_addr, s.local_port, s.remote_addr, s.remote_port)
-            if (cookie := by_tuple.get(key)) is not None:
+            if key not in self.by_tuple:  # a socket learnt since: index them all again
+                self.by_tuple = {e.four_tuple: c for c, e in endpoints.items()
+                                 if c < SHORT_KEYS}
+            if (cookie := self.by_tuple.get(key)) is not None and cookie in endpoints:
                 self.profile.add_calls(cookie, s.writes, s.write_bytes, s.small_writes)
 
     def _observe_closed(self) -> None:

@@ -20,6 +20,7 @@ import math
 import socket
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from sniffer.links import plain_address
@@ -140,6 +141,7 @@ def build_program(s: TraceSettings) -> str:
         '  printf("lg done\\n"); clear(@tick); clear(@epoch); }', ""])
 
 
+@lru_cache(maxsize=1 << 16)  # the same sockets' keys come every interval: parsed once
 def _key(key: str) -> Key:
     pid, la, lp, ra, rp, comm = key.split(",", 5)  # comm last: it may hold commas
     remote_port = int.from_bytes(int(rp).to_bytes(2, sys.byteorder), "big")  # network order

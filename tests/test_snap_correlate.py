@@ -139,23 +139,23 @@ def test_a_common_problem_on_one_host_ranks_first_and_healthy_hosts_score_zero()
     scores = {s.resource: s for s in rank_resources(
         shared_resources(host, peer, process), vectors, alpha=0.4)}
     ranked = list(scores)
-    sick = scores["host:10.0.0.1"]
-    assert set(ranked[:3]) == {"host:10.0.0.1", "link:10.0.0.1-10.0.0.9", "process:client-0"}
+    sick = scores["from:10.0.0.1"]
+    assert set(ranked[:3]) == {"from:10.0.0.1", "path:10.0.0.1->10.0.0.9", "process:client-0"}
     assert sick.acc > 0.4
     assert sick.above_alpha
-    assert sick.kind == "host"
+    assert sick.kind == "from"
     assert sick.connections == (0, 1, 2, 3, 4)
     assert sick.problems["fast_retransmit"] == pytest.approx(5 * (2.0 + 1.0 + 2.0))
     assert sick.problems["timeout"] > 0
-    assert scores["host:10.0.0.2"].acc == 0.0  # always healthy
-    assert not scores["host:10.0.0.2"].above_alpha
+    assert scores["from:10.0.0.2"].acc == 0.0  # always healthy
+    assert not scores["from:10.0.0.2"].above_alpha
     # Independent losses still correlate a little through the problem axis of P (both
     # vectors are non-zero only in their fast-retransmit entries): about 0.26 expected for
     # these rates, below α; it is the timing that lifts host .1 far above.
-    assert 0.1 < scores["host:10.0.0.3"].acc < 0.4
-    assert not scores["host:10.0.0.3"].above_alpha
-    # .9 serves the five sick and the five healthy: ten correlated pairs of 45
-    assert scores["host:10.0.0.9"].acc <= 10 / 45 + 1e-12
+    assert 0.1 < scores["from:10.0.0.3"].acc < 0.4
+    assert not scores["from:10.0.0.3"].above_alpha
+    # into .9 go the five sick and the five healthy: ten correlated pairs of 45
+    assert scores["to:10.0.0.9"].acc <= 10 / 45 + 1e-12
 
 
 def test_a_group_of_one_has_no_acc_and_ranks_last() -> None:
@@ -171,13 +171,14 @@ def test_a_group_of_one_has_no_acc_and_ranks_last() -> None:
     assert not ranked[2].above_alpha
 
 
-def test_shared_resources_groups_hosts_links_and_processes() -> None:
+def test_shared_resources_group_sockets_by_the_direction_they_send() -> None:
     groups = shared_resources({1: "a", 2: "b", 3: "a", 4: "c"},
                               {1: "b", 2: "a", 3: "a", 4: ""},
                               {1: "mysqld", 2: "httpd", 3: "mysqld"})
     assert groups == {
-        "host:a": [1, 2, 3], "host:b": [1, 2], "host:c": [4],
-        "link:a-b": [1, 2], "link:a-a": [3],
+        "from:a": [1, 3], "from:b": [2], "from:c": [4],
+        "to:b": [1], "to:a": [2, 3],
+        "path:a->b": [1], "path:b->a": [2], "path:a->a": [3],
         "process:mysqld": [1, 3], "process:httpd": [2],
     }
 

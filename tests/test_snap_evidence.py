@@ -50,7 +50,7 @@ def test_a_sender_s_classes_are_its_link_s_and_windows_cut_them():
     assert sum(link_classes([report], HOSTS, LinkKey("app", 0, "db", 3306), (0, 10)).values()) == 0
 
 
-def test_shared_problems_on_one_host_rank_it_above_alpha_and_healthy_ones_below():
+def test_shared_problems_into_one_host_rank_it_above_alpha_and_healthy_ones_below():
     reports = []
     for i in range(4):  # four connections from web to app, losing packets at the same times
         local, remote = ("10.0.0.3", 41000 + i), ("10.0.0.1", 80)
@@ -62,13 +62,14 @@ def test_shared_problems_on_one_host_rank_it_above_alpha_and_healthy_ones_below(
         reports.append({"host": "app", "from": 0.0, "to": 30.0, "records": [],
                         "connections": [_connection(local, DB, 0.0, 30.0, app_limited=30.0)]})
     scores = {s.resource: s for s in correlated_resources(reports, HOSTS, (0.0, 30.0))}
-    assert scores["link:app-web"].acc == pytest.approx(1.0)
-    assert scores["link:app-web"].above_alpha
+    assert scores["to:app"].acc == pytest.approx(1.0)  # what goes into app loses, together
+    assert scores["to:app"].above_alpha
+    assert scores["path:web->app"].above_alpha
     assert scores["process:nginx"].above_alpha
-    assert scores["link:app-db"].acc == 0.0  # healthy: no common problem
-    assert not scores["link:app-db"].above_alpha
-    assert scores["host:app"].acc < 0.4  # shared with the healthy ones
-    assert len(scores["link:app-web"].connections) == 4
+    assert scores["path:app->db"].acc == 0.0  # healthy: no common problem
+    assert not scores["path:app->db"].above_alpha
+    assert scores["from:app"].acc == 0.0
+    assert len(scores["path:web->app"].connections) == 4
 
 
 def test_no_reports_rank_nothing():

@@ -113,6 +113,6 @@ COMMANDS = (Command(
     "Profile every TCP connection of the experiment's hosts for a while (with its workload "
     "running, if it has one), without injecting anything: SNAP's per-socket classes (send "
     "buffer, fast retransmit, timeout, delayed ACK, receiver window, else application "
-    "limited) per link, and the hosts, host pairs and processes whose connections share their "
-    "problems (average correlation above 0.4).",
+    "limited) per link, and the hosts (sending from, into), paths and processes whose "
+    "connections share their problems (average correlation above 0.4).",
     _arguments, profile_command),)

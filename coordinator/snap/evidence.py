@@ -90,9 +90,10 @@ def _items(report: Report, key: str) -> list[Mapping[str, Any]]:
 def correlated_resources(reports: Sequence[Report], hosts: Mapping[str, str],
                          window: tuple[float, float], aggregation_s: float = 2.0,
                          alpha: float = 0.4) -> list[ResourceScore]:
-    """§2.3 over every connection seen in `window`: hosts, host pairs and processes ranked by
-    the ACC of their connections' problem vectors. A connection is one socket as its host
-    reports it; one without a problem record is present, healthy (a zero vector)."""
+    """§2.3 over every connection seen in `window`: the hosts sent from and into, the paths
+    and processes ranked by the ACC of their connections' problem vectors. A connection is one
+    socket as its host reports it; one without a problem record is present, healthy (a zero
+    vector)."""
     ids: dict[tuple[object, ...], int] = {}
     host_of: dict[int, str] = {}
     peer_of: dict[int, str] = {}
