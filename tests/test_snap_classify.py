@@ -45,6 +45,9 @@ def test_a_healthy_interval_is_app_limited_only() -> None:
     ({"retrans": 3, "rto": 0}, "fast_retransmit"),
     ({"retrans": 1, "rto": 1}, "timeout"),
     ({"retrans": 2, "rto": 2}, "timeout"),  # each RTO retransmitted: no fast retransmit
+    ({"retrans": 2, "rto": 1}, "timeout"),  # and the loss probe sent before it
+    # waiting for the next backed-off RTO: no RTO in the interval, still the timeout's time
+    ({"ca_state": 4, "retransmits_now": 1, "rto": 0}, "timeout"),
     ({"rwnd_limited_us": 500}, "receiver_window"),
     # two 40 ms delayed ACKs in five samples lift the mean RTT 16 ms above propagation
     ({"rtt_sum_us": 5 * 1000 + 2 * 40_000}, "delayed_ack"),
@@ -56,7 +59,6 @@ def test_each_class_alone(override: dict[str, float], expected: str) -> None:
 @pytest.mark.parametrize("override", [
     {"wmem_queued": 87040, "sndbuf_limited_us": 0},  # the kernel's detector beats the snapshot
     {"rtt_sum_us": 5 * 1000 + 40_000},  # one in five: 8 ms on the mean, within 10 ms
-    {"ca_state": 4, "retransmits_now": 1, "rto": 0},  # the counter beats the snapshot
     {"ca_state": 3},  # Recovery without a retransmission in the interval: nothing counted
     {"rtt_sum_us": 5 * (1000 + 10_000)},  # exactly propagation + MaxQueuingDelay: not more
     {"rtt_us": 50_000, "rtt_sum_us": 5000},  # traced sums beat a high smoothed RTT

@@ -142,20 +142,24 @@ def _timeout_fallback(s: IntervalStats) -> np.ndarray:
 
 
 def _timeout(s: IntervalStats) -> np.ndarray:
-    """diff(total_rto) > 0 (6.7; counts every RTO). Before 6.7, tcpi_retransmits > 0 or
-    ca_state == Loss at the poll: a snapshot, so it misses RTOs recovered between polls."""
-    return np.where(_known(s.rto), s.rto > 0, _timeout_fallback(s))
+    """diff(total_rto) > 0 (6.7; counts every RTO), or still in an RTO's recovery at the poll
+    (tcpi_retransmits > 0 or ca_state == Loss): the waits between backed-off RTOs fire no
+    RTO of their own, and are the timeout's time all the same. Before 6.7 the state at the
+    poll alone: it misses RTOs recovered between polls."""
+    return np.where(_known(s.rto), s.rto > 0, False) | _timeout_fallback(s)
 
 
 def _fast_retransmit(s: IntervalStats, timeout: np.ndarray) -> np.ndarray:
     """Linux has no fast-retransmit counter. Every RTO retransmits at least one segment, so
-    retransmissions beyond the RTOs are fast retransmits (or recovery); tail-loss-probe
-    retransmits land here too, being neither. Retransmissions the peer reports (DSACK, 4.19)
-    to have been duplicates lost nothing (a probe sent while a delayed ACK was on its way):
-    they are left out. Without total_rto: retransmissions in an interval not in timeout at
-    the poll."""
+    retransmissions beyond the RTOs are fast retransmits (or recovery). A tail-loss probe
+    (sent ~2 RTTs into a silence, before the RTO) lands there too: where the interval also
+    has an RTO, one retransmission more is taken as that probe, part of the timeout (measured:
+    every cut of the validation workload sends one). Retransmissions the peer reports (DSACK,
+    4.19) to have been duplicates lost nothing (a probe sent while a delayed ACK was on its
+    way): they are left out. Without total_rto: retransmissions in an interval not in timeout
+    at the poll."""
     lost = s.retrans - np.nan_to_num(s.dsack_dups)
-    with_rto = lost > s.rto
+    with_rto = lost > s.rto + (s.rto > 0)
     without_rto = (lost > 0) & ~_timeout_fallback(s)
     return np.where(_known(s.rto), with_rto, without_rto)
 
