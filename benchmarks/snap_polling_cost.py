@@ -365,9 +365,13 @@ def _max_window_pct(t: np.ndarray, c: np.ndarray, window_s: float) -> float:
 
 
 def _report_summary(e: dict[str, Any], truth: set[tuple[int, int]]) -> dict[str, Any]:
-    """The report's figures; `table_reads`: the fewest polls of a problem connection (each
-    table read gives every problem connection an interval, only fast ones get more)."""
-    polls = {(c["local"]["port"], c["remote"]["port"]): c["polls"] for c in e["connections"]}
+    """The report's figures; `table_reads`: the fewest problem records of a problem
+    connection (each poll of one gives it a record: each table read does, only fast ones get
+    more; the connections' sums come once a minute, records with every report)."""
+    polls: dict[tuple[int, int], int] = {}
+    for r in e["records"]:
+        key = (r["local"]["port"], r["remote"]["port"])
+        polls[key] = polls.get(key, 0) + 1
     return {"from": e["from"], "to": e["to"], "cpu_pct": e["cpu_pct"],
             "table_reads": min((polls.get(k, 0) for k in truth), default=0),
             "table_interval_s": e["table_interval_s"],
@@ -400,7 +404,7 @@ def _classified(net: Loopback, snaps: list[tuple[float, dict[str, Any], str]],
     for _, e, _ in snaps:
         for c in e["connections"]:
             key = (c["local"]["port"], c["remote"]["port"])
-            got = np.array([c["seconds"][n] for n in CLASS_NAMES])
+            got = np.array([c["seconds"].get(n, 0.0) for n in CLASS_NAMES])
             seconds[key] = seconds.get(key, 0) + got
     healthy = {(net.port_of(i), port) for i in active} | {(port, net.port_of(i)) for i in active}
     rwnd = CLASS_NAMES.index("receiver_window")
