@@ -19,6 +19,7 @@ HEALTHY = dict(
     bytes_received=14480, rtt_sum_us=5000, rtt_samples=5, rtt_us=1000, min_rtt_us=1000,
     notsent_bytes=0, wmem_queued=4096, sndbuf=87040, ca_state=0, retransmits_now=0, backoff=0,
     snd_mss=1448, snd_wnd=65535, rcv_space=14480, writes=2, write_bytes=14480, small_writes=0,
+    unacked=0, last_ack_recv_ms=10,
 )
 
 
@@ -81,6 +82,18 @@ def test_several_classes_at_once() -> None:
     got = held(sndbuf_limited_us=10, retrans=5, rwnd_limited_us=100,
                rtt_sum_us=5 * 1000 + 200_000)
     assert got == ("send_buffer", "fast_retransmit", "delayed_ack", "receiver_window")
+
+
+def test_a_connection_waiting_on_an_rto_is_in_timeout_and_its_probe_no_fast_retransmit(
+        ) -> None:
+    """A cut before its first RTO: data in flight, no ACK for 200 ms (Linux's least RTO),
+    a tail-loss probe sent."""
+    assert held(unacked=3, last_ack_recv_ms=250, retrans=1, rto=0) == ("timeout",)
+    assert held(unacked=3, last_ack_recv_ms=250) == ("timeout",)
+    assert held(unacked=0, last_ack_recv_ms=5000) == ("app_limited",)  # idle, all acked
+    assert held(unacked=3, last_ack_recv_ms=40) == ("app_limited",)  # a delayed ACK's wait
+    # fast recovery: duplicate ACKs keep coming
+    assert held(unacked=30, last_ack_recv_ms=1, retrans=4, rto=0) == ("fast_retransmit",)
 
 
 def test_an_rto_s_rtt_sample_tells_no_delayed_ack() -> None:

@@ -20,6 +20,7 @@ PROBLEMS: tuple[str, ...] = ("send_buffer", "fast_retransmit", "timeout", "delay
                              "receiver_window")
 CLASS_NAMES: tuple[str, ...] = (*PROBLEMS, "app_limited")
 TCP_CA_LOSS = 4  # tcpi_ca_state while recovering from an RTO
+TCP_RTO_MIN_MS = 200  # Linux's least RTO: data unacknowledged this long waits for one
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,15 @@ def _send_buffer(s: IntervalStats) -> np.ndarray:
 
 def _timeout_fallback(s: IntervalStats) -> np.ndarray:
     # Before 6.7 only state at the poll: an RTO recovered before the poll is missed.
-    return (s.retransmits_now > 0) | (s.ca_state == TCP_CA_LOSS)
+    return (s.retransmits_now > 0) | (s.ca_state == TCP_CA_LOSS) | _stalled(s)
+
+
+def _stalled(s: IntervalStats) -> np.ndarray:
+    """At the poll, data in flight and no ACK for as long as Linux's least RTO: the
+    connection waits on an RTO (the time before the first one fires, a tail-loss probe's
+    included); neither fast recovery (its duplicate ACKs keep coming) nor a delayed ACK
+    (40 ms) looks like this."""
+    return (s.unacked > 0) & (s.last_ack_recv_ms >= TCP_RTO_MIN_MS)
 
 
 def _timeout(s: IntervalStats) -> np.ndarray:
@@ -154,12 +163,13 @@ def _fast_retransmit(s: IntervalStats, timeout: np.ndarray) -> np.ndarray:
     retransmissions beyond the RTOs are fast retransmits (or recovery). A tail-loss probe
     (sent ~2 RTTs into a silence, before the RTO) lands there too: where the interval also
     has an RTO, one retransmission more is taken as that probe, part of the timeout (measured:
-    every cut of the validation workload sends one). Retransmissions the peer reports (DSACK,
+    every cut of the validation workload sends one), as are the retransmissions of an
+    interval that ends stalled (`_stalled`). Retransmissions the peer reports (DSACK,
     4.19) to have been duplicates lost nothing (a probe sent while a delayed ACK was on its
     way): they are left out. Without total_rto: retransmissions in an interval not in timeout
     at the poll."""
     lost = s.retrans - np.nan_to_num(s.dsack_dups)
-    with_rto = lost > s.rto + (s.rto > 0)
+    with_rto = (lost > s.rto + (s.rto > 0)) & ~_stalled(s)
     without_rto = (lost > 0) & ~_timeout_fallback(s)
     return np.where(_known(s.rto), with_rto, without_rto)
 
