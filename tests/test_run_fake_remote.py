@@ -145,8 +145,14 @@ def test_resume_measures_only_the_links_still_missing(tmp_path):
     assert first.run(exp, run_dir).status == "interrupted"
     kept = RunDir(run_dir).measurements()
     assert len(kept) == 1
+    earlier = read_snap(run_dir)
+    assert earlier is not None
     second = Fake(seed=2)
     journal = second.run(exp, run_dir, resume=True)
+    both = read_snap(run_dir)  # the first session's reports kept, the second's after them
+    assert both is not None
+    assert both.reports[:len(earlier.reports)] == earlier.reports
+    assert len(both.reports) > len(earlier.reports)
     assert journal.status == "completed"
     assert (journal.links_done, journal.links_resumed, journal.links_planned) == (2, 1, 2)
     links = RunDir(run_dir).measurements()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.errors import InputError
 from coordinator.config.run_dir import LinkMeasurement, RunDir
 from coordinator.snap.evidence import LinkKey, link_classes
 
@@ -56,9 +57,17 @@ def with_snap(measurement: LinkMeasurement, reports: list[dict[str, Any]],
 def save(out: RunDir, experiment: str, profiling: dict[str, Any],
          reports: list[dict[str, Any]], hosts: dict[str, str],
          max_queuing_us: float = 10_000.0) -> None:
-    """Write `snap.json` and put each measured link's classes into `gradients.json`."""
+    """Write `snap.json` (after the reports a resumed run's earlier sessions kept) and put
+    each measured link's classes into `gradients.json`."""
     if not profiling:
         return
+    try:  # a resumed run's: its reports are the earlier links' evidence
+        before = out.read("snap.json")
+    except InputError:  # cut short or edited: this session's reports stand alone
+        before = None
+    if isinstance(before, dict):
+        reports = [*before.get("reports", []), *reports]
+        hosts = {**before.get("addresses", {}), **hosts}
     out.write("snap.json", snap_file(profiling, reports, hosts))
     measurements = out.measurements()
     if not measurements:
