@@ -92,6 +92,9 @@ def test_a_connection_waiting_on_an_rto_is_in_timeout_and_its_probe_no_fast_retr
     assert held(unacked=3, last_ack_recv_ms=250) == ("timeout",)
     assert held(unacked=0, last_ack_recv_ms=5000) == ("app_limited",)  # idle, all acked
     assert held(unacked=3, last_ack_recv_ms=40) == ("app_limited",)  # a delayed ACK's wait
+    # a SYN in flight: no ACK ever came (no RTT sample), last_ack_recv counts from boot
+    assert held(unacked=1, last_ack_recv_ms=6e7, rtt_us=0, rtt_sum_us=math.nan,
+                rtt_samples=math.nan, data_segs_out=0) == ("app_limited",)
     # fast recovery: duplicate ACKs keep coming
     assert held(unacked=30, last_ack_recv_ms=1, retrans=4, rto=0) == ("fast_retransmit",)
 

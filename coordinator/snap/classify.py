@@ -147,7 +147,9 @@ def _stalled(s: IntervalStats) -> np.ndarray:
     connection waits on an RTO (the time before the first one fires, a tail-loss probe's
     included); neither fast recovery (its duplicate ACKs keep coming) nor a delayed ACK
     (40 ms) looks like this."""
-    return (s.unacked > 0) & (s.last_ack_recv_ms >= TCP_RTO_MIN_MS)
+    # an RTT sample means an ACK came once: a SYN in flight (no ACK ever: last_ack_recv then
+    # counts from boot) is a handshake under way, its timeouts counted by total_rto
+    return (s.unacked > 0) & (s.last_ack_recv_ms >= TCP_RTO_MIN_MS) & (s.rtt_us > 0)
 
 
 def _timeout(s: IntervalStats) -> np.ndarray:
