@@ -97,7 +97,10 @@ class Profiler:
             self.thread.join(timeout=10)
             self.thread = None
         if self.tracer is not None:
-            self.tracer.stop()  # its last partial interval flushed first
+            try:
+                self.tracer.stop()  # its last partial interval flushed first
+            except RuntimeFailure as e:  # tracefs busy: said, and the last report still sent
+                self.out.write({"event": "snap_error", "message": f"socket-call tracer: {e}"})
             if self.poller is not None:
                 self.poller.step_calls()
             self.tracer = None

@@ -138,7 +138,7 @@ class SnapPoller:
         heard = [(when, t) for when, t in heard if len(t)]
         if not heard:
             return
-        polled = set(self.profile.latest.cookie.tolist())
+        polled = {*self.profile.latest.cookie.tolist(), *self.profile.dropped.cookie.tolist()}
         for _, table in heard:
             self._learn(table)
         closed = _concat([samples(t, when) for when, t in heard])

@@ -19,6 +19,7 @@ from coordinator.snap.classify import CLASS_NAMES, Classes, SnapThresholds, clas
 from coordinator.snap.intervals import COLUMNS, IntervalStats
 from sniffer.snap_sample import NAMES, Intervals, Samples, empty_samples, intervals, merged
 
+MAX_DROPPED = 100_000  # last samples kept of sockets gone from the dumps, awaiting a notice
 SUMS = ("bytes_acked", "bytes_received", "data_segs_out", "data_segs_in", "retrans", "rto")
 CALLS = ("writes", "write_bytes", "small_writes")  # socket-call sums, from tracing
 
@@ -92,6 +93,7 @@ class SnapProfile:
         self.recent: deque[tuple[float, np.ndarray, np.ndarray]] = deque()
         self.gone: set[int] = set()  # closed since the last drain
         self.vanished = np.empty(0, dtype=np.uint64)  # in `latest`, missing from the last read
+        self.dropped = empty_samples()  # last samples of sockets gone from the dumps
         self.sockets: dict[int, int] = {}  # totals key of closed short sockets -> how many
 
     def observe_table(self, polled: Samples, now_s: float) -> None:
@@ -111,6 +113,10 @@ class SnapProfile:
             self.latest = merged(self.latest, polled)
             missing = ~np.isin(self.latest.cookie, polled.cookie)
             twice = missing & np.isin(self.latest.cookie, self.vanished)
+            # kept aside: a connection reset while its process holds the fd is in no dump,
+            # and its closing notice may come much later; it is no new socket then
+            self.dropped = _rows(merged(self.dropped, _rows(self.latest, twice)),
+                                 slice(-MAX_DROPPED, None))
             self.latest = _rows(self.latest, ~twice)
             self.vanished = self.latest.cookie[missing[~twice]]
         self.last_table_s = now_s
@@ -125,7 +131,8 @@ class SnapProfile:
         of many sockets, not thousands of entries."""
         if self.last_table_s is None or not len(polled):
             return  # before the baseline: not ours to judge
-        iv = intervals(self.latest, polled, since_s=self.last_table_s)
+        iv = intervals(merged(self.dropped, self.latest), polled, since_s=self.last_table_s)
+        self.dropped = _rows(self.dropped, ~np.isin(self.dropped.cookie, polled.cookie))
         # a notice is timed by the thread that heard it, a poll after its reply came: a socket
         # freed in between was last seen "after" it closed. It closed at about that poll.
         iv = Intervals(iv.cookie, iv.start_s, np.maximum(iv.end_s, iv.start_s), iv.values,
@@ -173,7 +180,10 @@ class SnapProfile:
         problem = classes.problem_matrix().any(axis=1)
         # NaN: not moved; socket calls count too (the tracer's summary of a call arrives up to
         # a flush interval after the data moved)
-        moved = (stats.data_segs_out + stats.data_segs_in > 0) | problem | (stats.writes > 0)
+        segments = np.where(np.isnan(stats.data_segs_out + stats.data_segs_in),  # before 4.6:
+                            stats.bytes_acked + stats.bytes_received,  # bytes (4.1) tell
+                            stats.data_segs_out + stats.data_segs_in)
+        moved = (segments > 0) | problem | (stats.writes > 0)
         if not moved.any():
             return
         t = self.totals
@@ -235,7 +245,7 @@ class SnapProfile:
         return out
 
 
-def _rows(s: Samples, mask: np.ndarray) -> Samples:
+def _rows(s: Samples, mask: np.ndarray | slice) -> Samples:
     return Samples(s.time_s[mask], s.cookie[mask], s.values[mask])
 
 

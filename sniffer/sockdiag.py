@@ -34,6 +34,7 @@ _NLA = struct.Struct("=HH")  # len, type
 _REQ = struct.Struct("=BBBBI")  # inet_diag_req_v2: family, protocol, ext, pad, states; sockid
 _HEADER_SIZE = 72
 _DONE_SIZE = 20  # nlmsghdr and an int
+LOOKUP_BATCH = 100  # lookups sent at once
 
 # struct inet_diag_msg; ports and addresses in network order, as the kernel keeps them
 DIAG_MSG = np.dtype([
@@ -103,15 +104,18 @@ class SockDiag:
 
     def lookup(self, family: int, ids: list[bytes], protocol: int = socket.IPPROTO_TCP,
                extensions: int = TCP_EXTENSIONS) -> SocketTable:
-        """The sockets named by `ids` (48-byte `inet_diag_sockid`s, see `sockid`), in one send:
-        the kernel answers each request with the socket or ENOENT (closed since)."""
-        if not ids:
-            return empty_table()
-        self.seq += 1
-        batch = b"".join(_request(family, protocol, extensions, SS_ALL, i, NLM_F_REQUEST,
-                                  self.seq) for i in ids)
-        self.sock.send(batch)
-        return self._replies(until_done=False, expected=len(ids))
+        """The sockets named by `ids` (48-byte `inet_diag_sockid`s, see `sockid`), a send per
+        LOOKUP_BATCH: the kernel answers each request with the socket or ENOENT (closed since)
+        into our receive buffer before we read any, and more than ~300 answers overflow the
+        default one (ENOBUFS)."""
+        tables = []
+        for at in range(0, len(ids), LOOKUP_BATCH):
+            self.seq += 1
+            chunk = ids[at:at + LOOKUP_BATCH]
+            self.sock.send(b"".join(_request(family, protocol, extensions, SS_ALL, i,
+                                             NLM_F_REQUEST, self.seq) for i in chunk))
+            tables.append(self._replies(until_done=False, expected=len(chunk)))
+        return concat_tables(tables) if tables else empty_table()
 
     def _replies(self, until_done: bool, expected: int = 0) -> SocketTable:
         batch = _Batch()
@@ -268,6 +272,16 @@ def _stacked(parts: list[tuple[int, int, bytes]]) -> tuple[bytes, int]:
         else:
             pieces.append(np.frombuffer(data, np.uint8).reshape(n, size)[:, :length].tobytes())
     return b"".join(pieces), length
+
+
+def concat_tables(tables: list[SocketTable]) -> SocketTable:
+    """Tables of one kernel (one tcp_info length) as one."""
+    infos = [t.info for t in tables if len(t)]
+    info = np.concatenate(infos) if infos and len({i.dtype for i in infos}) == 1 \
+        else tables[0].info
+    return SocketTable(np.concatenate([t.diag for t in tables]), info,
+                       np.concatenate([t.has_info for t in tables]),
+                       np.concatenate([t.skmem for t in tables]))
 
 
 def parse_datagram(data: bytes) -> SocketTable:

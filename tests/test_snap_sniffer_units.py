@@ -805,3 +805,18 @@ def test_a_rejected_profile_request_leaves_the_running_profiling_alone(monkeypat
         assert out.getvalue() == ""  # no last report: it was not stopped
     finally:
         profiler.stop()
+
+
+def test_a_connection_reset_while_its_fd_stays_open_is_not_counted_twice():
+    """Reset: out of every dump for reads on end, its fd still open; its closing notice comes
+    when the process closes it, and counts only what it did since its last sample."""
+    profile = _profile()
+    profile.observe_table(_poll(T0, {1: {"bytes_acked": 1_000_000, "data_segs_out": 700}}), T0)
+    for k in (1, 2, 3):
+        profile.observe_table(_poll(T0 + k, {}), T0 + k)
+    closed = _poll(T0 + 4, {1: {"bytes_acked": 1_100_000, "data_segs_out": 770}})
+    profile.observe_closed(closed, [1])
+    totals, sockets = profile.drain_totals()
+    assert sockets == {}
+    row = totals.slot[1]
+    assert totals.sums[row][SUMS.index("bytes_acked")] == 100_000

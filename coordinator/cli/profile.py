@@ -91,8 +91,16 @@ def _summary(snap: SnapFile) -> dict[str, Any]:
     links = links_seen(snap.report_dicts(), snap.addresses, ephemeral)
     return {"hosts": {h: p.model_dump(mode="json") for h, p in snap.hosts.items()},
             "links": [{"link": label, **entry} for label, entry in sorted(links.items())],
-            "resources": snap_report.resource_rows(snap_report.ranked(snap)),
+            "resources": _resources(snap),
             "reports": len(snap.reports), "at": time.time()}
+
+
+def _resources(snap: SnapFile) -> list[dict[str, Any]]:
+    try:
+        return snap_report.resource_rows(snap_report.ranked(snap))
+    except ValueError as e:  # too many connections for the window's 2 s bins: the rest stands
+        return [{"resource": f"not ranked: {e}", "acc": None, "above_alpha": False,
+                 "connections": 0, "problems_s": {}}]
 
 
 def _print(console: Console, summary: dict[str, Any], problems: list[str]) -> None:

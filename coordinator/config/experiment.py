@@ -219,7 +219,7 @@ class Snap(_Strict):
     enabled: Bool = True
     cpu_lower_pct: Float = Field(2.0, gt=0, le=100)  # of one core, on each host
     cpu_upper_pct: Float = Field(5.0, gt=0, le=100)
-    table_interval_s: Float = Field(0.5, ge=0.01, le=3600)  # mean, Poisson
+    table_interval_s: Float = Field(0.5, ge=0.05, le=30)  # mean, Poisson
     report_interval_s: Float = Field(5.0, ge=0.1, le=3600)
     max_queuing_delay_ms: Float = Field(10.0, gt=0, le=10_000)
     delayed_ack_timeout_ms: Float = Field(42.0, gt=0, le=10_000)

@@ -289,13 +289,18 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
 def finish(session: Session, out: RunDir, journal: RunJournal, say: Say) -> RunJournal:
     """Phase 4, whatever happened: every lease ends (no injection survives the run), the log
     is kept, the journal written."""
-    if unprofiled := session.stop_profiling():  # each host's last SNAP report, before its
-        journal = journal.model_copy(update={  # sniffer goes
-            "warnings": [*(journal.warnings or []), *unprofiled]})
-        say("[yellow]" + "; ".join(unprofiled))
-    passive.save(out, session.experiment.name, session.profiling, session.snap_reports,
-                 {**session.addresses, **session.ipv6_addresses},
-                 session.experiment.snap.max_queuing_delay_ms * 1e3)
+    try:  # SNAP's evidence is no reason to skip the cleanup below
+        if unprofiled := session.stop_profiling():  # each host's last SNAP report, before
+            journal = journal.model_copy(update={  # its sniffer goes
+                "warnings": [*(journal.warnings or []), *unprofiled]})
+            say("[yellow]" + "; ".join(unprofiled))
+        passive.save(out, session.experiment.name, session.profiling, session.snap_reports,
+                     {**session.addresses, **session.ipv6_addresses},
+                     session.experiment.snap.max_queuing_delay_ms * 1e3)
+    except Exception as e:  # reported in run.json; the leases must still end
+        journal = journal.model_copy(update={
+            "warnings": [*(journal.warnings or []), f"SNAP's profile not saved: {e}"]})
+        say(f"[yellow]SNAP's profile not saved: {e}")
     if problems := session.close():
         journal = journal.model_copy(update={"cleanup_problems": problems})
         say("[red]cleanup: " + "; ".join(problems))

@@ -148,7 +148,8 @@ class Session:
         """SNAP on every host, for as long as the run goes; what each host cannot give."""
         notes = []
         for name, sniffer in self.sniffers.items():
-            self.profiling[name] = got = sniffer.call(request)
+            # the sniffer's first read and the tracer's start (up to 30 s) come first
+            self.profiling[name] = got = sniffer.call(request, timeout_s=90.0)
             notes += [f"SNAP on {name}: {missing}" for missing in got.missing]
         return notes
 
