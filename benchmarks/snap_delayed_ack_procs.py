@@ -21,6 +21,7 @@ from benchmarks.snap_delayed_ack_trace import quantiles
 from coordinator.snap.classify import SnapThresholds, delayed_ack_count
 from coordinator.snap.intervals import IntervalStats
 from testbed.pairs.hosts import Hosts
+from testbed.pairs.snap_problems import recv_exactly
 
 ROOT = Path(__file__).parents[1]
 REQUEST_BYTES = 64  # two_writes and mixed: a request; split in two halves when delayed
@@ -30,15 +31,6 @@ BUDGET = "0.5 budget"  # the sniffer with the shipped budget: problem connection
 
 
 # ---------------------------------------------------------------- the roles (in a namespace)
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bool:
-    while n > 0:
-        data = sock.recv(n)
-        if not data:
-            return False
-        n -= len(data)
-    return True
 
 
 def server(app: str, port: str) -> None:
