@@ -28,7 +28,7 @@ SNAPSHOTS = {"rtt_us": "rtt", "min_rtt_us": "min_rtt", "notsent_bytes": "notsent
              "ca_state": "ca_state", "retransmits_now": "retransmits", "backoff": "backoff",
              "snd_mss": "snd_mss", "snd_wnd": "snd_wnd", "rcv_space": "rcv_space",
              "snd_cwnd": "snd_cwnd", "unacked": "unacked", "state": "state",
-             "last_ack_recv_ms": "last_ack_recv"}
+             "last_ack_recv_ms": "last_ack_recv", "last_data_sent_ms": "last_data_sent"}
 SKMEM = {"sndbuf": 3, "wmem_queued": 5}  # SK_MEMINFO word indices
 NAMES = (*COUNTERS, *SNAPSHOTS, *SKMEM)
 _COUNTER_COLUMNS = np.arange(len(COUNTERS))

@@ -19,7 +19,7 @@ HEALTHY = dict(
     bytes_received=14480, rtt_sum_us=5000, rtt_samples=5, rtt_us=1000, min_rtt_us=1000,
     notsent_bytes=0, wmem_queued=4096, sndbuf=87040, ca_state=0, retransmits_now=0, backoff=0,
     snd_mss=1448, snd_wnd=65535, rcv_space=14480, writes=2, write_bytes=14480, small_writes=0,
-    unacked=0, last_ack_recv_ms=10,
+    unacked=0, last_ack_recv_ms=10, last_data_sent_ms=10,
 )
 
 
@@ -88,8 +88,12 @@ def test_a_connection_waiting_on_an_rto_is_in_timeout_and_its_probe_no_fast_retr
         ) -> None:
     """A cut before its first RTO: data in flight, no ACK for 200 ms (Linux's least RTO),
     a tail-loss probe sent."""
-    assert held(unacked=3, last_ack_recv_ms=250, retrans=1, rto=0) == ("timeout",)
-    assert held(unacked=3, last_ack_recv_ms=250) == ("timeout",)
+    assert held(unacked=3, last_ack_recv_ms=250, last_data_sent_ms=220, retrans=1,
+                rto=0) == ("timeout",)
+    assert held(unacked=3, last_ack_recv_ms=250, last_data_sent_ms=250) == ("timeout",)
+    # a request just sent on a connection idle for seconds: its last ACK is old, its wait not
+    assert held(unacked=1, last_ack_recv_ms=3000, last_data_sent_ms=5) == ("app_limited",)
+    assert held(unacked=1, last_ack_recv_ms=3000, last_data_sent_ms=math.nan) == ("timeout",)
     assert held(unacked=0, last_ack_recv_ms=5000) == ("app_limited",)  # idle, all acked
     assert held(unacked=3, last_ack_recv_ms=40) == ("app_limited",)  # a delayed ACK's wait
     # a SYN in flight: no ACK ever came (no RTT sample), last_ack_recv counts from boot

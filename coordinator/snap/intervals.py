@@ -50,6 +50,7 @@ class IntervalStats:
     snd_wnd: np.ndarray  # tcpi_snd_wnd (5.4), the peer's window
     unacked: np.ndarray  # tcpi_unacked: segments in flight
     last_ack_recv_ms: np.ndarray  # tcpi_last_ack_recv: since the last ACK came
+    last_data_sent_ms: np.ndarray  # tcpi_last_data_sent: since the last (re)transmission
     rcv_space: np.ndarray
     # socket calls in the interval (SNAP's socket-call log), from tracing
     writes: np.ndarray
