@@ -73,7 +73,7 @@ import numpy as np
 
 from benchmarks.results_md import update_section
 from common.protocol.snap import Profile, Profiling, SnapReportEvent
-from coordinator.snap.classify import DEFAULTS, PROBLEMS
+from coordinator.snap.classify import DEFAULTS, PROBLEMS, TCP_RTO_MIN_MS
 from testbed.snap_validation import (
     ENDS,
     NO_PROBLEM,
@@ -267,6 +267,18 @@ def labels(kind: str, end: str, iv: Intervals, windows: list[tuple[float, float]
             else frozenset() for a, b in zip(iv.start_s, iv.end_s, strict=True)]
 
 
+def stall_position(a: float, b: float, windows: list[tuple[float, float]]) -> str:
+    """Where interval (a, b] meets the stall it overlaps: `head` if it ends within Linux's
+    least RTO of the cut (no RTO can have fired yet: to the kernel too the lost segment is
+    only a late ACK), else the interval's (start, end) from the cut, in ms."""
+    for w0, w1 in windows:
+        if a < w1 and b > w0:
+            if b < w0 + TCP_RTO_MIN_MS / 1e3:
+                return "head"
+            return f"{1e3 * (a - w0):.0f}..{1e3 * (b - w0):.0f}"
+    return "outside"
+
+
 @dataclass
 class Tally:
     tp: int = 0
@@ -276,6 +288,7 @@ class Tally:
     fp_by: Counter[str] = field(default_factory=Counter)  # "kind/end"
     fn_as: Counter[str] = field(default_factory=Counter)  # what the missed ones were called
     fn_idle: int = 0  # missed ones in which the connection sent and received nothing
+    fn_where: Counter[str] = field(default_factory=Counter)  # where in its stall a miss is
     labeled_s: float = 0.0
     fn_s: float = 0.0
     fn_max_s: float = 0.0
@@ -286,7 +299,8 @@ class Tally:
                 "precision": _ratio(self.tp, self.tp + self.fp),
                 "recall": _ratio(self.tp, labeled),
                 "fp_by_connection": dict(self.fp_by), "fn_classified_as": dict(self.fn_as),
-                "fn_idle": self.fn_idle, "labeled_s": round(self.labeled_s, 3),
+                "fn_idle": self.fn_idle, "fn_in_stall": dict(self.fn_where),
+                "labeled_s": round(self.labeled_s, 3),
                 "labeled_mean_s": _ratio(self.labeled_s, labeled),
                 "fn_mean_s": _ratio(self.fn_s, self.fn), "fn_max_s": self.fn_max_s}
 
@@ -325,6 +339,8 @@ def score(rebuilt: dict[tuple[str, str], Intervals], windows: list[tuple[float, 
                     t.fp_by[f"{kind}/{end}"] += n
                 if w and not g:
                     t.fn_as["+".join(sorted(got)) or NO_PROBLEM] += n
+                    if c == "timeout":
+                        t.fn_where[stall_position(iv.start_s[i], iv.end_s[i], windows)] += n
                     t.fn_max_s = max(t.fn_max_s, span / n)
         for quiet, idle in iv.idle:  # all app_limited; idle ones where all share a label
             if all(scored[i] for i in quiet) and len({truth[i] for i in quiet}) == 1:

@@ -5,7 +5,8 @@ receiver-window bug, ACC 0.8; 2.7% of the other machines above α.)
 Six hosts in namespaces on a bridge. In every run each host's `bg_client` keeps a connection to
 every other host's `bg_server` (60 sockets), asking for --reply-bytes at exponential gaps of
 mean --gap-s, and every host's sniffer profiles it for --duration-s. The runs: *control* (that
-alone); *incast* (`incast_agg` on --aggregator asks 5 `incast_wrk` at once for
+alone); *incast* (`incast_agg` on --aggregator asks the `incast_wrk` of --workers hosts at
+once, --connections-per-worker connections to each (5 × 7: the paper's 35 workers), for
 --response-bytes, through a tbf qdisc on the bridge port into it); *loss* (the injector on
 --lossy drops --loss-fraction of every TCP packet into it). The reports are saved and ranked
 by benchmarks/snap_correlation_analysis.py.
@@ -70,7 +71,9 @@ class Settings:
     table_interval_s: float = _knob(0.5, "the profile's table interval")
     reply_bytes: int = _knob(20_000, "background reply size")
     gap_s: float = _knob(0.1, "background mean gap between requests")
-    workers: int = _knob(5, "incast workers")
+    workers: int = _knob(5, "incast worker hosts")
+    connections_per_worker: int = _knob(
+        7, "the aggregator's connections to each worker host (7 × 5: the paper's 35 workers)")
     response_bytes: int = _knob(100_000, "each worker's incast answer")
     incast_gap_s: float = _knob(0.05, "gap between incast rounds")
     rate_mbit: float = _knob(100.0, "tbf rate into the aggregator")
@@ -336,7 +339,8 @@ def _start_clients(procs: Procs, plan: TestbedPlan, s: Settings, incast: bool
         clients["incast"] = procs.child(s.aggregator, {
             "role": "aggregator", "comm": "incast_agg", "port": INCAST_PORT,
             "seconds": seconds, "response_bytes": s.response_bytes, "gap_s": s.incast_gap_s,
-            "workers": [plan.host(w).address for w in _workers(plan, s)]})
+            "workers": [plan.host(w).address for w in _workers(plan, s)
+                        for _ in range(s.connections_per_worker)]})
     return clients
 
 
@@ -426,6 +430,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"{host!r} is no host; the hosts are {list(HOSTS)}")
     if not 1 <= args.workers < len(HOSTS):
         p.error(f"--workers {args.workers}: 1 to {len(HOSTS) - 1}")
+    if not 1 <= args.connections_per_worker <= 50:
+        p.error(f"--connections-per-worker {args.connections_per_worker}: 1 to 50")
     return args
 
 
@@ -453,6 +459,7 @@ def main() -> None:
         return
     if args.reanalyse:
         saved = json.loads(OUT.read_text())
+        saved["settings"].setdefault("connections_per_worker", 1)  # runs saved before it
         finish(saved["meta"], Settings(**saved["settings"]), saved["plan"], saved["runs"])
         return
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: every undo runs
