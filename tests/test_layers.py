@@ -20,8 +20,9 @@ RANK = {"common": 0, "injector": 1, "sniffer": 1, "testbed": 2, "coordinator": 3
 # Below-rank imports allowed all the same: the fake remote is a tool as much as a test (the
 # fuzz campaign makes a real run directory with it, in virtual time, without root); SNAP's
 # classifier is one pure code for the sniffer on each host (which classifies every interval to
-# decide what to log and what to poll faster) and the coordinator offline.
-ALLOWED_UPWARD = ("tests.fakes", "coordinator.snap")
+# decide what to log and what to poll faster) and the coordinator offline; the causal-path
+# model is the trace format the testbed's generator of known paths writes.
+ALLOWED_UPWARD = ("tests.fakes", "coordinator.snap", "coordinator.paths")
 
 PRESENTATION = ("rich", "argparse", "matplotlib")
 # sub-package -> what it must never import (prefixes of module names)
@@ -35,6 +36,10 @@ FORBIDDEN = {
     "coordinator.snap": ("coordinator.core", "coordinator.config", "coordinator.live",
                          "coordinator.cli", "pydantic", "yaml", "paramiko", "scipy", "common",
                          "sniffer", "injector", "testbed", *PRESENTATION),
+    "coordinator.paths": ("coordinator.core", "coordinator.config", "coordinator.live",
+                          "coordinator.cli", "coordinator.snap", "pydantic", "yaml",
+                          "paramiko", "scipy", "common", "sniffer", "injector", "testbed",
+                          *PRESENTATION),
 }
 
 

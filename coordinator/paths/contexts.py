@@ -1,0 +1,97 @@
+"""One node's request contexts, followed through its events in time order.
+
+- A request arriving on a connection the node serves opens a context; its latest message is
+  the request.
+- A call the node sends is put in a context (the linker's choice); the reply coming back on
+  that connection becomes that context's latest message.
+- The node's reply on a connection answers the request last received on it: its parent is
+  that context's latest message, and the context closes.
+- A context *waits* from the moment it sends a call until a message arrives in it: sequential
+  code does nothing more until the answer is back. Parallel calls leave within `fanout_s` of
+  each other, so a context that sent a call that recently may still send another.
+- A spontaneous call roots a context that opens when its first answer arrives (a timer's
+  chain of calls). An answer into a closed context (a fire-and-forget call's) changes
+  nothing. Contexts with no message for longer than the window are forgotten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Context:
+    opened_s: float
+    latest_s: float
+    latest: int  # message
+    acted_s: float | None = None  # when it last sent a call since `latest` arrived
+
+
+class ContextWalker:
+    def __init__(self, window_s: float, fanout_s: float) -> None:
+        self.window_s, self.fanout_s = window_s, fanout_s
+        self.open: dict[int, Context] = {}  # oldest first
+        self.rooted: set[int] = set()  # spontaneous calls' contexts, no answer yet
+        self.context_of: dict[int, int] = {}  # latest message -> its open context
+        self.pending: dict[int, int] = {}  # connection (served) -> its request's context
+        self.calls: dict[int, int] = {}  # connection (called) -> its last call's context
+        self.next_id = 0
+
+    def _new(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def _arrive(self, ctx: int, t: float, msg: int) -> None:
+        c = self.open[ctx]
+        self.context_of.pop(c.latest, None)
+        c.latest_s, c.latest, c.acted_s = t, msg, None
+        self.context_of[msg] = ctx
+
+    def _close(self, ctx: int) -> None:
+        c = self.open.pop(ctx, None)
+        if c is not None:
+            self.context_of.pop(c.latest, None)
+
+    def request_arrived(self, conn: int, msg: int, t: float) -> None:
+        ctx = self._new()
+        self.open[ctx] = Context(t, t, msg)
+        self.context_of[msg] = ctx
+        self.pending[conn] = ctx
+
+    def reply_arrived(self, conn: int, msg: int, t: float) -> None:
+        ctx = self.calls.get(conn)
+        if ctx is None:
+            return
+        if ctx in self.rooted:
+            self.rooted.discard(ctx)
+            self.open[ctx] = Context(t, t, msg)
+            self.context_of[msg] = ctx
+        elif ctx in self.open:
+            self._arrive(ctx, t, msg)
+
+    def answer(self, conn: int) -> int | None:
+        """The parent of this node's reply on `conn` (None: its request is not in the trace),
+        closing that request's context."""
+        ctx = self.pending.pop(conn, None)
+        c = self.open.get(ctx) if ctx is not None else None
+        if c is None:
+            return None
+        self._close(ctx)
+        return c.latest
+
+    def ready(self, t: float) -> list[Context]:
+        """The open contexts that may send a call at `t` (not waiting), oldest first."""
+        for ctx in [k for k, c in self.open.items() if c.latest_s < t - self.window_s]:
+            self._close(ctx)
+        return [c for c in self.open.values()
+                if c.acted_s is None or t - c.acted_s <= self.fanout_s]
+
+    def call_sent(self, conn: int, parent: int | None, t: float) -> None:
+        """Put the call in its parent's context, or in a new one it roots."""
+        ctx = self.context_of.get(parent) if parent is not None else None
+        if ctx is None:
+            ctx = self._new()
+            self.rooted.add(ctx)
+        else:
+            self.open[ctx].acted_s = t
+        self.calls[conn] = ctx

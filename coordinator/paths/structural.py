@@ -1,0 +1,202 @@
+"""Linking with what a black box shows besides timing: FCFS and context linking.
+
+WAP5 §5.1 weighs every message into a node by its delay alone. On a TCP connection the
+logical messages alternate, and the end that listens answers: a reply answers the request
+before it on its connection, and a node's outgoing call can only belong to a request still
+open at that node (received, its reply not yet sent) and not waiting on a call of its own.
+Both linkers here follow each node's contexts through its events (`contexts`): a node's
+reply's parent is its request's context's latest message, by construction.
+
+Which context a call belongs to is the one choice left. *FCFS* (TraceWeaver's baseline,
+with the same contexts): the oldest ready context. *Context linking* (ours): each ready
+context offers one candidate, its latest message (the only one of it that can be the parent
+in WAP5's causality model), weighed by the density of its delay (`delay_model`: §5.1's
+exponential in a first pass, then lognormals per transition fitted to the links found),
+against §5.1's spontaneous weight. Messages a node sent while untraced, and replies whose
+request came before the trace, keep §5.1's candidates.
+
+The result has §5.1's form (candidate links with probabilities), so trees, patterns and
+scores are built the same way for every linker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from coordinator.paths.candidates import Candidates, departure_and_arrival
+from coordinator.paths.contexts import Context, ContextWalker
+from coordinator.paths.delay_model import DelayModel, fit_lognormals
+from coordinator.paths.messages import Trace
+from coordinator.paths.wap5 import (
+    DEFAULT_LINKING,
+    LinkingSettings,
+    LinkProbabilities,
+    causal_delay_means,
+    wap5_probabilities,
+)
+
+# Parallel calls of one context leave within this of each other (an event loop's tick).
+FANOUT_S = 0.0005
+# A transition's delays are fitted once it has this many links.
+MIN_FIT_SAMPLES = 20
+
+# (ready contexts, departure time, node, callee) -> [(parent, weight)], spontaneous weight
+Chooser = Callable[[list[Context], float, int, int], tuple[list[tuple[int, float]], float]]
+Decided = dict[int, tuple[list[tuple[int, float]], float]]
+
+
+def fcfs_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING
+                       ) -> LinkProbabilities:
+    """A call belongs to the oldest ready context (first come, first served)."""
+    def oldest(ready: list[Context], _t: float, _node: int, _callee: int
+               ) -> tuple[list[tuple[int, float]], float]:
+        return ([(ready[0].latest, 1.0)], 0.0) if ready else ([], 1.0)
+    walk = _Walk(trace, settings)
+    return walk.result(walk.run(oldest))
+
+
+def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING,
+                          iterations: int = 3) -> LinkProbabilities:
+    """Each ready context's latest message, weighed by the delay model; the model refitted to
+    the links found, `iterations` passes in all (§5.1 notes its steps could be iterated)."""
+    walk = _Walk(trace, settings)
+    model = DelayModel(walk.d, settings.spontaneous_y)
+    decided = walk.run(walk.chooser(model))
+    for _ in range(iterations - 1):
+        model = walk.refit(decided)
+        decided = walk.run(walk.chooser(model))
+    return walk.result(decided)
+
+
+class _Walk:
+    """The trace's events by node, walked with a context chooser."""
+
+    def __init__(self, trace: Trace, settings: LinkingSettings) -> None:
+        self.trace, self.settings = trace, settings
+        self.base = wap5_probabilities(trace, settings)
+        self.d = causal_delay_means(trace, self.base.links)
+        m = trace.messages
+        self.out_t, self.in_t, _, _ = departure_and_arrival(trace)
+        self.events = list(_events_by_node(trace, self.out_t, self.in_t, np.isnan(m.send_s),
+                                           np.isnan(m.recv_s)))
+        self.src = m.src.tolist()
+
+    def chooser(self, model: DelayModel) -> Chooser:
+        src = self.src
+
+        def by_density(ready: list[Context], t: float, node: int, callee: int
+                       ) -> tuple[list[tuple[int, float]], float]:
+            if not ready:
+                return [], 1.0
+            p, spontaneous = model.weigh(node, callee, [src[c.latest] for c in ready],
+                                         [t - c.latest_s for c in ready])
+            return [(c.latest, w) for c, w in zip(ready, p, strict=True)], spontaneous
+        return by_density
+
+    def run(self, choose: Chooser) -> Decided:
+        m, trace = self.trace.messages, self.trace
+        is_reply = trace.is_reply().tolist()
+        conns, dsts = m.conn.tolist(), m.dst.tolist()
+        clients = trace.clients.tolist()
+        spontaneous_clients = self.settings.clients_spontaneous
+        decided: Decided = {}
+        for node, events in self.events:
+            walker = ContextWalker(self.settings.window_s, FANOUT_S)
+            for t, departing, msg in events:
+                conn = conns[msg]
+                if not departing:
+                    if is_reply[msg]:
+                        walker.reply_arrived(conn, msg, t)
+                    else:
+                        walker.request_arrived(conn, msg, t)
+                elif is_reply[msg]:
+                    parent = walker.answer(conn)
+                    if parent is not None:  # else no request seen on it: §5.1's candidates
+                        decided[msg] = ([(parent, 1.0)], 0.0)
+                elif clients[node] and spontaneous_clients:
+                    walker.call_sent(conn, None, t)
+                else:
+                    links, spont = choose(walker.ready(t), t, node, dsts[msg])
+                    total = spont + sum(w for _, w in links)
+                    links = [(p, w / total) for p, w in links]
+                    decided[msg] = (links, spont / total)
+                    best = max(links, key=lambda x: x[1], default=None)
+                    walker.call_sent(conn, best[0] if best and best[1] > spont / total
+                                     else None, t)
+        return decided
+
+    def refit(self, decided: Decided) -> DelayModel:
+        """Lognormals per transition and per pair from the calls' most likely parents."""
+        m = self.trace.messages
+        is_reply = self.trace.is_reply()
+        transitions, pairs, delays = [], [], []
+        for msg, (links, spont) in decided.items():
+            best = max(links, key=lambda x: x[1], default=None)
+            if not is_reply[msg] and best and best[1] > spont:
+                node, callee = int(m.src[msg]), int(m.dst[msg])
+                transitions.append((self.src[best[0]], node, callee))
+                pairs.append((node, callee))
+                delays.append(float(self.out_t[msg] - self.in_t[best[0]]))
+        by_transition: dict = fit_lognormals(transitions, delays, MIN_FIT_SAMPLES)
+        by_pair: dict = fit_lognormals(pairs, delays, MIN_FIT_SAMPLES)
+        return DelayModel(self.d, self.settings.spontaneous_y,
+                          transitions=by_transition, pairs=by_pair)
+
+    def result(self, decided: Decided) -> LinkProbabilities:
+        return _replace(self.base, decided, self.in_t)
+
+
+def _events_by_node(trace: Trace, out_t: np.ndarray, in_t: np.ndarray, nil_send: np.ndarray,
+                    nil_recv: np.ndarray) -> Iterator[tuple[int, list[tuple[float, bool, int]]]]:
+    """Per traced node, its (time, departing, message) events in time order, arrivals before
+    departures at equal times (a message received at the instant another leaves may be its
+    cause, as in the candidates)."""
+    m = trace.messages
+    arrivals = np.flatnonzero(~nil_recv)
+    departures = np.flatnonzero(~nil_send)
+    node = np.concatenate([m.dst[arrivals], m.src[departures]])
+    time = np.concatenate([in_t[arrivals], out_t[departures]])
+    departing = np.concatenate([np.zeros(len(arrivals), bool), np.ones(len(departures), bool)])
+    msg = np.concatenate([arrivals, departures])
+    order = np.lexsort((departing, time, node))
+    node, time, departing, msg = (a[order].tolist() for a in (node, time, departing, msg))
+    bounds = np.flatnonzero(np.diff(node)) + 1 if node else np.empty(0, int)
+    starts = [0, *bounds.tolist()]
+    ends = [*bounds.tolist(), len(node)]
+    for a, b in zip(starts, ends, strict=True):
+        yield node[a], list(zip(time[a:b], departing[a:b], msg[a:b], strict=True))
+
+
+def _replace(base: LinkProbabilities, decided: Decided,
+             in_t: np.ndarray) -> LinkProbabilities:
+    """`base` with the candidates of the decided children replaced by the decided ones."""
+    n = len(base.p_spontaneous)
+    keep = ~np.isin(base.links.child, np.fromiter(decided, dtype=np.int64, count=len(decided)))
+    child = [base.links.child[keep]]
+    parent = [base.links.parent[keep]]
+    p = [base.p[keep]]
+    p_spontaneous = base.p_spontaneous.copy()
+    new_child, new_parent, new_p = [], [], []
+    for msg, (links, spontaneous) in decided.items():
+        p_spontaneous[msg] = spontaneous
+        for par, prob in links:
+            new_child.append(msg)
+            new_parent.append(par)
+            new_p.append(prob)
+    child.append(np.asarray(new_child, dtype=np.int64))
+    parent.append(np.asarray(new_parent, dtype=np.int64))
+    p.append(np.asarray(new_p, dtype=float))
+    all_child = np.concatenate(child)
+    all_parent = np.concatenate(parent)
+    all_p = np.concatenate(p)
+    out_t = base.links.out_time_s
+    delay = out_t[all_child] - in_t[all_parent]
+    order = np.lexsort((-in_t[all_parent], all_child))  # per child, latest first
+    all_child, all_parent, all_p, delay = (a[order] for a in (all_child, all_parent, all_p,
+                                                              delay))
+    start = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(all_child, minlength=n), out=start[1:])
+    return LinkProbabilities(Candidates(all_child, all_parent, delay, start, out_t), all_p,
+                             p_spontaneous)

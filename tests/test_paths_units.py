@@ -1,0 +1,195 @@
+"""Causal-path analysis (coordinator.paths) on hand-made and generated traces: WAP5 §5.1's
+numbers, the structural linkers, instances and patterns, clock offsets."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from coordinator.paths.accuracy import best_instances, tree_accuracy
+from coordinator.paths.candidates import Candidates, candidates
+from coordinator.paths.clocks import clock_offsets
+from coordinator.paths.instances import ChildIndex, instances_from, path_instances
+from coordinator.paths.messages import Connections, Messages, Trace
+from coordinator.paths.patterns import aggregate
+from coordinator.paths.structural import context_probabilities, fcfs_probabilities
+from coordinator.paths.wap5 import (
+    LinkingSettings,
+    LinkProbabilities,
+    causal_delay_means,
+    wap5_probabilities,
+)
+from testbed.synthetic_paths import generate, three_tier
+
+T0 = 1_700_000_000.0
+
+
+def trace_of(rows: list[tuple[float, float, str, str, int]],
+             conns: list[tuple[str, str, int, int]], nodes: tuple[str, ...]) -> Trace:
+    """rows: (send, recv, src, dst, conn) with times relative to T0 (NaN: nil); conns:
+    (client, server, client port, server port); each node on a host of its own name."""
+    index = {n: i for i, n in enumerate(nodes)}
+    m = Messages([T0 + r[0] for r in rows], [T0 + r[1] for r in rows],
+                 [index[r[2]] for r in rows], [index[r[3]] for r in rows],
+                 [r[4] for r in rows], [10] * len(rows))
+    c = Connections([index[x[0]] for x in conns], [index[x[1]] for x in conns],
+                    [x[2] for x in conns], [x[3] for x in conns])
+    return Trace.sorted(m, c, nodes, np.arange(len(nodes)), nodes)
+
+
+# Figure 5 of the paper: three calls into B (from X, Y, Z), then B→C; and earlier, four
+# B→C calls each 1 ms after a message into B, so d_{B→C} = 1 ms.
+NODES = ("X", "Y", "Z", "B", "C")
+CONNS = [("X", "B", 40001, 80), ("Y", "B", 40002, 80), ("Z", "B", 40003, 80),
+         ("B", "C", 40004, 5432)]
+
+
+def figure5() -> Trace:
+    rows = []
+    for k in range(4):  # the warm-up: X→B then B→C 1 ms later, C answers
+        t = 0.1 * k
+        rows += [(t, t + 0.0001, "X", "B", 0), (t + 0.0011, t + 0.0012, "B", "C", 3),
+                 (t + 0.0015, t + 0.0016, "C", "B", 3), (t + 0.002, t + 0.0021, "B", "X", 0)]
+    t = 1.0  # arrivals at B at 1.000, 1.001, 1.002; B→C at 1.003
+    rows += [(t - 0.0001, t, "X", "B", 0), (t + 0.0009, t + 0.001, "Y", "B", 1),
+             (t + 0.0019, t + 0.002, "Z", "B", 2), (t + 0.003, t + 0.0031, "B", "C", 3)]
+    return trace_of(rows, CONNS, NODES)
+
+
+def test_candidates_are_the_messages_into_the_sender_within_x_latest_first() -> None:
+    trace = figure5()
+    links = candidates(trace, window_s=0.5)
+    child = len(trace.messages) - 1  # the last B→C
+    got = links.parent[links.start[child]:links.start[child + 1]]
+    senders = [trace.nodes[trace.messages.src[p]] for p in got]
+    assert senders == ["Z", "Y", "X"]  # within 0.5 s: only the three of Figure 5
+    assert_allclose(links.delay_s[links.start[child]:links.start[child + 1]],
+                    [0.001, 0.002, 0.003], atol=1e-6)
+
+
+def test_wap5_step_2_weights_are_the_papers_exponential_with_y_4() -> None:
+    """§5.1: weight exp(−λ(t4 − ti)) per parent, exp(−y) for spontaneous, normalised."""
+    trace = figure5()
+    settings = LinkingSettings(window_s=0.5, clients_spontaneous=False)
+    probs = wap5_probabilities(trace, settings)
+    d = causal_delay_means(trace, probs.links)
+    b, c = trace.nodes.index("B"), trace.nodes.index("C")
+    # step 1: the mean of the latest preceding delays of the five B→C messages
+    assert_allclose(d[b, c], (4 * 0.001 + 0.001) / 5, rtol=1e-4)
+    child = len(trace.messages) - 1
+    p = probs.p[probs.links.start[child]:probs.links.start[child + 1]]
+    w = np.exp(-np.array([0.001, 0.002, 0.003]) / d[b, c])
+    total = w.sum() + math.exp(-4)
+    assert_allclose(p, w / total, rtol=1e-3)
+    assert_allclose(probs.p_spontaneous[child], math.exp(-4) / total, rtol=1e-3)
+
+
+def test_an_untraced_node_s_messages_link_only_back_to_the_same_node() -> None:
+    """§5.1: with B untraced, B→A may only be caused by an A→B message, on A's clock."""
+    nan = math.nan
+    rows = [(0.0, nan, "A", "B", 0), (0.001, nan, "C", "B", 1), (nan, 0.004, "B", "A", 0)]
+    trace = trace_of(rows, [("A", "B", 40000, 80), ("C", "B", 40001, 80)], ("A", "B", "C"))
+    links = candidates(trace, window_s=1.0)
+    reply = int(np.flatnonzero(trace.messages.src == trace.nodes.index("B"))[0])
+    got = links.parent[links.start[reply]:links.start[reply + 1]]
+    assert [trace.nodes[trace.messages.src[p]] for p in got] == ["A"]
+    assert_allclose(links.delay_s[links.start[reply]], 0.004, atol=1e-6)
+
+
+def test_a_reply_is_linked_to_its_own_request_though_a_later_one_arrived() -> None:
+    """A database answers a slow query after a fast one arrived on another connection:
+    §5.1 takes the latest message into the database, the contexts the request it answers."""
+    rows = [(0.0, 0.0001, "app", "db", 0),      # slow query on connection 0
+            (0.05, 0.0501, "app", "db", 1),     # fast query on connection 1
+            (0.0502, 0.0503, "db", "app", 1),   # its answer
+            (0.1, 0.1001, "db", "app", 0)]      # the slow one's answer, 100 ms on
+    trace = trace_of(rows, [("app", "db", 40000, 5432), ("app", "db", 40001, 5432)],
+                     ("app", "db"))
+    slow_answer = 3
+    settings = LinkingSettings(window_s=1.0, clients_spontaneous=False)
+    wap5 = wap5_probabilities(trace, settings).most_likely_parent()
+    ours = context_probabilities(trace, settings).most_likely_parent()
+    fcfs = fcfs_probabilities(trace, settings).most_likely_parent()
+    assert wap5[slow_answer] == 1  # the latest query into db, the wrong one
+    assert ours[slow_answer] == 0
+    assert fcfs[slow_answer] == 0
+
+
+def test_try_both_builds_the_two_instances_of_figure_4_with_their_probabilities() -> None:
+    """Figure 4: links of p 0.8, 0.9 (taken), 0.2, 0.1 (left), 0.48 (try-both): p1 ≈ 0.270
+    without the last, p2 ≈ 0.249 with it."""
+    n = 6
+    child = np.array([1, 2, 3, 4, 5])
+    p = np.array([0.8, 0.9, 0.2, 0.1, 0.48])
+    start = np.concatenate([[0, 0], np.arange(1, 6)])
+    links = Candidates(child, np.zeros(5, dtype=np.int64), np.full(5, 0.001), start,
+                       np.zeros(n))
+    spontaneous = np.array([1.0, 0.2, 0.1, 0.8, 0.9, 0.52])
+    probs = LinkProbabilities(links, p, spontaneous)
+    settings = LinkingSettings()
+    got = instances_from(0, ChildIndex(probs, settings), settings.max_try_both)
+    assert [round(i.probability, 3) for i in got] == [0.27, 0.249]
+    assert got[0].messages == (0, 1, 2)
+    assert got[1].messages == (0, 1, 2, 5)
+
+
+def test_clock_offsets_of_50_ms_are_recovered_within_a_tenth_of_a_millisecond() -> None:
+    offsets = {"web": 0.05, "app1": -0.05, "db": 0.031, "client0": -0.02}
+    s = generate(three_tier(), 30, 10, offsets_s=offsets, seed=3)
+    got = clock_offsets(s.trace)
+    hosts = s.trace.hosts
+    ref = hosts[got.reference[hosts.index("web")]]
+    for h in ("web", "app1", "db", "client0"):
+        want = offsets.get(h, 0.0) - offsets.get(ref, 0.0)
+        assert abs(got.offset_s[hosts.index(h)] - want) < 1e-4, h
+    # the network delays with the offsets out are the generator's, 0.5 ms plus jitter
+    delays = got.network_delay_s(s.trace)
+    assert np.nanmin(delays) >= 0.0005 - 1e-6
+    assert np.nanmedian(delays) < 0.0007
+
+
+def test_at_low_load_context_linking_finds_every_request_s_tree() -> None:
+    s = generate(three_tier(), 5, 40, seed=5)
+    settings = LinkingSettings(window_s=1.0)
+    best = best_instances(path_instances(context_probabilities(s.trace, settings), settings))
+    right, total = tree_accuracy(best, s.true_parent, s.request)
+    assert total > 150
+    assert right == total
+
+
+@pytest.mark.parametrize("rate", [50, 100])
+def test_context_linking_beats_wap5_and_fcfs_under_concurrency(rate: float) -> None:
+    s = generate(three_tier(apps=2), rate, 10, seed=7)
+    settings = LinkingSettings(window_s=1.0)
+    score = {}
+    for name, linker in (("wap5", wap5_probabilities), ("fcfs", fcfs_probabilities),
+                         ("ours", context_probabilities)):
+        best = best_instances(path_instances(linker(s.trace, settings), settings))
+        right, total = tree_accuracy(best, s.true_parent, s.request)
+        score[name] = right / total
+    assert score["ours"] > score["wap5"] + 0.1, score
+    assert score["ours"] > score["fcfs"] + 0.05, score
+
+
+def test_patterns_name_clients_and_ephemeral_ports_and_count_crossings() -> None:
+    s = generate(three_tier(clients=3), 5, 40, seed=11)
+    settings = LinkingSettings(window_s=1.0)
+    per_root = path_instances(context_probabilities(s.trace, settings), settings)
+    patterns = aggregate([inst[0] for inst in per_root], s.trace, clock_offsets(s.trace))
+    # three client hosts, one name, no client port; every request's tree starts there
+    from_clients = [p for p in patterns if p.hops[0].label == "CLIENT->web:80"]
+    assert sum(p.count for p in from_clients) == int((s.true_parent < 0).sum())
+    assert not any("client" in h.label for p in patterns for h in p.hops)
+    view_item = [p for p in patterns if len(p.hops) == 8
+                 and [h.label for h in p.hops].count("app1->db:5432") == 2]
+    assert view_item, [p.key for p in patterns]
+    pattern = view_item[0]
+    assert pattern.crossings["app1->db"] == 2
+    assert pattern.crossings["db->app1"] == 2
+    assert pattern.crossings["web->app1"] == 1
+    assert all(h.critical == 1.0 for h in pattern.hops)  # a chain: every hop is on it
+    assert 0.0005 < pattern.hops[1].network_delay_s < 0.001
+    assert sum(p.count for p in patterns) == len(per_root)
