@@ -1,12 +1,15 @@
 """`python -m sniffer`: reports the links that carried traffic, over JSON lines on stdio.
 
 Requests (`common.protocol.sniffer`, served by `common.jsonlines`): `{"id": 1, "cmd": "health"
-| "poll" | "watch" | "unwatch" | "profile" | "unprofile" | "stop", ...}`.
+| "poll" | "watch" | "unwatch" | "profile" | "unprofile" | "trace" | "untrace" | "stop",
+...}`.
 `poll` answers with every link that carried at least `threshold` messages since the previous
 poll; `watch` with `interval_s` emits such a report as an event (`{"event": "report", ...}`)
 every interval until `unwatch`, which first emits a last report up to that moment. `profile`
 runs SNAP (`common.protocol.snap`: `{"event": "snap", ...}` every report interval) until
-`unprofile`, likewise with a last report. Closing
+`unprofile`, likewise with a last report. `trace` captures the host's TCP messages for causal
+paths (`common.protocol.trace`: `{"event": "trace", ...}` every report interval) until
+`untrace`, likewise. Closing
 stdin (the SSH channel) ends the daemon.
 """
 
@@ -28,6 +31,7 @@ from common.protocol import sniffer as protocol
 from common.protocol.base import Empty, Request, Result, Stopped
 from common.protocol.snap import Profile, Unprofile
 from common.protocol.sniffer import LinkCount, Report, ReportEvent
+from common.protocol.trace import TraceRequest, Untrace
 from sniffer.kernel import (
     ClosedSockets,
     dump_sockets,
@@ -37,6 +41,7 @@ from sniffer.kernel import (
 )
 from sniffer.links import Process, SocketRecord, active, link_counts, match_closed
 from sniffer.profiling import Profiler
+from sniffer.tracing import MessageTracer
 
 KEEP_VANISHED_POLLS = 2  # a socket gone from the dump waits this long for its closing notice
 
@@ -107,6 +112,7 @@ class Service:
         self.watcher: threading.Thread | None = None
         self.threshold = 1
         self.profiler = Profiler(self.out, sniffer.ephemeral, closing, tracing)
+        self.tracer = MessageTracer(self.out)
 
     def handle(self, request: Request[Any]) -> Result:
         match request:
@@ -137,6 +143,10 @@ class Service:
                         from e
             case Unprofile():
                 return self.profiler.stop()
+            case TraceRequest():
+                return self.tracer.start(request)
+            case Untrace():
+                return self.tracer.stop()
             case protocol.Stop():
                 raise StopServing(Empty())
         raise InputError(Problem(f"unknown command {request.cmd!r}", field="cmd"))
@@ -211,5 +221,6 @@ def run(service: Service, stdin: IO[bytes] | IO[str], warning: str | None = None
     finally:
         service.unwatch()
         service.profiler.stop()
+        service.tracer.stop()
     service.out.write(Stopped(reason=reason))
     return 0

@@ -4,7 +4,7 @@ Per connection, a direction's payload between two turns of the conversation is o
 a segment in the other direction closes the message under way. A message is kept as its
 sequence range [first, end) and the capture times of its first and last segment; the host
 was its sender (segments leaving) or its receiver (segments arriving) — on loopback both,
-from one capture (the kernel shows a loopback packet once). A segment wholly before the
+from the packet's arriving copy (its leaving copy is skipped). A segment wholly before the
 message's end is a retransmission: it extends nothing. Sequence numbers are compared modulo
 2**32. A message with no new segment for `idle_s` is closed too, so one that is never
 answered (the last of a connection, a push) still comes out; so is every message of a
@@ -71,7 +71,9 @@ class MessageAssembler:
     def feed(self, time_s: float, src: tuple[str, int], dst: tuple[str, int], seq: int,
              payload: int, closing: bool, outgoing: bool) -> list[HostMessage]:
         """One captured segment; returns the messages it finished."""
-        loopback = src[0] in self.local and dst[0] in self.local and not outgoing
+        loopback = src[0] in self.local and dst[0] in self.local
+        if loopback and outgoing:
+            return []  # a loopback packet is seen leaving and arriving: one of them will do
         sent = outgoing or loopback
         local, remote = (src, dst) if sent and not loopback else (dst, src)
         if loopback:  # both ends here: key by the lower end, the direction by who sends

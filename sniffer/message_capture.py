@@ -55,6 +55,7 @@ class MessageCapture:
         self.segments = 0
         self.process_of: dict[tuple[Endpoint, Endpoint], str] = {}  # (local, remote) -> name
         self.listening: set[Endpoint] = set()
+        self.unnameable: set[tuple[Endpoint, Endpoint]] = set()
         self.known_owners: dict[int, Process] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -84,8 +85,9 @@ class MessageCapture:
         with self.lock:
             out = list(self.messages)
             self.messages.clear()
-        names = {(m.local, m.remote): self.process_of[(m.local, m.remote)]
-                 for m in out if (m.local, m.remote) in self.process_of}
+        names = {k: self.process_of[k] for m in out for k in ((m.local, m.remote),
+                                                              (m.remote, m.local))
+                 if k in self.process_of}
         return out, names, set(self.listening)
 
     def _run(self) -> None:
@@ -107,6 +109,8 @@ class MessageCapture:
                     next_expiry = now + 1.0
                 if now >= next_naming:  # while the connections still exist
                     keys = {(m.local, m.remote) for m in done} | set(self.assembler.open)
+                    # a loopback connection has a socket, and maybe a process, at either end
+                    keys |= {(b, a) for a, b in keys if b[0] in self.assembler.local}
                     if keys - set(self.process_of):
                         self._name_processes(keys)
                         next_naming = now + NAMING_INTERVAL_S
@@ -126,7 +130,7 @@ class MessageCapture:
         """Name the connections of `keys` not named yet: one sock_diag dump, /proc only if a
         socket's owner is new. A connection gone before this (shorter than the naming
         interval) stays unnamed."""
-        unnamed = keys - set(self.process_of)
+        unnamed = keys - set(self.process_of) - self.unnameable
         if not unnamed:
             return
         records = self.sockets()
@@ -135,9 +139,6 @@ class MessageCapture:
         inode_of = {((plain_address(r.local_addr), r.local_port),
                      (plain_address(r.remote_addr), r.remote_port)): r.inode
                     for r in records if r.proto == "tcp" and not r.listening}
-        # a loopback connection is keyed by its lower end; either end names the process
-        inode_of.update({(b, a): i for (a, b), i in list(inode_of.items()) if (b, a)
-                         not in inode_of})
         wanted = {k: inode_of[k] for k in unnamed if k in inode_of}
         if any(i not in self.known_owners for i in wanted.values()):
             self.known_owners = self.owners()
@@ -145,6 +146,8 @@ class MessageCapture:
             owner = self.known_owners.get(inode)
             if owner is not None:
                 self.process_of[key] = owner.name
+        # gone already, or held by no process (an orphan in TIME_WAIT): not looked for again
+        self.unnameable |= unnamed - set(self.process_of)
 
     def stats(self) -> dict[str, int]:
         _, drops = (0, 0) if self.ring is None else self.ring.drops()

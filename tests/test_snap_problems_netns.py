@@ -82,7 +82,8 @@ def test_the_healthy_connection_has_no_problem(observed: Observed) -> None:
 
 
 # Beyond its own class, what a connection may show: each allowance is checked by a test below.
-ALLOWED = {"timeout": {"fast_retransmit", "delayed_ack"}, "fast_retransmit": {"timeout"},
+ALLOWED = {"timeout": {"fast_retransmit", "delayed_ack"},
+           "fast_retransmit": {"timeout", "receiver_window"},
            "send_buffer": {"fast_retransmit"}, "receiver_window": {"fast_retransmit"}}
 
 
@@ -101,6 +102,15 @@ def test_the_lossy_connection_times_out_only_when_a_retransmission_is_lost(
     seen = observed.seen[("fast_retransmit", "server")]
     assert seen.sums["retrans"] >= 50, str(seen)
     assert seen.sums["rto"] <= 0.05 * seen.sums["retrans"], str(seen)
+
+
+def test_the_lossy_connection_is_receiver_window_limited_only_for_moments(
+        observed: Observed) -> None:
+    """While a hole is repaired the receiver holds the data after it in its out-of-order queue,
+    which takes from its window; a reader slowed by a busy machine adds to it. Seen as
+    rwnd_limited now and then (0.23 s of 13 s once in CI): allowed as a small share only."""
+    seen = observed.seen[("fast_retransmit", "server")]
+    assert seen.seconds.get("receiver_window", 0.0) <= 0.1 * PROFILED_S, str(seen)
 
 
 @pytest.mark.parametrize("kind", ["send_buffer", "receiver_window"])

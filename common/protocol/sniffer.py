@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, StrictFloat, TypeAdapter
 from common.protocol.base import Empty, Message, Request, Result
 from common.protocol.fields import LIMIT_UNIX_S, Count
 from common.protocol.snap import Profile, Unprofile
+from common.protocol.trace import TraceRequest, Untrace
 
 WATCH_MIN_S, WATCH_MAX_S = 0.05, 3600.0  # a report at most 20 times a second, at least hourly
 
@@ -92,6 +93,7 @@ class Stop(Request[Empty]):
     cmd: Literal["stop"] = "stop"
 
 
-AnySnifferRequest = HealthRequest | Poll | Watch | Unwatch | Profile | Unprofile | Stop
+AnySnifferRequest = (HealthRequest | Poll | Watch | Unwatch | Profile | Unprofile | TraceRequest
+                     | Untrace | Stop)
 SnifferRequest = Annotated[AnySnifferRequest, Field(discriminator="cmd")]
 SNIFFER_REQUEST: TypeAdapter[AnySnifferRequest] = TypeAdapter(SnifferRequest)

@@ -1,14 +1,22 @@
-"""How long a node takes between a message arriving and the call it causes: the density that
-weighs each candidate parent.
+"""How long a node takes between a message arriving and the call it causes, and how often it
+calls on its own: the weights of a call's candidate parents and of its being spontaneous.
 
 WAP5 §5.1 uses one exponential per node pair B→C, mean d_{B→C}, because its ranking
 survives a wrong d. But an exponential is memoryless: two contexts waiting for their calls
 are then indistinguishable by timing (swapping them leaves the product of the densities
 unchanged), and real service times are not memoryless: a handler parses a request in
-roughly the same time each time. So once a first pass has linked the trace, the delays of
-its links are fitted per *transition* (the parent's sender, the node, the callee: "a
-request from web, then a call to db" is not "db's answer, then the next query"), as a
-lognormal, falling back to the pair's fit and then to §5.1's exponential.
+roughly the same time each time. So once a first pass (§5.1's weights) has linked the trace,
+the delays of its links are fitted per *transition* (the parent's sender, the node, the
+callee: "a request from web, then a call to db" is not "db's answer, then the next query")
+as a lognormal, falling back to the pair's fit; with a broad log-uniform component of weight
+OUTLIER_WEIGHT, because real delays have outliers (a first request warming a thread up, a
+pause) that a lognormal's thin tail would make impossible.
+
+Spontaneity, fitted too: B's spontaneous calls to C as a Poisson process, its rate counted
+from the calls B made while no request of its was ready (plus one half, Jeffreys' prior, over
+the trace's duration). A rate and a density are both per second, so they weigh against each other: a
+server that never calls on its own links even a slow call to the request it serves, one with
+a timer calls spontaneously when no request explains the call.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ import numpy as np
 
 MIN_SIGMA = 0.1  # log-space spread floor: a few identical delays must not make a spike
 MIN_DELAY_S = 1e-7  # a parent arriving at the very instant the child leaves
+OUTLIER_WEIGHT = 0.05  # of the log-uniform component, from OUTLIER_FROM_S to the window
+OUTLIER_FROM_S = 1e-5
 
 
 @dataclass(frozen=True)
@@ -38,50 +48,50 @@ class LogNormal:
 
 
 class DelayModel:
-    """Densities per transition (parent sender, node, callee) and per pair (node, callee)."""
+    """§5.1's exponentials per pair (a first pass), or fits: densities per transition (parent
+    sender, node, callee) and per pair (node, callee), and spontaneous rates per pair."""
 
-    def __init__(self, pair_mean_s: np.ndarray, spontaneous_y: float,
-                 transitions: dict[tuple[int, int, int], LogNormal] | None = None,
-                 pairs: dict[tuple[int, int], LogNormal] | None = None) -> None:
+    def __init__(self, pair_mean_s: np.ndarray, spontaneous_y: float, window_s: float,
+                 transitions: dict[tuple[int, ...], LogNormal] | None = None,
+                 pairs: dict[tuple[int, ...], LogNormal] | None = None,
+                 spontaneous_per_s: dict[tuple[int, int], float] | None = None,
+                 default_spontaneous_per_s: float = 0.0) -> None:
         self.pair_mean_s = pair_mean_s  # §5.1's d per (node, callee); NaN: none
-        self.y = spontaneous_y
+        self.y, self.window_s = spontaneous_y, window_s
         self.transitions = transitions or {}
         self.pairs = pairs or {}
+        self.spontaneous_per_s = spontaneous_per_s or {}
+        self.default_spontaneous_per_s = default_spontaneous_per_s
+        self.fitted = bool(self.pairs)
 
     def density(self, parent_sender: int, node: int, callee: int, delay_s: float) -> float:
+        """The fitted density of a causal delay (per second), outliers included."""
         fit = self.transitions.get((parent_sender, node, callee)) or self.pairs.get(
             (node, callee))
-        if fit is not None:
-            return fit.density(delay_s)
-        d = self.pair_mean_s[node, callee]
-        return math.exp(-max(delay_s, 0.0) / d) / d
-
-    def mean_s(self, node: int, callee: int) -> float:
-        """The pair's mean delay: its fit's, else §5.1's d (NaN: none)."""
-        fit = self.pairs.get((node, callee))
-        return fit.mean_s if fit is not None else float(self.pair_mean_s[node, callee])
+        x = max(delay_s, MIN_DELAY_S)
+        broad = OUTLIER_WEIGHT / (max(x, OUTLIER_FROM_S)
+                                  * math.log(self.window_s / OUTLIER_FROM_S))
+        if fit is None:  # a pair without a fit: §5.1's exponential
+            d = self.pair_mean_s[node, callee]
+            return (1 - OUTLIER_WEIGHT) * math.exp(-x / d) / d + broad if d > 0 else broad
+        return (1 - OUTLIER_WEIGHT) * fit.density(x) + broad
 
     def weigh(self, node: int, callee: int, parent_senders: list[int], delays_s: list[float]
               ) -> tuple[list[float], float]:
-        """Each candidate's probability and the call's being spontaneous.
+        """Each candidate's weight and the call's being spontaneous (unnormalised)."""
+        if not self.fitted:
+            return self._first_pass(node, callee, delays_s)
+        rate = self.spontaneous_per_s.get((node, callee), self.default_spontaneous_per_s)
+        return ([self.density(s, node, callee, x) for s, x in zip(parent_senders, delays_s,
+                                                                  strict=True)], rate)
 
-        Whether the call is spontaneous is §5.1's question, answered as §5.1 does: against
-        the exponential of the pair's mean, so a late parent stays likelier than none unless
-        it is y means late (a lognormal's thin tail would call every slow step spontaneous).
-        Which candidate it is, is shared out by the transitions' densities."""
-        d = self.mean_s(node, callee)
+    def _first_pass(self, node: int, callee: int, delays_s: list[float]
+                    ) -> tuple[list[float], float]:
+        """§5.1's weights: exp(−t/d) per candidate, exp(−y) for none (no d: spontaneous)."""
+        d = self.pair_mean_s[node, callee]
         if not d > 0:
             return [0.0] * len(delays_s), 1.0
-        near = sum(math.exp(-max(x, 0.0) / d) for x in delays_s)
-        p_spontaneous = math.exp(-self.y) / (math.exp(-self.y) + near)
-        dens = [self.density(s, node, callee, x) for s, x in zip(parent_senders, delays_s,
-                                                                 strict=True)]
-        total = sum(dens)
-        if not total > 0:  # every density underflowed: the exponential's ranking
-            dens = [math.exp(-max(x, 0.0) / d) for x in delays_s]
-            total = sum(dens)
-        return [(1 - p_spontaneous) * w / total for w in dens], p_spontaneous
-
+        return [math.exp(-max(x, 0.0) / d) for x in delays_s], math.exp(-self.y)
 
 
 def fit_lognormals(keys: list[tuple[int, ...]], delays_s: list[float], min_samples: int

@@ -62,7 +62,7 @@ def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINK
     """Each ready context's latest message, weighed by the delay model; the model refitted to
     the links found, `iterations` passes in all (§5.1 notes its steps could be iterated)."""
     walk = _Walk(trace, settings)
-    model = DelayModel(walk.d, settings.spontaneous_y)
+    model = DelayModel(walk.d, settings.spontaneous_y, settings.window_s)
     decided = walk.run(walk.chooser(model))
     for _ in range(iterations - 1):
         model = walk.refit(decided)
@@ -128,21 +128,31 @@ class _Walk:
         return decided
 
     def refit(self, decided: Decided) -> DelayModel:
-        """Lognormals per transition and per pair from the calls' most likely parents."""
+        """Lognormals per transition and per pair from the calls' most likely parents;
+        spontaneous rates per pair from the calls made with no context ready."""
         m = self.trace.messages
         is_reply = self.trace.is_reply()
         transitions, pairs, delays = [], [], []
+        alone: dict[tuple[int, int], int] = {}
         for msg, (links, spont) in decided.items():
-            best = max(links, key=lambda x: x[1], default=None)
-            if not is_reply[msg] and best and best[1] > spont:
-                node, callee = int(m.src[msg]), int(m.dst[msg])
+            if is_reply[msg]:
+                continue
+            node, callee = int(m.src[msg]), int(m.dst[msg])
+            if not links:
+                alone[(node, callee)] = alone.get((node, callee), 0) + 1
+                continue
+            best = max(links, key=lambda x: x[1])
+            if best[1] > spont:
                 transitions.append((self.src[best[0]], node, callee))
                 pairs.append((node, callee))
                 delays.append(float(self.out_t[msg] - self.in_t[best[0]]))
-        by_transition: dict = fit_lognormals(transitions, delays, MIN_FIT_SAMPLES)
-        by_pair: dict = fit_lognormals(pairs, delays, MIN_FIT_SAMPLES)
-        return DelayModel(self.d, self.settings.spontaneous_y,
-                          transitions=by_transition, pairs=by_pair)
+        times = np.concatenate([self.out_t, self.in_t])
+        duration = max(float(np.nanmax(times) - np.nanmin(times)), self.settings.window_s)
+        rates = {pair: (n + 0.5) / duration for pair, n in alone.items()}
+        return DelayModel(self.d, self.settings.spontaneous_y, self.settings.window_s,
+                          transitions=fit_lognormals(transitions, delays, MIN_FIT_SAMPLES),
+                          pairs=fit_lognormals(pairs, delays, MIN_FIT_SAMPLES),
+                          spontaneous_per_s=rates, default_spontaneous_per_s=0.5 / duration)
 
     def result(self, decided: Decided) -> LinkProbabilities:
         return _replace(self.base, decided, self.in_t)

@@ -1,0 +1,22 @@
+"""The sniffers' `trace` events (common.protocol.trace) as the path analysis's host traces."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from common.protocol.trace import TraceReportEvent
+from coordinator.paths.reconcile import HostRecord, HostTrace
+
+
+def host_trace(name: str, addresses: Iterable[str], events: Iterable[TraceReportEvent]
+               ) -> HostTrace:
+    """One host's messages over its events, with its addresses and listening sockets."""
+    records: list[HostRecord] = []
+    listening: set[tuple[str, int]] = set()
+    for e in events:
+        listening |= {(a, p) for a, p in e.listening}
+        for local, remote, sent, first, end, first_s, last_s, loop, proc in e.messages:
+            records.append(HostRecord(e.endpoints[local], e.endpoints[remote], sent, first,
+                                      end, first_s, last_s, loop,
+                                      e.processes[proc] if proc >= 0 else ""))
+    return HostTrace(name, frozenset(addresses), frozenset(listening), records)

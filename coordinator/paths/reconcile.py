@@ -1,0 +1,195 @@
+"""Trace reconciliation (WAP5 §4): every host's messages into one trace of (send time, sender,
+receive time, receiver) records.
+
+Each traced host reports the messages it sent and received, each with its connection's two
+endpoints, its TCP sequence range and the process at this host's end. The same message seen
+at its two ends has the same sequence range, so the sender's and the receiver's records are
+matched exactly by (from, to, first sequence number): no timing is involved. Where the two
+ends cut a direction's bytes differently (the other side spoke while a message was under way,
+seen before the last byte at one end and after it at the other), the receiver's message
+takes its send time from the sender's message holding its first byte. A message whose other
+end was not traced keeps a nil (NaN) time there (§5.1 handles it).
+
+Times: the send time is the first byte leaving the sender, the receive time the last byte
+reaching the receiver (the node can act on a whole message only). Which end of a connection
+is its server: the end listening on that port at its host (the hosts' listening sockets), else
+WAP5's fixed port (the end that appears in more connections), else the lower port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from coordinator.paths.messages import Connections, Messages, Trace
+
+Endpoint = tuple[str, int]
+SEQ_MOD = 1 << 32
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    """One message as one host saw it (sniffer.message_assembly.HostMessage, plus the process
+    at this host's end, "" if unknown)."""
+
+    local: Endpoint
+    remote: Endpoint
+    sent: bool
+    seq_first: int
+    seq_end: int
+    first_s: float
+    last_s: float
+    loopback: bool
+    process: str
+
+
+@dataclass(frozen=True)
+class HostTrace:
+    name: str
+    addresses: frozenset[str]
+    listening: frozenset[Endpoint]  # (address or 0.0.0.0, port)
+    records: Sequence[HostRecord]
+
+
+@dataclass
+class _Side:
+    time_s: float = float("nan")
+    host: str = ""
+    process: str = ""
+
+
+def reconcile(hosts: Sequence[HostTrace]) -> Trace:
+    """One trace from every traced host's records."""
+    host_of_address = {a: h.name for h in hosts for a in h.addresses}
+    listens = {(h.name, port, addr) for h in hosts for addr, port in h.listening}
+    sends: dict[tuple[Endpoint, Endpoint], list[tuple[int, int, float, str, str]]] = {}
+    receives: list[tuple[Endpoint, Endpoint, int, int, float, str, str]] = []
+    for h in hosts:
+        for r in h.records:
+            src, dst = (r.local, r.remote) if r.sent else (r.remote, r.local)
+            if r.loopback or r.sent:
+                sends.setdefault((src, dst), []).append(
+                    (r.seq_first, r.seq_end, r.first_s, h.name, r.process))
+            if r.loopback or not r.sent:
+                receives.append((src, dst, r.seq_first, r.seq_end, r.last_s, h.name,
+                                 r.process))
+    messages = _match(sends, receives)
+    return _build(messages, host_of_address, listens)
+
+
+def _match(sends: Mapping[tuple[Endpoint, Endpoint], list[tuple[int, int, float, str, str]]],
+           receives: list[tuple[Endpoint, Endpoint, int, int, float, str, str]]
+           ) -> list[tuple[Endpoint, Endpoint, int, _Side, _Side]]:
+    """(from, to, size, sender side, receiver side) per message."""
+    out = []
+    index = {k: {s[0]: s for s in v} for k, v in sends.items()}
+    ranges = {k: sorted(v) for k, v in sends.items()}
+    used: set[tuple[Endpoint, Endpoint, int]] = set()
+    for src, dst, first, end, last_s, host, process in receives:
+        sent = index.get((src, dst), {}).get(first) or _holding(ranges.get((src, dst), []),
+                                                                 first)
+        sender = _Side()
+        if sent is not None:
+            used.add((src, dst, sent[0]))
+            sender = _Side(sent[2], sent[3], sent[4])
+        out.append((src, dst, (end - first) % SEQ_MOD, sender, _Side(last_s, host, process)))
+    for (src, dst), v in sends.items():
+        for first, end, first_s, host, process in v:
+            if (src, dst, first) not in used:
+                out.append((src, dst, (end - first) % SEQ_MOD, _Side(first_s, host, process),
+                            _Side()))
+    return out
+
+
+def _holding(ranges: list[tuple[int, int, float, str, str]], seq: int
+             ) -> tuple[int, int, float, str, str] | None:
+    """The sent message whose range holds `seq` (ranges sorted by first; no wrap within)."""
+    lo, hi = 0, len(ranges)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ranges[mid][0] <= seq:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo and (seq - ranges[lo - 1][0]) % SEQ_MOD < (ranges[lo - 1][1] - ranges[lo - 1][0]) \
+            % SEQ_MOD:
+        return ranges[lo - 1]
+    return None
+
+
+def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
+           host_of_address: Mapping[str, str], listens: set[tuple[str, int, str]]) -> Trace:
+    # a connection is its two endpoints, unordered; its server is found below
+    conn_of: dict[frozenset[Endpoint], int] = {}
+    ends: list[tuple[Endpoint, Endpoint]] = []
+    procs: dict[Endpoint, str] = {}
+    for src, dst, _, s, r in messages:
+        key = frozenset((src, dst))
+        if key not in conn_of:
+            conn_of[key] = len(ends)
+            ends.append((src, dst))
+        for ep, side in ((src, s), (dst, r)):
+            if side.process:
+                procs.setdefault(ep, side.process)
+    fan = _fan_in(ends)
+    hosts: dict[str, int] = {}
+    nodes: dict[str, int] = {}
+    node_host: list[int] = []
+
+    def node(ep: Endpoint) -> int:
+        host = host_of_address.get(ep[0], ep[0])
+        name = f"{host}/{procs[ep]}" if procs.get(ep) else host
+        if name not in nodes:
+            nodes[name] = len(nodes)
+            node_host.append(hosts.setdefault(host, len(hosts)))
+        return nodes[name]
+
+    client_node, server_node, client_port, server_port = [], [], [], []
+    for a, b in ends:
+        client, server = _roles(a, b, host_of_address, listens, fan)
+        client_node.append(node(client))
+        server_node.append(node(server))
+        client_port.append(client[1])
+        server_port.append(server[1])
+    cols: dict[str, list[float | int]] = {k: [] for k in ("send", "recv", "src", "dst", "conn",
+                                                           "size")}
+    for src, dst, size, s, r in messages:
+        cols["send"].append(s.time_s)
+        cols["recv"].append(r.time_s)
+        cols["src"].append(node(src))
+        cols["dst"].append(node(dst))
+        cols["conn"].append(conn_of[frozenset((src, dst))])
+        cols["size"].append(size)
+    m = Messages(cols["send"], cols["recv"], cols["src"], cols["dst"], cols["conn"],
+                 cols["size"])
+    c = Connections(client_node, server_node, client_port, server_port)
+    return Trace.sorted(m, c, tuple(nodes), np.asarray(node_host, dtype=np.int32),
+                        tuple(hosts))
+
+
+def _fan_in(ends: list[tuple[Endpoint, Endpoint]]) -> dict[Endpoint, int]:
+    """How many connections each endpoint is in (WAP5's fixed ports: many)."""
+    count: dict[Endpoint, int] = {}
+    for a, b in ends:
+        count[a] = count.get(a, 0) + 1
+        count[b] = count.get(b, 0) + 1
+    return count
+
+
+def _roles(a: Endpoint, b: Endpoint, host_of_address: Mapping[str, str],
+           listens: set[tuple[str, int, str]], fan: Mapping[Endpoint, int]
+           ) -> tuple[Endpoint, Endpoint]:
+    """(client, server) of a connection between endpoints a and b."""
+    def listening(ep: Endpoint) -> bool:
+        host = host_of_address.get(ep[0])
+        return host is not None and ((host, ep[1], ep[0]) in listens
+                                     or (host, ep[1], "0.0.0.0") in listens
+                                     or (host, ep[1], "::") in listens)
+    la, lb = listening(a), listening(b)
+    if la != lb:
+        return (b, a) if la else (a, b)
+    if fan[a] != fan[b]:
+        return (b, a) if fan[a] > fan[b] else (a, b)
+    return (b, a) if a[1] < b[1] else (a, b)

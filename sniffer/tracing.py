@@ -1,0 +1,120 @@
+"""The sniffer's `trace` command: a message capture, a `trace` event every report interval, a
+last one on `untrace` (or when the daemon stops)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+from common.jsonlines import LineWriter, leave_signals_to_main_thread
+from common.protocol.trace import TraceReportEvent, TraceRequest, Tracing
+from sniffer.message_assembly import HostMessage
+from sniffer.message_capture import CaptureSettings, Endpoint, MessageCapture
+
+
+def ipv4_addresses() -> tuple[str, ...]:
+    """This namespace's IPv4 addresses, loopback included."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        found = (a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET))
+        return tuple(sorted({a for a in found if a}))
+
+
+def capture_problem() -> str | None:
+    """Why this host cannot capture (None: it can)."""
+    try:
+        socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, 0).close()
+    except PermissionError:
+        return "no packet capture (needs root or CAP_NET_RAW): no messages from this host"
+    except OSError as e:
+        return f"no packet capture ({e}): no messages from this host"
+    return None
+
+
+class MessageTracer:
+    """One trace at a time; `start` replaces a running one (after its last report)."""
+
+    def __init__(self, out: LineWriter) -> None:
+        self.out = out
+        self.capture: MessageCapture | None = None
+        self.thread: threading.Thread | None = None
+        self.stopping = threading.Event()
+        self.report_interval_s = 1.0
+        self.since = 0.0
+        self.addresses: tuple[str, ...] = ()
+        self.missing: tuple[str, ...] = ()
+
+    def start(self, request: TraceRequest) -> Tracing:
+        self.stop()
+        self.addresses = ipv4_addresses()
+        problem = capture_problem()
+        self.missing = (problem,) if problem else ()
+        if problem is None:
+            settings = CaptureSettings(exclude_ports=request.exclude_ports,
+                                       idle_s=request.idle_s,
+                                       max_messages=request.max_messages)
+            self.capture = MessageCapture(settings, set(self.addresses)).start()
+            self.report_interval_s = request.report_interval_s
+            self.since = time.time()
+            self.stopping.clear()
+            self.thread = threading.Thread(target=self._run, name="trace-reports", daemon=True)
+            self.thread.start()
+        return Tracing(addresses=self.addresses, missing=self.missing)
+
+    def stop(self) -> Tracing:
+        """Stop capturing; a last report holds every message up to now."""
+        result = Tracing(addresses=self.addresses, missing=self.missing)
+        if self.thread is not None:
+            self.stopping.set()
+            self.thread.join(timeout=10)
+            self.thread = None
+        if self.capture is not None:
+            self.capture.stop()
+            self._report()
+            self.capture = None
+        return result
+
+    def _run(self) -> None:
+        leave_signals_to_main_thread()
+        while not self.stopping.wait(self.report_interval_s):
+            self._report()
+
+    def _report(self) -> None:
+        assert self.capture is not None
+        messages, processes, listening = self.capture.drain()
+        now = time.time()
+        self.out.write(report_event(self.since, now, messages, processes, listening,
+                                    self.capture.stats(), self.capture.error))
+        self.since = now
+
+
+def report_event(from_s: float, to_s: float, messages: list[HostMessage],
+                 processes: dict[tuple[Endpoint, Endpoint], str], listening: set[Endpoint],
+                 stats: dict[str, int], error: str | None) -> dict[str, Any]:
+    """A `trace` event (common.protocol.trace), endpoints and process names listed once."""
+    endpoints: dict[Endpoint, int] = {}
+    names: dict[str, int] = {}
+    rows = []
+    def row(local: Endpoint, remote: Endpoint, sent: bool, m: HostMessage) -> None:
+        name = processes.get((local, remote))
+        rows.append((endpoints.setdefault(local, len(endpoints)),
+                     endpoints.setdefault(remote, len(endpoints)), sent, m.seq_first,
+                     m.seq_end, m.first_s, m.last_s, False,
+                     names.setdefault(name, len(names)) if name else -1))
+
+    for m in messages:
+        if m.loopback:  # both ends here: a sent row and a received one, each its process
+            src, dst = (m.local, m.remote) if m.sent else (m.remote, m.local)
+            row(src, dst, True, m)
+            row(dst, src, False, m)
+        else:
+            row(m.local, m.remote, m.sent, m)
+    event = TraceReportEvent(from_s=from_s, to_s=to_s, endpoints=tuple(endpoints),
+                             processes=tuple(names), listening=tuple(sorted(listening)),
+                             messages=tuple(rows), segments=stats["segments"],
+                             dropped_messages=stats["dropped_messages"],
+                             ring_drops=stats["ring_drops"], error=error)
+    return event.model_dump(by_alias=True)
