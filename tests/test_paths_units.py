@@ -15,6 +15,7 @@ from coordinator.paths.clocks import clock_offsets
 from coordinator.paths.instances import ChildIndex, instances_from, path_instances
 from coordinator.paths.messages import Connections, Messages, Trace
 from coordinator.paths.patterns import aggregate
+from coordinator.paths.reconcile import HostRecord, HostTrace, reconcile
 from coordinator.paths.structural import context_probabilities, fcfs_probabilities
 from coordinator.paths.wap5 import (
     LinkingSettings,
@@ -193,3 +194,31 @@ def test_patterns_name_clients_and_ephemeral_ports_and_count_crossings() -> None
     assert all(h.critical == 1.0 for h in pattern.hops)  # a chain: every hop is on it
     assert 0.0005 < pattern.hops[1].network_delay_s < 0.001
     assert sum(p.count for p in patterns) == len(per_root)
+
+
+def test_reconciliation_matches_both_ends_by_sequence_and_names_the_server() -> None:
+    """A client on h1 asks h2's server (listening on 0.0.0.0:5432) twice; h3's client is
+    not traced. The two records of a message meet by their sequence range; the untraced end's
+    time is nil; the listening end is the server whatever the ports."""
+    c, s, x = ("10.0.0.1", 40000), ("10.0.0.2", 5432), ("10.0.0.3", 40001)
+    h1 = HostTrace("h1", frozenset({"10.0.0.1"}), frozenset(), [
+        HostRecord(c, s, True, 100, 150, T0 + 0.0, T0 + 0.0, False, "client"),
+        HostRecord(c, s, False, 7000, 7300, T0 + 0.0015, T0 + 0.002, False, "client"),
+        HostRecord(c, s, True, 150, 200, T0 + 0.01, T0 + 0.01, False, "client")])
+    h2 = HostTrace("h2", frozenset({"10.0.0.2"}), frozenset({("0.0.0.0", 5432)}), [
+        HostRecord(s, c, False, 100, 150, T0 + 0.0003, T0 + 0.0004, False, "postgres"),
+        HostRecord(s, c, True, 7000, 7300, T0 + 0.001, T0 + 0.0012, False, "postgres"),
+        HostRecord(s, c, False, 150, 200, T0 + 0.0102, T0 + 0.0103, False, "postgres"),
+        HostRecord(s, x, False, 1, 11, T0 + 0.02, T0 + 0.02, False, "postgres")])
+    trace = reconcile([h1, h2])
+    m = trace.messages
+    assert len(m) == 4
+    assert set(trace.nodes) == {"h1/client", "h2/postgres", "10.0.0.3"}
+    assert_allclose(m.send_s[:3] - T0, [0.0, 0.001, 0.01], atol=1e-6)
+    assert_allclose(m.recv_s[:3] - T0, [0.0004, 0.002, 0.0103], atol=1e-6)
+    assert np.isnan(m.send_s[3])  # from the untraced client
+    assert list(m.size_bytes) == [50, 300, 50, 10]
+    server = trace.nodes.index("h2/postgres")
+    assert set(trace.connections.server_node.tolist()) == {server}
+    assert trace.is_reply().tolist() == [False, True, False, False]
+    assert trace.clients[trace.nodes.index("h1/client")]
