@@ -94,6 +94,9 @@ def test_a_connection_waiting_on_an_rto_is_in_timeout_and_its_probe_no_fast_retr
     # a request just sent on a connection idle for seconds: its last ACK is old, its wait not
     assert held(unacked=1, last_ack_recv_ms=3000, last_data_sent_ms=5) == ("app_limited",)
     assert held(unacked=1, last_ack_recv_ms=3000, last_data_sent_ms=math.nan) == ("timeout",)
+    # a tail-loss probe just sent, no ACK for 250 ms: the probe moved last_data_sent
+    assert held(unacked=1, last_ack_recv_ms=250, last_data_sent_ms=20, retrans=1,
+                rto=0) == ("timeout",)
     assert held(unacked=0, last_ack_recv_ms=5000) == ("app_limited",)  # idle, all acked
     assert held(unacked=3, last_ack_recv_ms=40) == ("app_limited",)  # a delayed ACK's wait
     # a SYN in flight: no ACK ever came (no RTT sample), last_ack_recv counts from boot

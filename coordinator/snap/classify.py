@@ -143,17 +143,20 @@ def _timeout_fallback(s: IntervalStats) -> np.ndarray:
 
 
 def _stalled(s: IntervalStats) -> np.ndarray:
-    """At the poll, data in flight, nothing sent and no ACK for as long as Linux's least RTO:
-    the connection waits on an RTO (the time before the first one fires, a tail-loss probe's
+    """At the poll, data in flight and no ACK for as long as Linux's least RTO: the
+    connection waits on an RTO (the time before the first one fires, a tail-loss probe's
     included); neither fast recovery (its duplicate ACKs keep coming) nor a delayed ACK
     (40 ms) looks like this."""
     # last_ack_recv alone is no wait: a request sent on a connection idle for a second has
     # its last ACK a second old the moment it leaves. The last (re)transmission is unacked
-    # (ACKs are cumulative), so it has waited last_data_sent at least; unknown (a record
-    # from before the column) is not held against it.
+    # (ACKs are cumulative), so it has waited last_data_sent at least: 200 ms of that, or a
+    # retransmission in the interval (a probe, sent only once data waited a PTO, which moves
+    # last_data_sent) with no ACK since. Unknown (a record from before the column) is not held
+    # against it.
     # An RTT sample means an ACK came once: a SYN in flight (no ACK ever: last_ack_recv then
     # counts from boot) is a handshake under way, its timeouts counted by total_rto.
-    waited = ~(s.last_data_sent_ms < TCP_RTO_MIN_MS)
+    lost = s.retrans - np.nan_to_num(s.dsack_dups)
+    waited = ~(s.last_data_sent_ms < TCP_RTO_MIN_MS) | (lost > 0)
     return ((s.unacked > 0) & (s.last_ack_recv_ms >= TCP_RTO_MIN_MS) & waited
             & (s.rtt_us > 0))
 
