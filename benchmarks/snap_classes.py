@@ -36,7 +36,10 @@ Labels, per (connection, interval (a, b]), from what was injected, not from what
   the second half of every request for the delayed ACK of the first).
 - timeout: `timeout` in the intervals that overlap a stall, [cut start, the end of the
   client's request that the cut stalled] (from the schedule and the client's log: the cut and
-  the RTO backoff until a retransmission got through); none outside.
+  the RTO backoff until a retransmission got through), after its head; none outside. An
+  interval meeting a stall only in its head (its first 200 ms, Linux's least RTO: no RTO can
+  have fired yet, and to the kernel too the lost segment is only a late ACK; SNAP's class is
+  diff(#Timeout) > 0) is not scored; the recall with the heads scored is reported beside.
 - healthy: none.
 Scored ends: the data sender's (Problem.seen_at: the server for the bulk flows, the client
 for delayed_ack, both for timeout and healthy), where Table 2's statistics live. The other
@@ -85,6 +88,10 @@ from testbed.snap_validation import (
 )
 from testbed.snap_workload import BY_KIND, KINDS, WorkloadSettings
 
+# A stall's first 200 ms (Linux's least RTO) is its head: no RTO (nor a probe for one
+# segment) can fire in it, and to the kernel too the lost segment is only a late ACK; an
+# interval meeting a stall only there is not scored (SNAP's timeout is diff(#Timeout) > 0).
+HEAD_S = TCP_RTO_MIN_MS / 1e3
 OUT = Path(__file__).with_name("out") / "snap_classes.json"
 CLASSES = (*PROBLEMS, NO_PROBLEM)
 GOAL = 0.95
@@ -256,15 +263,24 @@ def stall_windows(run: Run) -> list[dict[str, Any]]:
     return out
 
 
-def labels(kind: str, end: str, iv: Intervals, windows: list[tuple[float, float]]
-           ) -> list[frozenset[str]]:
-    """The injected classes of each interval (module doc); the receivers' ends carry none."""
+def labels(kind: str, end: str, iv: Intervals, windows: list[tuple[float, float]],
+           head_s: float = HEAD_S) -> list[frozenset[str] | None]:
+    """The injected classes of each interval (module doc); the receivers' ends carry none.
+    On the timeout connection an interval meeting a stall only in its first `head_s` (no RTO
+    can have fired yet) is None: not scored."""
     if end not in BY_KIND[kind].seen_at or kind == "healthy":
         return [frozenset()] * len(iv.start_s)
     if kind != "timeout":
         return [frozenset({kind})] * len(iv.start_s)
-    return [frozenset({"timeout"}) if any(a < w1 and b > w0 for w0, w1 in windows)
-            else frozenset() for a, b in zip(iv.start_s, iv.end_s, strict=True)]
+    out: list[frozenset[str] | None] = []
+    for a, b in zip(iv.start_s, iv.end_s, strict=True):
+        if any(a < w1 and b > w0 + head_s for w0, w1 in windows):
+            out.append(frozenset({"timeout"}))
+        elif any(a < w1 and b > w0 for w0, w1 in windows):
+            out.append(None)
+        else:
+            out.append(frozenset())
+    return out
 
 
 def stall_position(a: float, b: float, windows: list[tuple[float, float]]) -> str:
@@ -289,6 +305,7 @@ class Tally:
     fn_as: Counter[str] = field(default_factory=Counter)  # what the missed ones were called
     fn_idle: int = 0  # missed ones in which the connection sent and received nothing
     fn_where: Counter[str] = field(default_factory=Counter)  # where in its stall a miss is
+    unscored: int = 0  # intervals meeting a stall only in its head (labels' None)
     labeled_s: float = 0.0
     fn_s: float = 0.0
     fn_max_s: float = 0.0
@@ -300,6 +317,7 @@ class Tally:
                 "recall": _ratio(self.tp, labeled),
                 "fp_by_connection": dict(self.fp_by), "fn_classified_as": dict(self.fn_as),
                 "fn_idle": self.fn_idle, "fn_in_stall": dict(self.fn_where),
+                "unscored": self.unscored,
                 "labeled_s": round(self.labeled_s, 3),
                 "labeled_mean_s": _ratio(self.labeled_s, labeled),
                 "fn_mean_s": _ratio(self.fn_s, self.fn), "fn_max_s": self.fn_max_s}
@@ -314,7 +332,7 @@ def _held(problems: frozenset[str], name: str) -> bool:
 
 
 def score(rebuilt: dict[tuple[str, str], Intervals], windows: list[tuple[float, float]],
-          from_s: float, senders: bool) -> dict[str, Tally]:
+          from_s: float, senders: bool, head_s: float = HEAD_S) -> dict[str, Tally]:
     """TP/FP/FN/TN per class over the scored intervals (starting at `from_s` or later) of the
     senders' ends (`senders`) or of the receivers' ends; an interval standing for n (a missed
     read) counts n times."""
@@ -322,8 +340,9 @@ def score(rebuilt: dict[tuple[str, str], Intervals], windows: list[tuple[float, 
     for (kind, end), iv in rebuilt.items():
         if (end in BY_KIND[kind].seen_at) != senders:
             continue
-        truth = labels(kind, end, iv, windows)
-        scored = iv.start_s >= from_s
+        truth = labels(kind, end, iv, windows, head_s)
+        scored = (iv.start_s >= from_s) & np.array([t is not None for t in truth], dtype=bool)
+        tallies["timeout"].unscored += int(np.sum((iv.start_s >= from_s) & ~scored))
         for i in np.flatnonzero(scored):
             got, want, n = iv.classes[i], truth[i], int(iv.weight[i])
             span = n * float(iv.end_s[i] - iv.start_s[i])
@@ -406,6 +425,9 @@ def evaluate(run: Run, warmup_s: float) -> dict[str, Any]:
                                                          True).items()},
             "receivers": {c: t.as_json() for c, t in score(rebuilt, windows, from_s,
                                                            False).items()},
+            # the stalls' heads scored as timeout too: the labels before HEAD_S existed
+            "timeout_with_heads": score(rebuilt, windows, from_s, True,
+                                        head_s=0.0)["timeout"].as_json(),
             "stalls_detected": cut_detection(rebuilt, windows),
             "fast_retransmit_model": loss_model(rebuilt, observed, from_s),
             "timeout_connection": timeout_side(run, observed, from_s),
@@ -495,7 +517,9 @@ def markdown(result: dict[str, Any]) -> str:
         f"pinned: no §7 speed-up). Scored per (connection, interval) on the data sender's "
         f"end, after a {result['warmup_s']:g} s warm-up; labels from what was injected "
         f"(module docstring): the four steady classes throughout, `timeout` in the intervals "
-        f"overlapping [cut start, end of the request it stalled], none on the healthy "
+        f"overlapping [cut start + {HEAD_S:g} s, end of the request it stalled] (an interval "
+        f"meeting a stall only in its first {HEAD_S:g} s, Linux's least RTO, is not scored: "
+        f"no RTO can have fired, and the kernel too sees only a late ACK), none on the healthy "
         f"connection. Kernel {env['kernel']}, {env['cpus']} × {env['cpu_model']}, nice "
         f"{env['nice']}, load {env['loadavg_before'][0]:.2f} at the start; {env['when']}.",
         "",
@@ -553,13 +577,24 @@ def _notes(res: dict[str, Any], names: list[str], default: str, n_stalls: int,
     t = d["senders"]["timeout"]
     if t["fn"]:
         called = ", ".join(f"{k} {v}" for k, v in sorted(t["fn_classified_as"].items()))
-        out.append(f"- FN timeout: {t['fn']} stall intervals without an RTO in them (called "
-                   f"{called}; {t['fn_idle']} idle): the wait before a cut's first RTO and "
-                   f"between backoff RTOs. Table 2's diff(#Timeout) marks the interval an RTO "
-                   f"fires in, not the time the connection waits for one. Stalls with a "
-                   f"timeout interval, by end: " + "; ".join(f"{n} s: " + ", ".join(
-                       f"{e} {k}/{n_stalls}" for e, k in res[n]["stalls_detected"].items())
-                       for n in names) + ".")
+        out.append(f"- FN timeout: {t['fn']} stall intervals with no RTO in them and no stall "
+                   f"seen at their end (called {called}; {t['fn_idle']} idle), by where they "
+                   f"lie in their stall (ms from the cut): "
+                   + ", ".join(f"{k} {v}" for k, v in sorted(t["fn_in_stall"].items()))
+                   + ". The server's last_ack_recv restarts at each of the client's "
+                   "retransmissions (its requests still arrive), so its wait is not always "
+                   "seen; after the cut ends, the last RTO's recovery.")
+    heads = {n: res[n].get("timeout_with_heads") for n in names}
+    if all(heads.values()):
+        out.append(f"- Stalls' heads: {t['unscored']} intervals met a stall only in its first "
+                   f"{HEAD_S:g} s and were not scored. Scored as timeout, recall would be "
+                   + ", ".join(f"{_fmt(h['recall'])} at {n} s" for n, h in heads.items())
+                   + " (precision " + ", ".join(_fmt(h["precision"]) for h in heads.values())
+                   + ").")
+    out.append("- Stalls with a timeout interval, by end: " + "; ".join(
+        f"{n} s: " + ", ".join(f"{e} {k}/{n_stalls}"
+                               for e, k in res[n]["stalls_detected"].items())
+        for n in names) + ".")
     rx = {n: sum(res[n]["receivers"][c]["fp"] for c in PROBLEMS) for n in names}
     out.append("- Receivers' ends (no class injected): problem intervals "
                + ", ".join(f"{rx[n]} at {n} s" for n in names) + ".")
