@@ -8,8 +8,9 @@ mean --gap-s, and every host's sniffer profiles it for --duration-s. The runs: *
 alone); *incast* (`incast_agg` on --aggregator asks the `incast_wrk` of --workers hosts at
 once, --connections-per-worker connections to each (5 × 7: the paper's 35 workers), for
 --response-bytes, through a tbf qdisc on the bridge port into it); *loss* (the injector on
---lossy drops --loss-fraction of every TCP packet into it). The reports are saved and ranked
-by benchmarks/snap_correlation_analysis.py.
+--lossy drops TCP packets into it, --loss-fraction on average, in episodes: twice that in the
+first half of every --loss-period-s, none in the second, as a congested link drops). The
+reports are saved and ranked by benchmarks/snap_correlation_analysis.py.
 
     sudo nice -n 5 .venv/bin/python -m benchmarks.snap_correlation [--duration-s 60]
     .venv/bin/python -m benchmarks.snap_correlation --reanalyse   # the saved reports again
@@ -44,7 +45,14 @@ import numpy as np
 from benchmarks.results_md import update_section
 from benchmarks.snap_correlation_analysis import SLOW_S, analyse, markdown
 from common.jsonlines import DaemonClient, ProcessChannel
-from common.protocol.injector import Add, ConstantSchedule, InjectorReady, LinkSpec, StatsRequest
+from common.protocol.injector import (
+    Add,
+    ConstantSchedule,
+    InjectorReady,
+    LinkSpec,
+    SquareSchedule,
+    StatsRequest,
+)
 from common.protocol.snap import Profile, Unprofile
 from common.protocol.sniffer import SnifferReady
 from testbed.addressing import free_subnet, networks_in_use
@@ -79,7 +87,10 @@ class Settings:
     rate_mbit: float = _knob(100.0, "tbf rate into the aggregator")
     burst_bytes: int = _knob(15_000, "tbf burst")
     limit_bytes: int = _knob(32_000, "tbf queue limit")
-    loss_fraction: float = _knob(0.03, "injected loss into the lossy host")
+    loss_fraction: float = _knob(0.03, "injected loss into the lossy host (its mean)")
+    loss_period_s: float = _knob(
+        4.0, "loss comes in episodes, on for half of each period at twice the mean, as a "
+        "congested link's does (0: constant)")
     aggregator: str = _knob("h1", "the incast's aggregator host")
     lossy: str = _knob("h4", "the host the loss is put on")
     injector_queue: int = _knob(6300, "the injector's NFQUEUE base")
@@ -392,9 +403,15 @@ def _injector(procs: Procs, plan: TestbedPlan, s: Settings, undo: contextlib.Exi
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     client = DaemonClient(ProcessChannel(proc), f"injector on {s.lossy}", InjectorReady)
     undo.callback(client.close)
-    client.call(Add(link=LinkSpec(proto="tcp", dst=plan.host(s.lossy).address),
-                    schedule=ConstantSchedule(magnitude_ms=0.0,
-                                              loss_fraction=s.loss_fraction)))
+    link = LinkSpec(proto="tcp", dst=plan.host(s.lossy).address)
+    if s.loss_period_s > 0:  # a square wave's "on" halves drop; its delay is a token 10 µs
+        cycles = int(s.duration_s / s.loss_period_s) + 30
+        schedule: ConstantSchedule | SquareSchedule = SquareSchedule(
+            magnitude_ms=0.01, period_s=s.loss_period_s, cycles=cycles,
+            loss_fraction=min(1.0, 2 * s.loss_fraction))
+    else:
+        schedule = ConstantSchedule(magnitude_ms=0.0, loss_fraction=s.loss_fraction)
+    client.call(Add(link=link, schedule=schedule))
     return client
 
 
@@ -459,7 +476,8 @@ def main() -> None:
         return
     if args.reanalyse:
         saved = json.loads(OUT.read_text())
-        saved["settings"].setdefault("connections_per_worker", 1)  # runs saved before it
+        saved["settings"].setdefault("connections_per_worker", 1)  # runs saved before them
+        saved["settings"].setdefault("loss_period_s", 0.0)
         finish(saved["meta"], Settings(**saved["settings"]), saved["plan"], saved["runs"])
         return
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: every undo runs
