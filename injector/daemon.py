@@ -64,8 +64,8 @@ class Daemon:
                                                                                  schedule))
             case protocol.Remove(link_id=link_id):
                 return protocol.Removed(stats=self.engine.remove_link(link_id))
-            case protocol.StatsRequest(link_id=link_id):
-                stats = self._stats()
+            case protocol.StatsRequest(link_id=link_id, drop_times=drop_times):
+                stats = self._stats(bool(drop_times))
                 if link_id is None:
                     return protocol.AllStats(links=stats)
                 # one link: {} when there is none of that id, as it always answered
@@ -75,8 +75,8 @@ class Daemon:
                 raise StopServing(protocol.Stopping(stats=self._stats()))
         raise InputError(Problem(f"unknown command {request.cmd!r}", field="cmd"))
 
-    def _stats(self) -> dict[str, protocol.LinkStats]:
-        return {str(k): v for k, v in self.engine.stats().items()}
+    def _stats(self, drop_times: bool = False) -> dict[str, protocol.LinkStats]:
+        return {str(k): v for k, v in self.engine.stats(drop_times).items()}
 
     def health(self) -> protocol.Health:
         stats = self.engine.stats()

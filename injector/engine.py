@@ -209,8 +209,9 @@ class Engine:
         self._forget(link_id)
         return stats
 
-    def stats(self) -> dict[int, LinkStats]:
-        return {link_id: slot.line.link_stats() for link_id, slot in self.slots.items()}
+    def stats(self, drop_times: bool = False) -> dict[int, LinkStats]:
+        return {link_id: slot.line.link_stats(drop_times)
+                for link_id, slot in self.slots.items()}
 
     def _slot(self, link_id: int) -> _Slot:
         if link_id not in self.slots:

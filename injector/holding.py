@@ -30,6 +30,8 @@ class Verdict(Protocol):
     def drop(self) -> None: ...
 
 
+MAX_DROP_TIMES = 100_000  # kept per link: 800 KB at most
+
 @dataclass
 class PhaseStats:
     actual: Calipers = field(default_factory=Calipers)  # release - arrival
@@ -46,6 +48,8 @@ class HoldingLine:
     wall: Callable[[], float]  # unix clock for the schedule's phase
     schedule_id: int = 0
     dropped: int = 0
+    # the latest drops' unix times, for labelling what a loss did (a benchmark's ground truth)
+    drop_times: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_DROP_TIMES))
     fifo: deque[tuple[float, float, float, PhaseStats, Verdict]] = field(default_factory=deque)
     stats: dict[tuple[int, str], PhaseStats] = field(default_factory=dict)
     _last_due: float = 0.0
@@ -73,6 +77,7 @@ class HoldingLine:
         if phase != OFF and schedule.loss_fraction and self._rng.random() < schedule.loss_fraction:
             packet.drop()
             self.dropped += 1
+            self.drop_times.append(wall)
             return None
         requested = schedule.delay_s(wall)
         due = now + requested
@@ -110,7 +115,7 @@ class HoldingLine:
             n += 1
         return n
 
-    def link_stats(self) -> protocol.LinkStats:
+    def link_stats(self, drop_times: bool = False) -> protocol.LinkStats:
         phases: dict[str, dict[str, protocol.PhaseStats]] = {}
         with self._stats_lock:
             items = sorted(self.stats.items())
@@ -118,4 +123,5 @@ class HoldingLine:
             phases.setdefault(str(schedule_id), {})[phase] = protocol.PhaseStats(
                 actual=s.actual.summary(), error=s.error.summary())
         return protocol.LinkStats(link=str(self.link), schedule_id=self.schedule_id,
-                                  dropped=self.dropped, held=len(self.fifo), schedules=phases)
+                                  dropped=self.dropped, held=len(self.fifo), schedules=phases,
+                                  drop_times_s=tuple(self.drop_times) if drop_times else None)

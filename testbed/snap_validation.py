@@ -31,6 +31,7 @@ from common.protocol.sniffer import SnifferReady
 from testbed.pairs.hosts import TOOLS, Hosts, InjectorProcess, make_pair
 from testbed.snap_workload import (
     KINDS,
+    LOSSY_INJECTION,
     End,
     WorkloadSettings,
     blackouts,
@@ -109,6 +110,8 @@ class Run:
     observed: dict[str, Observed]
     labels: dict[tuple[End, str], list[dict[str, Any]]]
     servers_tcp_info: dict[int, dict[str, int]]  # the server sockets' KERNEL_COUNTERS by port
+    # unix times of the injector's drops on the lossy connection (None: a run saved before)
+    drops_s: tuple[float, ...] | None = None
 
     def label(self, end: End, kind: str, event: str) -> list[dict[str, Any]]:
         return [line for line in self.labels[(end, kind)] if line["event"] == event]
@@ -170,8 +173,8 @@ def _drive(hosts: Hosts, settings: WorkloadSettings, profiles: Mapping[str, Prof
                 profilers[(name, end)] = p = Profiler(hosts, host, request)
                 stack.callback(p.client.close)
         start_s = time.time()
-        for add in injections(server, start_s, settings):
-            injector.ok("add", **add)
+        link_ids = [injector.ok("add", **add)["link_id"]
+                    for add in injections(server, start_s, settings)]
         clients = {kind: _tool(hosts, "b", client_args(kind, server, settings))
                    for kind in KINDS}
         time.sleep(max(0.0, start_s + settings.seconds - closing_s - time.time()))
@@ -179,13 +182,16 @@ def _drive(hosts: Hosts, settings: WorkloadSettings, profiles: Mapping[str, Prof
             profiler.unprofile()
         stop_s = time.time()
         servers_tcp_info = _tcp_info(hosts, "a")  # while the connections still run
+        lossy = link_ids[LOSSY_INJECTION]
+        stats = injector.ok("stats", link_id=lossy, drop_times=True)["links"][str(lossy)]
         labels = {("client", kind): _lines(proc, []) for kind, proc in clients.items()}
         labels |= {("server", kind): _lines(proc, listening[kind])
                    for kind, proc in servers.items()}
     observed = {name: _observed(request, {end: profilers[(name, end)] for end in ENDS},
                                 settings)
                 for name, request in profiles.items()}
-    return Run(settings, start_s, stop_s, observed, labels, servers_tcp_info)
+    return Run(settings, start_s, stop_s, observed, labels, servers_tcp_info,
+               tuple(stats["drop_times_s"]))
 
 
 def _tool(hosts: Hosts, host: str, args: list[str]) -> subprocess.Popen[str]:

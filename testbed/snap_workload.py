@@ -122,6 +122,9 @@ def client_args(kind: str, server: str, settings: WorkloadSettings) -> list[str]
     return args
 
 
+LOSSY_INJECTION = 1  # the position in `injections` of the fast-retransmit connection's loss
+
+
 def injections(server: str, start_s: float, settings: WorkloadSettings) -> list[dict[str, Any]]:
     """The injector's `add` requests (link and schedule), for a daemon on the server's host.
 

@@ -130,6 +130,10 @@ def test_loss_mode_drops_the_given_fraction_while_on():
     dropped = sum(1 for verdict, _ in log if verdict == "drop")
     assert dropped == line.dropped
     assert 0.22 < dropped / 4000 < 0.28
+    stats = line.link_stats(drop_times=True)
+    assert stats.drop_times_s is not None
+    assert len(stats.drop_times_s) == dropped  # each drop's unix time, for labelling
+    assert line.link_stats().drop_times_s is None  # only when asked for
 
 
 def test_release_all_strands_nothing():

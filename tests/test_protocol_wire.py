@@ -49,7 +49,8 @@ def test_injector_replies_keep_their_keys():
                                                      "schedule_id": 0}}
     assert unknown == {"id": 2, "ok": True, "result": {}}  # no such link: nothing
     assert set(one["result"]["links"]["1"]) == {"link", "schedule_id", "dropped", "held",
-                                                "schedules"}
+                                                "schedules", "drop_times_s"}
+    assert one["result"]["links"]["1"]["drop_times_s"] is None  # not asked for
     assert bad_id["id"] == "x"  # echoed, whatever it is
     assert bad_id["ok"] is False
     assert set(bad_id) == {"id", "ok", "error"}

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictFloat, StrictInt, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from common.protocol.base import UNION_FIELDS, Message, Request, Result
@@ -134,6 +142,8 @@ class LinkStats(Message):
     dropped: int
     held: int
     schedules: dict[str, dict[str, PhaseStats]]
+    # unix times of the latest drops (at most 100,000), when asked for (StatsRequest.drop_times)
+    drop_times_s: tuple[float, ...] | None = None
 
     def applied(self, schedule_id: int = 0, phase: str = ON) -> Calipers:
         """The delay actually applied in `phase` of schedule `schedule_id`."""
@@ -211,6 +221,7 @@ class Remove(Request[Removed]):
 class StatsRequest(Request[AllStats]):
     cmd: Literal["stats"] = "stats"
     link_id: LinkId | None = None  # none: every link
+    drop_times: StrictBool | None = None  # true: also each link's latest drops' times
 
 
 class Stop(Request[Stopping]):

@@ -244,9 +244,11 @@ class FakeEngine:
         with self.lock:
             return self.links.pop(link_id).stats()
 
-    def stats(self) -> dict[int, protocol.LinkStats]:
-        with self.lock:
-            return {i: fake.stats() for i, fake in self.links.items()}
+    def stats(self, drop_times: bool = False) -> dict[int, protocol.LinkStats]:
+        with self.lock:  # the fake drops nothing: no drop times to give
+            return {i: fake.stats().model_copy(update={"drop_times_s": () if drop_times
+                                                       else None})
+                    for i, fake in self.links.items()}
 
     def delay_s(self, src: str, sport: int, dst: str, dport: int, t_s: float) -> float:
         with self.lock:
