@@ -16,6 +16,7 @@ from common.jsonlines import Channel, DaemonClient
 from common.protocol.injector import InjectorReady
 from common.protocol.snap import Profile, Profiling, SnapReportEvent, Unprofile
 from common.protocol.sniffer import Report, ReportEvent, SnifferReady
+from common.protocol.trace import TraceReportEvent, TraceRequest, Tracing, Untrace
 from coordinator.config.experiment import Experiment, Host, Ssh
 from coordinator.config.experiment_files import require_local_files
 from coordinator.live.clock import SYSTEM, Clock
@@ -81,6 +82,9 @@ class Session:
     snap_reports: list[dict[str, Any]] = field(default_factory=list)  # as snap.json keeps them
     profiling: dict[str, Profiling] = field(default_factory=dict)  # host -> what it can give
     unprofiled: set[str] = field(default_factory=set)  # hosts whose profiling has ended
+    trace_events: dict[str, list[TraceReportEvent]] = field(default_factory=dict)  # by host
+    tracing: dict[str, Tracing] = field(default_factory=dict)  # host -> its addresses
+    untraced: set[str] = field(default_factory=set)  # hosts whose tracing has ended
 
     def open(self, sniffers: bool = True) -> Session:
         """Connect to every host; start the sniffers (unless not wanted), follow the web log
@@ -141,6 +145,9 @@ class Session:
             report = SnapReportEvent.model_validate(message).model_dump(mode="json",
                                                                         by_alias=True)
             self.snap_reports.append({"host": host, **report})
+        elif message.get("event") == "trace":
+            self.trace_events.setdefault(host, []).append(
+                TraceReportEvent.model_validate(message))
         elif message.get("event") == "snap_error":
             self.warnings.append(f"sniffer on {host}: {message.get('message')}")
 
@@ -164,6 +171,27 @@ class Session:
                 self.sniffers[name].call(Unprofile())
             except Exception as e:  # reported; the other hosts' reports still count
                 problems.append(f"SNAP on {name}: {e}")
+        return problems
+
+    def start_tracing(self, request: TraceRequest) -> list[str]:
+        """Message capture on every host (WAP5's trace); what each host cannot give."""
+        notes = []
+        for name, sniffer in self.sniffers.items():
+            self.tracing[name] = got = sniffer.call(request, timeout_s=30.0)
+            notes += [f"tracing on {name}: {missing}" for missing in got.missing]
+        return notes
+
+    def stop_tracing(self) -> list[str]:
+        """Every host's last trace report (it comes before the answer); what failed."""
+        problems = []
+        for name in self.tracing:
+            if name in self.untraced:
+                continue
+            self.untraced.add(name)
+            try:
+                self.sniffers[name].call(Untrace(), timeout_s=60.0)
+            except Exception as e:  # reported; the other hosts' messages still count
+                problems.append(f"tracing on {name}: {e}")
         return problems
 
     def _workload_argv(self) -> list[str]:

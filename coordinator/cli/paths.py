@@ -1,0 +1,205 @@
+"""`linkgrad paths EXPERIMENT.yaml --duration 60 [--save-trace FILE] [--json]` (passive: every
+host's TCP messages captured while the experiment's workload runs) and `linkgrad paths
+--trace FILE` (offline, on a saved trace): WAP5's causal paths, their patterns, per-hop node
+and network delays, and each link's crossings on the critical path."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from common.command import Command
+from common.errors import InputError, Problem
+from common.protocol.trace import TraceRequest
+from coordinator.config.experiment_file import load_experiment
+from coordinator.config.run_dir import RunDir
+from coordinator.config.strict_json import dumps
+from coordinator.live.clock import SYSTEM, sleep_checking
+from coordinator.live.session import Session, check_local_files
+from coordinator.live.trace_events import host_trace
+from coordinator.paths.analysis import LINKERS, analyse
+from coordinator.paths.reconcile import HostRecord, HostTrace, reconcile
+from coordinator.paths.wap5 import LinkingSettings
+
+MAX_DURATION_S = 86400.0
+TRACE_FORMAT = "linkgrad-trace/1"
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("experiment", type=Path, nargs="?",
+                   help="experiment YAML: its hosts and ssh settings (not with --trace)")
+    p.add_argument("--trace", type=Path, metavar="FILE",
+                   help="analyse a trace saved by --save-trace instead of capturing one")
+    p.add_argument("--duration", type=float, default=60.0, metavar="S",
+                   help="seconds to capture (default 60; Ctrl-C ends it early and keeps what "
+                   "was seen)")
+    p.add_argument("--report-interval", type=float, default=1.0, metavar="S",
+                   help="seconds between each host's batches of messages (default 1)")
+    p.add_argument("--linker", choices=sorted(LINKERS), default="context",
+                   help="context: WAP5's timing within each node's open requests (default); "
+                   "wap5: the paper's §5.1 as it is; fcfs: each call to the oldest open request")
+    p.add_argument("--window", type=float, default=2.0, metavar="S",
+                   help="the longest delay between a message and the one it causes (WAP5's x; "
+                   "default 2)")
+    p.add_argument("--save-trace", type=Path, metavar="FILE",
+                   help="also write the captured trace (JSON lines) for --trace later")
+    p.add_argument("--save", type=Path, metavar="FILE", help="write the analysis as JSON")
+
+
+def _check(args: argparse.Namespace) -> None:
+    if (args.trace is None) == (args.experiment is None):
+        raise InputError(Problem("give an experiment to capture from, or --trace FILE to "
+                                 "analyse a saved trace (not both)", field="experiment"))
+    if not 1.0 <= args.duration <= MAX_DURATION_S:
+        raise InputError(Problem(f"{args.duration:g} s: expected 1 to {MAX_DURATION_S:g}",
+                                 field="--duration"))
+    if not 0.1 <= args.report_interval <= 3600:
+        raise InputError(Problem(f"{args.report_interval:g} s: expected 0.1 to 3600",
+                                 field="--report-interval"))
+    if not 0.001 <= args.window <= 3600:
+        raise InputError(Problem(f"{args.window:g} s: expected 0.001 to 3600", field="--window"))
+
+
+def paths_command(args: argparse.Namespace) -> int:
+    _check(args)
+    console = Console(stderr=True)
+    problems: list[str] = []
+    if args.trace is not None:
+        hosts = list(read_trace(args.trace))
+    else:
+        hosts, problems = _capture(args, console)
+        if args.save_trace:
+            write_trace(args.save_trace, hosts)
+    result = analyse(reconcile(hosts), args.linker, LinkingSettings(window_s=args.window))
+    result |= {"traced_hosts": sorted(h.name for h in hosts), "problems": problems,
+               "at": time.time()}
+    if args.save:
+        RunDir(args.save.parent).write(args.save.name, result)
+    if args.json:
+        print(dumps(result))
+    else:
+        _print(console, result)
+    return 0 if not problems else 1
+
+
+def _capture(args: argparse.Namespace, console: Console) -> tuple[list[HostTrace], list[str]]:
+    experiment = load_experiment(args.experiment)
+    endpoints = check_local_files(experiment)
+    session = Session(experiment, endpoints=endpoints)
+    # the coordinator's own SSH channels carry the daemons' lines: not the application's
+    request = TraceRequest(report_interval_s=min(args.report_interval, args.duration),
+                           exclude_ports=tuple(sorted({e.port for e in endpoints.values()})))
+    problems: list[str] = []
+    try:
+        session.open_hosts().start_workload()
+        for note in session.warnings + session.start_tracing(request):
+            console.print(f"[yellow]{escape(note)}")
+        console.print(f"tracing {len(session.tracing)} host(s) for {args.duration:g} s")
+        try:
+            sleep_checking(SYSTEM, args.duration)
+        except KeyboardInterrupt:
+            console.print("interrupted: what was captured so far follows")
+        problems += session.stop_tracing()
+    finally:
+        problems += session.close()
+    problems += [f"tracing on {h}: {e.error}" for h, events in session.trace_events.items()
+                 for e in events if e.error]
+    hosts = [host_trace(name, got.addresses, session.trace_events.get(name, []))
+             for name, got in session.tracing.items() if not got.missing]
+    return hosts, problems
+
+
+def write_trace(path: Path, hosts: list[HostTrace]) -> None:
+    """One JSON line per host: its name, addresses, listening sockets and messages."""
+    lines = [json.dumps({"format": TRACE_FORMAT})]
+    for h in hosts:
+        lines.append(json.dumps({"host": h.name, "addresses": sorted(h.addresses),
+                                 "listening": sorted(h.listening),
+                                 "records": [[*r.local, *r.remote, r.sent, r.seq_first,
+                                              r.seq_end, r.first_s, r.last_s, r.loopback,
+                                              r.process] for r in h.records]}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")  # whole or not at all, as a run's files
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+
+
+def read_trace(path: Path) -> Iterator[HostTrace]:
+    """The hosts of a file `write_trace` wrote; a bad line is an InputError naming it."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InputError(Problem(f"cannot read the trace: {e.strerror}", file=str(path))) \
+            from e
+    lines = text.splitlines()
+    if not lines or _json(path, 1, lines[0]).get("format") != TRACE_FORMAT:
+        raise InputError(Problem(f"not a linkgrad trace: the first line must be "
+                                 f'{{"format": "{TRACE_FORMAT}"}}', file=str(path), line=1))
+    for n, line in enumerate(lines[1:], start=2):
+        entry = _json(path, n, line)
+        try:
+            records = [HostRecord((r[0], int(r[1])), (r[2], int(r[3])), bool(r[4]), int(r[5]),
+                                  int(r[6]), float(r[7]), float(r[8]), bool(r[9]), str(r[10]))
+                       for r in entry["records"]]
+            yield HostTrace(str(entry["host"]), frozenset(entry["addresses"]),
+                            frozenset((a, int(p)) for a, p in entry["listening"]), records)
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise InputError(Problem(f"a host entry needs host, addresses, listening and "
+                                     f"records of 11 fields ({type(e).__name__}: {e})",
+                                     file=str(path), line=n)) from e
+
+
+def _json(path: Path, n: int, line: str) -> dict[str, Any]:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputError(Problem(f"not JSON: {e.msg}", file=str(path), line=n)) from e
+    if not isinstance(value, dict):
+        raise InputError(Problem("expected a JSON object", file=str(path), line=n))
+    return value
+
+
+def _print(console: Console, result: dict[str, Any]) -> None:
+    print(f"{result['messages']} messages ({result['nil_send']} without a send time, "
+          f"{result['nil_receive']} without a receive time), {result['roots']} paths, "
+          f"linked by {result['linker']}")
+    for host, clock in result["hosts"].items():
+        if clock["clock_offset_s"] is not None and clock["clock_reference"] != host:
+            print(f"  clock of {host}: {1e3 * clock['clock_offset_s']:+.3f} ms against "
+                  f"{clock['clock_reference']}")
+    for p in result["patterns"][:10]:
+        response = "" if p["response_s"] is None else f", {1e3 * p['response_s']:.2f} ms"
+        print(f"\n{p['count']} × (score {p['score']:.1f}{response}); crossings "
+              + ", ".join(f"{k} {v:g}" for k, v in p["crossings"].items()))
+        for hop in p["hops"]:
+            depth = _depth(p["hops"], hop)
+            node = "" if hop["node_delay_s"] is None else f"node {1e3 * hop['node_delay_s']:.3f}"
+            net = "" if hop["network_delay_s"] is None else \
+                f"net {1e3 * hop['network_delay_s']:.3f}"
+            print(f"  {'  ' * depth}{hop['label']}  {node} {net} ms".rstrip(" ms") + " ms")
+    for problem in result["problems"]:
+        console.print(f"[red]{escape(problem)}")
+
+
+def _depth(hops: list[dict[str, Any]], hop: dict[str, Any]) -> int:
+    depth, parent = 0, hop["parent"]
+    while parent >= 0:
+        depth, parent = depth + 1, hops[parent]["parent"]
+    return depth
+
+
+COMMANDS = (Command(
+    "paths", "WAP5's causal paths from every host's TCP messages, no injection",
+    "Capture the TCP messages of the experiment's hosts for a while (with its workload "
+    "running, if it has one), or read a saved trace, and link them into causal paths: which "
+    "message caused which, aggregated into patterns (clients as CLIENT, ephemeral ports left "
+    "out), with each hop's node delay and network delay (the hosts' clock offsets taken out) "
+    "and each link's crossings on the critical path.",
+    _arguments, paths_command),)
