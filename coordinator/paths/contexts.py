@@ -9,6 +9,8 @@
 - A context *waits* from the moment it sends a call until a message arrives in it: sequential
   code does nothing more until the answer is back. Parallel calls leave within `fanout_s` of
   each other, so a context that sent a call that recently may still send another.
+- A handler may fire a call as it answers (fire-and-forget: the call leaves just after the
+  reply): a context that closed less than `fanout_s` ago may still send one.
 - A spontaneous call roots a context that opens when its first answer arrives (a timer's
   chain of calls). An answer into a closed context (a fire-and-forget call's) changes
   nothing. Contexts with no message for longer than the window are forgotten.
@@ -35,6 +37,7 @@ class ContextWalker:
         self.context_of: dict[int, int] = {}  # latest message -> its open context
         self.pending: dict[int, int] = {}  # connection (served) -> its request's context
         self.calls: dict[int, int] = {}  # connection (called) -> its last call's context
+        self.just_closed: dict[int, tuple[float, Context]] = {}  # answered within fanout_s
         self.next_id = 0
 
     def _new(self) -> int:
@@ -69,7 +72,7 @@ class ContextWalker:
         elif ctx in self.open:
             self._arrive(ctx, t, msg)
 
-    def answer(self, conn: int) -> int | None:
+    def answer(self, conn: int, t: float) -> int | None:
         """The parent of this node's reply on `conn` (None: its request is not in the trace),
         closing that request's context."""
         ctx = self.pending.pop(conn, None)
@@ -77,18 +80,27 @@ class ContextWalker:
         if c is None:
             return None
         self._close(ctx)
+        self.just_closed[ctx] = (t, c)
         return c.latest
 
     def ready(self, t: float) -> list[Context]:
         """The open contexts that may send a call at `t` (not waiting), oldest first."""
         for ctx in [k for k, c in self.open.items() if c.latest_s < t - self.window_s]:
             self._close(ctx)
+        for ctx in [k for k, (at, _) in self.just_closed.items() if at < t - self.fanout_s]:
+            del self.just_closed[ctx]
         return [c for c in self.open.values()
-                if c.acted_s is None or t - c.acted_s <= self.fanout_s]
+                if c.acted_s is None or t - c.acted_s <= self.fanout_s] + [
+                    c for _, c in self.just_closed.values()]
 
     def call_sent(self, conn: int, parent: int | None, t: float) -> None:
         """Put the call in its parent's context, or in a new one it roots."""
         ctx = self.context_of.get(parent) if parent is not None else None
+        if ctx is None and parent is not None:
+            ctx = next((k for k, (_, c) in self.just_closed.items() if c.latest == parent), None)
+            if ctx is not None:  # fired as it answered: its answer comes to a closed context
+                self.calls[conn] = ctx
+                return
         if ctx is None:
             ctx = self._new()
             self.rooted.add(ctx)

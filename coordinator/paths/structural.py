@@ -112,7 +112,7 @@ class _Walk:
                     else:
                         walker.request_arrived(conn, msg, t)
                 elif is_reply[msg]:
-                    parent = walker.answer(conn)
+                    parent = walker.answer(conn, t)
                     if parent is not None:  # else no request seen on it: §5.1's candidates
                         decided[msg] = ([(parent, 1.0)], 0.0)
                 elif clients[node] and spontaneous_clients:
