@@ -112,7 +112,7 @@ class Service:
         self.watcher: threading.Thread | None = None
         self.threshold = 1
         self.profiler = Profiler(self.out, sniffer.ephemeral, closing, tracing)
-        self.tracer = MessageTracer(self.out)
+        self.tracer = MessageTracer(self.out, capture=tracing)
 
     def handle(self, request: Request[Any]) -> Result:
         match request:

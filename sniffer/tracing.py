@@ -37,8 +37,9 @@ def capture_problem() -> str | None:
 class MessageTracer:
     """One trace at a time; `start` replaces a running one (after its last report)."""
 
-    def __init__(self, out: LineWriter) -> None:
+    def __init__(self, out: LineWriter, capture: bool = True) -> None:
         self.out = out
+        self.can_capture = capture  # False: an in-process fake host, sharing its namespace
         self.capture: MessageCapture | None = None
         self.thread: threading.Thread | None = None
         self.stopping = threading.Event()
@@ -50,7 +51,8 @@ class MessageTracer:
     def start(self, request: TraceRequest) -> Tracing:
         self.stop()
         self.addresses = ipv4_addresses()
-        problem = capture_problem()
+        problem = capture_problem() if self.can_capture else \
+            "an in-process host shares its namespace: no messages captured"
         self.missing = (problem,) if problem else ()
         if problem is None:
             settings = CaptureSettings(exclude_ports=request.exclude_ports,

@@ -6,9 +6,7 @@ and network delays, and each link's crossings on the critical path."""
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +19,15 @@ from common.protocol.trace import TraceRequest
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.run_dir import RunDir
 from coordinator.config.strict_json import dumps
+from coordinator.config.trace_file import read_trace, write_trace
 from coordinator.live.clock import SYSTEM, sleep_checking
 from coordinator.live.session import Session, check_local_files
 from coordinator.live.trace_events import host_trace
 from coordinator.paths.analysis import LINKERS, analyse
-from coordinator.paths.reconcile import HostRecord, HostTrace, reconcile
+from coordinator.paths.reconcile import HostTrace, reconcile
 from coordinator.paths.wap5 import LinkingSettings
 
 MAX_DURATION_S = 86400.0
-TRACE_FORMAT = "linkgrad-trace/1"
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -114,56 +112,6 @@ def _capture(args: argparse.Namespace, console: Console) -> tuple[list[HostTrace
     hosts = [host_trace(name, got.addresses, session.trace_events.get(name, []))
              for name, got in session.tracing.items() if not got.missing]
     return hosts, problems
-
-
-def write_trace(path: Path, hosts: list[HostTrace]) -> None:
-    """One JSON line per host: its name, addresses, listening sockets and messages."""
-    lines = [json.dumps({"format": TRACE_FORMAT})]
-    for h in hosts:
-        lines.append(json.dumps({"host": h.name, "addresses": sorted(h.addresses),
-                                 "listening": sorted(h.listening),
-                                 "records": [[*r.local, *r.remote, r.sent, r.seq_first,
-                                              r.seq_end, r.first_s, r.last_s, r.loopback,
-                                              r.process] for r in h.records]}))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")  # whole or not at all, as a run's files
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
-
-
-def read_trace(path: Path) -> Iterator[HostTrace]:
-    """The hosts of a file `write_trace` wrote; a bad line is an InputError naming it."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InputError(Problem(f"cannot read the trace: {e.strerror}", file=str(path))) \
-            from e
-    lines = text.splitlines()
-    if not lines or _json(path, 1, lines[0]).get("format") != TRACE_FORMAT:
-        raise InputError(Problem(f"not a linkgrad trace: the first line must be "
-                                 f'{{"format": "{TRACE_FORMAT}"}}', file=str(path), line=1))
-    for n, line in enumerate(lines[1:], start=2):
-        entry = _json(path, n, line)
-        try:
-            records = [HostRecord((r[0], int(r[1])), (r[2], int(r[3])), bool(r[4]), int(r[5]),
-                                  int(r[6]), float(r[7]), float(r[8]), bool(r[9]), str(r[10]))
-                       for r in entry["records"]]
-            yield HostTrace(str(entry["host"]), frozenset(entry["addresses"]),
-                            frozenset((a, int(p)) for a, p in entry["listening"]), records)
-        except (KeyError, IndexError, TypeError, ValueError) as e:
-            raise InputError(Problem(f"a host entry needs host, addresses, listening and "
-                                     f"records of 11 fields ({type(e).__name__}: {e})",
-                                     file=str(path), line=n)) from e
-
-
-def _json(path: Path, n: int, line: str) -> dict[str, Any]:
-    try:
-        value = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise InputError(Problem(f"not JSON: {e.msg}", file=str(path), line=n)) from e
-    if not isinstance(value, dict):
-        raise InputError(Problem("expected a JSON object", file=str(path), line=n))
-    return value
 
 
 def _print(console: Console, result: dict[str, Any]) -> None:

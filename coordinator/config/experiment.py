@@ -233,6 +233,16 @@ class Snap(_Strict):
         return self
 
 
+class Paths(_Strict):
+    """WAP5's causal paths: every host's TCP messages captured during the passive phase, linked
+    into paths (paths.json; each link's crossings beside its gradient)."""
+
+    enabled: Bool = True
+    linker: Literal["context", "wap5", "fcfs"] = "context"
+    window_s: Float = Field(2.0, ge=0.001, le=3600)  # WAP5's x: the longest causal delay
+    report_interval_s: Float = Field(1.0, ge=0.1, le=3600)
+
+
 class Experiment(_Strict):
     name: RunName  # the run directory's name: one path component
     testbed: TestbedTag | None = None  # a `linkgrad testbed` tag: hosts, ssh, web_log from it
@@ -244,6 +254,7 @@ class Experiment(_Strict):
     parameters: Parameters = Parameters()
     workload: Workload | None = None
     snap: Snap = Snap()
+    paths: Paths = Paths()
     output: Path = Path("runs")
     frontend_url: Str | None = None  # for a workload's load generator (set from a testbed)
 

@@ -81,7 +81,7 @@ from coordinator.core.wave_plan import (
     training_needed_s,
 )
 from coordinator.core.weblog.model import RequestLog
-from coordinator.live import passive
+from coordinator.live import passive, paths_evidence
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
 from coordinator.live.session import Connect, Session, sigterm_as_interrupt, ssh_connect
 from coordinator.live.ssh import Endpoint
@@ -154,7 +154,7 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Say, resume: bool
     with _sigterm_as_interrupt():
         try:
             journal = journal.model_copy(update={"warnings": open_session(session, say)})
-            training = train(session, say)
+            training = train(session, out, say)
             base, plan, links = plan_measurement(session, out, training, say)
             planned = len(links) * max(1, len(experiment.parameters.magnitudes_ms))
             journal = journal.model_copy(update={"links_planned": planned})
@@ -199,13 +199,16 @@ def open_session(session: Session, say: Say) -> list[str]:
     return session.warnings
 
 
-def train(session: Session, say: Say) -> Training:
-    """Phase 2a: passive observation; the communication graph from the sniffers' reports.
-    `training_s`, or by default `min_training_s` and then until the spectrum has enough."""
+def train(session: Session, out: RunDir, say: Say) -> Training:
+    """Phase 2a: passive observation; the communication graph from the sniffers' reports,
+    the causal paths from their traces (paths.json). `training_s`, or by default
+    `min_training_s` and then until the spectrum has enough."""
     p, clock = session.experiment.parameters, session.clock
     start = clock.time()
     for sniffer in session.sniffers.values():
         sniffer.call(Watch(interval_s=2.0))
+    for note in paths_evidence.start(session):  # WAP5's trace: the passive phase only
+        say(f"[yellow]{note}")
     first = p.training_s if p.training_s is not None else p.min_training_s
     say(f"training: {first:.0f} s of passive observation"
         + ("" if p.training_s is not None else ", then as long as the spectrum needs"))
@@ -215,6 +218,12 @@ def train(session: Session, say: Say) -> Training:
     for sniffer in session.sniffers.values():
         sniffer.call(Unwatch())  # its last report comes before this answer
     end = clock.time()
+    try:  # the paths are evidence: a failure to save them stops no measurement
+        for problem in paths_evidence.save(session, out, (start, end)):
+            say(f"[yellow]{problem}")
+    except Exception as e:
+        session.warnings.append(f"causal paths not saved: {e}")
+        say(f"[yellow]causal paths not saved: {e}")
     # the experiment names each host's IPv4 address, its sniffer its IPv6 ones
     hosts = {**session.addresses, **session.ipv6_addresses}
     return Training(build_graph(session.reports, hosts, p.message_threshold), start, end)

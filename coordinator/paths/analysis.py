@@ -8,14 +8,14 @@ clock offsets that take the skew out of the network delays (§5.2). The result i
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from coordinator.paths.clocks import clock_offsets
-from coordinator.paths.instances import path_instances
+from coordinator.paths.instances import PathInstance, path_instances
 from coordinator.paths.messages import Trace
 from coordinator.paths.patterns import PathPattern, aggregate
 from coordinator.paths.structural import context_probabilities, fcfs_probabilities
@@ -34,16 +34,26 @@ LINKERS: dict[str, Callable[[Trace, LinkingSettings], LinkProbabilities]] = {
 
 
 def analyse(trace: Trace, linker: str = "context",
-            settings: LinkingSettings = DEFAULT_LINKING, max_patterns: int = 200
-            ) -> dict[str, Any]:
-    """paths.json's body for `trace`: patterns by score, with the hosts' clock offsets."""
+            settings: LinkingSettings = DEFAULT_LINKING, max_patterns: int = 200,
+            transaction_of: Mapping[int, str] | None = None) -> dict[str, Any]:
+    """paths.json's body for `trace`: patterns by score, with the hosts' clock offsets; with
+    `transaction_of` (root message -> transaction), the patterns of each transaction too."""
     if linker not in LINKERS:
         raise ValueError(f"linker {linker!r}: expected one of {sorted(LINKERS)}")
     probs = LINKERS[linker](trace, settings)
     per_root = path_instances(probs, settings)
     offsets = clock_offsets(trace)
-    patterns = aggregate([inst[0] for inst in per_root if inst], trace, offsets)
+    best = [inst[0] for inst in per_root if inst]
+    patterns = aggregate(best, trace, offsets)
     m = trace.messages
+    by_transaction = {}
+    if transaction_of is not None:
+        groups: dict[str, list[PathInstance]] = {}
+        for inst in best:
+            if inst.root in transaction_of:
+                groups.setdefault(transaction_of[inst.root], []).append(inst)
+        by_transaction = {name: [pattern_json(p) for p in aggregate(group, trace, offsets)[:5]]
+                          for name, group in sorted(groups.items())}
     return {
         "linker": linker,
         "settings": asdict(settings),
@@ -57,7 +67,37 @@ def analyse(trace: Trace, linker: str = "context",
                   for i, h in enumerate(trace.hosts)},
         "patterns": [pattern_json(p) for p in patterns[:max_patterns]],
         "patterns_left_out": max(0, len(patterns) - max_patterns),
+        "transactions": by_transaction,
     }
+
+
+def client_requests(trace: Trace) -> np.ndarray:
+    """The messages that start a request: sent by a client node (one that never listens)."""
+    return np.flatnonzero(trace.clients[trace.messages.src])
+
+
+def match_requests(trace: Trace, request_start_s: np.ndarray, tolerance_s: float = 0.005
+                   ) -> dict[int, int]:
+    """Each client request message -> the web-log request it is (its row), the nearest start
+    within `tolerance_s` of the message's arrival, each row taken once. The log's times are
+    the server's clock, as the arrival is."""
+    roots = client_requests(trace)
+    arrival = trace.messages.recv_s[roots]
+    order = np.argsort(request_start_s, kind="stable")
+    starts = request_start_s[order]
+    taken: set[int] = set()
+    out: dict[int, int] = {}
+    for root, t in zip(roots.tolist(), arrival.tolist(), strict=True):
+        if not np.isfinite(t):
+            continue
+        i = int(np.searchsorted(starts, t))
+        near = [j for j in (i - 2, i - 1, i, i + 1) if 0 <= j < len(starts)
+                and int(order[j]) not in taken and abs(starts[j] - t) <= tolerance_s]
+        if near:
+            j = min(near, key=lambda k: abs(starts[k] - t))
+            taken.add(int(order[j]))
+            out[root] = int(order[j])
+    return out
 
 
 def pattern_json(p: PathPattern) -> dict[str, Any]:

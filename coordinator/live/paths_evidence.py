@@ -1,0 +1,63 @@
+"""The run's causal paths on disk: every host's messages captured during the passive phase
+(`paths-trace.jsonl`, for `linkgrad paths --trace`), and `paths.json`: the patterns, and
+each transaction's (its requests found in the web log by their arrival at the front end)."""
+
+from __future__ import annotations
+
+from common.protocol.trace import TraceRequest
+from coordinator.config.run_dir import RunDir
+from coordinator.config.trace_file import write_trace
+from coordinator.core.transactions import group_by_transaction, patterns_from
+from coordinator.live.session import Session
+from coordinator.live.trace_events import host_trace
+from coordinator.paths.analysis import analyse, client_requests, match_requests
+from coordinator.paths.reconcile import reconcile
+from coordinator.paths.wap5 import LinkingSettings
+
+TRACE_FILE = "paths-trace.jsonl"
+PATHS_FILE = "paths.json"
+
+
+def start(session: Session) -> list[str]:
+    """Tracing on every host (if the experiment wants paths); what a host cannot give."""
+    p = session.experiment.paths
+    if not p.enabled:
+        return []
+    # the coordinator's own SSH channels carry the daemons' lines: not the application's
+    ports = sorted({e.port for e in (session.endpoints or {}).values()} or {22})
+    return session.start_tracing(TraceRequest(report_interval_s=p.report_interval_s,
+                                              exclude_ports=tuple(ports)))
+
+
+def save(session: Session, out: RunDir, window: tuple[float, float]) -> list[str]:
+    """Stop tracing; write the trace and paths.json. Returns what went wrong on a host."""
+    if not session.tracing:
+        return []
+    problems = session.stop_tracing()
+    problems += [f"tracing on {h}: {e.error}" for h, events in session.trace_events.items()
+                 for e in events if e.error]
+    hosts = [host_trace(name, got.addresses, session.trace_events.get(name, []))
+             for name, got in session.tracing.items() if not got.missing]
+    if not hosts:
+        return problems
+    write_trace(out.path / TRACE_FILE, hosts)
+    trace = reconcile(hosts)
+    transaction_of: dict[int, str] = {}
+    if session.log is not None:
+        log = session.log.snapshot()
+        name_of_row: dict[int, str] = {}
+        groups = group_by_transaction(log.url, patterns_from(session.experiment.transactions))
+        for name, rows in groups.items():
+            for row in rows.tolist():
+                name_of_row.setdefault(row, name)  # overlapping classes: the first named
+        transaction_of = {root: name_of_row[row]
+                          for root, row in match_requests(trace, log.start_s).items()
+                          if row in name_of_row}
+    p = session.experiment.paths
+    result = analyse(trace, p.linker, LinkingSettings(window_s=p.window_s),
+                     transaction_of=transaction_of)
+    result |= {"window": list(window), "traced_hosts": sorted(h.name for h in hosts),
+               "client_requests": len(client_requests(trace)),
+               "matched_requests": len(transaction_of), "problems": problems}
+    out.write(PATHS_FILE, result)
+    return problems
