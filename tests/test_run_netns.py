@@ -116,6 +116,16 @@ def test_run_measures_known_gradients_in_both_directions(testbed, tag, concurren
         assert sum(link["snap"]["measurement"].values()) > 0, link["snap"]
     if concurrent > 1:
         return
+    # WAP5's paths from the passive phase: each transaction's dominant pattern crosses
+    # app1->db as often as its gradient says (the fire-and-forget call is off the critical
+    # path), every request found in the web log
+    paths = json.loads((run_dir / "paths.json").read_text())
+    assert paths["matched_requests"] >= 0.9 * paths["client_requests"] > 0, paths["problems"]
+    for name, truth in EXPECTED.items():
+        top = paths["transactions"][name][0]
+        assert top["crossings"].get("app1->db", 0) == truth, (name, top["key"])
+        assert top["crossings"].get("web->app1") == 1, (name, top["key"])
+    assert (run_dir / "paths-trace.jsonl").stat().st_size > 0  # for `linkgrad paths --trace`
     page = (run_dir / "report.html").read_text()
     assert "SNAP: TCP classes per link" in page
     assert page.count("data:image/png;base64,") == len(EXPECTED) + len(links)  # graphs, series

@@ -20,7 +20,7 @@ import numpy as np
 
 from common.errors import InputError, Problem, RuntimeFailure
 from common.protocol.record import InjectionRecord
-from coordinator.cli import snap_report
+from coordinator.cli import paths_report, snap_report
 from coordinator.config.run_dir import (
     ExperimentAsRun,
     LinkMeasurement,
@@ -177,6 +177,7 @@ def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
              "<h2>Link gradient graphs</h2>"]
     parts += [graph_figure(n, links) for n in experiment.transactions]
     parts += snap_report.html_section(read_snap(run_dir), links, plan.training)
+    parts += paths_report.html_section(paths_report.read_paths(run_dir), links)
     parts.append("<h2>Response series and spectra</h2>")
     for lk in links:
         if not lk.transactions:
