@@ -10,7 +10,7 @@ import pytest
 from numpy.testing import assert_allclose
 
 from coordinator.paths.accuracy import best_instances, tree_accuracy
-from coordinator.paths.candidates import Candidates, candidates
+from coordinator.paths.candidates import Candidates, candidates, latest_parent_delay
 from coordinator.paths.clocks import clock_offsets
 from coordinator.paths.instances import ChildIndex, instances_from, path_instances
 from coordinator.paths.messages import Connections, Messages, Trace
@@ -76,7 +76,7 @@ def test_wap5_step_2_weights_are_the_papers_exponential_with_y_4() -> None:
     trace = figure5()
     settings = LinkingSettings(window_s=0.5, clients_spontaneous=False)
     probs = wap5_probabilities(trace, settings)
-    d = causal_delay_means(trace, probs.links)
+    d = causal_delay_means(trace, latest_parent_delay(trace, settings.window_s))
     b, c = trace.nodes.index("B"), trace.nodes.index("C")
     # step 1: the mean of the latest preceding delays of the five B→C messages
     assert_allclose(d[b, c], (4 * 0.001 + 0.001) / 5, rtol=1e-4)

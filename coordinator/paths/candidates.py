@@ -65,16 +65,20 @@ def departure_and_arrival(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndar
     return out_t, in_t, out_key, in_key
 
 
-def candidates(trace: Trace, window_s: float) -> Candidates:
-    """Every (child, parent) with the parent into the child's sender within `window_s` (WAP5's
-    x: "longer than the longest real delay in the trace") before the child left."""
-    if not window_s > 0:
-        raise ValueError(f"{window_s=} must be positive")
-    n = len(trace.messages)
+@dataclass(frozen=True, eq=False)
+class _Index:
+    """Every message's arrival, sorted by (receiving key, time), as int64 codes."""
+
+    sorted_code: np.ndarray
+    order: np.ndarray
+    out_key: np.ndarray
+    out_ns: np.ndarray
+    out_t: np.ndarray
+    in_t: np.ndarray
+
+
+def _index(trace: Trace, window_s: float) -> _Index:
     out_t, in_t, out_key, in_key = departure_and_arrival(trace)
-    if n == 0:
-        empty = np.empty(0, dtype=np.int64)
-        return Candidates(empty, empty, np.empty(0), np.zeros(1, dtype=np.int64), out_t)
     t0 = float(np.nanmin(np.concatenate([out_t, in_t])))
     span = float(np.nanmax(np.concatenate([out_t, in_t]))) - t0 + window_s
     if span >= MAX_TRACE_S:
@@ -82,22 +86,60 @@ def candidates(trace: Trace, window_s: float) -> Candidates:
     # one int64 per event: node key in the high bits, nanoseconds since t0 in the low bits
     in_code = (in_key << _TIME_BITS) + np.round((in_t - t0) * NS).astype(np.int64)
     order = np.argsort(in_code, kind="stable")
-    sorted_code = in_code[order]
     out_ns = np.round((out_t - t0) * NS).astype(np.int64)
-    hi_code = (out_key << _TIME_BITS) + out_ns
-    lo_code = (out_key << _TIME_BITS) + np.maximum(out_ns - round(window_s * NS), 0)
-    hi = np.searchsorted(sorted_code, hi_code, side="right")
-    lo = np.searchsorted(sorted_code, lo_code, side="left")
+    return _Index(in_code[order], order, out_key, out_ns, out_t, in_t)
+
+
+def _bounds(ix: _Index, window_s: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per child, the [lo, hi) positions of its candidates in the sorted arrivals."""
+    hi_code = (ix.out_key << _TIME_BITS) + ix.out_ns
+    window_ns = np.round(np.asarray(window_s) * NS).astype(np.int64)
+    lo_code = (ix.out_key << _TIME_BITS) + np.maximum(ix.out_ns - window_ns, 0)
+    return (np.searchsorted(ix.sorted_code, lo_code, side="left"),
+            np.searchsorted(ix.sorted_code, hi_code, side="right"))
+
+
+def latest_parent_delay(trace: Trace, window_s: float) -> np.ndarray:
+    """Per message, the delay since the latest message into its sender within `window_s`
+    (not itself), NaN where there is none: WAP5 §5.1 step 1's sample."""
+    n = len(trace.messages)
+    if n == 0:
+        return np.empty(0)
+    ix = _index(trace, window_s)
+    lo, hi = _bounds(ix, window_s)
+    out = np.full(n, np.nan)
+    has = hi > lo
+    latest = ix.order[np.maximum(hi - 1, 0)]
+    own = has & (latest == np.arange(n))  # never its own cause: the one before, if any
+    latest = np.where(own, ix.order[np.maximum(hi - 2, 0)], latest)
+    has &= ~own | (hi - 1 > lo)
+    out[has] = ix.out_t[has] - ix.in_t[latest[has]]
+    return out
+
+
+def candidates(trace: Trace, window_s: float | np.ndarray) -> Candidates:
+    """Every (child, parent) with the parent into the child's sender within `window_s` (WAP5's
+    x: "longer than the longest real delay in the trace"; or one window per message) before
+    the child left."""
+    if not np.all(np.asarray(window_s) >= 0):
+        raise ValueError("the windows must not be negative")
+    n = len(trace.messages)
+    if n == 0:
+        out_t = departure_and_arrival(trace)[0]
+        empty = np.empty(0, dtype=np.int64)
+        return Candidates(empty, empty, np.empty(0), np.zeros(1, dtype=np.int64), out_t)
+    ix = _index(trace, float(np.max(window_s)))
+    lo, hi = _bounds(ix, window_s)
     counts = hi - lo
     start = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=start[1:])
     child = np.repeat(np.arange(n, dtype=np.int64), counts)
     # positions hi-1, hi-2, ..., lo of each child's run: latest parent first
     offset = np.arange(start[-1], dtype=np.int64) - np.repeat(start[:-1], counts)
-    parent = order[np.repeat(hi - 1, counts) - offset]
+    parent = ix.order[np.repeat(hi - 1, counts) - offset]
     keep = parent != child  # a message is never its own cause
     if not keep.all():
         child, parent = child[keep], parent[keep]
         start = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(child, minlength=n), out=start[1:])
-    return Candidates(child, parent, out_t[child] - in_t[parent], start, out_t)
+    return Candidates(child, parent, ix.out_t[child] - ix.in_t[parent], start, ix.out_t)

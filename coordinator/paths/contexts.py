@@ -10,7 +10,8 @@
   code does nothing more until the answer is back. Parallel calls leave within `fanout_s` of
   each other, so a context that sent a call that recently may still send another.
 - A handler may fire a call as it answers (fire-and-forget: the call leaves just after the
-  reply): a context that closed less than `fanout_s` ago may still send one.
+  reply, an event loop's next turn): a context that closed less than `afterward_s` ago may
+  still send one.
 - A spontaneous call roots a context that opens when its first answer arrives (a timer's
   chain of calls). An answer into a closed context (a fire-and-forget call's) changes
   nothing. Contexts with no message for longer than the window are forgotten.
@@ -27,17 +28,18 @@ class Context:
     latest_s: float
     latest: int  # message
     acted_s: float | None = None  # when it last sent a call since `latest` arrived
+    closed: bool = False  # answered already (offered only to a fire-and-forget call)
 
 
 class ContextWalker:
-    def __init__(self, window_s: float, fanout_s: float) -> None:
-        self.window_s, self.fanout_s = window_s, fanout_s
+    def __init__(self, window_s: float, fanout_s: float, afterward_s: float) -> None:
+        self.window_s, self.fanout_s, self.afterward_s = window_s, fanout_s, afterward_s
         self.open: dict[int, Context] = {}  # oldest first
         self.rooted: set[int] = set()  # spontaneous calls' contexts, no answer yet
         self.context_of: dict[int, int] = {}  # latest message -> its open context
         self.pending: dict[int, int] = {}  # connection (served) -> its request's context
         self.calls: dict[int, int] = {}  # connection (called) -> its last call's context
-        self.just_closed: dict[int, tuple[float, Context]] = {}  # answered within fanout_s
+        self.just_closed: dict[int, tuple[float, Context]] = {}  # answered within afterward_s
         self.next_id = 0
 
     def _new(self) -> int:
@@ -80,6 +82,7 @@ class ContextWalker:
         if c is None:
             return None
         self._close(ctx)
+        c.closed = True
         self.just_closed[ctx] = (t, c)
         return c.latest
 
@@ -87,7 +90,7 @@ class ContextWalker:
         """The open contexts that may send a call at `t` (not waiting), oldest first."""
         for ctx in [k for k, c in self.open.items() if c.latest_s < t - self.window_s]:
             self._close(ctx)
-        for ctx in [k for k, (at, _) in self.just_closed.items() if at < t - self.fanout_s]:
+        for ctx in [k for k, (at, _) in self.just_closed.items() if at < t - self.afterward_s]:
             del self.just_closed[ctx]
         return [c for c in self.open.values()
                 if c.acted_s is None or t - c.acted_s <= self.fanout_s] + [

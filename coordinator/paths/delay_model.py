@@ -12,6 +12,9 @@ as a lognormal, falling back to the pair's fit; with a broad log-uniform compone
 OUTLIER_WEIGHT, because real delays have outliers (a first request warming a thread up, a
 pause) that a lognormal's thin tail would make impossible.
 
+Fire-and-forget, fitted too: a call may come just after its request was answered; how often
+a pair's calls did (in the pass before) weighs an answered context against the open ones.
+
 Spontaneity, fitted too: B's spontaneous calls to C as a Poisson process, its rate counted
 from the calls B made while no request of its was ready (plus one half, Jeffreys' prior, over
 the trace's duration). A rate and a density are both per second, so they weigh against each other: a
@@ -55,13 +58,15 @@ class DelayModel:
                  transitions: dict[tuple[int, ...], LogNormal] | None = None,
                  pairs: dict[tuple[int, ...], LogNormal] | None = None,
                  spontaneous_per_s: dict[tuple[int, int], float] | None = None,
-                 default_spontaneous_per_s: float = 0.0) -> None:
+                 default_spontaneous_per_s: float = 0.0,
+                 afterward: dict[tuple[int, int], float] | None = None) -> None:
         self.pair_mean_s = pair_mean_s  # §5.1's d per (node, callee); NaN: none
         self.y, self.window_s = spontaneous_y, window_s
         self.transitions = transitions or {}
         self.pairs = pairs or {}
         self.spontaneous_per_s = spontaneous_per_s or {}
         self.default_spontaneous_per_s = default_spontaneous_per_s
+        self.afterward = afterward or {}
         self.fitted = bool(self.pairs)
 
     def density(self, parent_sender: int, node: int, callee: int, delay_s: float) -> float:
@@ -75,6 +80,11 @@ class DelayModel:
             d = self.pair_mean_s[node, callee]
             return (1 - OUTLIER_WEIGHT) * math.exp(-x / d) / d + broad if d > 0 else broad
         return (1 - OUTLIER_WEIGHT) * fit.density(x) + broad
+
+    def afterward_prior(self, node: int, callee: int) -> float:
+        """The share of the pair's calls that came after their request was answered (fitted;
+        1 before a fit: a first pass lets a closed context compete as an open one)."""
+        return self.afterward.get((node, callee), 1.0) if self.fitted else 1.0
 
     def weigh(self, node: int, callee: int, parent_senders: list[int], delays_s: list[float]
               ) -> tuple[list[float], float]:

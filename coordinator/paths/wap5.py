@@ -9,11 +9,12 @@ being spontaneous weighs as a delay of y·d, exp(−y); the weights of a child a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from coordinator.paths.candidates import Candidates, candidates
+from coordinator.paths.candidates import Candidates, candidates, latest_parent_delay
 from coordinator.paths.messages import Trace
 
 # A mean causal delay below this (seconds) is taken as this: delays of 0 on one clock would
@@ -78,15 +79,15 @@ class LinkProbabilities:
         return most_likely_parent(self.links, self.p, self.p_spontaneous)
 
 
-def causal_delay_means(trace: Trace, links: Candidates) -> np.ndarray:
-    """d_{B→C} (step 1) per node pair, as an (nodes, nodes) array; NaN where no B→C message
-    had a message into B within the window before it."""
+def causal_delay_means(trace: Trace, latest_delay_s: np.ndarray) -> np.ndarray:
+    """d_{B→C} (step 1) per node pair, as an (nodes, nodes) array, from each message's delay
+    since the latest message into its sender (`latest_parent_delay`); NaN where no B→C
+    message had one within the window."""
     n_nodes = len(trace.nodes)
-    has = links.count() > 0
-    first = links.start[:-1][has]  # the latest parent is each child's first candidate
+    has = np.isfinite(latest_delay_s)
     m = trace.messages
     pair = m.src[has].astype(np.int64) * n_nodes + m.dst[has]
-    total = np.bincount(pair, weights=links.delay_s[first], minlength=n_nodes * n_nodes)
+    total = np.bincount(pair, weights=latest_delay_s[has], minlength=n_nodes * n_nodes)
     count = np.bincount(pair, minlength=n_nodes * n_nodes)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = total / count
@@ -95,10 +96,16 @@ def causal_delay_means(trace: Trace, links: Candidates) -> np.ndarray:
 
 def wap5_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING
                        ) -> LinkProbabilities:
-    """Steps 1 and 2 of §5.1 for every message of `trace`."""
-    links = candidates(trace, settings.window_s)
-    d = causal_delay_means(trace, links)
+    """Steps 1 and 2 of §5.1 for every message of `trace`.
+
+    A candidate further back than (y + ln(1/min_link_p))·d weighs less than min_link_p of a
+    spontaneous message: it is left out before the pairs are made (with x = 2 s at a busy
+    node that is hundreds of candidates a message, nearly all of weight ~0)."""
+    d = causal_delay_means(trace, latest_parent_delay(trace, settings.window_s))
     m = trace.messages
+    reach = settings.spontaneous_y + math.log(1 / max(settings.min_link_p, 1e-12))
+    per_child = np.fmin(reach * d[m.src, m.dst], settings.window_s)
+    links = candidates(trace, np.nan_to_num(per_child, nan=0.0))
     scale = d[m.src[links.child], m.dst[links.child]]
     weight = np.exp(-links.delay_s / scale)  # NaN scale (no estimate): NaN, dropped below
     weight = np.nan_to_num(weight, nan=0.0)
