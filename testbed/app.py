@@ -18,7 +18,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
+import json
 import random
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,13 +84,73 @@ class AppConfig:
     s3_sd_s: float = 0.06
     cache_miss_p: float = 0.3
     sequential_m: int = 2
+    truth_log: Path | None = None
+
+
+@dataclass
+class TruthRecord:
+    """One request as the app saw it, for checking inferred paths only: the id nginx gave it
+    (X-Request-Id), the port of the connection it came on, and each database call's local
+    port and times."""
+
+    rid: str
+    peer_port: int | None
+    t_in: float
+    calls: list[dict[str, Any]]
+    done: bool = False
+
+
+class Truth:
+    """The ground-truth log (`--truth-log`): a JSON line per request, and one per call made
+    after its request was answered (fire-and-forget). Off without a file."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.file = path.open("a", buffering=1) if path is not None else None
+        self.current: contextvars.ContextVar[TruthRecord | None] = contextvars.ContextVar(
+            "truth", default=None)
+
+    def call(self, service: str, conn: Any, t0: float) -> None:
+        record = self.current.get()
+        if self.file is None or record is None:
+            return
+        transport = getattr(conn, "_transport", None)  # asyncpg's, private: our own test app
+        sockname = transport.get_extra_info("sockname") if transport is not None else None
+        call = {"service": service, "port": sockname[1] if sockname else None, "t0": t0,
+                "t1": time.time()}
+        if record.done:
+            self.file.write(json.dumps({"rid": record.rid, "late": True, "calls": [call]}) + "\n")
+        else:
+            record.calls.append(call)
+
+    def middleware(self, app: Any) -> Any:
+        async def truth_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if self.file is None or scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            headers = dict(scope.get("headers") or [])
+            client = scope.get("client")
+            record = TruthRecord(headers.get(b"x-request-id", b"").decode(),
+                                 client[1] if client else None, time.time(), [])
+            token = self.current.set(record)
+            try:
+                await app(scope, receive, send)
+            finally:
+                self.current.reset(token)
+                record.done = True
+                assert self.file is not None
+                self.file.write(json.dumps({"rid": record.rid, "peer_port": record.peer_port,
+                                            "path": scope.get("path"), "t_in": record.t_in,
+                                            "t_out": time.time(), "calls": record.calls})
+                                + "\n")
+        return truth_app
 
 
 class Backends:
     """The app's connections; opened at startup, closed at shutdown."""
 
-    def __init__(self, config: AppConfig) -> None:
+    def __init__(self, config: AppConfig, truth: Truth | None = None) -> None:
         self.config = config
+        self.truth = truth or Truth(None)
         self.rng = random.Random()
         self.background: set[asyncio.Task[Any]] = set()  # fire-and-forget calls, kept alive
         self.pool: asyncpg.Pool | None = None
@@ -116,7 +179,11 @@ class Backends:
 
     async def query(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         assert self.pool is not None
-        return await self.pool.fetch(sql, *args)
+        async with self.pool.acquire() as conn:
+            t0 = time.time()
+            rows = await conn.fetch(sql, *args)
+            self.truth.call("db", conn, t0)
+            return rows
 
     async def s2(self) -> None:
         """One database round trip that takes N(s2) at the server."""
@@ -138,8 +205,9 @@ def _id(request: Request, name: str = "id", default: int = 1) -> int:
     return int(request.query_params.get(name, default))
 
 
-def build_app(config: AppConfig) -> Starlette:
-    b = Backends(config)
+def build_app(config: AppConfig) -> Any:
+    truth = Truth(config.truth_log)
+    b = Backends(config, truth)
 
     async def health(_: Request) -> PlainTextResponse:
         return PlainTextResponse(f"ok {config.name}")
@@ -167,9 +235,9 @@ def build_app(config: AppConfig) -> Starlette:
         # gradient would then hold lock waits, not just the four crossings
         item = _id(request, default=b.rng.randint(1, 5000))
         user = _id(request, "user")
-        async with b.pool.acquire() as conn, conn.transaction():
-            await conn.execute(INSERT_BID, user, item)
-            await conn.execute(COUNT_BID, item)
+        async with b.pool.acquire() as conn, conn.transaction():  # its BEGIN and COMMIT are
+            await conn.execute(INSERT_BID, user, item)  # not in the truth log: a benchmark
+            await conn.execute(COUNT_BID, item)  # of paths leaves StoreBid out
         return JSONResponse({"stored": True})
 
     async def single(_: Request) -> PlainTextResponse:
@@ -226,7 +294,7 @@ def build_app(config: AppConfig) -> Starlette:
         finally:
             await b.close()
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    return truth.middleware(Starlette(routes=routes, lifespan=lifespan))
 
 
 def main() -> None:
@@ -243,10 +311,14 @@ def main() -> None:
         parser.add_argument(f"--{knob.replace('_', '-')}", type=float, required=True)
     parser.add_argument("--cache-miss-p", type=float, required=True)
     parser.add_argument("--sequential-m", type=int, required=True)
+    parser.add_argument("--truth-log", type=Path,
+                        help="log each request's database calls (ports, times) here, to check "
+                        "inferred causal paths against")
     args = parser.parse_args()
     config = AppConfig(args.name, args.dsn_file.read_text().strip(), args.cache, args.peer,
                        args.s2_mean_ms / 1e3, args.s2_sd_ms / 1e3, args.s3_mean_ms / 1e3,
-                       args.s3_sd_ms / 1e3, args.cache_miss_p, args.sequential_m)
+                       args.s3_sd_ms / 1e3, args.cache_miss_p, args.sequential_m,
+                       args.truth_log)
     uvicorn.run(build_app(config), host=args.listen, port=args.port, log_level="warning",
                 access_log=False, http="h11", loop="asyncio", timeout_keep_alive=75)
 

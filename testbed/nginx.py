@@ -21,6 +21,10 @@ LOG_FORMAT = (
     '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
     '"$http_referer" "$http_user_agent" $request_time $msec'
 )
+# The path benchmark's ground truth (never read by linkgrad itself): which client connection
+# each request came on, and the id the app logs its calls under (X-Request-Id).
+TRUTH_FORMAT = "$msec $request_time $remote_addr $remote_port $request_id"
+TRUTH_LOG = "truth-web.log"
 APP_PORT = 8000
 ROUTES = "routes.conf"
 # The variable `linkgrad route --nginx` sets (coordinator.core.routing.VARIABLE; a test holds
@@ -47,6 +51,8 @@ events {{ worker_connections 4096; }}
 http {{
     log_format linkgrad '{quoted}';
     access_log {directory}/access.log linkgrad;
+    log_format truth '{TRUTH_FORMAT}';
+    access_log {directory}/{TRUTH_LOG} truth;
     client_body_temp_path {tmp}/body;
     proxy_temp_path {tmp}/proxy;
     fastcgi_temp_path {tmp}/fastcgi;
@@ -66,6 +72,7 @@ http {{
         listen {web.address}:80;
         proxy_http_version 1.1;
         proxy_set_header Connection "";
+        proxy_set_header X-Request-Id $request_id;
         location /lb/ {{ proxy_pass http://app_all; }}
         location / {{ proxy_pass http://${VARIABLE}; }}
     }}
@@ -84,6 +91,7 @@ def write_conf(plan: TestbedPlan, directory: Path) -> None:
     write_file(tmp / "nginx.conf", nginx_conf(plan, directory))
     write_file(tmp / ROUTES, DEFAULT_ROUTES)
     create_empty(directory / "access.log")  # the master opens it
+    create_empty(directory / TRUTH_LOG)
 
 
 def install_routes(directory: Path, namespace: str, routes: str, source: str = "<routes>"
