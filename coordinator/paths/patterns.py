@@ -16,7 +16,8 @@ from the message that ends the path: the last one into the root's sender).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -93,15 +94,14 @@ def canonical(instance: PathInstance, names: PatternNames) -> tuple[list[int], l
     return order, parents
 
 
-def critical_path(instance: PathInstance, trace: Trace, in_t: np.ndarray) -> list[int]:
+def critical_path(instance: PathInstance, trace: Trace, arrival: Sequence[float]) -> list[int]:
     """The messages from the root to the last one into the root's sender (or, if none comes
-    back, the last to arrive), root first."""
+    back, the last to arrive), root first. `arrival`: each message's arrival, −inf unknown."""
     m = trace.messages
     root_node = m.src[instance.root]
     parent_of = dict(zip(instance.messages, instance.parents, strict=True))
     back = [x for x in instance.messages if m.dst[x] == root_node]
-    pool = back or list(instance.messages)
-    end = max(pool, key=lambda x: (np.nan_to_num(in_t[x], nan=-np.inf), x))
+    end = max(back or instance.messages, key=lambda x: (arrival[x], x))
     chain = [end]
     while parent_of[chain[-1]] >= 0:
         chain.append(parent_of[chain[-1]])
@@ -113,8 +113,11 @@ def aggregate(instances: Iterable[PathInstance], trace: Trace, offsets: ClockOff
     """Patterns from instances, highest score first."""
     names = PatternNames(trace)
     out_t, in_t, _, _ = departure_and_arrival(trace)
-    network = offsets.network_delay_s(trace)
-    nil_send = np.isnan(trace.messages.send_s)
+    arrival = np.where(np.isnan(in_t), -np.inf, in_t).tolist()  # plain floats: read per hop
+    out_list, in_list = out_t.tolist(), in_t.tolist()
+    network = offsets.network_delay_s(trace).tolist()
+    nil_send = np.isnan(trace.messages.send_s).tolist()
+    src, dst = trace.messages.src.tolist(), trace.messages.dst.tolist()
     groups: dict[str, _Group] = {}
     for inst in instances:
         order, parents = canonical(inst, names)
@@ -122,15 +125,16 @@ def aggregate(instances: Iterable[PathInstance], trace: Trace, offsets: ClockOff
         group = groups.get(key)
         if group is None:
             group = groups[key] = _Group(order, parents, names)
-        critical = set(critical_path(inst, trace, in_t))
-        node = [np.nan if (p < 0 or nil_send[x]) else out_t[x] - in_t[order[p]]
+        chain = critical_path(inst, trace, arrival)
+        critical = set(chain)
+        node = [math.nan if (p < 0 or nil_send[x]) else out_list[x] - in_list[order[p]]
                 for x, p in zip(order, parents, strict=True)]
         crossings: dict[str, int] = {}
-        for x in critical:
+        for x in chain:
             crossings[names.link[x]] = crossings.get(names.link[x], 0) + 1
-        end = max(critical, key=lambda x: (np.nan_to_num(in_t[x], nan=-np.inf), x))
-        same_node = trace.messages.dst[end] == trace.messages.src[inst.root]
-        response = in_t[end] - out_t[inst.root] if same_node else np.nan
+        end = chain[-1]
+        response = in_list[end] - out_list[inst.root] if dst[end] == src[inst.root] \
+            else math.nan
         group.add(inst, node, [network[x] for x in order], [x in critical for x in order],
                   crossings, response)
     patterns = [g.pattern(k) for k, g in groups.items()]
