@@ -5,12 +5,8 @@ timestamps, each end its process."""
 
 from __future__ import annotations
 
-import json
-import queue
 import subprocess
 import sys
-import threading
-from typing import Any
 
 import pytest
 
@@ -22,9 +18,9 @@ from coordinator.paths.patterns import aggregate
 from coordinator.paths.reconcile import reconcile
 from coordinator.paths.structural import context_probabilities
 from coordinator.paths.wap5 import LinkingSettings
-from testbed.pairs.hosts import Hosts
 from tests.marks import NETNS
 from tests.netns_tools.pairs import echo_pair
+from tests.netns_tools.sniffer_daemon import SnifferDaemon
 
 pytestmark = NETNS
 
@@ -88,43 +84,6 @@ print("done", flush=True)
 """
 
 
-class _Sniffer:
-    def __init__(self, hosts: Hosts, host: str) -> None:
-        self.proc = hosts.popen(host, sys.executable, "-m", "sniffer", stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.events: list[dict[str, Any]] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        assert self.next()["event"] == "ready"
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def next(self, timeout_s: float = 20.0) -> dict[str, Any]:
-        line = self.lines.get(timeout=timeout_s)
-        assert line is not None, f"the sniffer ended ({self.proc.wait(timeout=15)})"
-        return json.loads(line)
-
-    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        while "event" in (message := self.next()):
-            self.events.append(message)
-        assert message["id"] == request["id"], message
-        return message
-
-    def end(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        while (message := self.next())["event"] != "stopped":
-            self.events.append(message)
-        assert self.proc.wait(timeout=15) == 0
-
-
 def _ready(proc: subprocess.Popen[str]) -> None:
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
@@ -138,7 +97,7 @@ def test_a_two_tier_request_s_path_is_found_from_both_hosts_packets() -> None:
         servers.append(hosts.popen("b", sys.executable, "-c", MID, str(MID_PORT),
                                    str(DB_PORT), stdout=subprocess.PIPE, text=True))
         _ready(servers[1])
-        sniffers = {h: _Sniffer(hosts, h) for h in ("a", "b")}
+        sniffers = {h: SnifferDaemon(hosts, h) for h in ("a", "b")}
         started = {h: s.ask({"id": 1, "cmd": "trace", "report_interval_s": 0.5})
                    for h, s in sniffers.items()}
         for reply in started.values():

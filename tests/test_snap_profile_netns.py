@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import queue
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,9 +14,9 @@ import pytest
 
 from common.protocol.snap import SnapReportEvent
 from coordinator.snap.classify import PROBLEMS
-from testbed.pairs.hosts import Hosts
 from tests.marks import NETNS
 from tests.netns_tools.pairs import echo_pair
+from tests.netns_tools.sniffer_daemon import SnifferDaemon
 
 pytestmark = NETNS
 
@@ -59,57 +56,6 @@ sys.stdin.read()
 """
 
 
-class _Sniffer:
-    """`python -m sniffer` in host a; its stdout read by a thread, so a silent daemon fails the
-    test after a timeout instead of hanging it."""
-
-    def __init__(self, hosts: Hosts) -> None:
-        self.proc = hosts.popen("a", sys.executable, "-m", "sniffer", stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.events: list[dict[str, Any]] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        assert self.next()["event"] == "ready"
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def next(self, timeout_s: float = 15.0) -> dict[str, Any]:
-        line = self.lines.get(timeout=timeout_s)
-        assert line is not None, f"the sniffer ended ({self.proc.wait(timeout=15)})"
-        return json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} sent: {line}"))
-
-    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Send `request`; events until its reply are kept in `events`."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        while "event" in (message := self.next()):
-            self.events.append(message)
-        assert message["id"] == request["id"], message
-        return message
-
-    def events_until(self, condition: Callable[[list[dict[str, Any]]], bool],
-                     timeout_s: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not condition(self.events):
-            left = deadline - time.monotonic()
-            assert left > 0, f"not seen in {timeout_s} s of events: {self.events}"
-            message = self.next(left)
-            assert "event" in message, message
-            self.events.append(message)
-
-    def end(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        while (message := self.next())["event"] != "stopped":
-            self.events.append(message)
-        assert self.proc.wait(timeout=15) == 0
-
-
 def _of(events: list[SnapReportEvent], remote_port: int, local_port: int | None = None
         ) -> tuple[list[Any], list[Any]]:
     """The connection entries and records of one connection, over all reports."""
@@ -134,7 +80,7 @@ def test_a_receiver_window_limited_connection_is_told_from_a_healthy_one():
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert receiver.stdout is not None
         assert receiver.stdout.readline().strip() == "ready"
-        sniffer = _Sniffer(hosts)
+        sniffer = SnifferDaemon(hosts)
         started = sniffer.ask({"id": 1, "cmd": "profile", "report_interval_s": 0.5,
                                "sums_interval_s": 0.5, "table_interval_s": 0.1})
         assert started["ok"], started
@@ -187,7 +133,7 @@ def test_a_receiver_window_limited_connection_is_told_from_a_healthy_one():
 
 def test_contradicting_profile_settings_are_an_input_error_naming_the_field():
     with echo_pair([], []) as hosts:
-        sniffer = _Sniffer(hosts)
+        sniffer = SnifferDaemon(hosts)
         for request, field in [
             ({"cpu_lower_pct": 5.0, "cpu_upper_pct": 5.0}, "cpu_lower_pct"),
             ({"cpu_lower_pct": 6.0, "cpu_upper_pct": 3.0}, "cpu_lower_pct"),

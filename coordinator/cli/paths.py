@@ -20,8 +20,7 @@ from coordinator.config.experiment_file import load_experiment
 from coordinator.config.run_dir import RunDir
 from coordinator.config.strict_json import dumps
 from coordinator.config.trace_file import read_trace, write_trace
-from coordinator.live.clock import SYSTEM, sleep_checking
-from coordinator.live.session import Session, check_local_files
+from coordinator.live.session import Session, check_local_files, observe
 from coordinator.live.trace_events import host_trace
 from coordinator.paths.analysis import LINKERS, analyse
 from coordinator.paths.reconcile import HostTrace, reconcile
@@ -94,19 +93,9 @@ def _capture(args: argparse.Namespace, console: Console) -> tuple[list[HostTrace
     # the coordinator's own SSH channels carry the daemons' lines: not the application's
     request = TraceRequest(report_interval_s=min(args.report_interval, args.duration),
                            exclude_ports=tuple(sorted({e.port for e in endpoints.values()})))
-    problems: list[str] = []
-    try:
-        session.open_hosts().start_workload()
-        for note in session.warnings + session.start_tracing(request):
-            console.print(f"[yellow]{escape(note)}")
-        console.print(f"tracing {len(session.tracing)} host(s) for {args.duration:g} s")
-        try:
-            sleep_checking(SYSTEM, args.duration)
-        except KeyboardInterrupt:
-            console.print("interrupted: what was captured so far follows")
-        problems += session.stop_tracing()
-    finally:
-        problems += session.close()
+    problems = observe(session, lambda: session.start_tracing(request), session.stop_tracing,
+                       args.duration, console.print,
+                       lambda note: console.print(f"[yellow]{escape(note)}"), "tracing")
     problems += [f"tracing on {h}: {e.error}" for h, events in session.trace_events.items()
                  for e in events if e.error]
     hosts = [host_trace(name, got.addresses, session.trace_events.get(name, []))

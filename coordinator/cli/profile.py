@@ -19,9 +19,8 @@ from coordinator.config.experiment_file import load_experiment
 from coordinator.config.run_dir import RunDir
 from coordinator.config.snap_file import SnapFile
 from coordinator.config.strict_json import dumps
-from coordinator.live.clock import SYSTEM, sleep_checking
 from coordinator.live.passive import snap_file
-from coordinator.live.session import Session, check_local_files
+from coordinator.live.session import Session, check_local_files, observe
 from coordinator.snap.evidence import links_seen
 
 MAX_DURATION_S = 7 * 86400.0
@@ -60,19 +59,9 @@ def profile_command(args: argparse.Namespace) -> int:
     session = Session(experiment, endpoints=check_local_files(experiment))
     request = Profile(report_interval_s=min(args.report_interval, args.duration),
                       cpu_upper_pct=args.cpu_upper, cpu_lower_pct=0.4 * args.cpu_upper)
-    problems: list[str] = []
-    try:
-        session.open_hosts().start_workload()  # the experiment's own traffic, if it has one
-        for note in session.warnings + session.start_profiling(request):
-            console.print(f"[yellow]{escape(note)}")
-        console.print(f"profiling {len(session.sniffers)} host(s) for {args.duration:g} s")
-        try:
-            sleep_checking(SYSTEM, args.duration)
-        except KeyboardInterrupt:
-            console.print("interrupted: what was seen so far follows")
-        problems += session.stop_profiling()
-    finally:
-        problems += session.close()
+    problems = observe(session, lambda: session.start_profiling(request),
+                       session.stop_profiling, args.duration, console.print,
+                       lambda note: console.print(f"[yellow]{escape(note)}"), "profiling")
     hosts = {**session.addresses, **session.ipv6_addresses}
     snap = SnapFile.model_validate(snap_file(session.profiling, session.snap_reports, hosts))
     if args.save:

@@ -19,7 +19,7 @@ from common.protocol.sniffer import Report, ReportEvent, SnifferReady
 from common.protocol.trace import TraceReportEvent, TraceRequest, Tracing, Untrace
 from coordinator.config.experiment import Experiment, Host, Ssh
 from coordinator.config.experiment_files import require_local_files
-from coordinator.live.clock import SYSTEM, Clock
+from coordinator.live.clock import SYSTEM, Clock, sleep_checking
 from coordinator.live.logfollow import LogFollower, follow_argv
 from coordinator.live.ssh import Connection, Endpoint, check_endpoints, endpoint_for
 
@@ -276,3 +276,26 @@ def _example_path(pattern: str) -> str:
 def sigterm_as_interrupt(signum: int, _frame: object) -> None:
     """A SIGTERM handler that ends a command like Ctrl-C, so every lease is closed."""
     raise KeyboardInterrupt
+
+
+def observe(session: Session, start: Callable[[], list[str]], stop: Callable[[], list[str]],
+            duration_s: float, say: Callable[[str], None], warn: Callable[[str], None],
+            what: str) -> list[str]:
+    """A passive command's session: connect, start the experiment's workload (if it has one)
+    and `start` the observation, wait `duration_s` (Ctrl-C ends it early, keeping what was
+    seen), `stop` it, close every lease; `say` tells progress, `warn` what a host cannot do.
+    Returns what went wrong."""
+    problems: list[str] = []
+    try:
+        session.open_hosts().start_workload()
+        for note in session.warnings + start():
+            warn(note)
+        say(f"{what} {len(session.sniffers)} host(s) for {duration_s:g} s")
+        try:
+            sleep_checking(session.clock, duration_s)
+        except KeyboardInterrupt:
+            say("interrupted: what was seen so far follows")
+        problems += stop()
+    finally:
+        problems += session.close()
+    return problems
