@@ -163,7 +163,7 @@ def test_a_partner_that_does_not_overlap_or_a_late_baseline_is_exit_2(capsys, co
 
 
 SUBCOMMANDS = ["gradient", "plan", "inject", "testbed", "run", "report", "predict", "latency",
-               "place", "route", "profile"]
+               "place", "route", "profile", "paths"]
 
 
 def _leaves(commands, path=()):
@@ -264,3 +264,21 @@ def test_profile_refuses_bad_numbers_naming_the_option(capsys, tmp_path, option,
 def test_profile_of_a_missing_experiment_is_bad_input(capsys, tmp_path):
     assert main(["profile", str(tmp_path / "nope.yaml"), "--json"]) == 2
     assert "nope.yaml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("option", "value"), [("--duration", "0"), ("--duration", "nan"),
+                                               ("--report-interval", "0.01"),
+                                               ("--window", "0")])
+def test_paths_refuses_bad_numbers_naming_the_option(capsys, tmp_path, option, value):
+    code = main(["paths", str(tmp_path / "nope.yaml"), option, value])
+    assert code == 2
+    assert option in capsys.readouterr().err
+
+
+def test_paths_wants_an_experiment_or_a_trace_and_names_a_missing_trace(capsys, tmp_path):
+    assert main(["paths"]) == 2
+    assert "--trace" in capsys.readouterr().err
+    assert main(["paths", str(tmp_path / "x.yaml"), "--trace", str(tmp_path / "t")]) == 2
+    capsys.readouterr()
+    assert main(["paths", "--trace", str(tmp_path / "nope.jsonl"), "--json"]) == 2
+    assert "nope.jsonl" in capsys.readouterr().err
