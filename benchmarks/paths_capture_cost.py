@@ -107,10 +107,13 @@ tracepoint:sock:sock_send_length, tracepoint:sock:sock_recv_length
 """
 
 READER = """
-import json, subprocess, sys, time
+import json, os, subprocess, sys, time
+# `ip netns exec` gives this process a sysfs of its own: tracefs mounted here, gone with it
+if not os.path.isdir("/sys/kernel/tracing/events"):
+    subprocess.run(["mount", "-t", "tracefs", "tracefs", "/sys/kernel/tracing"], check=True)
 program = sys.argv[2].replace("NETNS", sys.argv[3])
 proc = subprocess.Popen(["bpftrace", "-f", "json", "-e", program], stdout=subprocess.PIPE,
-                        stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                        stderr=sys.stderr, text=True, bufsize=1)
 print(json.dumps({"bpftrace": proc.pid}), flush=True)
 calls, end = 0, time.time() + float(sys.argv[1])
 for line in proc.stdout:
