@@ -107,7 +107,7 @@ tracepoint:sock:sock_send_length, tracepoint:sock:sock_recv_length
 """
 
 READER = """
-import json, os, subprocess, sys, time
+import json, os, subprocess, sys, threading, time
 # `ip netns exec` gives this process a sysfs of its own: tracefs mounted here, gone with it
 if not os.path.isdir("/sys/kernel/tracing/events"):
     subprocess.run(["mount", "-t", "tracefs", "tracefs", "/sys/kernel/tracing"], check=True)
@@ -115,17 +115,22 @@ program = sys.argv[2].replace("NETNS", sys.argv[3])
 proc = subprocess.Popen(["bpftrace", "-f", "json", "-e", program], stdout=subprocess.PIPE,
                         stderr=sys.stderr, text=True, bufsize=1)
 print(json.dumps({"bpftrace": proc.pid}), flush=True)
-calls, end = 0, time.time() + float(sys.argv[1])
-for line in proc.stdout:
-    msg = json.loads(line)
-    if msg.get("type") == "attached_probes":
-        print("ready", flush=True)
-    elif msg.get("type") == "printf":
-        t, pid, comm, la, lp, ra, rp, ret = msg["data"].split()
-        calls += 1
-    if time.time() >= end:
-        break
-print(json.dumps({"calls": calls}), flush=True)
+calls = [0]
+
+
+def pump():  # a thread: the traffic may stop, the clock must not wait for a line
+    for line in proc.stdout:
+        msg = json.loads(line)
+        if msg.get("type") == "attached_probes":
+            print("ready", flush=True)
+        elif msg.get("type") == "printf":
+            t, pid, comm, la, lp, ra, rp, ret = msg["data"].split()
+            calls[0] += 1
+
+
+threading.Thread(target=pump, daemon=True).start()
+time.sleep(float(sys.argv[1]))
+print(json.dumps({"calls": calls[0]}), flush=True)
 proc.terminate()
 proc.wait(timeout=10)
 """
@@ -171,11 +176,11 @@ def one(hosts: Hosts, method: str, rate: float, seconds: float) -> dict[str, Any
     """The traffic at `rate` for `seconds`, traced by `method` on b."""
     tracer, bpftrace_pid, cpu0, bpf0 = None, None, 0.0, 0.0
     if method == "ring":
-        tracer = hosts.popen("b", sys.executable, "-c", RING, str(seconds + 1), "",
+        tracer = hosts.popen("b", sys.executable, "-c", RING, str(seconds + 5), "",
                              str(Path(__file__).parents[1]), stdout=subprocess.PIPE,
                              text=True)
     elif method == "bpftrace":
-        tracer = hosts.popen("b", sys.executable, "-c", READER, str(seconds + 1), BPFTRACE,
+        tracer = hosts.popen("b", sys.executable, "-c", READER, str(seconds + 20), BPFTRACE,
                              str(_netns_inode(hosts, "b")), stdout=subprocess.PIPE, text=True)
         bpftrace_pid = json.loads(_readline(tracer))["bpftrace"]
     if tracer is not None:
