@@ -57,6 +57,7 @@ testbed: {tag}
 transactions:
 {transactions}
 workload:
+  host: client
   rate_per_s: {rate}
   mix: "{mix}"
 """
