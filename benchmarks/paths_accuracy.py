@@ -114,10 +114,9 @@ class Conversations:
         return msgs[best], msgs[best + 1]
 
 
-def truth(trace: Trace, tag: str) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
+def truth(trace: Trace, directory: Path) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
     """(true parent per message: −1 a request's root, −2 in no known request; the request of
-    each message, −1 none; root -> transaction)."""
-    directory = TESTBED_ROOT / f"linkgrad-testbed-{tag}"
+    each message, −1 none; root -> transaction), from the truth logs in `directory`."""
     conv = Conversations(trace)
     apps: dict[str, dict[str, Any]] = {}
     late: dict[str, list[dict[str, Any]]] = {}
@@ -247,14 +246,17 @@ def main() -> None:
     rows = []
     for rate in (float(x) for x in args.rates.split(",")):
         trace_file = work / f"trace-{rate:g}.jsonl"
+        logs = work / f"truth-{rate:g}"
+        testbed = TESTBED_ROOT / f"linkgrad-testbed-{args.tag}"
         if not args.reanalyse:
-            for log in (TESTBED_ROOT / f"linkgrad-testbed-{args.tag}").glob("truth-*.log"):
+            for log in testbed.glob("truth-*.log"):
                 log.write_text("")  # this rate's requests only (the processes append)
             trace_file = capture(args.tag, rate, args.seconds, work)
-            for log in (TESTBED_ROOT / f"linkgrad-testbed-{args.tag}").glob("truth-*.log"):
-                (work / f"{log.stem}-{rate:g}.log").write_text(log.read_text())
+            logs.mkdir(exist_ok=True)
+            for log in testbed.glob("truth-*.log"):
+                (logs / log.name).write_text(log.read_text())
         trace = reconcile(list(read_trace(trace_file)))
-        parent, request, name_of = truth(trace, args.tag)
+        parent, request, name_of = truth(trace, logs)
         for linker in ("wap5", "fcfs", "context"):
             row = {"rate_per_s": rate, "messages": len(trace.messages),
                    "truth_requests": len(name_of),

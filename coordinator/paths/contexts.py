@@ -29,6 +29,7 @@ class Context:
     latest: int  # message
     acted_s: float | None = None  # when it last sent a call since `latest` arrived
     closed: bool = False  # answered already (offered only to a fire-and-forget call)
+    rooted: bool = False  # opened by the answer to a spontaneous call, not by a request
 
 
 class ContextWalker:
@@ -69,7 +70,7 @@ class ContextWalker:
             return
         if ctx in self.rooted:
             self.rooted.discard(ctx)
-            self.open[ctx] = Context(t, t, msg)
+            self.open[ctx] = Context(t, t, msg, rooted=True)
             self.context_of[msg] = ctx
         elif ctx in self.open:
             self._arrive(ctx, t, msg)

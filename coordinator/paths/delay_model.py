@@ -12,8 +12,9 @@ as a lognormal, falling back to the pair's fit; with a broad log-uniform compone
 OUTLIER_WEIGHT, because real delays have outliers (a first request warming a thread up, a
 pause) that a lognormal's thin tail would make impossible.
 
-Fire-and-forget, fitted too: a call may come just after its request was answered; how often
-a pair's calls did (in the pass before) weighs an answered context against the open ones.
+Fire-and-forget and parallel calls, fitted too: a call may come just after its request was
+answered, or just after its context sent another; how often a pair's calls did (in the pass
+before) weighs such a context against the ones waiting on nothing.
 
 Spontaneity, fitted too: B's spontaneous calls to C as a Poisson process, its rate counted
 from the calls B made while no request of its was ready (plus one half, Jeffreys' prior, over
@@ -59,7 +60,8 @@ class DelayModel:
                  pairs: dict[tuple[int, ...], LogNormal] | None = None,
                  spontaneous_per_s: dict[tuple[int, int], float] | None = None,
                  default_spontaneous_per_s: float = 0.0,
-                 afterward: dict[tuple[int, int], float] | None = None) -> None:
+                 afterward: dict[tuple[int, int], float] | None = None,
+                 siblings: dict[tuple[int, int], float] | None = None) -> None:
         self.pair_mean_s = pair_mean_s  # §5.1's d per (node, callee); NaN: none
         self.y, self.window_s = spontaneous_y, window_s
         self.transitions = transitions or {}
@@ -67,6 +69,7 @@ class DelayModel:
         self.spontaneous_per_s = spontaneous_per_s or {}
         self.default_spontaneous_per_s = default_spontaneous_per_s
         self.afterward = afterward or {}
+        self.siblings = siblings or {}
         self.fitted = bool(self.pairs)
 
     def density(self, parent_sender: int, node: int, callee: int, delay_s: float) -> float:
@@ -85,6 +88,11 @@ class DelayModel:
         """The share of the pair's calls that came after their request was answered (fitted;
         1 before a fit: a first pass lets a closed context compete as an open one)."""
         return self.afterward.get((node, callee), 1.0) if self.fitted else 1.0
+
+    def sibling_prior(self, node: int, callee: int) -> float:
+        """The share of the pair's calls that left while their context had just sent another
+        (parallel calls; fitted, 1 before a fit)."""
+        return self.siblings.get((node, callee), 1.0) if self.fitted else 1.0
 
     def weigh(self, node: int, callee: int, parent_senders: list[int], delays_s: list[float]
               ) -> tuple[list[float], float]:

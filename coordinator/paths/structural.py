@@ -58,10 +58,14 @@ Decided = dict[int, tuple[list[tuple[int, float]], float]]
 
 def fcfs_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING
                        ) -> LinkProbabilities:
-    """A call belongs to the oldest ready context (first come, first served)."""
+    """A call belongs to the oldest request's context waiting on nothing (first come, first
+    served: one call at a time per request, none after its reply, none on its own)."""
     def oldest(ready: list[Context], _t: float, _node: int, _callee: int
                ) -> tuple[list[tuple[int, float]], float]:
-        return ([(ready[0].latest, 1.0)], 0.0) if ready else ([], 1.0)
+        waiting_on_nothing = [c for c in ready
+                              if c.acted_s is None and not c.closed and not c.rooted]
+        return ([(waiting_on_nothing[0].latest, 1.0)], 0.0) if waiting_on_nothing else (
+            [], 1.0)
     walk = _Walk(trace, settings)
     return walk.result(walk.run(oldest))
 
@@ -102,7 +106,9 @@ class _Walk:
             p, spontaneous = model.weigh(node, callee, [src[c.latest] for c in ready],
                                          [t - c.latest_s for c in ready])
             after = model.afterward_prior(node, callee)
-            return [(c.latest, w * after if c.closed else w)
+            sibling = model.sibling_prior(node, callee)
+            return [(c.latest, w * (after if c.closed else sibling if c.acted_s is not None
+                                    else 1.0))
                     for c, w in zip(ready, p, strict=True)], spontaneous
         return by_density
 
@@ -114,6 +120,7 @@ class _Walk:
         spontaneous_clients = self.settings.clients_spontaneous
         decided: Decided = {}
         self.afterward: set[int] = set()  # calls put in an answered context (this pass)
+        self.siblings: set[int] = set()  # calls put in a context that had just called
         for node, events in self.events:
             walker = ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S)
             for t, departing, msg in events:
@@ -136,8 +143,11 @@ class _Walk:
                     decided[msg] = (links, spont / total)
                     best = max(links, key=lambda x: x[1], default=None)
                     chosen = best[0] if best and best[1] > spont / total else None
-                    if chosen is not None and walker.context_of.get(chosen) is None:
+                    ctx = walker.context_of.get(chosen) if chosen is not None else None
+                    if chosen is not None and ctx is None:
                         self.afterward.add(msg)  # its parent's context was answered already
+                    elif ctx is not None and walker.open[ctx].acted_s is not None:
+                        self.siblings.add(msg)  # a parallel call: its context had just called
                     walker.call_sent(conn, chosen, t)
         return decided
 
@@ -168,11 +178,13 @@ class _Walk:
         linked = Counter(pairs)
         after = Counter((int(m.src[c]), int(m.dst[c])) for c in self.afterward)
         afterward = {pair: (after[pair] + 0.5) / (n + 1) for pair, n in linked.items()}
+        parallel = Counter((int(m.src[c]), int(m.dst[c])) for c in self.siblings)
+        siblings = {pair: (parallel[pair] + 0.5) / (n + 1) for pair, n in linked.items()}
         return DelayModel(self.d, self.settings.spontaneous_y, self.settings.window_s,
                           transitions=fit_lognormals(transitions, delays, MIN_FIT_SAMPLES),
                           pairs=fit_lognormals(pairs, delays, MIN_FIT_SAMPLES),
                           spontaneous_per_s=rates, default_spontaneous_per_s=0.5 / duration,
-                          afterward=afterward)
+                          afterward=afterward, siblings=siblings)
 
     def result(self, decided: Decided) -> LinkProbabilities:
         return _replace(self.base, decided, self.in_t)
