@@ -123,8 +123,8 @@ def test_run_measures_known_gradients_in_both_directions(testbed, tag, concurren
     assert paths["matched_requests"] >= 0.9 * paths["client_requests"] > 0, paths["problems"]
     for name, truth in EXPECTED.items():
         top = paths["transactions"][name][0]
-        assert top["crossings"].get("app1->db", 0) == truth, (name, top["key"])
-        assert top["crossings"].get("web->app1") == 1, (name, top["key"])
+        assert top["crossings"].get("app1->db", 0) == pytest.approx(truth), (name, top["key"])
+        assert top["crossings"].get("web->app1") == pytest.approx(1), (name, top["key"])
     assert (run_dir / "paths-trace.jsonl").stat().st_size > 0  # for `linkgrad paths --trace`
     page = (run_dir / "report.html").read_text()
     assert "SNAP: TCP classes per link" in page

@@ -103,7 +103,9 @@ def match_requests(trace: Trace, request_start_s: np.ndarray, tolerance_s: float
 def pattern_json(p: PathPattern) -> dict[str, Any]:
     return {"key": p.key, "count": p.count, "score": round(p.score, 6),
             "max_probability": round(p.max_probability, 6),
-            "response_s": _finite(p.response_s), "crossings": p.crossings,
+            "response_s": _finite(p.response_s),
+            # probability-weighted means: 2.9999999999999996 is 3
+            "crossings": {k: round(v, 6) for k, v in p.crossings.items()},
             "hops": [{"label": h.label, "parent": h.parent, "link": h.link,
                       "node_delay_s": _finite(h.node_delay_s),
                       "network_delay_s": _finite(h.network_delay_s),
