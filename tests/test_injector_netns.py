@@ -234,14 +234,18 @@ def test_linkgrad_inject_runs_in_the_foreground_and_reports_on_sigterm(pair):
     proc = _inject(pair, "--proto", "udp", "--dst", f"{b}:{UDP_PORT}", "--square", "0.2:6",
                    "--duration", "30", "--queue", "5700", "--json")
     pair.wait_for_rules("a", "LINKGRAD-Q5700")
-    pair.probe("a", "udp", b, UDP_PORT, 200, 0.002)
+    probe = pair.probe("a", "udp", b, UDP_PORT, 200, 0.002)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=15)
     assert proc.returncode == 0, err
 
     stats = json.loads(out)["schedules"]["0"]
     assert stats["on"]["actual"]["mean_ms"] == pytest.approx(6, abs=0.3)
-    assert stats["on"]["actual"]["count"] + stats["off"]["actual"]["count"] >= 200
+    # every probe answered went through the injector (a loaded machine may lose one: seen
+    # 199 of 200 once in CI)
+    answered = sum(1 for r in probe["rtt"] if r == r)
+    assert answered >= 190
+    assert stats["on"]["actual"]["count"] + stats["off"]["actual"]["count"] >= answered
     assert "LINKGRAD" not in pair.iptables_rules("a")
 
 
