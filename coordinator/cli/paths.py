@@ -16,12 +16,13 @@ from rich.markup import escape
 from common.command import Command
 from common.errors import InputError, Problem
 from common.protocol.trace import TraceRequest
+from coordinator.cli.profile import check_between
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.run_dir import RunDir
 from coordinator.config.strict_json import dumps
 from coordinator.config.trace_file import read_trace, write_trace
+from coordinator.live.paths_evidence import host_traces
 from coordinator.live.session import Session, check_local_files, observe
-from coordinator.live.trace_events import host_trace
 from coordinator.paths.analysis import LINKERS, analyse
 from coordinator.paths.reconcile import HostTrace, reconcile
 from coordinator.paths.wap5 import LinkingSettings
@@ -54,14 +55,9 @@ def _check(args: argparse.Namespace) -> None:
     if (args.trace is None) == (args.experiment is None):
         raise InputError(Problem("give an experiment to capture from, or --trace FILE to "
                                  "analyse a saved trace (not both)", field="experiment"))
-    if not 1.0 <= args.duration <= MAX_DURATION_S:
-        raise InputError(Problem(f"{args.duration:g} s: expected 1 to {MAX_DURATION_S:g}",
-                                 field="--duration"))
-    if not 0.1 <= args.report_interval <= 3600:
-        raise InputError(Problem(f"{args.report_interval:g} s: expected 0.1 to 3600",
-                                 field="--report-interval"))
-    if not 0.001 <= args.window <= 3600:
-        raise InputError(Problem(f"{args.window:g} s: expected 0.001 to 3600", field="--window"))
+    check_between(args.duration, 1.0, MAX_DURATION_S, "--duration")
+    check_between(args.report_interval, 0.1, 3600, "--report-interval")
+    check_between(args.window, 0.001, 3600, "--window")
 
 
 def paths_command(args: argparse.Namespace) -> int:
@@ -96,11 +92,8 @@ def _capture(args: argparse.Namespace, console: Console) -> tuple[list[HostTrace
     problems = observe(session, lambda: session.start_tracing(request), session.stop_tracing,
                        args.duration, console.print,
                        lambda note: console.print(f"[yellow]{escape(note)}"), "tracing")
-    problems += [f"tracing on {h}: {e.error}" for h, events in session.trace_events.items()
-                 for e in events if e.error]
-    hosts = [host_trace(name, got.addresses, session.trace_events.get(name, []))
-             for name, got in session.tracing.items() if not got.missing]
-    return hosts, problems
+    hosts, failed = host_traces(session)
+    return hosts, problems + failed
 
 
 def _print(console: Console, result: dict[str, Any]) -> None:

@@ -40,16 +40,16 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="write what was seen as a snap.json (as a run's)")
 
 
+def check_between(value: float, lo: float, hi: float, option: str, unit: str = " s") -> None:
+    """An option's number within [lo, hi] (NaN is not), else an InputError naming it."""
+    if not lo <= value <= hi:
+        raise InputError(Problem(f"{value:g}{unit}: expected {lo:g} to {hi:g}", field=option))
+
+
 def _check(args: argparse.Namespace) -> None:
-    if not 1.0 <= args.duration <= MAX_DURATION_S:
-        raise InputError(Problem(f"{args.duration:g} s: expected 1 to {MAX_DURATION_S:g}",
-                                 field="--duration"))
-    if not 0.1 <= args.report_interval <= 3600:
-        raise InputError(Problem(f"{args.report_interval:g} s: expected 0.1 to 3600",
-                                 field="--report-interval"))
-    if not 0.1 <= args.cpu_upper <= 100:
-        raise InputError(Problem(f"{args.cpu_upper:g}: expected 0.1 to 100",
-                                 field="--cpu-upper"))
+    check_between(args.duration, 1.0, MAX_DURATION_S, "--duration")
+    check_between(args.report_interval, 0.1, 3600, "--report-interval")
+    check_between(args.cpu_upper, 0.1, 100, "--cpu-upper", unit="")
 
 
 def profile_command(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.live.session import Session
 from coordinator.live.trace_events import host_trace
 from coordinator.paths.analysis import analyse, client_requests, match_requests
-from coordinator.paths.reconcile import reconcile
+from coordinator.paths.reconcile import HostTrace, reconcile
 from coordinator.paths.wap5 import LinkingSettings
 
 TRACE_FILE = "paths-trace.jsonl"
@@ -29,15 +29,22 @@ def start(session: Session) -> list[str]:
                                               exclude_ports=tuple(ports)))
 
 
+def host_traces(session: Session) -> tuple[list[HostTrace], list[str]]:
+    """Every host that traced, as the analysis takes it; the capture errors its events told."""
+    problems = [f"tracing on {h}: {e.error}" for h, events in session.trace_events.items()
+                for e in events if e.error]
+    hosts = [host_trace(name, got.addresses, session.trace_events.get(name, []))
+             for name, got in session.tracing.items() if not got.missing]
+    return hosts, problems
+
+
 def save(session: Session, out: RunDir, window: tuple[float, float]) -> list[str]:
     """Stop tracing; write the trace and paths.json. Returns what went wrong on a host."""
     if not session.tracing:
         return []
     problems = session.stop_tracing()
-    problems += [f"tracing on {h}: {e.error}" for h, events in session.trace_events.items()
-                 for e in events if e.error]
-    hosts = [host_trace(name, got.addresses, session.trace_events.get(name, []))
-             for name, got in session.tracing.items() if not got.missing]
+    hosts, failed = host_traces(session)
+    problems += failed
     if not hosts:
         return problems
     write_trace(out.path / TRACE_FILE, hosts)

@@ -88,8 +88,8 @@ class _Walk:
 
     def __init__(self, trace: Trace, settings: LinkingSettings) -> None:
         self.trace, self.settings = trace, settings
-        self.base = wap5_probabilities(trace, settings)
         self.d = causal_delay_means(trace, latest_parent_delay(trace, settings.window_s))
+        self.base = wap5_probabilities(trace, settings, self.d)
         m = trace.messages
         self.out_t, self.in_t, _, _ = departure_and_arrival(trace)
         self.events = list(_events_by_node(trace, self.out_t, self.in_t, np.isnan(m.send_s),

@@ -94,14 +94,15 @@ def causal_delay_means(trace: Trace, latest_delay_s: np.ndarray) -> np.ndarray:
     return np.maximum(mean, MIN_CAUSAL_DELAY_S).reshape(n_nodes, n_nodes)
 
 
-def wap5_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING
-                       ) -> LinkProbabilities:
+def wap5_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING,
+                       d: np.ndarray | None = None) -> LinkProbabilities:
     """Steps 1 and 2 of §5.1 for every message of `trace`.
 
     A candidate further back than (y + ln(1/min_link_p))·d weighs less than min_link_p of a
     spontaneous message: it is left out before the pairs are made (with x = 2 s at a busy
     node that is hundreds of candidates a message, nearly all of weight ~0)."""
-    d = causal_delay_means(trace, latest_parent_delay(trace, settings.window_s))
+    if d is None:  # step 1, unless the caller has it already
+        d = causal_delay_means(trace, latest_parent_delay(trace, settings.window_s))
     m = trace.messages
     reach = settings.spontaneous_y + math.log(1 / max(settings.min_link_p, 1e-12))
     per_child = np.fmin(reach * d[m.src, m.dst], settings.window_s)
