@@ -15,11 +15,14 @@
 - A spontaneous call roots a context that opens when its first answer arrives (a timer's
   chain of calls). An answer into a closed context (a fire-and-forget call's) changes
   nothing. Contexts with no message for longer than the window are forgotten.
+
+A walker is copied when a call's context is in doubt (`node_beam`), so it keeps only what is
+live: open contexts, requests not yet answered, calls not yet answered.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass
@@ -30,6 +33,7 @@ class Context:
     acted_s: float | None = None  # when it last sent a call since `latest` arrived
     closed: bool = False  # answered already (offered only to a fire-and-forget call)
     rooted: bool = False  # opened by the answer to a spontaneous call, not by a request
+    served: int | None = None  # the connection its request came on
 
 
 class ContextWalker:
@@ -42,6 +46,37 @@ class ContextWalker:
         self.calls: dict[int, int] = {}  # connection (called) -> its last call's context
         self.just_closed: dict[int, tuple[float, Context]] = {}  # answered within afterward_s
         self.next_id = 0
+
+    def copy(self) -> ContextWalker:
+        new = ContextWalker.__new__(ContextWalker)
+        new.window_s, new.fanout_s, new.afterward_s = self.window_s, self.fanout_s, \
+            self.afterward_s
+        new.open = {k: replace(c) for k, c in self.open.items()}
+        new.rooted = set(self.rooted)
+        new.context_of = dict(self.context_of)
+        new.pending = dict(self.pending)
+        new.calls = dict(self.calls)
+        new.just_closed = dict(self.just_closed)  # answered contexts no longer change
+        new.next_id = self.next_id
+        return new
+
+    def signature(self) -> tuple[frozenset, frozenset]:
+        """What decides this walker's future: two walkers with equal signatures treat every
+        later event alike (contexts named by their latest message: ids differ by history)."""
+        def name(ctx: int) -> tuple[object, ...]:
+            c = self.open.get(ctx)
+            if c is not None:
+                return ("open", c.latest, c.acted_s)
+            closed = self.just_closed.get(ctx)
+            if closed is not None:
+                return ("closed", closed[1].latest)
+            return ("rooted",) if ctx in self.rooted else ("gone",)
+        # a spontaneous call's context that has not acted is left out: it only ever offers
+        # later calls a parent, and hypotheses that differ in it alone would never part
+        return (frozenset((c.latest, c.acted_s, c.served) for c in self.open.values()
+                          if not c.rooted or c.acted_s is not None),
+                frozenset([*(("call", conn, name(ctx)) for conn, ctx in self.calls.items()),
+                           *(("closed", c.latest, t) for t, c in self.just_closed.values())]))
 
     def _new(self) -> int:
         self.next_id += 1
@@ -57,15 +92,17 @@ class ContextWalker:
         c = self.open.pop(ctx, None)
         if c is not None:
             self.context_of.pop(c.latest, None)
+            if c.served is not None and self.pending.get(c.served) == ctx:
+                del self.pending[c.served]
 
     def request_arrived(self, conn: int, msg: int, t: float) -> None:
         ctx = self._new()
-        self.open[ctx] = Context(t, t, msg)
+        self.open[ctx] = Context(t, t, msg, served=conn)
         self.context_of[msg] = ctx
         self.pending[conn] = ctx
 
     def reply_arrived(self, conn: int, msg: int, t: float) -> None:
-        ctx = self.calls.get(conn)
+        ctx = self.calls.pop(conn, None)  # a connection's messages alternate: one answer
         if ctx is None:
             return
         if ctx in self.rooted:

@@ -61,7 +61,9 @@ class DelayModel:
                  spontaneous_per_s: dict[tuple[int, int], float] | None = None,
                  default_spontaneous_per_s: float = 0.0,
                  afterward: dict[tuple[int, int], float] | None = None,
-                 siblings: dict[tuple[int, int], float] | None = None) -> None:
+                 siblings: dict[tuple[int, int], float] | None = None,
+                 replies: dict[tuple[int, ...], LogNormal] | None = None,
+                 reply_pairs: dict[tuple[int, ...], LogNormal] | None = None) -> None:
         self.pair_mean_s = pair_mean_s  # §5.1's d per (node, callee); NaN: none
         self.y, self.window_s = spontaneous_y, window_s
         self.transitions = transitions or {}
@@ -70,6 +72,8 @@ class DelayModel:
         self.default_spontaneous_per_s = default_spontaneous_per_s
         self.afterward = afterward or {}
         self.siblings = siblings or {}
+        self.replies = replies or {}
+        self.reply_pairs = reply_pairs or {}
         self.fitted = bool(self.pairs)
 
     def density(self, parent_sender: int, node: int, callee: int, delay_s: float) -> float:
@@ -83,6 +87,17 @@ class DelayModel:
             d = self.pair_mean_s[node, callee]
             return (1 - OUTLIER_WEIGHT) * math.exp(-x / d) / d + broad if d > 0 else broad
         return (1 - OUTLIER_WEIGHT) * fit.density(x) + broad
+
+    def reply_density(self, parent_sender: int, node: int, requester: int, delay_s: float
+                      ) -> float:
+        """The fitted density of the delay from a context's latest message to the node's
+        reply (per transition, else per pair, else only the outliers' broad density)."""
+        fit = self.replies.get((parent_sender, node, requester)) or self.reply_pairs.get(
+            (node, requester))
+        x = max(delay_s, MIN_DELAY_S)
+        broad = OUTLIER_WEIGHT / (max(x, OUTLIER_FROM_S)
+                                  * math.log(self.window_s / OUTLIER_FROM_S))
+        return broad if fit is None else (1 - OUTLIER_WEIGHT) * fit.density(x) + broad
 
     def afterward_prior(self, node: int, callee: int) -> float:
         """The share of the pair's calls that came after their request was answered (fitted;

@@ -21,6 +21,7 @@ scores are built the same way for every linker.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -33,7 +34,9 @@ from coordinator.paths.candidates import (
 )
 from coordinator.paths.contexts import Context, ContextWalker
 from coordinator.paths.delay_model import DelayModel, fit_lognormals
+from coordinator.paths.features import Observables
 from coordinator.paths.messages import Trace
+from coordinator.paths.node_beam import Decisions, NodeBeam, Placement
 from coordinator.paths.wap5 import (
     DEFAULT_LINKING,
     LinkingSettings,
@@ -51,7 +54,7 @@ AFTERWARD_S = 0.001
 # A transition's delays are fitted once it has this many links.
 MIN_FIT_SAMPLES = 20
 
-# (ready contexts, departure time, node, callee) -> [(parent, weight)], spontaneous weight
+# (ready contexts, departure time, node, call) -> [(parent, weight)], spontaneous weight
 Chooser = Callable[[list[Context], float, int, int], tuple[list[tuple[int, float]], float]]
 Decided = dict[int, tuple[list[tuple[int, float]], float]]
 
@@ -60,7 +63,7 @@ def fcfs_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING
                        ) -> LinkProbabilities:
     """A call belongs to the oldest request's context waiting on nothing (first come, first
     served: one call at a time per request, none after its reply, none on its own)."""
-    def oldest(ready: list[Context], _t: float, _node: int, _callee: int
+    def oldest(ready: list[Context], _t: float, _node: int, _msg: int
                ) -> tuple[list[tuple[int, float]], float]:
         waiting_on_nothing = [c for c in ready
                               if c.acted_s is None and not c.closed and not c.rooted]
@@ -71,15 +74,15 @@ def fcfs_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING
 
 
 def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING,
-                          iterations: int = 3) -> LinkProbabilities:
+                          iterations: int = 5) -> LinkProbabilities:
     """Each ready context's latest message, weighed by the delay model; the model refitted to
     the links found, `iterations` passes in all (§5.1 notes its steps could be iterated)."""
     walk = _Walk(trace, settings)
     model = DelayModel(walk.d, settings.spontaneous_y, settings.window_s)
     decided = walk.run(walk.chooser(model))
     for _ in range(iterations - 1):
-        model = walk.refit(decided)
-        decided = walk.run(walk.chooser(model))
+        model, seen = walk.refit(decided)
+        decided = walk.run(walk.chooser(model, seen), model, seen)
     return walk.result(decided)
 
 
@@ -94,74 +97,98 @@ class _Walk:
         self.out_t, self.in_t, _, _ = departure_and_arrival(trace)
         self.events = list(_events_by_node(trace, self.out_t, self.in_t, np.isnan(m.send_s),
                                            np.isnan(m.recv_s)))
-        self.src = m.src.tolist()
+        self.src, self.dst = m.src.tolist(), m.dst.tolist()
+        self.size, self.conn = m.size_bytes.tolist(), m.conn.tolist()
+        self.is_reply = trace.is_reply().tolist()
 
-    def chooser(self, model: DelayModel) -> Chooser:
-        src = self.src
+    def chooser(self, model: DelayModel, seen: Observables | None = None) -> Chooser:
+        src, dst = self.src, self.dst
 
-        def by_density(ready: list[Context], t: float, node: int, callee: int
+        def by_density(ready: list[Context], t: float, node: int, msg: int
                        ) -> tuple[list[tuple[int, float]], float]:
             if not ready:
                 return [], 1.0
+            callee = dst[msg]
             p, spontaneous = model.weigh(node, callee, [src[c.latest] for c in ready],
                                          [t - c.latest_s for c in ready])
             after = model.afterward_prior(node, callee)
             sibling = model.sibling_prior(node, callee)
-            return [(c.latest, w * (after if c.closed else sibling if c.acted_s is not None
-                                    else 1.0))
-                    for c, w in zip(ready, p, strict=True)], spontaneous
+            weights = [w * (after if c.closed else sibling if c.acted_s is not None else 1.0)
+                       for c, w in zip(ready, p, strict=True)]
+            if seen is not None:
+                weights = [w * seen.call(c.latest, msg) for c, w in zip(ready, weights,
+                                                                        strict=True)]
+                spontaneous *= seen.spontaneous(msg)
+            return [(c.latest, w) for c, w in zip(ready, weights, strict=True)], spontaneous
         return by_density
 
-    def run(self, choose: Chooser) -> Decided:
+    def run(self, choose: Chooser, model: DelayModel | None = None,
+            seen: Observables | None = None) -> Decided:
+        """Each node's events through a beam of context walkers (`node_beam`): a call whose
+        context is in doubt is decided by what comes after it, its node's replies weighed by
+        their delays and sizes once fitted."""
         m, trace = self.trace.messages, self.trace
         is_reply = trace.is_reply().tolist()
-        conns, dsts = m.conn.tolist(), m.dst.tolist()
+        conns = m.conn.tolist()
         clients = trace.clients.tolist()
         spontaneous_clients = self.settings.clients_spontaneous
-        decided: Decided = {}
-        self.afterward: set[int] = set()  # calls put in an answered context (this pass)
-        self.siblings: set[int] = set()  # calls put in a context that had just called
+        in_t = self.in_t
+        decisions: Decisions = {}
         for node, events in self.events:
-            walker = ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S)
+            beam = NodeBeam(ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S))
             for t, departing, msg in events:
                 conn = conns[msg]
                 if not departing:
-                    if is_reply[msg]:
-                        walker.reply_arrived(conn, msg, t)
-                    else:
-                        walker.request_arrived(conn, msg, t)
+                    for h in beam.hypotheses:
+                        if is_reply[msg]:
+                            h.walker.reply_arrived(conn, msg, t)
+                        else:
+                            h.walker.request_arrived(conn, msg, t)
                 elif is_reply[msg]:
-                    parent = walker.answer(conn, t)
-                    if parent is not None:  # else no request seen on it: §5.1's candidates
-                        decided[msg] = ([(parent, 1.0)], 0.0)
+                    parents = [h.walker.answer(conn, t) for h in beam.hypotheses]
+                    weights = [0.0 if p is None or model is None else self._reply_weight(
+                        model, seen, p, msg, t - in_t[p]) for p in parents]
+                    beam.reply(msg, parents, weights)
                 elif clients[node] and spontaneous_clients:
-                    walker.call_sent(conn, None, t)
+                    for h in beam.hypotheses:
+                        h.walker.call_sent(conn, None, t)
                 else:
-                    links, spont = choose(walker.ready(t), t, node, dsts[msg])
-                    total = spont + sum(w for _, w in links)
-                    links = [(p, w / total) for p, w in links]
-                    decided[msg] = (links, spont / total)
-                    best = max(links, key=lambda x: x[1], default=None)
-                    chosen = best[0] if best and best[1] > spont / total else None
-                    ctx = walker.context_of.get(chosen) if chosen is not None else None
-                    if chosen is not None and ctx is None:
-                        self.afterward.add(msg)  # its parent's context was answered already
-                    elif ctx is not None and walker.open[ctx].acted_s is not None:
-                        self.siblings.add(msg)  # a parallel call: its context had just called
-                    walker.call_sent(conn, chosen, t)
-        return decided
+                    options = [_options(h.walker, choose(h.walker.ready(t), t, node, msg))
+                               for h in beam.hypotheses]
+                    beam.branch(options, msg, conn, t)
+            beam.settle()
+            decisions.update(beam.decisions)
+        self.placements = {msg: d.placement for msg, d in decisions.items()}
+        return {msg: ([(p, w) for p, w in d.parents.items() if p is not None],
+                      d.parents.get(None, 0.0)) for msg, d in decisions.items()}
 
-    def refit(self, decided: Decided) -> DelayModel:
-        """Lognormals per transition and per pair from the calls' most likely parents;
-        spontaneous rates per pair from the calls made with no context ready."""
+    def _reply_weight(self, model: DelayModel, seen: Observables | None, parent: int,
+                      reply: int, delay_s: float) -> float:
+        """The log weight of a node's reply after its context's latest message."""
+        weight = model.reply_density(self.src[parent], self.src[reply], self.dst[reply],
+                                     delay_s)
+        return math.log(weight * (seen.reply(parent, reply) if seen is not None else 1.0))
+
+    def refit(self, decided: Decided) -> tuple[DelayModel, Observables]:
+        """Lognormals per transition and per pair from the messages' most likely parents,
+        and their sizes' dependence; spontaneous rates per pair from the calls made with no
+        context ready."""
         m = self.trace.messages
         is_reply = self.trace.is_reply()
         transitions, pairs, delays = [], [], []
+        answers, answer_pairs, answer_delays = [], [], []
+        linked_pairs: list[tuple[int, int]] = []  # (parent, message)
         alone: dict[tuple[int, int], int] = {}
         for msg, (links, spont) in decided.items():
-            if is_reply[msg]:
-                continue
             node, callee = int(m.src[msg]), int(m.dst[msg])
+            if is_reply[msg]:
+                if links:
+                    parent = max(links, key=lambda x: x[1])[0]
+                    answers.append((self.src[parent], node, callee))
+                    answer_pairs.append((node, callee))
+                    answer_delays.append(float(self.out_t[msg] - self.in_t[parent]))
+                    linked_pairs.append((parent, msg))
+                continue
             if not links:
                 alone[(node, callee)] = alone.get((node, callee), 0) + 1
                 continue
@@ -170,24 +197,47 @@ class _Walk:
                 transitions.append((self.src[best[0]], node, callee))
                 pairs.append((node, callee))
                 delays.append(float(self.out_t[msg] - self.in_t[best[0]]))
+                linked_pairs.append((best[0], msg))
         times = np.concatenate([self.out_t, self.in_t])
         duration = max(float(np.nanmax(times) - np.nanmin(times)), self.settings.window_s)
         rates = {pair: (n + 0.5) / duration for pair, n in alone.items()}
         # how often a pair's calls came after their request was answered: fire-and-forget
         # where the application does it, else only a closed context crowding an open one
         linked = Counter(pairs)
-        after = Counter((int(m.src[c]), int(m.dst[c])) for c in self.afterward)
+        placed = self.placements
+        after = Counter((int(m.src[c]), int(m.dst[c])) for c, p in placed.items()
+                        if p is Placement.AFTERWARD)
         afterward = {pair: (after[pair] + 0.5) / (n + 1) for pair, n in linked.items()}
-        parallel = Counter((int(m.src[c]), int(m.dst[c])) for c in self.siblings)
+        parallel = Counter((int(m.src[c]), int(m.dst[c])) for c, p in placed.items()
+                           if p is Placement.SIBLING)
         siblings = {pair: (parallel[pair] + 0.5) / (n + 1) for pair, n in linked.items()}
         return DelayModel(self.d, self.settings.spontaneous_y, self.settings.window_s,
                           transitions=fit_lognormals(transitions, delays, MIN_FIT_SAMPLES),
                           pairs=fit_lognormals(pairs, delays, MIN_FIT_SAMPLES),
                           spontaneous_per_s=rates, default_spontaneous_per_s=0.5 / duration,
-                          afterward=afterward, siblings=siblings)
+                          afterward=afterward, siblings=siblings,
+                          replies=fit_lognormals(answers, answer_delays, MIN_FIT_SAMPLES),
+                          reply_pairs=fit_lognormals(answer_pairs, answer_delays,
+                                                     MIN_FIT_SAMPLES)), Observables(
+                              self.src, self.dst, self.size, self.conn, linked_pairs,
+                              self.is_reply)
 
     def result(self, decided: Decided) -> LinkProbabilities:
         return _replace(self.base, decided, self.in_t)
+
+
+def _options(walker: ContextWalker, chosen: tuple[list[tuple[int, float]], float]
+             ) -> list[tuple[int | None, float, Placement]]:
+    """A call's options in one hypothesis: each candidate parent with its weight and where
+    it would put the call, and being spontaneous."""
+    links, spontaneous = chosen
+    options: list[tuple[int | None, float, Placement]] = [(None, spontaneous, Placement.ROOT)]
+    for parent, weight in links:
+        ctx = walker.context_of.get(parent)
+        placement = Placement.AFTERWARD if ctx is None else (
+            Placement.SIBLING if walker.open[ctx].acted_s is not None else Placement.OPEN)
+        options.append((parent, weight, placement))
+    return options
 
 
 def _events_by_node(trace: Trace, out_t: np.ndarray, in_t: np.ndarray, nil_send: np.ndarray,

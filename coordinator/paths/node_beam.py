@@ -1,0 +1,161 @@
+"""Deciding a node's calls jointly: a beam of hypotheses over its event stream.
+
+Choosing each call's context greedily, the moment it leaves, is wrong whenever two contexts
+are ready at once: the first call takes whichever of them explains it better *alone*, and
+the second call is left with the other even when that explains it badly. Under load that is
+the common case (an event loop serves the older context first; a greedy choice by density
+often takes the younger). So each way of placing a call whose context is in doubt is kept as
+a hypothesis with its log-likelihood (the sum of the log weights of its choices, and of its
+replies' delays once fitted), and later events decide: the next call, and above all the
+node's reply, whose request's context is known, so a context that lost its call to a
+swapped one answers after an unlikely delay.
+
+Hypotheses more than `MAX_LOG_RATIO` below the best are dropped, and at most `BEAM_WIDTH`
+are kept. Where one hypothesis is left, its choices since the last such point are final;
+where several are, each choice's probability is the weight of the hypotheses making it (their
+softmax). Choices are kept as a linked list shared between hypotheses, so a branch costs
+a copy of the walker's live contexts, not of the history.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from coordinator.paths.contexts import ContextWalker
+
+BEAM_WIDTH = 16
+MAX_LOG_RATIO = math.log(1e4)  # a hypothesis 10⁴ times less likely than the best is dropped
+MAX_UNDECIDED = 20_000  # choices held before the beam is cut to its best hypothesis
+# Hypotheses older than this are cut to the best: what decides a swap (the contexts' next
+# calls and replies) comes within a request's time at the node, and hypotheses that differ
+# only in something that never shows (a context that never acts again) would live on.
+SETTLE_AFTER_S = 1e9
+
+
+class Placement(Enum):
+    OPEN = "open"  # in a context waiting on nothing
+    SIBLING = "sibling"  # in a context that had just sent another call
+    AFTERWARD = "afterward"  # in a context answered just before
+    ROOT = "root"  # spontaneous: roots a context of its own
+    REPLY = "reply"  # a reply, its parent its request's context's latest message
+
+
+@dataclass(frozen=True)
+class Choice:
+    msg: int
+    parent: int | None  # None: spontaneous
+    placement: Placement
+    before: Choice | None
+
+
+@dataclass
+class Hypothesis:
+    log_likelihood: float
+    walker: ContextWalker
+    choices: Choice | None = None  # the latest; earlier ones through `before`
+
+    def choose(self, msg: int, parent: int | None, placement: Placement) -> None:
+        self.choices = Choice(msg, parent, placement, self.choices)
+
+
+@dataclass
+class Decision:
+    parents: dict[int | None, float]  # parent (None: spontaneous) -> probability
+    placement: Placement  # the most likely hypothesis's
+
+
+# message -> its decision
+Decisions = dict[int, Decision]
+
+
+class NodeBeam:
+    """The hypotheses about one node's calls, pruned as its events come."""
+
+    def __init__(self, walker: ContextWalker) -> None:
+        self.hypotheses = [Hypothesis(0.0, walker)]
+        self.decisions: Decisions = {}
+        self.undecided = 0
+        self.unsettled_since: float | None = None
+
+    def branch(self, options: list[list[tuple[int | None, float, Placement]]], msg: int,
+               conn: int, t: float) -> None:
+        """Each hypothesis's options for call `msg` (on `conn`, leaving at `t`) — (parent,
+        weight, placement) — taken as new hypotheses, then pruned."""
+        grown: list[tuple[float, int, int | None, Placement]] = []
+        for h, opts in zip(self.hypotheses, options, strict=True):
+            for parent, weight, placement in opts:
+                if weight > 0:
+                    grown.append((h.log_likelihood + math.log(weight), id(h), parent, placement))
+        if not grown:  # nothing can have caused it: spontaneous in every hypothesis
+            grown = [(h.log_likelihood, id(h), None, Placement.ROOT) for h in self.hypotheses]
+        best = max(g[0] for g in grown)
+        grown = sorted((g for g in grown if g[0] >= best - MAX_LOG_RATIO),
+                       key=lambda g: -g[0])[:BEAM_WIDTH]
+        by_id = {id(h): h for h in self.hypotheses}
+        by_hypothesis: dict[int, list[tuple[float, int, int | None, Placement]]] = {}
+        for g in grown:
+            by_hypothesis.setdefault(g[1], []).append(g)
+        survivors = []
+        for hid, taken in by_hypothesis.items():
+            h = by_id[hid]  # its other options branch from copies made before it moves on
+            copies = [Hypothesis(h.log_likelihood, h.walker.copy(), h.choices)
+                      for _ in taken[1:]]
+            for (score, _, parent, placement), one in zip(taken, [h, *copies], strict=True):
+                one.log_likelihood = score - best  # relative to the best: stays small
+                one.choose(msg, parent, placement)
+                one.walker.call_sent(conn, parent, t)
+                survivors.append(one)
+        survivors.sort(key=lambda h: -h.log_likelihood)
+        self.hypotheses = _distinct(survivors) if len(survivors) > 1 else survivors
+        self.undecided += 1
+        if len(self.hypotheses) > 1 and self.unsettled_since is None:
+            self.unsettled_since = t
+        if len(self.hypotheses) == 1 or self.undecided > MAX_UNDECIDED or \
+                t - (self.unsettled_since or t) > SETTLE_AFTER_S:
+            self.settle()
+
+    def reply(self, msg: int, parents: list[int | None], log_weights: list[float]) -> None:
+        """Each hypothesis's parent for the node's reply `msg` (None: its request is not in
+        the trace) and the log weight of its delay."""
+        for h, parent, lw in zip(self.hypotheses, parents, log_weights, strict=True):
+            h.log_likelihood += lw
+            if parent is not None:
+                h.choose(msg, parent, Placement.REPLY)
+        self.undecided += 1
+
+    def settle(self) -> None:
+        """The choices made since the last settling, weighed by the hypotheses that make
+        them; the beam cut to its best hypothesis."""
+        top = max(h.log_likelihood for h in self.hypotheses)
+        weights = [math.exp(h.log_likelihood - top) for h in self.hypotheses]
+        total = sum(weights)
+        best = max(range(len(weights)), key=weights.__getitem__)
+        for k, (h, w) in enumerate(zip(self.hypotheses, weights, strict=True)):
+            c = h.choices
+            while c is not None:
+                d = self.decisions.get(c.msg)
+                if d is None:
+                    d = self.decisions[c.msg] = Decision({}, c.placement)
+                d.parents[c.parent] = d.parents.get(c.parent, 0.0) + w / total
+                if k == best:
+                    d.placement = c.placement
+                c = c.before
+        keep = self.hypotheses[best]
+        self.hypotheses = [Hypothesis(0.0, keep.walker)]
+        self.undecided = 0
+        self.unsettled_since = None
+
+
+def _distinct(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
+    """The best of each set of hypotheses whose walkers are alike from here on (Viterbi's
+    merging: what follows weighs them alike, so the lesser can never win)."""
+    seen: set[tuple[frozenset, frozenset]] = set()
+    kept = []
+    for h in hypotheses:  # best first
+        key = h.walker.signature()
+        if key not in seen:
+            seen.add(key)
+            kept.append(h)
+    return kept
