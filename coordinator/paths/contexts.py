@@ -22,7 +22,10 @@ live: open contexts, requests not yet answered, calls not yet answered.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+
+SWEEPS_PER_WINDOW = 8  # how often forgotten contexts are let go (they are never offered)
 
 
 @dataclass
@@ -46,6 +49,7 @@ class ContextWalker:
         self.calls: dict[int, int] = {}  # connection (called) -> its last call's context
         self.just_closed: dict[int, tuple[float, Context]] = {}  # answered within afterward_s
         self.next_id = 0
+        self.next_sweep_s = -math.inf
 
     def copy(self) -> ContextWalker:
         new = ContextWalker.__new__(ContextWalker)
@@ -57,7 +61,7 @@ class ContextWalker:
         new.pending = dict(self.pending)
         new.calls = dict(self.calls)
         new.just_closed = dict(self.just_closed)  # answered contexts no longer change
-        new.next_id = self.next_id
+        new.next_id, new.next_sweep_s = self.next_id, self.next_sweep_s
         return new
 
     def signature(self) -> tuple[frozenset, frozenset]:
@@ -126,13 +130,20 @@ class ContextWalker:
 
     def ready(self, t: float) -> list[Context]:
         """The open contexts that may send a call at `t` (not waiting), oldest first."""
-        for ctx in [k for k, c in self.open.items() if c.latest_s < t - self.window_s]:
-            self._close(ctx)
-        for ctx in [k for k, (at, _) in self.just_closed.items() if at < t - self.afterward_s]:
-            del self.just_closed[ctx]
-        return [c for c in self.open.values()
-                if c.acted_s is None or t - c.acted_s <= self.fanout_s] + [
-                    c for _, c in self.just_closed.values()]
+        if self.just_closed:
+            for ctx in [k for k, (at, _) in self.just_closed.items()
+                        if at < t - self.afterward_s]:
+                del self.just_closed[ctx]
+        if t >= self.next_sweep_s:  # contexts silent for the window: forgotten
+            for ctx in [k for k, c in self.open.items() if c.latest_s < t - self.window_s]:
+                self._close(ctx)
+            self.next_sweep_s = t + self.window_s / SWEEPS_PER_WINDOW
+        fresh, fanout = t - self.window_s, self.fanout_s
+        ready = [c for c in self.open.values() if c.latest_s >= fresh and (
+            c.acted_s is None or t - c.acted_s <= fanout)]
+        if self.just_closed:
+            ready += [c for _, c in self.just_closed.values()]
+        return ready
 
     def call_sent(self, conn: int, parent: int | None, t: float) -> None:
         """Put the call in its parent's context, or in a new one it roots."""

@@ -127,15 +127,16 @@ class DelayModel:
         return [math.exp(-max(x, 0.0) / d) for x in delays_s], math.exp(-self.y)
 
 
-def fit_lognormals(keys: list[tuple[int, ...]], delays_s: list[float], min_samples: int
+def fit_lognormals(keys: np.ndarray, delays_s: np.ndarray, min_samples: int
                    ) -> dict[tuple[int, ...], LogNormal]:
-    """A lognormal per key with at least `min_samples` delays."""
-    by_key: dict[tuple[int, ...], list[float]] = {}
-    for k, dl in zip(keys, delays_s, strict=True):
-        by_key.setdefault(k, []).append(math.log(max(dl, MIN_DELAY_S)))
-    fits = {}
-    for k, logs in by_key.items():
-        if len(logs) >= min_samples:
-            a = np.asarray(logs)
-            fits[k] = LogNormal(float(a.mean()), max(float(a.std()), MIN_SIGMA))
-    return fits
+    """A lognormal per key (a row of `keys`) with at least `min_samples` delays."""
+    if len(delays_s) == 0:
+        return {}
+    unique, which, count = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    which = which.ravel()
+    logs = np.log(np.maximum(delays_s, MIN_DELAY_S))
+    mean = np.bincount(which, logs) / count
+    spread = np.sqrt(np.maximum(np.bincount(which, logs * logs) / count - mean ** 2, 0.0))
+    return {tuple(k): LogNormal(float(mu), max(float(sd), MIN_SIGMA))
+            for k, mu, sd, n in zip(unique.tolist(), mean, spread, count, strict=True)
+            if n >= min_samples}

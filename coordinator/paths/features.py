@@ -20,8 +20,9 @@ out connections in turn that share is about one over the pool's size and weighs 
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
+import numpy as np
+
+from coordinator.paths.messages import Trace
 
 PRIOR_WEIGHT = 2.0  # pseudo-observations of the pair's distribution in each key's
 
@@ -32,14 +33,13 @@ Key = tuple[int, int, int, int]
 class SizeModel:
     """P(size of a message | its parent's sender and size, its node and destination)."""
 
-    def __init__(self, links: Iterable[tuple[Key, int]]) -> None:
-        self.by_key: dict[Key, Counter[int]] = {}
-        self.by_pair: dict[tuple[int, int], Counter[int]] = {}
-        for key, size in links:
-            self.by_key.setdefault(key, Counter())[size] += 1
-            self.by_pair.setdefault((key[2], key[3]), Counter())[size] += 1
-        self.key_total = {k: c.total() for k, c in self.by_key.items()}
-        self.pair_total = {k: c.total() for k, c in self.by_pair.items()}
+    def __init__(self, keys: np.ndarray, sizes: np.ndarray) -> None:
+        """`keys`: a row (parent sender, parent size, node, destination) per link; `sizes`:
+        its message's size."""
+        self.by_key = _counts(np.column_stack([keys, sizes]))
+        self.by_pair = _counts(np.column_stack([keys[:, 2:], sizes]))
+        self.key_total = {k: sum(c.values()) for k, c in self.by_key.items()}
+        self.pair_total = {k: sum(c.values()) for k, c in self.by_pair.items()}
 
     def pair_probability(self, node: int, destination: int, size: int) -> float:
         """P(size | node, destination), with half an observation for every size not seen
@@ -47,7 +47,8 @@ class SizeModel:
         seen = self.by_pair.get((node, destination))
         if seen is None:
             return 1.0
-        return (seen[size] + 0.5) / (self.pair_total[(node, destination)] + 0.5 * (len(seen) + 1))
+        return (seen.get(size, 0) + 0.5) / (self.pair_total[(node, destination)]
+                                            + 0.5 * (len(seen) + 1))
 
     def probability(self, parent_sender: int, parent_size: int, node: int, destination: int,
                     size: int) -> float:
@@ -56,20 +57,34 @@ class SizeModel:
         seen = self.by_key.get(key)
         if seen is None:
             return base
-        return (seen[size] + PRIOR_WEIGHT * base) / (self.key_total[key] + PRIOR_WEIGHT)
+        return (seen.get(size, 0) + PRIOR_WEIGHT * base) / (self.key_total[key] + PRIOR_WEIGHT)
+
+
+def _counts(rows: np.ndarray) -> dict[tuple[int, ...], dict[int, int]]:
+    """{row without its last column: {last column's value: how many rows}}."""
+    out: dict[tuple[int, ...], dict[int, int]] = {}
+    if len(rows) == 0:
+        return out
+    unique, count = np.unique(rows, axis=0, return_counts=True)
+    for row, n in zip(unique.tolist(), count.tolist(), strict=True):
+        out.setdefault(tuple(row[:-1]), {})[row[-1]] = n
+    return out
 
 
 class ReuseModel:
     """P(a call leaves on the connection its parent came in on | the parent's sender, the
     node, the callee), with Jeffreys' half observations."""
 
-    def __init__(self, links: Iterable[tuple[tuple[int, int, int], bool]]) -> None:
-        same: Counter[tuple[int, int, int]] = Counter()
-        every: Counter[tuple[int, int, int]] = Counter()
-        for key, reused in links:
-            every[key] += 1
-            same[key] += reused
-        self.share = {k: (same[k] + 0.5) / (n + 1) for k, n in every.items()}
+    def __init__(self, keys: np.ndarray, reused: np.ndarray) -> None:
+        """`keys`: a row (parent sender, node, callee) per call linked; `reused`: whether it
+        left on its parent's connection."""
+        self.share: dict[tuple[int, ...], float] = {}
+        if len(keys):
+            unique, which, count = np.unique(keys, axis=0, return_inverse=True,
+                                             return_counts=True)
+            same = np.bincount(which.ravel(), reused.astype(float))
+            self.share = {tuple(k): (s + 0.5) / (n + 1) for k, s, n in zip(
+                unique.tolist(), same.tolist(), count.tolist(), strict=True)}
 
     def probability(self, parent_sender: int, node: int, callee: int, reused: bool) -> float:
         q = self.share.get((parent_sender, node, callee), 0.5)
@@ -78,15 +93,18 @@ class ReuseModel:
 
 class Observables:
     """The weights sizes and connections give a message's candidate parents, fitted to the
-    (parent, message) links a pass found; columns are the trace's, as lists."""
+    links a pass found (`parents[k]` the parent of `children[k]`)."""
 
-    def __init__(self, src: list[int], dst: list[int], size: list[int], conn: list[int],
-                 links: Iterable[tuple[int, int]], is_reply: list[bool]) -> None:
-        self.src, self.dst, self.size, self.conn = src, dst, size, conn
-        links = list(links)
-        self.sizes = SizeModel(((src[p], size[p], src[m], dst[m]), size[m]) for p, m in links)
-        self.reuse = ReuseModel(((src[p], src[m], dst[m]), conn[p] == conn[m])
-                                for p, m in links if not is_reply[m])
+    def __init__(self, trace: Trace, parents: np.ndarray, children: np.ndarray) -> None:
+        m = trace.messages
+        self.src, self.dst = m.src.tolist(), m.dst.tolist()
+        self.size, self.conn = m.size_bytes.tolist(), m.conn.tolist()
+        src, dst, size, conn = m.src, m.dst, m.size_bytes, m.conn
+        p, c = parents, children
+        self.sizes = SizeModel(np.column_stack([src[p], size[p], src[c], dst[c]]), size[c])
+        calls = ~trace.is_reply()[c]
+        p, c = p[calls], c[calls]
+        self.reuse = ReuseModel(np.column_stack([src[p], src[c], dst[c]]), conn[p] == conn[c])
 
     def call(self, parent: int, msg: int) -> float:
         src, node, callee = self.src[parent], self.src[msg], self.dst[msg]

@@ -28,10 +28,6 @@ from coordinator.paths.contexts import ContextWalker
 BEAM_WIDTH = 16
 MAX_LOG_RATIO = math.log(1e4)  # a hypothesis 10⁴ times less likely than the best is dropped
 MAX_UNDECIDED = 20_000  # choices held before the beam is cut to its best hypothesis
-# Hypotheses older than this are cut to the best: what decides a swap (the contexts' next
-# calls and replies) comes within a request's time at the node, and hypotheses that differ
-# only in something that never shows (a context that never acts again) would live on.
-SETTLE_AFTER_S = 1e9
 
 
 class Placement(Enum):
@@ -56,73 +52,79 @@ class Hypothesis:
     walker: ContextWalker
     choices: Choice | None = None  # the latest; earlier ones through `before`
 
-    def choose(self, msg: int, parent: int | None, placement: Placement) -> None:
-        self.choices = Choice(msg, parent, placement, self.choices)
 
-
-@dataclass
-class Decision:
-    parents: dict[int | None, float]  # parent (None: spontaneous) -> probability
-    placement: Placement  # the most likely hypothesis's
-
-
-# message -> its decision
-Decisions = dict[int, Decision]
+# (parent or None: spontaneous, weight, placement)
+Option = tuple[int | None, float, Placement]
+# message -> ([(parent, probability)], probability of being spontaneous)
+Decided = dict[int, tuple[list[tuple[int, float]], float]]
 
 
 class NodeBeam:
-    """The hypotheses about one node's calls, pruned as its events come."""
+    """The hypotheses about one node's calls, pruned as its events come.
 
-    def __init__(self, walker: ContextWalker) -> None:
+    `decisions` are filled in as choices become final; `placements`: where the most likely
+    hypothesis put each call. While one hypothesis is left (most of the
+    time) choices go straight there."""
+
+    def __init__(self, walker: ContextWalker, decisions: Decided,
+                 placements: dict[int, Placement], width: int = BEAM_WIDTH) -> None:
+        self.width = width
         self.hypotheses = [Hypothesis(0.0, walker)]
-        self.decisions: Decisions = {}
+        self.decisions, self.placements = decisions, placements
         self.undecided = 0
-        self.unsettled_since: float | None = None
 
-    def branch(self, options: list[list[tuple[int | None, float, Placement]]], msg: int,
-               conn: int, t: float) -> None:
-        """Each hypothesis's options for call `msg` (on `conn`, leaving at `t`) — (parent,
-        weight, placement) — taken as new hypotheses, then pruned."""
+    def branch(self, options: list[list[Option]], msg: int, conn: int, t: float) -> None:
+        """Each hypothesis's options for call `msg` (on `conn`, leaving at `t`) taken as new
+        hypotheses, then pruned."""
         grown: list[tuple[float, int, int | None, Placement]] = []
-        for h, opts in zip(self.hypotheses, options, strict=True):
+        for k, (h, opts) in enumerate(zip(self.hypotheses, options, strict=True)):
             for parent, weight, placement in opts:
                 if weight > 0:
-                    grown.append((h.log_likelihood + math.log(weight), id(h), parent, placement))
+                    grown.append((h.log_likelihood + math.log(weight), k, parent, placement))
         if not grown:  # nothing can have caused it: spontaneous in every hypothesis
-            grown = [(h.log_likelihood, id(h), None, Placement.ROOT) for h in self.hypotheses]
+            grown = [(h.log_likelihood, k, None, Placement.ROOT)
+                     for k, h in enumerate(self.hypotheses)]
         best = max(g[0] for g in grown)
-        grown = sorted((g for g in grown if g[0] >= best - MAX_LOG_RATIO),
-                       key=lambda g: -g[0])[:BEAM_WIDTH]
-        by_id = {id(h): h for h in self.hypotheses}
+        grown = [g for g in grown if g[0] >= best - MAX_LOG_RATIO]
+        if self.width == 1:  # greedy: the best option alone, but as likely as it is
+            grown = [max(grown, key=lambda g: g[0])]
+        if len(grown) == 1 and len(self.hypotheses) == 1:  # no doubt: decided at once
+            _, _, parent, placement = grown[0]
+            self.decisions[msg] = ([(parent, 1.0)], 0.0) if parent is not None else ([], 1.0)
+            self.placements[msg] = placement
+            self.hypotheses[0].walker.call_sent(conn, parent, t)
+            return
+        grown.sort(key=lambda g: -g[0])
         by_hypothesis: dict[int, list[tuple[float, int, int | None, Placement]]] = {}
-        for g in grown:
+        for g in grown[:self.width]:
             by_hypothesis.setdefault(g[1], []).append(g)
         survivors = []
-        for hid, taken in by_hypothesis.items():
-            h = by_id[hid]  # its other options branch from copies made before it moves on
+        for k, taken in by_hypothesis.items():
+            h = self.hypotheses[k]  # its other options branch from copies made first
             copies = [Hypothesis(h.log_likelihood, h.walker.copy(), h.choices)
                       for _ in taken[1:]]
             for (score, _, parent, placement), one in zip(taken, [h, *copies], strict=True):
                 one.log_likelihood = score - best  # relative to the best: stays small
-                one.choose(msg, parent, placement)
+                one.choices = Choice(msg, parent, placement, one.choices)
                 one.walker.call_sent(conn, parent, t)
                 survivors.append(one)
         survivors.sort(key=lambda h: -h.log_likelihood)
         self.hypotheses = _distinct(survivors) if len(survivors) > 1 else survivors
         self.undecided += 1
-        if len(self.hypotheses) > 1 and self.unsettled_since is None:
-            self.unsettled_since = t
-        if len(self.hypotheses) == 1 or self.undecided > MAX_UNDECIDED or \
-                t - (self.unsettled_since or t) > SETTLE_AFTER_S:
+        if len(self.hypotheses) == 1 or self.undecided > MAX_UNDECIDED:
             self.settle()
 
     def reply(self, msg: int, parents: list[int | None], log_weights: list[float]) -> None:
         """Each hypothesis's parent for the node's reply `msg` (None: its request is not in
         the trace) and the log weight of its delay."""
+        if len(self.hypotheses) == 1:
+            if parents[0] is not None:
+                self.decisions[msg] = ([(parents[0], 1.0)], 0.0)
+            return
         for h, parent, lw in zip(self.hypotheses, parents, log_weights, strict=True):
             h.log_likelihood += lw
             if parent is not None:
-                h.choose(msg, parent, Placement.REPLY)
+                h.choices = Choice(msg, parent, Placement.REPLY, h.choices)
         self.undecided += 1
 
     def settle(self) -> None:
@@ -132,20 +134,20 @@ class NodeBeam:
         weights = [math.exp(h.log_likelihood - top) for h in self.hypotheses]
         total = sum(weights)
         best = max(range(len(weights)), key=weights.__getitem__)
+        chosen: dict[int, dict[int | None, float]] = {}
         for k, (h, w) in enumerate(zip(self.hypotheses, weights, strict=True)):
             c = h.choices
             while c is not None:
-                d = self.decisions.get(c.msg)
-                if d is None:
-                    d = self.decisions[c.msg] = Decision({}, c.placement)
-                d.parents[c.parent] = d.parents.get(c.parent, 0.0) + w / total
-                if k == best:
-                    d.placement = c.placement
+                parents = chosen.setdefault(c.msg, {})
+                parents[c.parent] = parents.get(c.parent, 0.0) + w / total
+                if k == best and c.placement is not Placement.REPLY:
+                    self.placements[c.msg] = c.placement
                 c = c.before
-        keep = self.hypotheses[best]
-        self.hypotheses = [Hypothesis(0.0, keep.walker)]
+        for msg, parents in chosen.items():
+            self.decisions[msg] = ([(p, w) for p, w in parents.items() if p is not None],
+                                   parents.get(None, 0.0))
+        self.hypotheses = [Hypothesis(0.0, self.hypotheses[best].walker)]
         self.undecided = 0
-        self.unsettled_since = None
 
 
 def _distinct(hypotheses: list[Hypothesis]) -> list[Hypothesis]:

@@ -22,8 +22,9 @@ scores are built the same way for every linker.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from coordinator.paths.contexts import Context, ContextWalker
 from coordinator.paths.delay_model import DelayModel, fit_lognormals
 from coordinator.paths.features import Observables
 from coordinator.paths.messages import Trace
-from coordinator.paths.node_beam import Decisions, NodeBeam, Placement
+from coordinator.paths.node_beam import BEAM_WIDTH, Decided, NodeBeam, Placement
 from coordinator.paths.wap5 import (
     DEFAULT_LINKING,
     LinkingSettings,
@@ -53,10 +54,13 @@ FANOUT_S = 0.0005
 AFTERWARD_S = 0.001
 # A transition's delays are fitted once it has this many links.
 MIN_FIT_SAMPLES = 20
+# The passes that fit the model walk only the trace's first this many messages (in time):
+# that fits every transition there is many times over, and a CoDeeN-sized hour (4.7 million
+# messages) then costs one pass and a little, not `iterations` passes.
+FIT_MESSAGES = 300_000
 
 # (ready contexts, departure time, node, call) -> [(parent, weight)], spontaneous weight
 Chooser = Callable[[list[Context], float, int, int], tuple[list[tuple[int, float]], float]]
-Decided = dict[int, tuple[list[tuple[int, float]], float]]
 
 
 def fcfs_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING
@@ -78,11 +82,14 @@ def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINK
     """Each ready context's latest message, weighed by the delay model; the model refitted to
     the links found, `iterations` passes in all (§5.1 notes its steps could be iterated)."""
     walk = _Walk(trace, settings)
+    fit_until = walk.time_of(FIT_MESSAGES)
     model = DelayModel(walk.d, settings.spontaneous_y, settings.window_s)
-    decided = walk.run(walk.chooser(model))
-    for _ in range(iterations - 1):
-        model, seen = walk.refit(decided)
-        decided = walk.run(walk.chooser(model, seen), model, seen)
+    decided = walk.run(walk.chooser(model), until_s=fit_until if iterations > 1 else None)
+    for k in range(1, iterations):
+        model, seen = walk.refit(decided, fit_until)
+        last = k == iterations - 1
+        decided = walk.run(walk.chooser(model, seen), model, seen,
+                           until_s=None if last else fit_until)
     return walk.result(decided)
 
 
@@ -98,8 +105,12 @@ class _Walk:
         self.events = list(_events_by_node(trace, self.out_t, self.in_t, np.isnan(m.send_s),
                                            np.isnan(m.recv_s)))
         self.src, self.dst = m.src.tolist(), m.dst.tolist()
-        self.size, self.conn = m.size_bytes.tolist(), m.conn.tolist()
-        self.is_reply = trace.is_reply().tolist()
+        first = np.fmin(self.out_t, self.in_t)
+        self.first_s = np.sort(first[np.isfinite(first)])
+
+    def time_of(self, messages: int) -> float | None:
+        """When the trace's first `messages` messages have begun (None: it has fewer)."""
+        return float(self.first_s[messages]) if messages < len(self.first_s) else None
 
     def chooser(self, model: DelayModel, seen: Observables | None = None) -> Chooser:
         src, dst = self.src, self.dst
@@ -123,19 +134,23 @@ class _Walk:
         return by_density
 
     def run(self, choose: Chooser, model: DelayModel | None = None,
-            seen: Observables | None = None) -> Decided:
+            seen: Observables | None = None, until_s: float | None = None) -> Decided:
         """Each node's events through a beam of context walkers (`node_beam`): a call whose
         context is in doubt is decided by what comes after it, its node's replies weighed by
-        their delays and sizes once fitted."""
+        their delays and sizes once fitted. Events after `until_s` are left out."""
         m, trace = self.trace.messages, self.trace
         is_reply = trace.is_reply().tolist()
         conns = m.conn.tolist()
         clients = trace.clients.tolist()
         spontaneous_clients = self.settings.clients_spontaneous
         in_t = self.in_t
-        decisions: Decisions = {}
+        decisions: Decided = {}
+        self.placements: dict[int, Placement] = {}
         for node, events in self.events:
-            beam = NodeBeam(ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S))
+            beam = NodeBeam(ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S),
+                            decisions, self.placements, BEAM_WIDTH if model else 1)
+            if until_s is not None:
+                events = events[:bisect_right(events, until_s, key=lambda e: e[0])]
             for t, departing, msg in events:
                 conn = conns[msg]
                 if not departing:
@@ -146,8 +161,9 @@ class _Walk:
                             h.walker.request_arrived(conn, msg, t)
                 elif is_reply[msg]:
                     parents = [h.walker.answer(conn, t) for h in beam.hypotheses]
-                    weights = [0.0 if p is None or model is None else self._reply_weight(
-                        model, seen, p, msg, t - in_t[p]) for p in parents]
+                    weights = [0.0 if p is None or model is None or len(parents) == 1 else
+                               self._reply_weight(model, seen, p, msg, t - in_t[p])
+                               for p in parents]
                     beam.reply(msg, parents, weights)
                 elif clients[node] and spontaneous_clients:
                     for h in beam.hypotheses:
@@ -157,10 +173,7 @@ class _Walk:
                                for h in beam.hypotheses]
                     beam.branch(options, msg, conn, t)
             beam.settle()
-            decisions.update(beam.decisions)
-        self.placements = {msg: d.placement for msg, d in decisions.items()}
-        return {msg: ([(p, w) for p, w in d.parents.items() if p is not None],
-                      d.parents.get(None, 0.0)) for msg, d in decisions.items()}
+        return decisions
 
     def _reply_weight(self, model: DelayModel, seen: Observables | None, parent: int,
                       reply: int, delay_s: float) -> float:
@@ -169,61 +182,66 @@ class _Walk:
                                      delay_s)
         return math.log(weight * (seen.reply(parent, reply) if seen is not None else 1.0))
 
-    def refit(self, decided: Decided) -> tuple[DelayModel, Observables]:
+    def refit(self, decided: Decided, until_s: float | None = None
+              ) -> tuple[DelayModel, Observables]:
         """Lognormals per transition and per pair from the messages' most likely parents,
         and their sizes' dependence; spontaneous rates per pair from the calls made with no
         context ready."""
         m = self.trace.messages
-        is_reply = self.trace.is_reply()
-        transitions, pairs, delays = [], [], []
-        answers, answer_pairs, answer_delays = [], [], []
-        linked_pairs: list[tuple[int, int]] = []  # (parent, message)
-        alone: dict[tuple[int, int], int] = {}
-        for msg, (links, spont) in decided.items():
-            node, callee = int(m.src[msg]), int(m.dst[msg])
-            if is_reply[msg]:
-                if links:
-                    parent = max(links, key=lambda x: x[1])[0]
-                    answers.append((self.src[parent], node, callee))
-                    answer_pairs.append((node, callee))
-                    answer_delays.append(float(self.out_t[msg] - self.in_t[parent]))
-                    linked_pairs.append((parent, msg))
-                continue
-            if not links:
-                alone[(node, callee)] = alone.get((node, callee), 0) + 1
-                continue
-            best = max(links, key=lambda x: x[1])
-            if best[1] > spont:
-                transitions.append((self.src[best[0]], node, callee))
-                pairs.append((node, callee))
-                delays.append(float(self.out_t[msg] - self.in_t[best[0]]))
-                linked_pairs.append((best[0], msg))
+        n = len(decided)
+        msg = np.fromiter(decided, dtype=np.int64, count=n)
+        parent = np.full(n, -1, dtype=np.int64)
+        best_p, spontaneous = np.zeros(n), np.zeros(n)
+        for k, (links, spont) in enumerate(decided.values()):
+            spontaneous[k] = spont
+            if links:
+                parent[k], best_p[k] = max(links, key=itemgetter(1))
+        reply = self.trace.is_reply()[msg]
+        # replies: their parent is their context's latest; calls: linked if more likely
+        # than spontaneous, alone if no context was ready
+        linked = (parent >= 0) & (reply | (best_p > spontaneous))
+        alone = ~reply & (parent < 0)
+        node, callee = m.src[msg], m.dst[msg]
+        delay = self.out_t[msg] - self.in_t[np.maximum(parent, 0)]
+        sender = m.src[np.maximum(parent, 0)]
+        calls, answers = linked & ~reply, linked & reply
         times = np.concatenate([self.out_t, self.in_t])
-        duration = max(float(np.nanmax(times) - np.nanmin(times)), self.settings.window_s)
-        rates = {pair: (n + 0.5) / duration for pair, n in alone.items()}
+        end = float(np.nanmax(times)) if until_s is None else until_s
+        duration = max(end - float(np.nanmin(times)), self.settings.window_s)
+        rates = {pair: (k + 0.5) / duration for pair, k in _pair_counts(
+            node[alone], callee[alone]).items()}
         # how often a pair's calls came after their request was answered: fire-and-forget
         # where the application does it, else only a closed context crowding an open one
-        linked = Counter(pairs)
-        placed = self.placements
-        after = Counter((int(m.src[c]), int(m.dst[c])) for c, p in placed.items()
-                        if p is Placement.AFTERWARD)
-        afterward = {pair: (after[pair] + 0.5) / (n + 1) for pair, n in linked.items()}
-        parallel = Counter((int(m.src[c]), int(m.dst[c])) for c, p in placed.items()
-                           if p is Placement.SIBLING)
-        siblings = {pair: (parallel[pair] + 0.5) / (n + 1) for pair, n in linked.items()}
-        return DelayModel(self.d, self.settings.spontaneous_y, self.settings.window_s,
-                          transitions=fit_lognormals(transitions, delays, MIN_FIT_SAMPLES),
-                          pairs=fit_lognormals(pairs, delays, MIN_FIT_SAMPLES),
-                          spontaneous_per_s=rates, default_spontaneous_per_s=0.5 / duration,
-                          afterward=afterward, siblings=siblings,
-                          replies=fit_lognormals(answers, answer_delays, MIN_FIT_SAMPLES),
-                          reply_pairs=fit_lognormals(answer_pairs, answer_delays,
-                                                     MIN_FIT_SAMPLES)), Observables(
-                              self.src, self.dst, self.size, self.conn, linked_pairs,
-                              self.is_reply)
+        placed = np.asarray([self.placements.get(k) for k in msg[calls].tolist()], dtype=object)
+        per_pair = _pair_counts(node[calls], callee[calls])
+        after = _pair_counts(node[calls][placed == Placement.AFTERWARD],
+                             callee[calls][placed == Placement.AFTERWARD])
+        parallel = _pair_counts(node[calls][placed == Placement.SIBLING],
+                                callee[calls][placed == Placement.SIBLING])
+        afterward = {pair: (after.get(pair, 0) + 0.5) / (k + 1) for pair, k in per_pair.items()}
+        siblings = {pair: (parallel.get(pair, 0) + 0.5) / (k + 1)
+                    for pair, k in per_pair.items()}
+        transition = np.column_stack([sender, node, callee])
+        return DelayModel(
+            self.d, self.settings.spontaneous_y, self.settings.window_s,
+            transitions=fit_lognormals(transition[calls], delay[calls], MIN_FIT_SAMPLES),
+            pairs=fit_lognormals(transition[calls][:, 1:], delay[calls], MIN_FIT_SAMPLES),
+            spontaneous_per_s=rates, default_spontaneous_per_s=0.5 / duration,
+            afterward=afterward, siblings=siblings,
+            replies=fit_lognormals(transition[answers], delay[answers], MIN_FIT_SAMPLES),
+            reply_pairs=fit_lognormals(transition[answers][:, 1:], delay[answers],
+                                       MIN_FIT_SAMPLES),
+        ), Observables(self.trace, parent[linked], msg[linked])
 
     def result(self, decided: Decided) -> LinkProbabilities:
         return _replace(self.base, decided, self.in_t)
+
+
+def _pair_counts(node: np.ndarray, callee: np.ndarray) -> dict[tuple[int, int], int]:
+    if len(node) == 0:
+        return {}
+    unique, count = np.unique(np.column_stack([node, callee]), axis=0, return_counts=True)
+    return {(a, b): k for (a, b), k in zip(unique.tolist(), count.tolist(), strict=True)}
 
 
 def _options(walker: ContextWalker, chosen: tuple[list[tuple[int, float]], float]
