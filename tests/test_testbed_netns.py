@@ -95,7 +95,9 @@ def test_a_constant_delay_moves_each_mean_by_gradient_times_delay(testbed):
     app1 = next(h for h in info["hosts"] if h["name"] == "app1")
     by_name = {t["name"]: t for t in info["transactions"]}
     names = ("ViewItem", "PutBidAuth", "PutBid", "StoreBid", "async", "single")
-    mix = ",".join(f"{by_name[n]['path']}=1" for n in names)
+    # single has N(100, 30) ms of its own noise: three times the others' share of requests
+    # keeps its phases' difference within the tolerance (1 of ~35 CI runs missed at equal)
+    mix = ",".join(f"{by_name[n]['path']}={3 if n == 'single' else 1}" for n in names)
     daemon = subprocess.Popen(["ip", "netns", "exec", app1["namespace"], sys.executable, "-m",
                                "injector", "--queue", "6900"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
