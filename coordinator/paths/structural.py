@@ -10,10 +10,16 @@ reply's parent is its request's context's latest message, by construction.
 Which context a call belongs to is the one choice left. *FCFS* (TraceWeaver's baseline,
 with the same contexts): the oldest ready context. *Context linking* (ours): each ready
 context offers one candidate, its latest message (the only one of it that can be the parent
-in WAP5's causality model), weighed by the density of its delay (`delay_model`: §5.1's
-exponential in a first pass, then lognormals per transition fitted to the links found),
-against §5.1's spontaneous weight. Messages a node sent while untraced, and replies whose
-request came before the trace, keep §5.1's candidates.
+in WAP5's causality model), weighed by
+- the density of its delay (`delay_model`: §5.1's exponential in a first pass, then
+  lognormals per transition fitted to the links found), against a spontaneous rate;
+- what the call's size and connection say about that parent (`features`: fitted too);
+and the calls of a node are decided jointly, not one by one (`node_beam`): a choice in doubt
+is kept as several hypotheses until later calls and the node's replies (their delays and
+sizes from their context's latest message) tell them apart. The first pass is greedy; the
+passes that refit the model walk only the trace's first FIT_MESSAGES messages, the last
+walks it all. Messages a node sent while untraced, and replies whose request came before
+the trace, keep §5.1's candidates.
 
 The result has §5.1's form (candidate links with probabilities), so trees, patterns and
 scores are built the same way for every linker.
