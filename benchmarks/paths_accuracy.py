@@ -94,10 +94,14 @@ class Conversations:
         self.conn_of = {(int(cp), host[int(sn)]): k for k, (cp, sn) in enumerate(
             zip(c.client_port.tolist(), c.server_node.tolist(), strict=True))}
 
-    def exchange(self, port: int, server_host: str, at_s: float, sent: bool
+    def exchange(self, port: int, server_host: str, at_s: float, sent: bool,
+                 within: tuple[float, float] | None = None, first: bool = False
                  ) -> tuple[int, int] | None:
         """(request, reply) on the connection from `port` to `server_host`: the client's
-        message nearest `at_s` (its send time if `sent`, else its arrival), and the next."""
+        message nearest `at_s` (its send time if `sent`, else its arrival), and the next.
+        With `within` (earliest, latest): the latest such time in it (the `first` if asked),
+        not the nearest: a handler's clock reading comes after its request arrived, a query
+        leaves after the reading before it, and the nearest may be the connection's next."""
         k = self.conn_of.get((port, server_host))
         if k is None:
             return None
@@ -107,7 +111,12 @@ class Conversations:
         best, gap = None, TOLERANCE_S
         for pos, i in enumerate(msgs):
             t = m.send_s[i] if sent else m.recv_s[i]
-            if m.src[i] == client and np.isfinite(t) and abs(t - at_s) <= gap:
+            if m.src[i] != client or not np.isfinite(t):
+                continue
+            if within is not None:
+                if within[0] <= t <= within[1] and not (first and best is not None):
+                    best = pos
+            elif abs(t - at_s) <= gap:
                 best, gap = pos, abs(t - at_s)
         if best is None or best + 1 >= len(msgs):
             return None
@@ -136,8 +145,13 @@ def truth(trace: Trace, directory: Path) -> tuple[np.ndarray, np.ndarray, dict[i
         app = apps.get(rid)
         if front is None or app is None:
             continue
-        back = conv.exchange(int(app["peer_port"]), app["host"], app["t_in"], sent=False)
-        calls = [conv.exchange(int(c["port"]), "db", c["t0"], sent=True)
+        # the app reads the host's clock, as the capture does: the request it handles is the
+        # last to arrive before its handler began; each query the first to leave after the
+        # reading before it (the next may follow within 0.1 ms of the reading after it)
+        back = conv.exchange(int(app["peer_port"]), app["host"], app["t_in"], sent=False,
+                             within=(app["t_in"] - 1.0, app["t_in"]))
+        calls = [conv.exchange(int(c["port"]), "db", c["t0"], sent=True,
+                               within=(c["t0"], c["t1"]), first=True)
                  for c in app["calls"] + late.get(rid, []) if c.get("port")]
         if back is None or any(x is None for x in calls):
             continue
