@@ -21,7 +21,7 @@ from coordinator.config.experiment_file import load_experiment
 from coordinator.config.run_dir import RunDir
 from coordinator.config.strict_json import dumps
 from coordinator.config.trace_file import read_trace, write_trace
-from coordinator.live.paths_evidence import host_traces
+from coordinator.live.paths_evidence import host_traces, transactions_of
 from coordinator.live.session import Session, check_local_files, observe
 from coordinator.paths.analysis import LINKERS, analyse
 from coordinator.paths.reconcile import HostTrace, reconcile
@@ -64,13 +64,18 @@ def paths_command(args: argparse.Namespace) -> int:
     _check(args)
     console = Console(stderr=True)
     problems: list[str] = []
+    session = None
     if args.trace is not None:
         hosts = list(read_trace(args.trace))
     else:
-        hosts, problems = _capture(args, console)
+        hosts, problems, session = _capture(args, console)
         if args.save_trace:
             write_trace(args.save_trace, hosts)
-    result = analyse(reconcile(hosts), args.linker, LinkingSettings(window_s=args.window))
+    trace = reconcile(hosts)
+    # the requests the web log saw during the capture, by transaction (none offline)
+    transaction_of = transactions_of(session, trace) if session is not None else None
+    result = analyse(trace, args.linker, LinkingSettings(window_s=args.window),
+                     transaction_of=transaction_of)
     result |= {"traced_hosts": sorted(h.name for h in hosts), "problems": problems,
                "at": time.time()}
     if args.save:
@@ -82,18 +87,24 @@ def paths_command(args: argparse.Namespace) -> int:
     return 0 if not problems else 1
 
 
-def _capture(args: argparse.Namespace, console: Console) -> tuple[list[HostTrace], list[str]]:
+def _capture(args: argparse.Namespace, console: Console
+             ) -> tuple[list[HostTrace], list[str], Session]:
     experiment = load_experiment(args.experiment)
     endpoints = check_local_files(experiment)
     session = Session(experiment, endpoints=endpoints)
     # the coordinator's own SSH channels carry the daemons' lines: not the application's
     request = TraceRequest(report_interval_s=min(args.report_interval, args.duration),
                            exclude_ports=tuple(sorted({e.port for e in endpoints.values()})))
-    problems = observe(session, lambda: session.start_tracing(request), session.stop_tracing,
-                       args.duration, console.print,
+
+    def start() -> list[str]:
+        if experiment.web_log is not None:
+            session.follow_log()
+        return session.start_tracing(request)
+
+    problems = observe(session, start, session.stop_tracing, args.duration, console.print,
                        lambda note: console.print(f"[yellow]{escape(note)}"), "tracing")
     hosts, failed = host_traces(session)
-    return hosts, problems + failed
+    return hosts, problems + failed, session
 
 
 def _print(console: Console, result: dict[str, Any]) -> None:
@@ -104,18 +115,28 @@ def _print(console: Console, result: dict[str, Any]) -> None:
         if clock["clock_offset_s"] is not None and clock["clock_reference"] != host:
             print(f"  clock of {host}: {1e3 * clock['clock_offset_s']:+.3f} ms against "
                   f"{clock['clock_reference']}")
+    if result["transactions"]:  # each transaction's dominant pattern, then the rest
+        for name, patterns in result["transactions"].items():
+            print(f"\n{name}: {sum(p['count'] for p in patterns)} requests found, the most "
+                  "common path:")
+            _print_pattern(patterns[0])
+        print("\nAll requests:")
     for p in result["patterns"][:10]:
-        response = "" if p["response_s"] is None else f", {1e3 * p['response_s']:.2f} ms"
-        print(f"\n{p['count']} × (score {p['score']:.1f}{response}); crossings "
-              + ", ".join(f"{k} {v:g}" for k, v in p["crossings"].items()))
-        for hop in p["hops"]:
-            depth = _depth(p["hops"], hop)
-            node = "" if hop["node_delay_s"] is None else f"node {1e3 * hop['node_delay_s']:.3f}"
-            net = "" if hop["network_delay_s"] is None else \
-                f"net {1e3 * hop['network_delay_s']:.3f}"
-            print(f"  {'  ' * depth}{hop['label']}  {node} {net} ms".rstrip(" ms") + " ms")
+        _print_pattern(p)
     for problem in result["problems"]:
         console.print(f"[red]{escape(problem)}")
+
+
+def _print_pattern(p: dict[str, Any]) -> None:
+    response = "" if p["response_s"] is None else f", {1e3 * p['response_s']:.2f} ms"
+    print(f"\n{p['count']} × (score {p['score']:.1f}{response}); crossings "
+          + ", ".join(f"{k} {v:g}" for k, v in p["crossings"].items()))
+    for hop in p["hops"]:
+        depth = _depth(p["hops"], hop)
+        node = "" if hop["node_delay_s"] is None else f"node {1e3 * hop['node_delay_s']:.3f}"
+        net = "" if hop["network_delay_s"] is None else \
+            f"net {1e3 * hop['network_delay_s']:.3f}"
+        print(f"  {'  ' * depth}{hop['label']}  {node} {net} ms".rstrip(" ms") + " ms")
 
 
 def _depth(hops: list[dict[str, Any]], hop: dict[str, Any]) -> int:

@@ -11,6 +11,7 @@ from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.live.session import Session
 from coordinator.live.trace_events import host_trace
 from coordinator.paths.analysis import analyse, client_requests, match_requests
+from coordinator.paths.messages import Trace
 from coordinator.paths.reconcile import HostTrace, reconcile
 from coordinator.paths.wap5 import LinkingSettings
 
@@ -38,6 +39,21 @@ def host_traces(session: Session) -> tuple[list[HostTrace], list[str]]:
     return hosts, problems
 
 
+def transactions_of(session: Session, trace: Trace) -> dict[int, str]:
+    """Each client request in the trace that the web log saw -> its transaction (by the
+    request's arrival at the front end); empty if the session follows no web log."""
+    if session.log is None:
+        return {}
+    log = session.log.snapshot()
+    name_of_row: dict[int, str] = {}
+    groups = group_by_transaction(log.url, patterns_from(session.experiment.transactions))
+    for name, rows in groups.items():
+        for row in rows.tolist():
+            name_of_row.setdefault(row, name)  # overlapping classes: the first named
+    return {root: name_of_row[row] for root, row in match_requests(trace, log.start_s).items()
+            if row in name_of_row}
+
+
 def save(session: Session, out: RunDir, window: tuple[float, float]) -> list[str]:
     """Stop tracing; write the trace and paths.json. Returns what went wrong on a host."""
     if not session.tracing:
@@ -49,17 +65,7 @@ def save(session: Session, out: RunDir, window: tuple[float, float]) -> list[str
         return problems
     write_trace(out.path / TRACE_FILE, hosts)
     trace = reconcile(hosts)
-    transaction_of: dict[int, str] = {}
-    if session.log is not None:
-        log = session.log.snapshot()
-        name_of_row: dict[int, str] = {}
-        groups = group_by_transaction(log.url, patterns_from(session.experiment.transactions))
-        for name, rows in groups.items():
-            for row in rows.tolist():
-                name_of_row.setdefault(row, name)  # overlapping classes: the first named
-        transaction_of = {root: name_of_row[row]
-                          for root, row in match_requests(trace, log.start_s).items()
-                          if row in name_of_row}
+    transaction_of = transactions_of(session, trace)
     p = session.experiment.paths
     result = analyse(trace, p.linker, LinkingSettings(window_s=p.window_s),
                      transaction_of=transaction_of)

@@ -89,10 +89,14 @@ class Session:
     def open(self, sniffers: bool = True) -> Session:
         """Connect to every host; start the sniffers (unless not wanted), follow the web log
         and start the workload."""
+        self.open_hosts(sniffers)
+        return self.follow_log().start_workload()
+
+    def follow_log(self) -> Session:
+        """Follow the experiment's web log from now on (its hosts open)."""
         e = self.experiment
         assert e.ssh is not None
         assert e.web_log is not None
-        self.open_hosts(sniffers)
         channel = self.connections[e.web_log.host].open_lines(
             follow_argv(e.ssh.python, e.web_log.path))
         try:
@@ -101,7 +105,7 @@ class Session:
         except BaseException:  # no follower to close it: the channel goes now
             channel.close()
             raise
-        return self.start_workload()
+        return self
 
     def start_workload(self) -> Session:
         """The experiment's workload, if it has one; leased: it ends with its channel, as the
