@@ -196,6 +196,34 @@ def test_patterns_name_clients_and_ephemeral_ports_and_count_crossings() -> None
     assert sum(p.count for p in patterns) == len(per_root)
 
 
+def test_connections_too_short_to_name_take_the_process_of_their_host_s_other_calls() -> None:
+    """A PHP worker's connection per request to MySQL: the sniffer named one (it lived long
+    enough), not the other two; they are the same process's, not a node of their own. On a
+    host whose only process is known from its listening socket, that one."""
+    web, db, cache = ("10.0.0.1", 80), ("10.0.0.2", 3306), ("10.0.0.3", 11211)
+    front = ("10.0.0.9", 50000)
+
+    def call(port: int, server: tuple[str, int], seq: int, process: str) -> list[HostRecord]:
+        client = ("10.0.0.1", port)
+        return [HostRecord(client, server, True, seq, seq + 10, T0, T0, False, process),
+                HostRecord(client, server, False, seq, seq + 20, T0 + 1e-3, T0 + 1e-3, False,
+                           process)]
+    h1 = HostTrace("web", frozenset({"10.0.0.1"}), frozenset({("0.0.0.0", 80)}), [
+        HostRecord(web, front, False, 1, 50, T0, T0, False, "apache2"),
+        *call(41000, db, 100, "php"), *call(41001, db, 200, ""), *call(41002, db, 300, "")])
+    trace = reconcile([h1])
+    assert set(trace.nodes) == {"web/apache2", "web/php", "10.0.0.2", "10.0.0.9"}
+    h2 = HostTrace("web", frozenset({"10.0.0.1"}), frozenset({("0.0.0.0", 80)}), [
+        HostRecord(web, front, False, 1, 50, T0, T0, False, "apache2"),
+        *call(41001, db, 200, ""), *call(41002, cache, 300, "")])
+    assert set(reconcile([h2]).nodes) == {"web/apache2", "10.0.0.2", "10.0.0.3", "10.0.0.9"}
+    # two processes known on the host and none for this server: left unnamed
+    h3 = HostTrace("web", frozenset({"10.0.0.1"}), frozenset({("0.0.0.0", 80)}), [
+        HostRecord(web, front, False, 1, 50, T0, T0, False, "apache2"),
+        *call(41000, cache, 100, "cron"), *call(41001, db, 200, "")])
+    assert "web" in reconcile([h3]).nodes
+
+
 def test_reconciliation_matches_both_ends_by_sequence_and_names_the_server() -> None:
     """A client on h1 asks h2's server (listening on 0.0.0.0:5432) twice; h3's client is
     not traced. The two records of a message meet by their sequence range; the untraced end's

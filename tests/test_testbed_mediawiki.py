@@ -165,6 +165,31 @@ def test_run_measures_large_web_db_gradients(mediawiki, tmp_path):
         assert article["ci95"][0] > 5, (link["link"], article)
 
 
+def test_paths_follow_php_s_connection_per_request_to_mariadb(mediawiki, tmp_path):
+    """`linkgrad paths` on an application we did not write: mod_php opens a MariaDB
+    connection per request (most live too briefly for the sniffer to see their process),
+    and an article view's tree is its ~36 queries in a row, every call by apache2."""
+    _, root, tag = mediawiki
+    experiment = tmp_path / "mw-paths.yaml"
+    experiment.write_text(EXPERIMENT.format(name="mwpaths", tag=tag, mix=MIX,
+                                            output=tmp_path / "runs"))
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
+    done = subprocess.run([LINKGRAD, "paths", str(experiment), "--duration", "10", "--json"],
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    top = result["transactions"]["article"][0]
+    found = sum(p["count"] for p in result["transactions"]["article"])
+    assert found >= 30, result["transactions"]["article"]
+    assert top["count"] >= 0.5 * found, result["transactions"]["article"]
+    assert top["crossings"]["web->db"] >= 20, top["crossings"]
+    assert top["crossings"]["db->web"] == top["crossings"]["web->db"]
+    labels = {h["label"] for h in top["hops"]}
+    assert labels == {"CLIENT->web/apache2:80", "web/apache2:80->CLIENT",
+                      "web/apache2->db/mariadbd:3306", "db/mariadbd:3306->web/apache2"}, labels
+    wait_until_gone(tag)
+
+
 def test_down_stops_apache_and_mariadb_and_leaves_nothing(mediawiki):
     info, root, tag = mediawiki
     namespaces = [h["namespace"] for h in info["hosts"]]

@@ -18,6 +18,7 @@ WAP5's fixed port (the end that appears in more connections), else the lower por
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -134,6 +135,8 @@ def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
             if side.process:
                 procs.setdefault(ep, side.process)
     fan = _fan_in(ends)
+    roles = [_roles(a, b, host_of_address, listens, fan) for a, b in ends]
+    _name_short_connections(roles, procs, host_of_address)
     hosts: dict[str, int] = {}
     nodes: dict[str, int] = {}
     node_host: list[int] = []
@@ -147,8 +150,7 @@ def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
         return nodes[name]
 
     client_node, server_node, client_port, server_port = [], [], [], []
-    for a, b in ends:
-        client, server = _roles(a, b, host_of_address, listens, fan)
+    for client, server in roles:
         client_node.append(node(client))
         server_node.append(node(server))
         client_port.append(client[1])
@@ -167,6 +169,33 @@ def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
     c = Connections(client_node, server_node, client_port, server_port)
     return Trace.sorted(m, c, tuple(nodes), np.asarray(node_host, dtype=np.int32),
                         tuple(hosts))
+
+
+def _name_short_connections(roles: list[tuple[Endpoint, Endpoint]], procs: dict[Endpoint, str],
+                            host_of_address: Mapping[str, str]) -> None:
+    """Name the client ends no process was found for. A connection that ends before the
+    sniffer looks up its socket (a PHP worker's connection per request to MySQL lives a few
+    ms) has no process; it is the one that makes that host's named connections to the same
+    server, else the host's only process. Unnamed, it would be a node of its own, a client
+    that never listens, and the requests it serves would lose their calls."""
+    def host(ep: Endpoint) -> str:
+        return host_of_address.get(ep[0], ep[0])
+    to_server: dict[tuple[str, Endpoint], Counter[str]] = {}
+    on_host: dict[str, set[str]] = {}
+    for client, server in roles:
+        for ep in (client, server):
+            if procs.get(ep):
+                on_host.setdefault(host(ep), set()).add(procs[ep])
+        if procs.get(client):
+            to_server.setdefault((host(client), server), Counter())[procs[client]] += 1
+    for client, server in roles:
+        if procs.get(client) or client[0] not in host_of_address:
+            continue
+        seen = to_server.get((host(client), server))
+        if seen:
+            procs[client] = seen.most_common(1)[0][0]
+        elif len(on_host.get(host(client), ())) == 1:
+            procs[client] = next(iter(on_host[host(client)]))
 
 
 def _fan_in(ends: list[tuple[Endpoint, Endpoint]]) -> dict[Endpoint, int]:

@@ -152,6 +152,7 @@ class _Walk:
         in_t = self.in_t
         decisions: Decided = {}
         self.placements: dict[int, Placement] = {}
+        self.unexplained: list[int] = []  # calls made with no context ready
         for node, events in self.events:
             beam = NodeBeam(ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S),
                             decisions, self.placements, BEAM_WIDTH if model else 1)
@@ -175,8 +176,11 @@ class _Walk:
                     for h in beam.hypotheses:
                         h.walker.call_sent(conn, None, t)
                 else:
-                    options = [_options(h.walker, choose(h.walker.ready(t), t, node, msg))
-                               for h in beam.hypotheses]
+                    readies = [h.walker.ready(t) for h in beam.hypotheses]
+                    if not readies[0]:  # the likeliest hypothesis has no context for it
+                        self.unexplained.append(msg)
+                    options = [_options(h.walker, choose(ready, t, node, msg))
+                               for h, ready in zip(beam.hypotheses, readies, strict=True)]
                     beam.branch(options, msg, conn, t)
             beam.settle()
         return decisions
@@ -204,9 +208,11 @@ class _Walk:
                 parent[k], best_p[k] = max(links, key=itemgetter(1))
         reply = self.trace.is_reply()[msg]
         # replies: their parent is their context's latest; calls: linked if more likely
-        # than spontaneous, alone if no context was ready
+        # than spontaneous
         linked = (parent >= 0) & (reply | (best_p > spontaneous))
-        alone = ~reply & (parent < 0)
+        # the spontaneous rates count the calls no context could have made, not those
+        # found spontaneous: those would feed on themselves pass after pass
+        alone = np.isin(msg, np.asarray(self.unexplained, dtype=np.int64))
         node, callee = m.src[msg], m.dst[msg]
         delay = self.out_t[msg] - self.in_t[np.maximum(parent, 0)]
         sender = m.src[np.maximum(parent, 0)]
