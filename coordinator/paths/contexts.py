@@ -10,11 +10,11 @@
   code does nothing more until the answer is back. Parallel calls leave within `fanout_s` of
   each other, so a context that sent a call that recently may still send another.
 - A handler may fire a call as it answers (fire-and-forget: the call leaves just after the
-  reply, an event loop's next turn): a context that closed less than `afterward_s` ago may
-  still send one.
+  reply, an event loop's next turn), or go on working once the answer is out (PHP's work
+  after the response: queries in a row): a context that closed, or last heard back from
+  such a call, less than `afterward_s` ago may still send one.
 - A spontaneous call roots a context that opens when its first answer arrives (a timer's
-  chain of calls). An answer into a closed context (a fire-and-forget call's) changes
-  nothing. Contexts with no message for longer than the window are forgotten.
+  chain of calls). Contexts with no message for longer than the window are forgotten.
 
 A walker is copied when a call's context is in doubt (`node_beam`), so it keeps only what is
 live: open contexts, requests not yet answered, calls not yet answered.
@@ -60,7 +60,7 @@ class ContextWalker:
         new.context_of = dict(self.context_of)
         new.pending = dict(self.pending)
         new.calls = dict(self.calls)
-        new.just_closed = dict(self.just_closed)  # answered contexts no longer change
+        new.just_closed = dict(self.just_closed)  # answered contexts: replaced, not changed
         new.next_id, new.next_sweep_s = self.next_id, self.next_sweep_s
         return new
 
@@ -115,6 +115,9 @@ class ContextWalker:
             self.context_of[msg] = ctx
         elif ctx in self.open:
             self._arrive(ctx, t, msg)
+        elif ctx in self.just_closed:  # work after the answer goes on: a chain of calls
+            _, c = self.just_closed[ctx]
+            self.just_closed[ctx] = (t, replace(c, latest_s=t, latest=msg, acted_s=None))
 
     def answer(self, conn: int, t: float) -> int | None:
         """The parent of this node's reply on `conn` (None: its request is not in the trace),
@@ -142,7 +145,8 @@ class ContextWalker:
         ready = [c for c in self.open.values() if c.latest_s >= fresh and (
             c.acted_s is None or t - c.acted_s <= fanout)]
         if self.just_closed:
-            ready += [c for _, c in self.just_closed.values()]
+            ready += [c for _, c in self.just_closed.values()
+                      if c.acted_s is None or t - c.acted_s <= fanout]
         return ready
 
     def call_sent(self, conn: int, parent: int | None, t: float) -> None:
@@ -150,7 +154,9 @@ class ContextWalker:
         ctx = self.context_of.get(parent) if parent is not None else None
         if ctx is None and parent is not None:
             ctx = next((k for k, (_, c) in self.just_closed.items() if c.latest == parent), None)
-            if ctx is not None:  # fired as it answered: its answer comes to a closed context
+            if ctx is not None:  # after its answer: it waits for this call's, as an open one
+                at, c = self.just_closed[ctx]
+                self.just_closed[ctx] = (at, replace(c, acted_s=t))
                 self.calls[conn] = ctx
                 return
         if ctx is None:

@@ -54,10 +54,12 @@ from coordinator.paths.wap5 import (
 
 # Parallel calls of one context leave within this of each other (an event loop's tick).
 FANOUT_S = 0.0005
-# A fire-and-forget call leaves within this after its request's reply (the event loop's next
-# turns). An answered context competes weighed by how often the pair's calls were such calls
-# (fitted): without that weight, on generated traces with none, 0.5 ms cost 3% of the trees.
-AFTERWARD_S = 0.001
+# A call after its request's reply leaves within this of the reply, or of the answer to the
+# context's previous such call: an event loop's next turns, or PHP's work after the response
+# (MediaWiki's queries 1-5 ms on). An answered context competes weighed by how often the
+# pair's calls were such calls (fitted): without that weight, on generated traces with none,
+# 0.5 ms cost 3% of the trees.
+AFTERWARD_S = 0.005
 # A transition's delays are fitted once it has this many links.
 MIN_FIT_SAMPLES = 20
 # The passes that fit the model walk only the trace's first this many messages (in time):
