@@ -11,14 +11,26 @@ number of times it occurred, §6.6), the highest probability, and per hop the me
 (the sender's time from its parent's arrival to this departure, §5.2) and network delay
 (receive − send with the clock offsets taken out), weighted by the instances' probabilities;
 and the crossings of each host-to-host link on the critical path (the chain of parents back
-from the message that ends the path: the last one into the root's sender).
+from the message that ends the path: the last one into the root's sender). A hop's link is
+the one its message took in the pattern's first instance.
+
+All instances' messages are handled as one flat array (a CoDeeN-sized trace has a million
+instances). Instances of one *shape* (the same tree, each message's children in the same
+order by label, messages in time order; the labels themselves left out, so shapes are few)
+share their canonical order, worked out once per shape; instances with the same canonical
+tree and labels are one pattern. The sums per pattern and hop are bincounts over the
+instances in the order given, so every float is the one adding instance by instance gives.
+An instance that is not a tree of its messages from its root is a ValueError.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+import gc
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import chain, pairwise
+from operator import attrgetter
 
 import numpy as np
 
@@ -55,141 +67,354 @@ class PathPattern:
 
 
 class PatternNames:
-    """Each message's label, built once per distinct (nodes, port, direction)."""
+    """Each message's label, as its rank among the distinct label texts (equal texts, equal
+    ranks: children sort by it), and its host link as a code (text built on demand)."""
 
     def __init__(self, trace: Trace) -> None:
         m, c = trace.messages, trace.connections
-        is_reply = trace.is_reply()
-        port = c.server_port[m.conn]
-        names = [CLIENT if client else name for name, client in zip(trace.nodes, trace.clients,
+        texts = [CLIENT if client else name for name, client in zip(trace.nodes, trace.clients,
                                                                       strict=True)]
-        key = np.stack([m.src, m.dst, port, is_reply.astype(np.int32)], axis=1)
-        unique, self.label_id = np.unique(key, axis=0, return_inverse=True)
-        self.label_id = self.label_id.ravel()
-        self.labels = [f"{names[s]}:{p}->{names[d]}" if r else f"{names[s]}->{names[d]}:{p}"
-                       for s, d, p, r in unique.tolist()]
-        hosts = trace.hosts
-        src_host, dst_host = trace.src_host(), trace.dst_host()
-        self.link = [f"{hosts[a]}->{hosts[b]}" for a, b in zip(src_host.tolist(),
-                                                               dst_host.tolist(), strict=True)]
+        name_ids: dict[str, int] = {}
+        name = np.array([name_ids.setdefault(t, len(name_ids)) for t in texts], dtype=np.int64)
+        ports, port = np.unique(c.server_port, return_inverse=True)
+        n_names, n_ports, ports = len(name_ids), len(ports), ports.tolist()
+        code = ((name[m.src] * n_names + name[m.dst]) * n_ports + port.ravel()[m.conn]) * 2 \
+            + trace.is_reply()
+        unique, label = _dense(code, n_names * n_names * n_ports * 2)
+        names = list(name_ids)
+        labels = []
+        for x in unique.tolist():
+            rest, r = divmod(x, 2)
+            rest, p = divmod(rest, n_ports)
+            s, d = divmod(rest, n_names)
+            p = ports[p]
+            labels.append(f"{names[s]}:{p}->{names[d]}" if r else f"{names[s]}->{names[d]}:{p}")
+        self.texts = sorted(set(labels))
+        rank_of = {t: i for i, t in enumerate(self.texts)}
+        self.rank = np.array([rank_of[t] for t in labels], dtype=np.int64)[label]
+        self.hosts = trace.hosts
+        self.link = trace.src_host().astype(np.int64) * len(trace.hosts) + trace.dst_host()
+        self._link_texts: dict[int, str] = {}
 
-    def label(self, msg: int) -> str:
-        return self.labels[self.label_id[msg]]
+    def link_text(self, code: int) -> str:
+        text = self._link_texts.get(code)
+        if text is None:
+            a, b = divmod(code, len(self.hosts))
+            text = self._link_texts[code] = f"{self.hosts[a]}->{self.hosts[b]}"
+        return text
 
 
-def canonical(instance: PathInstance, names: PatternNames) -> tuple[list[int], list[int]]:
-    """The instance's messages in canonical pre-order and each one's parent position."""
+def _dense(code: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(code, return_inverse=True), by a table where the codes' range is small."""
+    if span > 4 * len(code) + 1024:
+        unique, inverse = np.unique(code, return_inverse=True)
+        return unique, inverse.ravel()
+    present = np.zeros(span, dtype=bool)
+    present[code] = True
+    unique = np.flatnonzero(present)
+    table = np.cumsum(present) - 1
+    return unique, table[code]
+
+
+@dataclass(frozen=True, eq=False)
+class _Flat:
+    """The instances' messages in one array, instance after instance, each in time order."""
+
+    root: np.ndarray  # per instance: its root message
+    probability: np.ndarray
+    start: np.ndarray  # per instance, where its elements begin (length + 1)
+    owner: np.ndarray  # per element: its instance
+    msg: np.ndarray  # per element: its message
+    parent: np.ndarray  # per element: its parent's element (−1: none)
+    root_at: np.ndarray  # per instance: its root's element
+
+
+def _flatten(instances: Sequence[PathInstance], n_messages: int) -> _Flat:
+    """The instances as one _Flat, checked: every root and parent among its messages."""
+    k = len(instances)
+    messages = list(map(attrgetter("messages"), instances))
+    size = np.fromiter(map(len, messages), np.int64, k)
+    total = int(size.sum())
+    msg = np.fromiter(chain.from_iterable(messages), np.int64, total)
+    up = np.fromiter(chain.from_iterable(map(attrgetter("parents"), instances)), np.int64,
+                     total)
+    root = np.fromiter(map(attrgetter("root"), instances), np.int64, k)
+    start = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(size, out=start[1:])
+    owner = np.repeat(np.arange(k), size)
+    if np.any((msg < 0) | (msg >= n_messages)):
+        raise ValueError(f"instance messages out of range 0..{n_messages - 1}")
+    key = owner * n_messages + msg
+    if np.any(np.diff(key) <= 0):  # instances_from gives them in time order; others may not
+        order = np.argsort(key, kind="stable")
+        key, msg, up = key[order], msg[order], up[order]
+        if np.any(np.diff(key) == 0):
+            raise ValueError("a message is twice in one path instance")
+    has = up >= 0
+    parent = np.full(total, -1, dtype=np.int64)
+    parent[has] = _find(key, owner[has] * n_messages + up[has], "a parent")
+    root_at = _find(key, np.arange(k) * n_messages + root, "the root")
+    if np.any(parent[root_at] >= 0):
+        raise ValueError("a path instance's root has a parent")
+    return _Flat(root, np.fromiter(map(attrgetter("probability"), instances), np.float64, k),
+                 start, owner, msg, parent, root_at)
+
+
+def _find(key: np.ndarray, wanted: np.ndarray, what: str) -> np.ndarray:
+    """Where each wanted code is in the sorted `key`; every one must be there."""
+    at = np.minimum(np.searchsorted(key, wanted), len(key) - 1)
+    if np.any(key[at] != wanted):
+        raise ValueError(f"{what} of a path instance is not among its messages")
+    return at
+
+
+def canonical(parents: Sequence[int], ranks: Sequence[int], root: int
+              ) -> tuple[list[int], list[int]]:
+    """Positions (into time-ordered messages) in canonical pre-order, children by rank (their
+    labels' order) then time, and each one's parent's place in that order (−1: the root)."""
     children: dict[int, list[int]] = {}
-    for msg, parent in zip(instance.messages, instance.parents, strict=True):
+    for pos, parent in enumerate(parents):
         if parent >= 0:
-            children.setdefault(parent, []).append(msg)
-    order, parents = [], []
-    todo = [(instance.root, -1)]
+            children.setdefault(parent, []).append(pos)
+    order, placed = [], []
+    todo = [(root, -1)]
     while todo:
-        msg, parent_pos = todo.pop()
-        order.append(msg)
-        parents.append(parent_pos)
-        kids = sorted(children.get(msg, ()), key=lambda k: (names.label(k), k))
-        todo.extend((k, len(order) - 1) for k in reversed(kids))
-    return order, parents
+        pos, parent_at = todo.pop()
+        order.append(pos)
+        placed.append(parent_at)
+        kids = sorted(children.get(pos, ()), key=ranks.__getitem__)  # stable: then time
+        todo.extend((kid, len(order) - 1) for kid in reversed(kids))
+    return order, placed
 
 
-def critical_path(instance: PathInstance, trace: Trace, arrival: Sequence[float]) -> list[int]:
-    """The messages from the root to the last one into the root's sender (or, if none comes
-    back, the last to arrive), root first. `arrival`: each message's arrival, −inf unknown."""
-    m = trace.messages
-    root_node = m.src[instance.root]
-    parent_of = dict(zip(instance.messages, instance.parents, strict=True))
-    back = [x for x in instance.messages if m.dst[x] == root_node]
-    end = max(back or instance.messages, key=lambda x: (arrival[x], x))
-    chain = [end]
-    while parent_of[chain[-1]] >= 0:
-        chain.append(parent_of[chain[-1]])
-    return chain[::-1]
+class _Shapes:
+    """Each instance's pattern, and its canonical order worked out once per shape. Per
+    element, instance after instance, each in canonical order: `canon`, the element (of
+    _Flat) in that place, and `up`, its parent's place (−1: the root). Per pattern: `first`,
+    its first instance, and `size`, its hops."""
+
+    def __init__(self, flat: _Flat, rank: np.ndarray) -> None:
+        start, size = flat.start, np.diff(flat.start)
+        tree = (np.where(flat.parent >= 0, flat.parent - start[flat.owner], -1),
+                _sibling_order(flat.parent, rank))
+        self.pattern = np.empty(len(size), dtype=np.int64)
+        self.canon = np.empty(len(flat.msg), dtype=np.int64)
+        self.up = np.empty(len(flat.msg), dtype=np.int64)
+        self.structs: dict[tuple[int, ...], int] = {}  # canonical parent places -> id
+        first: list[np.ndarray] = []
+        by_size = np.argsort(size, kind="stable")
+        for which in np.split(by_size, np.flatnonzero(np.diff(size[by_size])) + 1):
+            first.append(self._add(which, flat, rank, tree, sum(map(len, first))))
+        self.first = np.concatenate(first)
+        self.size = size[self.first]
+
+    def _add(self, which: np.ndarray, flat: _Flat, rank: np.ndarray,
+             tree: tuple[np.ndarray, np.ndarray], n: int) -> np.ndarray:
+        """The instances `which`, all of one size, their patterns numbered from `n`; returns
+        each new pattern's first instance. `tree`: per element, its parent's position in
+        its instance and its place among its siblings."""
+        first = flat.start[which]
+        at = first[:, None] + np.arange(flat.start[which[0] + 1] - first[0])
+        up, sibling = tree[0][at], tree[1][at]
+        rows = np.concatenate([(flat.root_at[which] - first)[:, None],
+                               (up + 1) * (int(sibling.max()) + 1) + sibling], axis=1)
+        shape, reps = _row_groups(rows)
+        order, placed = np.empty((2, len(reps), at.shape[1]), dtype=np.int64)
+        struct = np.empty(len(reps), dtype=np.int64)
+        for i, rep in enumerate(reps.tolist()):
+            o, p = canonical(up[rep].tolist(), sibling[rep].tolist(), int(rows[rep, 0]))
+            if len(o) < at.shape[1]:
+                raise ValueError("a path instance has messages its root does not lead to")
+            order[i], placed[i] = o, p
+            struct[i] = self.structs.setdefault(tuple(p), len(self.structs))
+        canon = first[:, None] + order[shape]
+        self.canon[at] = canon
+        self.up[at] = placed[shape]
+        pattern, reps = _row_groups(np.concatenate([struct[shape][:, None], rank[canon]], axis=1))
+        self.pattern[which] = pattern + n
+        return which[reps]
+
+
+def _sibling_order(parent: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Per element, its place among its parent's children by label rank, then time (0 for
+    roots)."""
+    kids = np.flatnonzero(parent >= 0)
+    kids = kids[np.argsort(parent[kids] * (int(rank.max()) + 1) + rank[kids], kind="stable")]
+    family = parent[kids]
+    new = np.ones(len(kids), dtype=bool)
+    new[1:] = family[1:] != family[:-1]
+    out = np.zeros(len(parent), dtype=np.int64)
+    out[kids] = np.arange(len(kids)) - np.maximum.accumulate(np.where(new, np.arange(len(kids)),
+                                                                      0))
+    return out
+
+
+def _row_groups(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (of non-negative ints) the id of its distinct value, and the first row of
+    each id."""
+    keys = _packed(rows)
+    order = np.lexsort(keys[::-1])  # stable: a group's first row is its earliest
+    new = np.zeros(len(order), dtype=bool)
+    new[0] = True
+    for key in keys:
+        ordered = key[order]
+        new[1:] |= ordered[1:] != ordered[:-1]
+    ids = np.empty(len(order), dtype=np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return ids, order[new]
+
+
+def _packed(rows: np.ndarray) -> list[np.ndarray]:
+    """The columns packed into as few int64 as hold them, in the same lexical order."""
+    bits = max(int(rows.max()).bit_length(), 1)
+    per = max(62 // bits, 1)
+    keys = []
+    for j in range(0, rows.shape[1], per):
+        key = rows[:, j].copy()
+        for column in rows[:, j + 1:j + per].T:
+            key <<= bits
+            key |= column
+        keys.append(key)
+    return keys
+
+
+def _critical(flat: _Flat, trace: Trace, in_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per element, whether it is on its instance's critical path; per instance, the element
+    that ends it: the last (by arrival, then time) into the root's sender, else the last."""
+    m, first, owner = trace.messages, flat.start[:-1], flat.owner
+    back = m.dst[flat.msg] == m.src[flat.root][owner]
+    candidate = back | ~np.logical_or.reduceat(back, first)[owner]
+    arrival = np.where(np.isnan(in_t), -np.inf, in_t)[flat.msg]
+    latest = np.maximum.reduceat(np.where(candidate, arrival, -np.inf), first)
+    last = candidate & (arrival == latest[owner])
+    end = np.maximum.reduceat(np.where(last, np.arange(len(owner)), -1), first)
+    on = np.zeros(len(owner), dtype=bool)
+    at = end
+    while len(at):  # one step up every chain at a time
+        on[at] = True
+        at = flat.parent[at]
+        at = at[at >= 0]
+    return on, end
+
+
 
 
 def aggregate(instances: Iterable[PathInstance], trace: Trace, offsets: ClockOffsets
               ) -> list[PathPattern]:
     """Patterns from instances, highest score first."""
+    instances = list(instances)
+    if not instances:
+        return []
+    with _no_cycle_collection():
+        return _aggregate(instances, trace, offsets)
+
+
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """The cyclic garbage collector paused: the millions of hops made here hold no cycles,
+    but each collection they set off would walk every live object (the caller's instances
+    too), seconds on a CoDeeN-sized trace."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _aggregate(instances: list[PathInstance], trace: Trace, offsets: ClockOffsets
+               ) -> list[PathPattern]:
     names = PatternNames(trace)
+    flat = _flatten(instances, len(trace.messages))
+    shapes = _Shapes(flat, names.rank[flat.msg])
     out_t, in_t, _, _ = departure_and_arrival(trace)
-    arrival = np.where(np.isnan(in_t), -np.inf, in_t).tolist()  # plain floats: read per hop
-    out_list, in_list = out_t.tolist(), in_t.tolist()
-    network = offsets.network_delay_s(trace).tolist()
-    nil_send = np.isnan(trace.messages.send_s).tolist()
-    src, dst = trace.messages.src.tolist(), trace.messages.dst.tolist()
-    groups: dict[str, _Group] = {}
-    for inst in instances:
-        order, parents = canonical(inst, names)
-        key = " ".join(f"{p}:{names.label(x)}" for x, p in zip(order, parents, strict=True))
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = _Group(order, parents, names)
-        chain = critical_path(inst, trace, arrival)
-        critical = set(chain)
-        node = [math.nan if (p < 0 or nil_send[x]) else out_list[x] - in_list[order[p]]
-                for x, p in zip(order, parents, strict=True)]
-        crossings: dict[str, int] = {}
-        for x in chain:
-            crossings[names.link[x]] = crossings.get(names.link[x], 0) + 1
-        end = chain[-1]
-        response = in_list[end] - out_list[inst.root] if dst[end] == src[inst.root] \
-            else math.nan
-        group.add(inst, node, [network[x] for x in order], [x in critical for x in order],
-                  crossings, response)
-    patterns = [g.pattern(k) for k, g in groups.items()]
+    on, end = _critical(flat, trace, in_t)
+    pattern, w, n = shapes.pattern, flat.probability, len(shapes.first)
+    score = np.bincount(pattern, w, n)
+    max_p = np.zeros(n)
+    np.fmax.at(max_p, pattern, w)
+    m = trace.messages
+    last = flat.msg[end]
+    response = np.where(m.dst[last] == m.src[flat.root], in_t[last] - out_t[flat.root], np.nan)
+    known = np.isfinite(response)
+    weight = np.bincount(pattern[known], w[known], n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        response = np.where(weight != 0, np.bincount(pattern[known], (w * response)[known], n)
+                            / weight, np.nan)
+    keys, hops = _hops(flat, shapes, names, on, (out_t, in_t, np.isnan(m.send_s),
+                                                  offsets.network_delay_s(trace)), score)
+    roots = flat.root[np.argsort(pattern, kind="stable")].tolist()
+    count = np.bincount(pattern, minlength=n).tolist()
+    ends = np.cumsum(count).tolist()
+    patterns = list(map(PathPattern, keys, count, score.tolist(), max_p.tolist(), hops,
+                        _crossings(flat, pattern, names, on, score), response.tolist(),
+                        [tuple(roots[e - c:e]) for c, e in zip(count, ends, strict=True)]))
     patterns.sort(key=lambda p: (-p.score, p.key))
     return patterns
 
 
-class _Group:
-    """Running probability-weighted sums of one pattern's instances."""
+def _hops(flat: _Flat, shapes: _Shapes, names: PatternNames, on: np.ndarray,
+          times: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], score: np.ndarray
+          ) -> tuple[list[str], list[tuple[Hop, ...]]]:
+    """Each pattern's key and hops: the delays are means weighted by probability over the
+    instances where they are known; the link is the first instance's. `times`: per message,
+    departure, arrival, whether the send is nil, and the network delay."""
+    out_t, in_t, nil_send, network = times
+    owner, size = flat.owner, shapes.size
+    base = np.zeros(len(size) + 1, dtype=np.int64)
+    np.cumsum(size, out=base[1:])
+    n_hops = int(base[-1])
+    hop = base[shapes.pattern[owner]] + np.arange(len(owner)) - flat.start[owner]
+    msg, up, w = flat.msg[shapes.canon], shapes.up, flat.probability[owner]
+    parent = msg[np.where(up >= 0, flat.start[owner] + up, 0)]
+    node = np.where((up < 0) | nil_send[msg], np.nan, out_t[msg] - in_t[parent])
+    columns = []
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for v in (node, network[msg]):
+            known = np.isfinite(v)  # the unknown add 0.0: no change to any sum
+            columns.append((np.bincount(hop, np.where(known, w * v, 0.0), n_hops)
+                            / np.bincount(hop, np.where(known, w, 0.0), n_hops)).tolist())
+    on = on[shapes.canon]
+    of = np.repeat(np.arange(len(size)), size)
+    critical = np.bincount(hop[on], w[on], n_hops) / np.where(score > 0, score, np.nan)[of]
+    at = flat.start[shapes.first][of] + np.arange(n_hops) - base[of]  # the first instance's
+    rank, up = names.rank[msg[at]], up[at]
+    n_texts = len(names.texts)
+    pieces = _texts((up + 1) * n_texts + rank,
+                    lambda c: f"{c // n_texts - 1}:{names.texts[c % n_texts]}")
+    every = list(map(Hop, np.array(names.texts, dtype=object)[rank].tolist(), up.tolist(),
+                     _texts(names.link[msg[at]], names.link_text), *columns,
+                     critical.tolist()))
+    ends = base.tolist()
+    spans = list(pairwise(ends))
+    return [" ".join(pieces[a:b]) for a, b in spans], [tuple(every[a:b]) for a, b in spans]
 
-    def __init__(self, order: list[int], parents: list[int], names: PatternNames) -> None:
-        n = len(order)
-        self.labels = [names.label(x) for x in order]
-        self.links = [names.link[x] for x in order]
-        self.parents = parents
-        self.count, self.score, self.max_p = 0, 0.0, 0.0
-        self.node = np.zeros(n)
-        self.node_w = np.zeros(n)
-        self.net = np.zeros(n)
-        self.net_w = np.zeros(n)
-        self.critical = np.zeros(n)
-        self.crossings: dict[str, float] = {}
-        self.response, self.response_w = 0.0, 0.0
-        self.roots: list[int] = []
 
-    def add(self, inst: PathInstance, node: list[float], net: list[float],
-            critical: list[bool], crossings: dict[str, int], response: float) -> None:
-        w = inst.probability
-        self.count += 1
-        self.score += w
-        self.max_p = max(self.max_p, w)
-        self.roots.append(inst.root)
-        for values, total, weight in ((node, self.node, self.node_w),
-                                      (net, self.net, self.net_w)):
-            v = np.asarray(values, dtype=float)
-            known = np.isfinite(v)
-            total[known] += w * v[known]
-            weight[known] += w
-        self.critical += w * np.asarray(critical, dtype=float)
-        for link, k in crossings.items():
-            self.crossings[link] = self.crossings.get(link, 0.0) + w * k
-        if np.isfinite(response):
-            self.response += w * response
-            self.response_w += w
+def _crossings(flat: _Flat, pattern: np.ndarray, names: PatternNames, on: np.ndarray,
+               score: np.ndarray) -> list[dict[str, float]]:
+    """Per pattern, each host link's mean crossings on the critical path, by link: every
+    instance adds its probability times its count, in the instances' order."""
+    at = np.flatnonzero(on)
+    codes, code = _dense(names.link[flat.msg[at]], len(names.hosts) ** 2)
+    texts = [names.link_text(c) for c in codes.tolist()]
+    order = sorted(set(texts))  # links by their text (hosts' names could repeat one)
+    rank_of = {t: i for i, t in enumerate(order)}
+    link = np.array([rank_of[t] for t in texts], dtype=np.int64)[code]
+    n_links = len(order)
+    pairs, k = np.unique(flat.owner[at] * n_links + link, return_counts=True)
+    inst = pairs // n_links
+    cells, cell = np.unique(pattern[inst] * n_links + pairs % n_links, return_inverse=True)
+    of = cells // n_links
+    mean = (np.bincount(cell.ravel(), flat.probability[inst] * k)
+            / np.where(score > 0, score, np.nan)[of]).tolist()
+    items = list(zip(np.array(order, dtype=object)[cells % n_links].tolist(), mean,
+                     strict=True))
+    return [dict(items[a:b]) for a, b in pairwise(np.searchsorted(of, np.arange(len(score) + 1))
+                                                  .tolist())]
 
-    def pattern(self, key: str) -> PathPattern:
-        w = self.score if self.score > 0 else np.nan
-        with np.errstate(invalid="ignore", divide="ignore"):
-            node = self.node / self.node_w
-            net = self.net / self.net_w
-        hops = tuple(Hop(label, parent, link, float(nd), float(nt), float(c / w))
-                     for label, parent, link, nd, nt, c in zip(
-                         self.labels, self.parents, self.links, node, net, self.critical,
-                         strict=True))
-        crossings = {link: v / w for link, v in sorted(self.crossings.items())}
-        response = self.response / self.response_w if self.response_w else np.nan
-        return PathPattern(key, self.count, self.score, self.max_p, hops, crossings,
-                           float(response), tuple(self.roots))
+
+def _texts(codes: np.ndarray, text_of: Callable[[int], str]) -> list[str]:
+    """text_of(code) per code, built once per distinct code."""
+    unique, inverse = _dense(codes, int(codes.max()) + 1)
+    return np.array([text_of(c) for c in unique.tolist()], dtype=object)[inverse].tolist()
