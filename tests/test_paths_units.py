@@ -119,6 +119,36 @@ def test_a_reply_is_linked_to_its_own_request_though_a_later_one_arrived() -> No
     assert fcfs[slow_answer] == 0
 
 
+def test_a_server_s_greeting_hangs_from_the_request_that_opened_the_connection() -> None:
+    """MySQL speaks first: each request to web opens a connection to db, db greets, web
+    authenticates, queries, answers. The greeting (a reply to no call) belongs to the
+    request open at web; the authentication answers the greeting."""
+    rows, conns = [], [("client", "web", 40000, 80)]
+    for k in range(30):
+        t, c = 0.05 * k, len(conns)
+        conns.append(("web", "db", 41000 + k, 3306))
+        rows += [(t, t + 0.0001, "client", "web", 0),
+                 (t + 0.003, t + 0.0031, "db", "web", c),        # greeting, 3 ms on
+                 (t + 0.00315, t + 0.00325, "web", "db", c),     # authentication
+                 (t + 0.0034, t + 0.0035, "db", "web", c),       # OK
+                 (t + 0.0036, t + 0.0037, "web", "db", c),       # a query
+                 (t + 0.0042, t + 0.0043, "db", "web", c),       # its rows
+                 (t + 0.0045, t + 0.0046, "web", "client", 0)]
+    trace = trace_of(rows, conns, ("client", "web", "db"))
+    settings = LinkingSettings(window_s=1.0)
+    parent = context_probabilities(trace, settings).most_likely_parent()
+    m = trace.messages
+    order = np.argsort(m.send_s, kind="stable")
+    for k in range(30):
+        request, greeting, auth, ok, query, rows_, answer = order[7 * k:7 * k + 7].tolist()
+        assert parent[greeting] == request, k
+        assert parent[auth] == greeting, k
+        assert parent[query] == ok, k
+        assert parent[answer] == rows_, k
+    best = best_instances(path_instances(context_probabilities(trace, settings), settings))
+    assert all(len(inst.messages) == 7 for inst in best.values())
+
+
 def test_try_both_builds_the_two_instances_of_figure_4_with_their_probabilities() -> None:
     """Figure 4: links of p 0.8, 0.9 (taken), 0.2, 0.1 (left), 0.48 (try-both): p1 ≈ 0.270
     without the last, p2 ≈ 0.249 with it."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coordinator.paths.no_gc import no_cycle_collection
 from coordinator.paths.wap5 import DEFAULT_LINKING, LinkingSettings, LinkProbabilities
 
 TRUE, FALSE, BOTH = 0, 1, 2
@@ -107,6 +108,7 @@ def instances_from(root: int, index: ChildIndex, max_try_both: int) -> list[Path
 def path_instances(probs: LinkProbabilities, settings: LinkingSettings = DEFAULT_LINKING
                    ) -> list[list[PathInstance]]:
     """Per root (in time order), its instances, most probable first."""
-    index = ChildIndex(probs, settings)
-    return [instances_from(int(r), index, settings.max_try_both)
-            for r in roots(probs, settings)]
+    with no_cycle_collection():
+        index = ChildIndex(probs, settings)
+        return [instances_from(int(r), index, settings.max_try_both)
+                for r in roots(probs, settings)]

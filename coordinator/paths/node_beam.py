@@ -36,6 +36,7 @@ class Placement(Enum):
     AFTERWARD = "afterward"  # in a context answered just before
     ROOT = "root"  # spontaneous: roots a context of its own
     REPLY = "reply"  # a reply, its parent its request's context's latest message
+    GREETING = "greeting"  # a server's first words on a connection: the caller's context's
 
 
 @dataclass(frozen=True)
@@ -73,9 +74,12 @@ class NodeBeam:
         self.decisions, self.placements = decisions, placements
         self.undecided = 0
 
-    def branch(self, options: list[list[Option]], msg: int, conn: int, t: float) -> None:
+    def branch(self, options: list[list[Option]], msg: int, conn: int, t: float,
+               greeting: int | None = None) -> None:
         """Each hypothesis's options for call `msg` (on `conn`, leaving at `t`) taken as new
-        hypotheses, then pruned."""
+        hypotheses, then pruned. After a `greeting` (the server spoke first: MySQL's
+        handshake), the call answers it, and the greeting hangs from the option's parent:
+        the context that opened the connection (its SYN carries no payload to see)."""
         grown: list[tuple[float, int, int | None, Placement]] = []
         for k, (h, opts) in enumerate(zip(self.hypotheses, options, strict=True)):
             for parent, weight, placement in opts:
@@ -90,7 +94,13 @@ class NodeBeam:
             grown = [max(grown, key=lambda g: g[0])]
         if len(grown) == 1 and len(self.hypotheses) == 1:  # no doubt: decided at once
             _, _, parent, placement = grown[0]
-            self.decisions[msg] = ([(parent, 1.0)], 0.0) if parent is not None else ([], 1.0)
+            if greeting is not None:
+                self.decisions[greeting] = ([(parent, 1.0)], 0.0) if parent is not None \
+                    else ([], 1.0)
+                self.decisions[msg] = ([(greeting, 1.0)], 0.0)
+            else:
+                self.decisions[msg] = ([(parent, 1.0)], 0.0) if parent is not None \
+                    else ([], 1.0)
             self.placements[msg] = placement
             self.hypotheses[0].walker.call_sent(conn, parent, t)
             return
@@ -105,7 +115,11 @@ class NodeBeam:
                       for _ in taken[1:]]
             for (score, _, parent, placement), one in zip(taken, [h, *copies], strict=True):
                 one.log_likelihood = score - best  # relative to the best: stays small
-                one.choices = Choice(msg, parent, placement, one.choices)
+                if greeting is not None:
+                    one.choices = Choice(greeting, parent, Placement.GREETING, one.choices)
+                    one.choices = Choice(msg, greeting, placement, one.choices)
+                else:
+                    one.choices = Choice(msg, parent, placement, one.choices)
                 one.walker.call_sent(conn, parent, t)
                 survivors.append(one)
         survivors.sort(key=lambda h: -h.log_likelihood)
@@ -140,7 +154,7 @@ class NodeBeam:
             while c is not None:
                 parents = chosen.setdefault(c.msg, {})
                 parents[c.parent] = parents.get(c.parent, 0.0) + w / total
-                if k == best and c.placement is not Placement.REPLY:
+                if k == best and c.placement not in (Placement.REPLY, Placement.GREETING):
                     self.placements[c.msg] = c.placement
                 c = c.before
         for msg, parents in chosen.items():

@@ -25,9 +25,7 @@ An instance that is not a tree of its messages from its root is a ValueError.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, pairwise
 from operator import attrgetter
@@ -38,6 +36,7 @@ from coordinator.paths.candidates import departure_and_arrival
 from coordinator.paths.clocks import ClockOffsets
 from coordinator.paths.instances import PathInstance
 from coordinator.paths.messages import Trace
+from coordinator.paths.no_gc import no_cycle_collection
 
 CLIENT = "CLIENT"
 
@@ -305,22 +304,8 @@ def aggregate(instances: Iterable[PathInstance], trace: Trace, offsets: ClockOff
     instances = list(instances)
     if not instances:
         return []
-    with _no_cycle_collection():
+    with no_cycle_collection():
         return _aggregate(instances, trace, offsets)
-
-
-@contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """The cyclic garbage collector paused: the millions of hops made here hold no cycles,
-    but each collection they set off would walk every live object (the caller's instances
-    too), seconds on a CoDeeN-sized trace."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _aggregate(instances: list[PathInstance], trace: Trace, offsets: ClockOffsets

@@ -43,6 +43,7 @@ from coordinator.paths.contexts import Context, ContextWalker
 from coordinator.paths.delay_model import DelayModel, fit_lognormals
 from coordinator.paths.features import Observables
 from coordinator.paths.messages import Trace
+from coordinator.paths.no_gc import no_cycle_collection
 from coordinator.paths.node_beam import BEAM_WIDTH, Decided, NodeBeam, Placement
 from coordinator.paths.wap5 import (
     DEFAULT_LINKING,
@@ -65,7 +66,7 @@ MIN_FIT_SAMPLES = 20
 # The passes that fit the model walk only the trace's first this many messages (in time):
 # that fits every transition there is many times over, and a CoDeeN-sized hour (4.7 million
 # messages) then costs one pass and a little, not `iterations` passes.
-FIT_MESSAGES = 300_000
+FIT_MESSAGES = 150_000
 
 # (ready contexts, departure time, node, call) -> [(parent, weight)], spontaneous weight
 Chooser = Callable[[list[Context], float, int, int], tuple[list[tuple[int, float]], float]]
@@ -81,24 +82,26 @@ def fcfs_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING
                               if c.acted_s is None and not c.closed and not c.rooted]
         return ([(waiting_on_nothing[0].latest, 1.0)], 0.0) if waiting_on_nothing else (
             [], 1.0)
-    walk = _Walk(trace, settings)
-    return walk.result(walk.run(oldest))
+    with no_cycle_collection():
+        walk = _Walk(trace, settings)
+        return walk.result(walk.run(oldest))
 
 
 def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING,
                           iterations: int = 5) -> LinkProbabilities:
     """Each ready context's latest message, weighed by the delay model; the model refitted to
     the links found, `iterations` passes in all (§5.1 notes its steps could be iterated)."""
-    walk = _Walk(trace, settings)
-    fit_until = walk.time_of(FIT_MESSAGES)
-    model = DelayModel(walk.d, settings.spontaneous_y, settings.window_s)
-    decided = walk.run(walk.chooser(model), until_s=fit_until if iterations > 1 else None)
-    for k in range(1, iterations):
-        model, seen = walk.refit(decided, fit_until)
-        last = k == iterations - 1
-        decided = walk.run(walk.chooser(model, seen), model, seen,
-                           until_s=None if last else fit_until)
-    return walk.result(decided)
+    with no_cycle_collection():
+        walk = _Walk(trace, settings)
+        fit_until = walk.time_of(FIT_MESSAGES)
+        model = DelayModel(walk.d, settings.spontaneous_y, settings.window_s)
+        decided = walk.run(walk.chooser(model), until_s=fit_until if iterations > 1 else None)
+        for k in range(1, iterations):
+            model, seen = walk.refit(decided, fit_until)
+            last = k == iterations - 1
+            decided = walk.run(walk.chooser(model, seen), model, seen,
+                               until_s=None if last else fit_until)
+        return walk.result(decided)
 
 
 class _Walk:
@@ -155,14 +158,18 @@ class _Walk:
         decisions: Decided = {}
         self.placements: dict[int, Placement] = {}
         self.unexplained: list[int] = []  # calls made with no context ready
+        self.greeted_calls: dict[int, int] = {}  # call -> the server's greeting it answers
         for node, events in self.events:
             beam = NodeBeam(ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S),
                             decisions, self.placements, BEAM_WIDTH if model else 1)
             if until_s is not None:
                 events = events[:bisect_right(events, until_s, key=lambda e: e[0])]
+            greeted: dict[int, int] = {}  # connection -> the server's first words on it
             for t, departing, msg in events:
                 conn = conns[msg]
                 if not departing:
+                    if is_reply[msg] and conn not in beam.hypotheses[0].walker.calls:
+                        greeted[conn] = msg  # a reply to no call (the same in every one)
                     for h in beam.hypotheses:
                         if is_reply[msg]:
                             h.walker.reply_arrived(conn, msg, t)
@@ -183,7 +190,15 @@ class _Walk:
                         self.unexplained.append(msg)
                     options = [_options(h.walker, choose(ready, t, node, msg))
                                for h, ready in zip(beam.hypotheses, readies, strict=True)]
-                    beam.branch(options, msg, conn, t)
+                    greeting = greeted.pop(conn, None)
+                    if greeting is not None:
+                        self.greeted_calls[msg] = greeting
+                        if model is None:  # §5.1's weights know no connect: a ready
+                            # context opened it (a first pass calling it spontaneous would
+                            # fit every later pass to that)
+                            options = [[o for o in opts if o[0] is not None] or opts
+                                       for opts in options]
+                    beam.branch(options, msg, conn, t, greeting)
             beam.settle()
         return decisions
 
@@ -209,9 +224,18 @@ class _Walk:
             if links:
                 parent[k], best_p[k] = max(links, key=itemgetter(1))
         reply = self.trace.is_reply()[msg]
+        # a call after a server's greeting is weighed, as it was chosen, from its context's
+        # latest message: the greeting's parent; the greetings are no answers
+        row = {int(x): k for k, x in enumerate(msg.tolist())}
+        greeting = np.zeros(n, dtype=bool)
+        for call, g in self.greeted_calls.items():
+            if call in row and g in row:
+                k, kg = row[call], row[g]
+                greeting[kg] = True
+                parent[k], best_p[k], spontaneous[k] = parent[kg], best_p[kg], spontaneous[kg]
         # replies: their parent is their context's latest; calls: linked if more likely
         # than spontaneous
-        linked = (parent >= 0) & (reply | (best_p > spontaneous))
+        linked = (parent >= 0) & (reply | (best_p > spontaneous)) & ~greeting
         # the spontaneous rates count the calls no context could have made, not those
         # found spontaneous: those would feed on themselves pass after pass
         alone = np.isin(msg, np.asarray(self.unexplained, dtype=np.int64))
