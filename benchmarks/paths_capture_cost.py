@@ -81,8 +81,8 @@ RING = """
 import json, sys, time
 sys.path.insert(0, sys.argv[3])
 from sniffer.message_capture import CaptureSettings, MessageCapture
-from sniffer.tracing import ipv4_addresses
-cap = MessageCapture(CaptureSettings(), set(ipv4_addresses())).start()
+from sniffer.tracing import host_addresses
+cap = MessageCapture(CaptureSettings(), set(host_addresses())).start()
 print("ready", flush=True)
 end, n = time.time() + float(sys.argv[1]), 0
 while time.time() < end:

@@ -1,7 +1,8 @@
 """TCP payload packets of this network namespace, read from a TPACKET_V3 ring.
 
-An AF_PACKET socket with a classic BPF filter in the kernel (IPv4 TCP segments carrying
-payload, not to or from the excluded ports, the first 128 bytes of each) and a memory-mapped
+An AF_PACKET socket with a classic BPF filter in the kernel (IPv4 and IPv6 TCP segments
+carrying payload, not to or from the excluded ports, the first 128 bytes of each; an IPv6
+packet with extension headers before TCP is not seen) and a memory-mapped
 TPACKET_V3 ring: the kernel fills blocks of packets and wakes the reader once a block is full
 or `block_timeout_ms` has passed, so a busy host costs one wakeup per block, not per packet
 (a recv() per packet costs a syscall and a Python call each). Packets leaving and entering
@@ -27,17 +28,20 @@ PACKET_RX_RING = 5
 PACKET_VERSION = 10
 TPACKET_V3 = 2
 ETH_P_IP = 0x0800
+ETH_P_IPV6 = 0x86DD
 ETH_P_ALL = 0x0003
 SKF_AD_PROTOCOL = 0xFFFFF000  # SKF_AD_OFF + 0: the cBPF load of skb->protocol
 SO_ATTACH_FILTER = 26
 TP_STATUS_KERNEL, TP_STATUS_USER = 0, 1
 PACKET_OUTGOING = 4
-SNAPLEN = 128  # IPv4 (≤ 60) and TCP (≤ 60) headers; no payload is kept
+SNAPLEN = 128  # IPv4 (≤ 60) or IPv6 (40) and TCP (≤ 60) headers; no payload is kept
 
 _BLOCK = struct.Struct("=IIIII")  # version, offset_to_priv, block_status, num_pkts, first
 _FRAME = struct.Struct("=IIIIIIHH")  # next_offset, sec, nsec, snaplen, len, status, mac, net
 _SLL_PKTTYPE = 48 + 10  # sockaddr_ll follows the 48-byte tpacket3_hdr; sll_pkttype in it
 _IP = struct.Struct("!BBHHHBBH4s4s")
+_IP6 = struct.Struct("!IHBB16s16s")  # version..flow label, payload length, next header, hops
+IPV6_HEADER = 40
 _TCP = struct.Struct("!HHIIBB")
 
 
@@ -57,29 +61,41 @@ class Segment:
     fin_or_rst: bool
 
 
-DROP = -1  # a jump target: the program's last instruction, `ret #0`
+DROP = "drop"  # jump targets: the program's last instruction (`ret #0`), and labels
+IPV6, TCP = "ipv6", "tcp"
+Instruction = tuple[int, int | str, int | str, int]
 
 
 def filter_program(exclude_ports: Sequence[int]) -> list[tuple[int, int, int, int]]:
-    """Classic BPF over the IPv4 header (a SOCK_DGRAM packet socket starts there): IPv4, TCP, no
-    later fragment, neither port excluded, payload = total − IP header − TCP header > 0.
-    Instructions (code, jt, jf, k), jumps relative to the next instruction."""
-    prog: list[tuple[int, int, int, int]] = [
+    """Classic BPF over the IP header (a SOCK_DGRAM packet socket starts there): IPv4 (no
+    later fragment) or IPv6 (TCP its next header), TCP, neither port excluded, payload =
+    TCP segment − TCP header > 0. Instructions (code, jt, jf, k), jumps relative to the next
+    instruction (labels resolved here)."""
+    prog: list[Instruction | str] = [
         (0x28, 0, 0, SKF_AD_PROTOCOL),  # ldh skb->protocol (all are seen: ETH_P_ALL)
-        (0x15, 0, DROP, ETH_P_IP),  # IPv4, or drop
+        (0x15, 0, IPV6, ETH_P_IP),  # IPv4, else try IPv6
         (0x30, 0, 0, 9),           # ldb [9]: protocol
         (0x15, 0, DROP, 6),        # jeq #6, or drop
         (0x28, 0, 0, 6),           # ldh [6]: flags, fragment offset
         (0x45, DROP, 0, 0x1FFF),   # jset #0x1fff: a later fragment, drop
         (0xB1, 0, 0, 0),           # ldxb 4*([0]&0xf): X = IP header length
+        (0x28, 0, 0, 2),           # ldh [2]: total length
+        (0x1C, 0, 0, 0),           # sub x
+        (0x02, 0, 0, 0),           # st M[0]: TCP segment length
+        (0x05, 0, 0, TCP),         # ja tcp
+        IPV6,
+        (0x15, 0, DROP, ETH_P_IPV6),  # IPv6, or drop
+        (0x30, 0, 0, 6),           # ldb [6]: next header
+        (0x15, 0, DROP, 6),        # jeq #6 (TCP right after the fixed header), or drop
+        (0x28, 0, 0, 4),           # ldh [4]: payload length = TCP segment length
+        (0x02, 0, 0, 0),           # st M[0]
+        (0x01, 0, 0, IPV6_HEADER),  # ldx #40: X = IP header length
+        TCP,
     ]
     for side in (0, 2):  # source port, destination port
         prog.append((0x48, 0, 0, side))  # ldh [x+side]
         prog += [(0x15, DROP, 0, port) for port in exclude_ports]  # jeq #port: drop
     prog += [
-        (0x28, 0, 0, 2),           # ldh [2]: total length
-        (0x1C, 0, 0, 0),           # sub x
-        (0x02, 0, 0, 0),           # st M[0]: TCP segment length
         (0x50, 0, 0, 12),          # ldb [x+12]: data offset
         (0x54, 0, 0, 0xF0),        # and #0xf0
         (0x74, 0, 0, 2),           # rsh #2: TCP header length
@@ -88,11 +104,21 @@ def filter_program(exclude_ports: Sequence[int]) -> list[tuple[int, int, int, in
         (0x1C, 0, 0, 0),           # sub x: payload length
         (0x15, DROP, 0, 0),        # jeq #0: no payload, drop
         (0x06, 0, 0, SNAPLEN),     # ret #snaplen: accept
+        DROP,
         (0x06, 0, 0, 0),           # ret #0: drop
     ]
-    drop = len(prog) - 1
-    return [(code, drop - i - 1 if jt == DROP else jt, drop - i - 1 if jf == DROP else jf, k)
-            for i, (code, jt, jf, k) in enumerate(prog)]
+    at: dict[str, int] = {}
+    code: list[Instruction] = []
+    for item in prog:
+        if isinstance(item, str):
+            at[item] = len(code)
+        else:
+            code.append(item)
+
+    def offset(i: int, target: int | str) -> int:
+        return at[target] - i - 1 if isinstance(target, str) else target
+    return [(c, offset(i, jt), offset(i, jf), offset(i, k) if c == 0x05 else int(k))
+            for i, (c, jt, jf, k) in enumerate(code)]
 
 
 class _SockFilter(ctypes.Structure):
@@ -175,11 +201,17 @@ def _segments(ring: mmap.mmap, base: int) -> Iterator[Segment]:
         nxt, sec, nsec, _, _, _, _, net = _FRAME.unpack_from(ring, at)
         outgoing = ring[at + _SLL_PKTTYPE] == PACKET_OUTGOING
         p = at + net
-        vihl, _, total, _, _, _, _, _, src, dst = _IP.unpack_from(ring, p)
-        ihl = (vihl & 0x0F) * 4
+        if ring[p] >> 4 == 6:
+            _, segment, _, _, src6, dst6 = _IP6.unpack_from(ring, p)
+            ihl, src, dst = IPV6_HEADER, socket.inet_ntop(socket.AF_INET6, src6), \
+                socket.inet_ntop(socket.AF_INET6, dst6)
+        else:
+            vihl, _, total, _, _, _, _, _, src4, dst4 = _IP.unpack_from(ring, p)
+            ihl = (vihl & 0x0F) * 4
+            segment, src, dst = total - ihl, socket.inet_ntoa(src4), socket.inet_ntoa(dst4)
         sport, dport, seq, _, off, flags = _TCP.unpack_from(ring, p + ihl)
-        payload = total - ihl - (off >> 4) * 4
-        yield Segment(sec + nsec * 1e-9, outgoing, socket.inet_ntoa(src), sport,
-                      socket.inet_ntoa(dst), dport, seq, payload, bool(flags & 0x05))
+        payload = segment - (off >> 4) * 4
+        yield Segment(sec + nsec * 1e-9, outgoing, src, sport, dst, dport, seq, payload,
+                      bool(flags & 0x05))
         at += nxt
 

@@ -10,17 +10,20 @@ from typing import Any
 
 from common.jsonlines import LineWriter, leave_signals_to_main_thread
 from common.protocol.trace import TraceReportEvent, TraceRequest, Tracing
+from sniffer.links import plain_address
 from sniffer.message_assembly import HostMessage
 from sniffer.message_capture import CaptureSettings, Endpoint, MessageCapture
 
 
-def ipv4_addresses() -> tuple[str, ...]:
-    """This namespace's IPv4 addresses, loopback included."""
+def host_addresses() -> tuple[str, ...]:
+    """This namespace's IPv4 and IPv6 addresses, loopback included (the coordinator tells
+    one host's loopback from another's)."""
     from pyroute2 import IPRoute
 
     with IPRoute() as ipr:
-        found = (a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET))
-        return tuple(sorted({a for a in found if a}))
+        found = [a.get_attr("IFA_ADDRESS") for family in (socket.AF_INET, socket.AF_INET6)
+                 for a in ipr.get_addr(family=family)]
+        return tuple(sorted({plain_address(a) for a in found if a}))
 
 
 def capture_problem() -> str | None:
@@ -50,7 +53,7 @@ class MessageTracer:
 
     def start(self, request: TraceRequest) -> Tracing:
         self.stop()
-        self.addresses = ipv4_addresses()
+        self.addresses = host_addresses()
         problem = capture_problem() if self.can_capture else \
             "an in-process host shares its namespace: no messages captured"
         self.missing = (problem,) if problem else ()

@@ -1,7 +1,7 @@
 """Causal paths from real packets (root): a client in host a asks a server in host b, which asks
-a database on b over loopback twice per request. Both hosts' sniffers trace; the reconciled
-trace's dominant path is that call structure for every request, every message has both
-timestamps, each end its process."""
+a database on b over loopback (IPv4, or IPv6's ::1) twice per request. Both hosts' sniffers
+trace; the reconciled trace's dominant path is that call structure for every request, every
+message has both timestamps, each end its process."""
 
 from __future__ import annotations
 
@@ -35,7 +35,9 @@ ctypes.CDLL(None).prctl(15, {name!r}.encode(), 0, 0, 0)
 # the database: answers each 8-byte query with 200 bytes, on every connection
 DB = _NAME.format(name="lgdb") + """
 import socket, threading, sys
-srv = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+address = sys.argv[2]
+srv = socket.create_server((address, int(sys.argv[1])),
+                           family=socket.AF_INET6 if ":" in address else socket.AF_INET)
 print("ready", flush=True)
 def one(c):
     c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -54,7 +56,7 @@ srv = socket.create_server(("0.0.0.0", int(sys.argv[1])))
 print("ready", flush=True)
 def one(c):
     c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    db = socket.create_connection(("127.0.0.1", int(sys.argv[2])))
+    db = socket.create_connection((sys.argv[3], int(sys.argv[2])))
     db.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     while c.recv(16):
         for _ in range(2):
@@ -89,13 +91,14 @@ def _ready(proc: subprocess.Popen[str]) -> None:
     assert proc.stdout.readline().strip() == "ready"
 
 
-def test_a_two_tier_request_s_path_is_found_from_both_hosts_packets() -> None:
+@pytest.mark.parametrize("loopback", ["127.0.0.1", "::1"])
+def test_a_two_tier_request_s_path_is_found_from_both_hosts_packets(loopback: str) -> None:
     with echo_pair([], []) as hosts:
-        servers = [hosts.popen("b", sys.executable, "-c", DB, str(DB_PORT),
+        servers = [hosts.popen("b", sys.executable, "-c", DB, str(DB_PORT), loopback,
                                stdout=subprocess.PIPE, text=True)]
         _ready(servers[0])
         servers.append(hosts.popen("b", sys.executable, "-c", MID, str(MID_PORT),
-                                   str(DB_PORT), stdout=subprocess.PIPE, text=True))
+                                   str(DB_PORT), loopback, stdout=subprocess.PIPE, text=True))
         _ready(servers[1])
         sniffers = {h: SnifferDaemon(hosts, h) for h in ("a", "b")}
         started = {h: s.ask({"id": 1, "cmd": "trace", "report_interval_s": 0.5})

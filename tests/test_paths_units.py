@@ -254,6 +254,28 @@ def test_connections_too_short_to_name_take_the_process_of_their_host_s_other_ca
     assert "web" in reconcile([h3]).nodes
 
 
+def test_each_host_s_loopback_is_its_own() -> None:
+    """Two hosts each talk to a database of their own over 127.0.0.1 (and ::1), with the same
+    ports: two conversations, each on its host, not one mixed up."""
+    def host(name: str, address: str, process: str) -> HostTrace:
+        client, server = (address, 50000), (address, 5432)
+        # as a sniffer reports a loopback message: sent by one end, received by the other
+        return HostTrace(name, frozenset({address, "10.0.0.1" if name == "a" else "10.0.0.2"}),
+                         frozenset({(address, 5432)}), [
+            HostRecord(client, server, True, 1, 9, T0, T0, False, process),
+            HostRecord(server, client, False, 1, 9, T0, T0, False, "db"),
+            HostRecord(server, client, True, 7, 99, T0 + 1e-3, T0 + 1e-3, False, "db"),
+            HostRecord(client, server, False, 7, 99, T0 + 1e-3, T0 + 1e-3, False, process)])
+    for address in ("127.0.0.1", "::1"):
+        trace = reconcile([host("a", address, "app"), host("b", address, "web")])
+        assert set(trace.nodes) == {"a/app", "a/db", "b/web", "b/db"}
+        assert len(trace.messages) == 4
+        assert not np.isnan(trace.messages.send_s).any()
+        assert not np.isnan(trace.messages.recv_s).any()
+        servers = {trace.nodes[k] for k in trace.connections.server_node.tolist()}
+        assert servers == {"a/db", "b/db"}
+
+
 def test_reconciliation_matches_both_ends_by_sequence_and_names_the_server() -> None:
     """A client on h1 asks h2's server (listening on 0.0.0.0:5432) twice; h3's client is
     not traced. The two records of a message meet by their sequence range; the untraced end's

@@ -18,6 +18,7 @@ WAP5's fixed port (the end that appears in more connections), else the lower por
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -63,13 +64,17 @@ class _Side:
 
 def reconcile(hosts: Sequence[HostTrace]) -> Trace:
     """One trace from every traced host's records."""
-    host_of_address = {a: h.name for h in hosts for a in h.addresses}
+    # every host has its own 127.0.0.1 and ::1: a loopback address is its host's (scoped,
+    # as an IPv6 zone is: `127.0.0.1%db`)
+    host_of_address = {_scoped(a, h.name): h.name for h in hosts for a in h.addresses}
     listens = {(h.name, port, addr) for h in hosts for addr, port in h.listening}
     sends: dict[tuple[Endpoint, Endpoint], list[tuple[int, int, float, str, str]]] = {}
     receives: list[tuple[Endpoint, Endpoint, int, int, float, str, str]] = []
     for h in hosts:
         for r in h.records:
-            src, dst = (r.local, r.remote) if r.sent else (r.remote, r.local)
+            local, remote = ((_scoped(r.local[0], h.name), r.local[1]),
+                             (_scoped(r.remote[0], h.name), r.remote[1]))
+            src, dst = (local, remote) if r.sent else (remote, local)
             if r.loopback or r.sent:
                 sends.setdefault((src, dst), []).append(
                     (r.seq_first, r.seq_end, r.first_s, h.name, r.process))
@@ -78,6 +83,14 @@ def reconcile(hosts: Sequence[HostTrace]) -> Trace:
                                  r.process))
     messages = _match(sends, receives)
     return _build(messages, host_of_address, listens)
+
+
+def _scoped(address: str, host: str) -> str:
+    try:
+        loopback = ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address
+    return f"{address}%{host}" if loopback else address
 
 
 def _match(sends: Mapping[tuple[Endpoint, Endpoint], list[tuple[int, int, float, str, str]]],
@@ -213,7 +226,8 @@ def _roles(a: Endpoint, b: Endpoint, host_of_address: Mapping[str, str],
     """(client, server) of a connection between endpoints a and b."""
     def listening(ep: Endpoint) -> bool:
         host = host_of_address.get(ep[0])
-        return host is not None and ((host, ep[1], ep[0]) in listens
+        address = ep[0].split("%")[0]
+        return host is not None and ((host, ep[1], address) in listens
                                      or (host, ep[1], "0.0.0.0") in listens
                                      or (host, ep[1], "::") in listens)
     la, lb = listening(a), listening(b)
