@@ -110,7 +110,6 @@ class _Walk:
     def __init__(self, trace: Trace, settings: LinkingSettings) -> None:
         self.trace, self.settings = trace, settings
         self.d = causal_delay_means(trace, latest_parent_delay(trace, settings.window_s))
-        self.base = wap5_probabilities(trace, settings, self.d)
         m = trace.messages
         self.out_t, self.in_t, _, _ = departure_and_arrival(trace)
         self.events = list(_events_by_node(trace, self.out_t, self.in_t, np.isnan(m.send_s),
@@ -135,13 +134,18 @@ class _Walk:
                                          [t - c.latest_s for c in ready])
             after = model.afterward_prior(node, callee)
             sibling = model.sibling_prior(node, callee)
-            weights = [w * (after if c.closed else sibling if c.acted_s is not None else 1.0)
-                       for c, w in zip(ready, p, strict=True)]
+            links = []
+            for c, w in zip(ready, p, strict=True):  # one loop: the walk's hottest code
+                if c.closed:
+                    w *= after
+                elif c.acted_s is not None:
+                    w *= sibling
+                if seen is not None:
+                    w *= seen.call(c.latest, msg)
+                links.append((c.latest, w))
             if seen is not None:
-                weights = [w * seen.call(c.latest, msg) for c, w in zip(ready, weights,
-                                                                        strict=True)]
                 spontaneous *= seen.spontaneous(msg)
-            return [(c.latest, w) for c, w in zip(ready, weights, strict=True)], spontaneous
+            return links, spontaneous
         return by_density
 
     def run(self, choose: Chooser, model: DelayModel | None = None,
@@ -168,13 +172,14 @@ class _Walk:
             for t, departing, msg in events:
                 conn = conns[msg]
                 if not departing:
-                    if is_reply[msg] and conn not in beam.hypotheses[0].walker.calls:
+                    if not is_reply[msg]:
+                        for h in beam.hypotheses:
+                            h.walker.request_arrived(conn, msg, t)
+                        continue
+                    if conn not in beam.hypotheses[0].walker.calls:
                         greeted[conn] = msg  # a reply to no call (the same in every one)
                     for h in beam.hypotheses:
-                        if is_reply[msg]:
-                            h.walker.reply_arrived(conn, msg, t)
-                        else:
-                            h.walker.request_arrived(conn, msg, t)
+                        h.walker.reply_arrived(conn, msg, t)
                 elif is_reply[msg]:
                     parents = [h.walker.answer(conn, t) for h in beam.hypotheses]
                     weights = [0.0 if p is None or model is None or len(parents) == 1 else
@@ -272,7 +277,12 @@ class _Walk:
         ), Observables(self.trace, parent[linked], msg[linked])
 
     def result(self, decided: Decided) -> LinkProbabilities:
-        return _replace(self.base, decided, self.in_t)
+        """The decided links; §5.1's candidates for the messages left undecided (sent while
+        untraced, replies to requests before the trace)."""
+        undecided = np.ones(len(self.trace.messages), dtype=bool)
+        undecided[np.fromiter(decided, dtype=np.int64, count=len(decided))] = False
+        base = wap5_probabilities(self.trace, self.settings, self.d, only=undecided)
+        return _replace(base, decided, self.in_t)
 
 
 def _pair_counts(node: np.ndarray, callee: np.ndarray) -> dict[tuple[int, int], int]:

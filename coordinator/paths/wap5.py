@@ -95,8 +95,10 @@ def causal_delay_means(trace: Trace, latest_delay_s: np.ndarray) -> np.ndarray:
 
 
 def wap5_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING,
-                       d: np.ndarray | None = None) -> LinkProbabilities:
-    """Steps 1 and 2 of §5.1 for every message of `trace`.
+                       d: np.ndarray | None = None, only: np.ndarray | None = None
+                       ) -> LinkProbabilities:
+    """Steps 1 and 2 of §5.1 for every message of `trace` (or those `only` marks: the
+    others get no candidates).
 
     A candidate further back than (y + ln(1/min_link_p))·d weighs less than min_link_p of a
     spontaneous message: it is left out before the pairs are made (with x = 2 s at a busy
@@ -106,6 +108,8 @@ def wap5_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING
     m = trace.messages
     reach = settings.spontaneous_y + math.log(1 / max(settings.min_link_p, 1e-12))
     per_child = np.fmin(reach * d[m.src, m.dst], settings.window_s)
+    if only is not None:
+        per_child = np.where(only, per_child, 0.0)
     links = candidates(trace, np.nan_to_num(per_child, nan=0.0))
     scale = d[m.src[links.child], m.dst[links.child]]
     weight = np.exp(-links.delay_s / scale)  # NaN scale (no estimate): NaN, dropped below
