@@ -74,6 +74,31 @@ class NodeBeam:
         self.decisions, self.placements = decisions, placements
         self.undecided = 0
 
+    def decided_alone(self, links: list[tuple[int, float]], spontaneous: float, msg: int,
+                      conn: int, t: float) -> bool:
+        """With one hypothesis, a call whose likeliest option outweighs every other beyond
+        the beam's ratio is decided at once (most calls; `branch` would do the same with
+        lists and sorting). False: not so clear, `branch` it."""
+        best, best_w, second = None, spontaneous, 0.0
+        for parent, w in links:
+            if w > best_w:
+                best, best_w, second = parent, w, max(best_w, second)
+            elif w > second:
+                second = w
+        if best_w <= 0 or (self.width > 1 and second > 0
+                           and math.log(best_w) - math.log(second) <= MAX_LOG_RATIO):
+            return False
+        walker = self.hypotheses[0].walker
+        if best is None:
+            self.decisions[msg], self.placements[msg] = ([], 1.0), Placement.ROOT
+        else:
+            ctx = walker.context_of.get(best)
+            self.decisions[msg] = ([(best, 1.0)], 0.0)
+            self.placements[msg] = Placement.AFTERWARD if ctx is None else (
+                Placement.SIBLING if walker.open[ctx].acted_s is not None else Placement.OPEN)
+        walker.call_sent(conn, best, t)
+        return True
+
     def branch(self, options: list[list[Option]], msg: int, conn: int, t: float,
                greeting: int | None = None) -> None:
         """Each hypothesis's options for call `msg` (on `conn`, leaving at `t`) taken as new

@@ -163,13 +163,14 @@ class _Walk:
         self.placements: dict[int, Placement] = {}
         self.unexplained: list[int] = []  # calls made with no context ready
         self.greeted_calls: dict[int, int] = {}  # call -> the server's greeting it answers
-        for node, events in self.events:
+        for node, (times, departures, messages) in self.events:
             beam = NodeBeam(ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S),
                             decisions, self.placements, BEAM_WIDTH if model else 1)
             if until_s is not None:
-                events = events[:bisect_right(events, until_s, key=lambda e: e[0])]
+                end = bisect_right(times, until_s)
+                times, departures, messages = times[:end], departures[:end], messages[:end]
             greeted: dict[int, int] = {}  # connection -> the server's first words on it
-            for t, departing, msg in events:
+            for t, departing, msg in zip(times, departures, messages, strict=True):
                 conn = conns[msg]
                 if not departing:
                     if not is_reply[msg]:
@@ -193,9 +194,13 @@ class _Walk:
                     readies = [h.walker.ready(t) for h in beam.hypotheses]
                     if not readies[0]:  # the likeliest hypothesis has no context for it
                         self.unexplained.append(msg)
-                    options = [_options(h.walker, choose(ready, t, node, msg))
-                               for h, ready in zip(beam.hypotheses, readies, strict=True)]
+                    chosen = [choose(ready, t, node, msg) for ready in readies]
                     greeting = greeted.pop(conn, None)
+                    if len(chosen) == 1 and greeting is None and beam.decided_alone(
+                            *chosen[0], msg, conn, t):
+                        continue
+                    options = [_options(h.walker, c)
+                               for h, c in zip(beam.hypotheses, chosen, strict=True)]
                     if greeting is not None:
                         self.greeted_calls[msg] = greeting
                         if model is None:  # §5.1's weights know no connect: a ready
@@ -307,8 +312,10 @@ def _options(walker: ContextWalker, chosen: tuple[list[tuple[int, float]], float
 
 
 def _events_by_node(trace: Trace, out_t: np.ndarray, in_t: np.ndarray, nil_send: np.ndarray,
-                    nil_recv: np.ndarray) -> Iterator[tuple[int, list[tuple[float, bool, int]]]]:
-    """Per traced node, its (time, departing, message) events in time order, arrivals before
+                    nil_recv: np.ndarray
+                    ) -> Iterator[tuple[int, tuple[list[float], list[bool], list[int]]]]:
+    """Per traced node, its events' times, whether each departs, and their messages, in time
+    order, arrivals before
     departures at equal times (a message received at the instant another leaves may be its
     cause, as in the candidates)."""
     m = trace.messages
@@ -324,7 +331,7 @@ def _events_by_node(trace: Trace, out_t: np.ndarray, in_t: np.ndarray, nil_send:
     starts = [0, *bounds.tolist()]
     ends = [*bounds.tolist(), len(node)]
     for a, b in zip(starts, ends, strict=True):
-        yield node[a], list(zip(time[a:b], departing[a:b], msg[a:b], strict=True))
+        yield node[a], (time[a:b], departing[a:b], msg[a:b])  # zipped as walked: no tuples kept
 
 
 def _replace(base: LinkProbabilities, decided: Decided,
