@@ -61,6 +61,7 @@ class Segment:
     fin_or_rst: bool
 
 
+MAX_EXCLUDED_PORTS = 100  # a conditional jump reaches 255 instructions on
 DROP = "drop"  # jump targets: the program's last instruction (`ret #0`), and labels
 IPV6, TCP = "ipv6", "tcp"
 Instruction = tuple[int, int | str, int | str, int]
@@ -117,8 +118,12 @@ def filter_program(exclude_ports: Sequence[int]) -> list[tuple[int, int, int, in
 
     def offset(i: int, target: int | str) -> int:
         return at[target] - i - 1 if isinstance(target, str) else target
-    return [(c, offset(i, jt), offset(i, jf), offset(i, k) if c == 0x05 else int(k))
-            for i, (c, jt, jf, k) in enumerate(code)]
+    out = [(c, offset(i, jt), offset(i, jf), offset(i, k) if c == 0x05 else int(k))
+           for i, (c, jt, jf, k) in enumerate(code)]
+    if any(jt > 255 or jf > 255 for _, jt, jf, _ in out):  # a u8 each: it would wrap
+        raise ValueError(f"{len(exclude_ports)} ports to exclude: too many for one filter "
+                         f"(at most {MAX_EXCLUDED_PORTS})")
+    return out
 
 
 class _SockFilter(ctypes.Structure):

@@ -129,7 +129,8 @@ def test_connection_reuse_is_learned_per_transition() -> None:
     model = ReuseModel(keys, reused)
     assert model.probability(3, 2, 3, True) == pytest.approx(9.5 / 11)
     assert model.probability(1, 2, 3, False) == pytest.approx(10.5 / 11)
-    assert model.probability(5, 2, 3, True) == 0.5  # never seen: no opinion
+    assert model.probability(5, 2, 3, True) == 1.0  # never seen: no opinion
+    assert model.probability(5, 2, 3, False) == 1.0
 
 
 def test_lognormal_fits_per_key_need_enough_delays() -> None:
@@ -163,3 +164,55 @@ def test_fitting_on_the_trace_s_start_links_the_rest_as_well(monkeypatch) -> Non
     prefix = accuracy()
     assert prefix > whole - 0.03, (prefix, whole)
     assert prefix > 0.8
+
+
+def test_an_answered_context_waiting_on_its_own_call_is_not_forgotten_meanwhile() -> None:
+    """Work after the answer: a query 1 ms after the reply, its answer 6 ms later; an
+    unrelated call in between must not make the context forget it is waiting."""
+    walker = ContextWalker(window_s=1.0, fanout_s=0.0005, afterward_s=0.005)
+    walker.request_arrived(1, REQUEST_A, 0.0)
+    walker.answer(1, 0.001)
+    walker.call_sent(10, REQUEST_A, 0.002)  # after the answer, in its context
+    walker.ready(0.007)  # another call's look, past afterward_s since the answer
+    walker.reply_arrived(10, 99, 0.008)
+    assert [c.latest for c in walker.ready(0.009)] == [99]
+
+
+def test_an_empty_trace_links_to_nothing() -> None:
+    from coordinator.paths.analysis import analyse
+    from coordinator.paths.messages import Connections, Messages, Trace
+    empty = Trace.sorted(Messages([], [], [], [], [], []), Connections([], [], [], []),
+                         (), np.zeros(0, dtype=np.int32), ())
+    for linker in ("context", "fcfs", "wap5"):
+        result = analyse(empty, linker, LinkingSettings(window_s=1.0))
+        assert result["roots"] == 0
+        assert result["patterns"] == []
+
+
+def test_a_reply_to_a_call_before_the_trace_is_no_greeting() -> None:
+    """A database's answer to a query sent before the capture began, then 5 s later a
+    request whose query goes on that connection: the old answer is not the query's cause,
+    and no request that came after it is its parent."""
+    from tests.test_paths_units import trace_of
+    rows = [(0.0, 0.0001, "db", "web", 1),            # the answer to an unseen query
+            (5.0, 5.0001, "client", "web", 0),        # a request
+            (5.001, 5.0011, "web", "db", 1),          # its query
+            (5.002, 5.0021, "db", "web", 1),          # the answer
+            (5.003, 5.0031, "web", "client", 0)]      # the reply
+    trace = trace_of(rows, [("client", "web", 40000, 80), ("web", "db", 41000, 3306)],
+                     ("client", "web", "db"))
+    parent = context_probabilities(trace, LinkingSettings(window_s=1.0)).most_likely_parent()
+    m = trace.messages
+    order = np.argsort(m.send_s, kind="stable").tolist()
+    stale, request, query, answer, reply = order
+    assert parent[query] == request
+    assert parent[stale] != request
+    assert parent[reply] == answer
+
+
+def test_too_many_excluded_ports_for_one_filter_is_an_error() -> None:
+    from sniffer.packet_ring import MAX_EXCLUDED_PORTS, filter_program
+    program = filter_program(list(range(1, MAX_EXCLUDED_PORTS + 1)))
+    assert all(jt <= 255 and jf <= 255 for _, jt, jf, _ in program)
+    with pytest.raises(ValueError, match="too many"):
+        filter_program(list(range(1, 200)))

@@ -155,7 +155,7 @@ def test_profile_classifies_the_testbeds_links_without_injecting(testbed, tag):
 
 def test_paths_captures_and_names_each_transaction_s_path(testbed, tag):
     """`linkgrad paths` alone: every host's messages while the workload runs, the requests
-    the web log saw grouped by transaction, each one's most common path crossing app1->db
+    the web log saw grouped by transaction, each one's likeliest path crossing app1->db
     as often as its gradient says."""
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
     experiment = _experiment(testbed, tag, "paths-only")
@@ -168,11 +168,12 @@ def test_paths_captures_and_names_each_transaction_s_path(testbed, tag):
         top = result["transactions"][name][0]
         assert top["crossings"].get("app1->db", 0.0) == pytest.approx(crossings), (name, top)
         assert top["count"] >= 10, (name, top)
+        assert result["transaction_requests"][name] >= top["count"]
     plain = subprocess.run([LINKGRAD, "paths", str(experiment), "--duration", "3"],
                            capture_output=True, text=True, timeout=180, env=env, check=False)
     assert plain.returncode == 0, plain.stderr
     assert "ViewItem:" in plain.stdout
-    assert "the most common path" in plain.stdout
+    assert "its likeliest path" in plain.stdout
     wait_until_gone(tag)
     assert_no_rules(tag)
 

@@ -28,11 +28,13 @@ from coordinator.paths.reconcile import HostTrace, reconcile
 from coordinator.paths.wap5 import LinkingSettings
 
 MAX_DURATION_S = 86400.0
+MAX_TRANSACTIONS_SHOWN = 10
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", type=Path, nargs="?",
-                   help="experiment YAML: its hosts and ssh settings (not with --trace)")
+                   help="experiment YAML: its hosts, ssh settings, workload, and web log (its "
+                   "requests grouped by transaction); not with --trace")
     p.add_argument("--trace", type=Path, metavar="FILE",
                    help="analyse a trace saved by --save-trace instead of capturing one")
     p.add_argument("--duration", type=float, default=60.0, metavar="S",
@@ -47,7 +49,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="the longest delay between a message and the one it causes (WAP5's x; "
                    "default 2)")
     p.add_argument("--save-trace", type=Path, metavar="FILE",
-                   help="also write the captured trace (JSON lines) for --trace later")
+                   help="also write the captured trace (JSON lines) for --trace later (the "
+                   "web log is not in it: offline, no transactions)")
     p.add_argument("--save", type=Path, metavar="FILE", help="write the analysis as JSON")
 
 
@@ -115,11 +118,14 @@ def _print(console: Console, result: dict[str, Any]) -> None:
         if clock["clock_offset_s"] is not None and clock["clock_reference"] != host:
             print(f"  clock of {host}: {1e3 * clock['clock_offset_s']:+.3f} ms against "
                   f"{clock['clock_reference']}")
-    if result["transactions"]:  # each transaction's dominant pattern, then the rest
-        for name, patterns in result["transactions"].items():
-            print(f"\n{name}: {sum(p['count'] for p in patterns)} requests found, the most "
-                  "common path:")
-            _print_pattern(patterns[0])
+    counts = result["transaction_requests"]
+    if counts:  # each transaction's likeliest pattern (the busiest ones), then the rest
+        busiest = sorted(counts, key=lambda n: -counts[n])[:MAX_TRANSACTIONS_SHOWN]
+        for name in busiest:
+            print(f"\n{name}: {counts[name]} requests found, its likeliest path:")
+            _print_pattern(result["transactions"][name][0])
+        if len(counts) > len(busiest):
+            print(f"\n({len(counts) - len(busiest)} more transactions in --json)")
         print("\nAll requests:")
     for p in result["patterns"][:10]:
         _print_pattern(p)

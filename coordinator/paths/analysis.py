@@ -46,7 +46,7 @@ def analyse(trace: Trace, linker: str = "context",
     best = [inst[0] for inst in per_root if inst]
     patterns = aggregate(best, trace, offsets)
     m = trace.messages
-    by_transaction = {}
+    by_transaction, requests_of = {}, {}
     if transaction_of is not None:
         groups: dict[str, list[PathInstance]] = {}
         for inst in best:
@@ -54,6 +54,7 @@ def analyse(trace: Trace, linker: str = "context",
                 groups.setdefault(transaction_of[inst.root], []).append(inst)
         by_transaction = {name: [pattern_json(p) for p in aggregate(group, trace, offsets)[:5]]
                           for name, group in sorted(groups.items())}
+        requests_of = {name: len(group) for name, group in sorted(groups.items())}
     return {
         "linker": linker,
         "settings": asdict(settings),
@@ -67,7 +68,8 @@ def analyse(trace: Trace, linker: str = "context",
                   for i, h in enumerate(trace.hosts)},
         "patterns": [pattern_json(p) for p in patterns[:max_patterns]],
         "patterns_left_out": max(0, len(patterns) - max_patterns),
-        "transactions": by_transaction,
+        "transactions": by_transaction,  # each one's five likeliest patterns
+        "transaction_requests": requests_of,  # how many of its requests the trace has
     }
 
 

@@ -133,9 +133,9 @@ class ContextWalker:
 
     def ready(self, t: float) -> list[Context]:
         """The open contexts that may send a call at `t` (not waiting), oldest first."""
-        if self.just_closed:
-            for ctx in [k for k, (at, _) in self.just_closed.items()
-                        if at < t - self.afterward_s]:
+        if self.just_closed:  # one waiting on its own call waits as an open one would
+            for ctx in [k for k, (at, c) in self.just_closed.items()
+                        if at < t - (self.afterward_s if c.acted_s is None else self.window_s)]:
                 del self.just_closed[ctx]
         if t >= self.next_sweep_s:  # contexts silent for the window: forgotten
             for ctx in [k for k, c in self.open.items() if c.latest_s < t - self.window_s]:

@@ -87,8 +87,10 @@ class ReuseModel:
                 unique.tolist(), same.tolist(), count.tolist(), strict=True)}
 
     def probability(self, parent_sender: int, node: int, callee: int, reused: bool) -> float:
-        q = self.share.get((parent_sender, node, callee), 0.5)
-        return q if reused else 1.0 - q
+        """1 for a transition never linked: no opinion (a half would halve every link
+        against being spontaneous)."""
+        q = self.share.get((parent_sender, node, callee))
+        return 1.0 if q is None else q if reused else 1.0 - q
 
 
 class Observables:

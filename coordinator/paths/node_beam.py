@@ -164,6 +164,7 @@ class NodeBeam:
             h.log_likelihood += lw
             if parent is not None:
                 h.choices = Choice(msg, parent, Placement.REPLY, h.choices)
+        self.hypotheses.sort(key=lambda h: -h.log_likelihood)  # the likeliest first, always
         self.undecided += 1
 
     def settle(self) -> None:

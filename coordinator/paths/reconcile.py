@@ -22,6 +22,7 @@ import ipaddress
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -86,11 +87,15 @@ def reconcile(hosts: Sequence[HostTrace]) -> Trace:
 
 
 def _scoped(address: str, host: str) -> str:
+    return f"{address}%{host}" if _is_loopback(address) else address
+
+
+@lru_cache(maxsize=65536)  # millions of records, a few addresses
+def _is_loopback(address: str) -> bool:
     try:
-        loopback = ipaddress.ip_address(address).is_loopback
+        return ipaddress.ip_address(address).is_loopback
     except ValueError:
-        return address
-    return f"{address}%{host}" if loopback else address
+        return False
 
 
 def _match(sends: Mapping[tuple[Endpoint, Endpoint], list[tuple[int, int, float, str, str]]],

@@ -91,6 +91,8 @@ def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINK
                           iterations: int = 5) -> LinkProbabilities:
     """Each ready context's latest message, weighed by the delay model; the model refitted to
     the links found, `iterations` passes in all (§5.1 notes its steps could be iterated)."""
+    if len(trace.messages) == 0:  # nothing to fit a model to
+        return wap5_probabilities(trace, settings)
     with no_cycle_collection():
         walk = _Walk(trace, settings)
         fit_until = walk.time_of(FIT_MESSAGES)
@@ -165,11 +167,12 @@ class _Walk:
         self.greeted_calls: dict[int, int] = {}  # call -> the server's greeting it answers
         for node, (times, departures, messages) in self.events:
             beam = NodeBeam(ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S),
-                            decisions, self.placements, BEAM_WIDTH if model else 1)
+                            decisions, self.placements,
+                            BEAM_WIDTH if model is not None else 1)
             if until_s is not None:
                 end = bisect_right(times, until_s)
                 times, departures, messages = times[:end], departures[:end], messages[:end]
-            greeted: dict[int, int] = {}  # connection -> the server's first words on it
+            greeted: dict[int, tuple[int, float]] = {}  # connection -> server's first words
             for t, departing, msg in zip(times, departures, messages, strict=True):
                 conn = conns[msg]
                 if not departing:
@@ -178,7 +181,7 @@ class _Walk:
                             h.walker.request_arrived(conn, msg, t)
                         continue
                     if conn not in beam.hypotheses[0].walker.calls:
-                        greeted[conn] = msg  # a reply to no call (the same in every one)
+                        greeted[conn] = (msg, t)  # a reply to no call (alike in every one)
                     for h in beam.hypotheses:
                         h.walker.reply_arrived(conn, msg, t)
                 elif is_reply[msg]:
@@ -195,7 +198,10 @@ class _Walk:
                     if not readies[0]:  # the likeliest hypothesis has no context for it
                         self.unexplained.append(msg)
                     chosen = [choose(ready, t, node, msg) for ready in readies]
-                    greeting = greeted.pop(conn, None)
+                    greeting = self._greeting(greeted.pop(conn, None), t, decisions)
+                    if greeting is not None:  # its parent arrived before it did
+                        chosen = [([(p, w) for p, w in links if in_t[p] <= in_t[greeting]], s)
+                                  for links, s in chosen]
                     if len(chosen) == 1 and greeting is None and beam.decided_alone(
                             *chosen[0], msg, conn, t):
                         continue
@@ -211,6 +217,16 @@ class _Walk:
                     beam.branch(options, msg, conn, t, greeting)
             beam.settle()
         return decisions
+
+    def _greeting(self, seen: tuple[int, float] | None, t: float, decisions: Decided
+                  ) -> int | None:
+        """The server's first words a call on their connection answers: only if they came
+        within the window before it, and no other node's walk has linked them (a reply to a
+        call that left before the trace, or whose packet the caller's ring lost, is no
+        greeting: the server's walk links it to the request it saw)."""
+        if seen is None or t - seen[1] > self.settings.window_s or seen[0] in decisions:
+            return None
+        return seen[0]
 
     def _reply_weight(self, model: DelayModel, seen: Observables | None, parent: int,
                       reply: int, delay_s: float) -> float:
@@ -315,9 +331,8 @@ def _events_by_node(trace: Trace, out_t: np.ndarray, in_t: np.ndarray, nil_send:
                     nil_recv: np.ndarray
                     ) -> Iterator[tuple[int, tuple[list[float], list[bool], list[int]]]]:
     """Per traced node, its events' times, whether each departs, and their messages, in time
-    order, arrivals before
-    departures at equal times (a message received at the instant another leaves may be its
-    cause, as in the candidates)."""
+    order, arrivals before departures at equal times (a message received at the instant
+    another leaves may be its cause, as in the candidates)."""
     m = trace.messages
     arrivals = np.flatnonzero(~nil_recv)
     departures = np.flatnonzero(~nil_send)
@@ -327,7 +342,9 @@ def _events_by_node(trace: Trace, out_t: np.ndarray, in_t: np.ndarray, nil_send:
     msg = np.concatenate([arrivals, departures])
     order = np.lexsort((departing, time, node))
     node, time, departing, msg = (a[order].tolist() for a in (node, time, departing, msg))
-    bounds = np.flatnonzero(np.diff(node)) + 1 if node else np.empty(0, int)
+    if not node:  # an empty trace
+        return
+    bounds = np.flatnonzero(np.diff(node)) + 1
     starts = [0, *bounds.tolist()]
     ends = [*bounds.tolist(), len(node)]
     for a, b in zip(starts, ends, strict=True):
