@@ -120,11 +120,14 @@ def teardown(plan: TestbedPlan, state: State | None) -> list[str]:
 
     Returns what failed (everything is attempted; a half-removed testbed is worse)."""
     failures = []
-    keeper = state.services.get("root/mininet") if state else None
-    if keeper is not None:  # first: it stops Mininet's own hosts, links and bridge on SIGTERM
-        _stop_pid(keeper["pid"], "mininet_keeper")
+    # the processes first, while their namespaces still have names: the Mininet keeper
+    # deletes the names as it stops, and a server in a namespace nobody names any more
+    # would never be found again
     for host in plan.hosts:
         kill_namespace(host.namespace)
+    keeper = state.services.get("root/mininet") if state else None
+    if keeper is not None:  # it stops Mininet's own hosts, links and bridge on SIGTERM
+        _stop_pid(keeper["pid"], "mininet_keeper")
     undo = state.undo if state else _undo_by_names(plan)
     for argv in reversed(undo):
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)

@@ -21,7 +21,13 @@ from testbed.pairs.hosts import sh
 from testbed.postgres import psql_argv
 from testbed.topology import DEFAULT
 from tests.marks import TESTBED, needs_mininet
-from tests.netns_tools.testbeds import private_root, private_testbed, unique_tag
+from tests.netns_tools.testbeds import (
+    network_namespaces,
+    private_root,
+    private_testbed,
+    processes_outside,
+    unique_tag,
+)
 
 pytestmark = TESTBED
 
@@ -207,6 +213,7 @@ def test_testbed_load_runs_open_and_closed_loops(testbed, tag):
 
 def test_down_leaves_nothing_and_up_recovers_from_a_crash():
     tag, root = unique_tag("c"), private_root()
+    before = network_namespaces()
     sh("ip", "netns", "add", f"lgtb-{tag}-web")  # what a crashed run of this tag would have left
     try:
         info = up(DEFAULT, tag, root)
@@ -220,6 +227,7 @@ def test_down_leaves_nothing_and_up_recovers_from_a_crash():
         assert f"lgv{tag}" not in sh("ip", "link", "show").stdout
         assert not (root / f"linkgrad-testbed-{tag}").exists()
         assert f"linkgrad-testbed-{tag}" not in sh("ps", "-eo", "args").stdout
+        assert not processes_outside(before)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -227,6 +235,7 @@ def test_down_leaves_nothing_and_up_recovers_from_a_crash():
 @needs_mininet
 def test_the_same_testbed_on_mininet():
     tag, root = unique_tag("m"), private_root()
+    before = network_namespaces()
     try:
         info = up(DEFAULT, tag, root, mininet=True)
         assert info["network"].startswith("mininet")
@@ -243,3 +252,6 @@ def test_the_same_testbed_on_mininet():
     assert f"lgbr-{tag}" not in sh("ip", "link", "show").stdout
     assert not [line for line in sh("ps", "-eo", "args").stdout.splitlines()
                 if "mininet_keeper" in line and f"linkgrad-testbed-{tag}/" in line]  # its keeper
+    # every server of it too, wherever its namespace went (they used to outlive `down` in
+    # namespaces Mininet had let go: sshd, PostgreSQL, memcached, the apps, nginx)
+    assert not processes_outside(before)

@@ -4,6 +4,7 @@ check that no injection rule is left in any of its hosts."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -144,3 +145,28 @@ def _commands(tag: str) -> list[str]:
                 continue
             out.append(raw.replace(b"\0", b" ").decode(errors="replace"))
     return out
+
+
+def network_namespaces() -> set[str]:
+    """The network namespaces some process is in now (`net:[inode]`), named or not."""
+    found = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError):  # gone meanwhile
+                found.add(os.readlink(f"/proc/{pid}/ns/net"))
+    return found
+
+
+def processes_outside(namespaces: set[str]) -> list[str]:
+    """The command lines of the processes in a network namespace not in `namespaces`: what a
+    testbed left behind, found by where they are, not by what they are called (a namespace
+    deleted by name keeps its processes, nameless)."""
+    left = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        with contextlib.suppress(OSError):  # gone meanwhile
+            if os.readlink(f"/proc/{pid}/ns/net") not in namespaces:
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                left.append(f"{pid}: {args.decode(errors='replace').strip()}")
+    return left
