@@ -75,8 +75,9 @@ class ContextWalker:
             if closed is not None:
                 return ("closed", closed[1].latest)
             return ("rooted",) if ctx in self.rooted else ("gone",)
-        # a spontaneous call's context that has not acted is left out: it only ever offers
-        # later calls a parent, and hypotheses that differ in it alone would never part
+        # a spontaneous call's context that has not acted is left out, an approximation: it
+        # only offers later calls one more parent, and hypotheses that differ in it alone
+        # would otherwise be kept apart for a whole window (the beam full of them)
         return (frozenset((c.latest, c.acted_s, c.served) for c in self.open.values()
                           if not c.rooted or c.acted_s is not None),
                 frozenset([*(("call", conn, name(ctx)) for conn, ctx in self.calls.items()),
