@@ -81,8 +81,7 @@ class DelayModel:
         fit = self.transitions.get((parent_sender, node, callee)) or self.pairs.get(
             (node, callee))
         x = max(delay_s, MIN_DELAY_S)
-        broad = OUTLIER_WEIGHT / (max(x, OUTLIER_FROM_S)
-                                  * math.log(self.window_s / OUTLIER_FROM_S))
+        broad = self._outlier_density(x)
         if fit is None:  # a pair without a fit: §5.1's exponential
             d = self.pair_mean_s[node, callee]
             return (1 - OUTLIER_WEIGHT) * math.exp(-x / d) / d + broad if d > 0 else broad
@@ -95,9 +94,14 @@ class DelayModel:
         fit = self.replies.get((parent_sender, node, requester)) or self.reply_pairs.get(
             (node, requester))
         x = max(delay_s, MIN_DELAY_S)
-        broad = OUTLIER_WEIGHT / (max(x, OUTLIER_FROM_S)
-                                  * math.log(self.window_s / OUTLIER_FROM_S))
+        broad = self._outlier_density(x)
         return broad if fit is None else (1 - OUTLIER_WEIGHT) * fit.density(x) + broad
+
+    def _outlier_density(self, x: float) -> float:
+        """The broad log-uniform component's density at delay x (OUTLIER_FROM_S to the
+        window), weighted by OUTLIER_WEIGHT."""
+        return OUTLIER_WEIGHT / (max(x, OUTLIER_FROM_S)
+                                 * math.log(self.window_s / OUTLIER_FROM_S))
 
     def afterward_prior(self, node: int, callee: int) -> float:
         """The share of the pair's calls that came after their request was answered (fitted;
