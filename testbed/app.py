@@ -85,6 +85,7 @@ class AppConfig:
     cache_miss_p: float = 0.3
     sequential_m: int = 2
     truth_log: Path | None = None
+    extra_query: tuple[str, ...] = ()  # transactions given one more database round trip
 
 
 @dataclass
@@ -277,15 +278,30 @@ def build_app(config: AppConfig) -> Any:
         await asyncio.sleep(b._normal(config.s3_mean_s, config.s3_sd_s))
         return PlainTextResponse("work")
 
-    routes = [
-        Route("/health", health), Route("/svc/work", svc_work),
-        Route("/rubis/ViewItem", view_item), Route("/rubis/PutBidAuth", put_bid_auth),
-        Route("/rubis/PutBid", put_bid), Route("/rubis/StoreBid", store_bid),
-        Route("/pattern/single", single), Route("/pattern/sequential", sequential),
-        Route("/pattern/cache", cache), Route("/pattern/parallel_all", parallel_all),
-        Route("/pattern/parallel_first", parallel_first), Route("/pattern/async", fire_and_forget),
-        Route("/lb/single", single),
-    ]
+    def with_extra_query(handler: Any) -> Any:
+        """The planted regression: one more query (a release that added one) before the
+        transaction's own work, on its critical path."""
+        async def extra(request: Request) -> Any:
+            await b.query(ITEM_PRICE, _id(request))
+            return await handler(request)
+        return extra
+
+    transactions = {  # testbed.transactions' names
+        "/rubis/ViewItem": ("ViewItem", view_item), "/rubis/PutBidAuth": ("PutBidAuth",
+                                                                        put_bid_auth),
+        "/rubis/PutBid": ("PutBid", put_bid), "/rubis/StoreBid": ("StoreBid", store_bid),
+        "/pattern/single": ("single", single), "/pattern/sequential": ("sequential", sequential),
+        "/pattern/cache": ("cache", cache), "/pattern/parallel_all": ("parallel_all",
+                                                                      parallel_all),
+        "/pattern/parallel_first": ("parallel_first", parallel_first),
+        "/pattern/async": ("async", fire_and_forget), "/lb/single": ("balanced", single),
+    }
+    unknown = set(config.extra_query) - {name for name, _ in transactions.values()}
+    if unknown:
+        raise ValueError(f"--extra-query: no transaction {', '.join(sorted(unknown))}")
+    routes = [Route("/health", health), Route("/svc/work", svc_work)]
+    routes += [Route(path, with_extra_query(handler) if name in config.extra_query else handler)
+               for path, (name, handler) in transactions.items()]
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await b.open()
@@ -314,11 +330,14 @@ def main() -> None:
     parser.add_argument("--truth-log", type=Path,
                         help="log each request's database calls (ports, times) here, to check "
                         "inferred causal paths against")
+    parser.add_argument("--extra-query", action="append", default=[], metavar="TRANSACTION",
+                        help="a planted regression: TRANSACTION (ViewItem, PutBid, single, ...) "
+                        "makes one more database round trip (repeatable)")
     args = parser.parse_args()
     config = AppConfig(args.name, args.dsn_file.read_text().strip(), args.cache, args.peer,
                        args.s2_mean_ms / 1e3, args.s2_sd_ms / 1e3, args.s3_mean_ms / 1e3,
                        args.s3_sd_ms / 1e3, args.cache_miss_p, args.sequential_m,
-                       args.truth_log)
+                       args.truth_log, tuple(args.extra_query))
     uvicorn.run(build_app(config), host=args.listen, port=args.port, log_level="warning",
                 access_log=False, http="h11", loop="asyncio", timeout_keep_alive=75)
 

@@ -18,7 +18,7 @@ from testbed import nginx
 from testbed.lifecycle import down, status, up
 from testbed.netns import TAG
 from testbed.state import default_root
-from testbed.topology import BUILT_IN, Topology, load_topology
+from testbed.topology import BUILT_IN, Topology, load_topology, with_extra_query
 
 
 def _tag_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,6 +39,10 @@ def _up_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mininet", action="store_true", help="build the network with Mininet "
                    "(Debian's mininet; LinuxBridge switch, no controller) instead of plain "
                    "namespaces; the application and SSH are the same")
+    p.add_argument("--extra-query", action="append", metavar="TRANSACTION",
+                   help="a planted regression, to check `linkgrad regress` catches it: "
+                   "TRANSACTION (ViewItem, PutBid, single, ...) makes one more database round "
+                   "trip (repeatable; the topology's service.extra_query otherwise)")
     _tag_arguments(p)
 
 
@@ -89,6 +93,8 @@ def _topology(args: argparse.Namespace) -> Topology:
     if args.app is not None and topology.app != args.app:
         raise InputError(Problem(f"--app {args.app} but the topology file says app: "
                                  f"{topology.app}", str(args.topology), field="app"))
+    if args.extra_query:
+        return with_extra_query(topology, tuple(args.extra_query))
     return topology
 
 

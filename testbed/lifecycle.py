@@ -174,7 +174,8 @@ def _app_argv(name: str, address: str, plan: TestbedPlan, topology: Topology, ds
             "--s2-mean-ms", str(s.s2_mean_ms), "--s2-sd-ms", str(s.s2_sd_ms),
             "--s3-mean-ms", str(s.s3_mean_ms), "--s3-sd-ms", str(s.s3_sd_ms),
             "--cache-miss-p", str(s.cache_miss_p), "--sequential-m", str(s.sequential_m),
-            "--truth-log", str(dsn_file.parents[1] / f"truth-{name}.log")]
+            "--truth-log", str(dsn_file.parents[1] / f"truth-{name}.log"),
+            *(f"--extra-query={t}" for t in s.extra_query)]
 
 
 def describe(plan: TestbedPlan, topology: Topology, directory: Path,

@@ -11,8 +11,16 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from common.errors import InputError, Problem
 from common.yamlconf import load_yaml
 
 Role = Literal["client", "web", "app", "db", "cache"]
@@ -23,6 +31,11 @@ REQUIRED_ROLES: dict[str, tuple[Role, ...]] = {
     "mediawiki": ("client", "web", "db"),  # Apache + mod_php on web, MariaDB on db
 }
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
+# the default application's transactions that can be given an extra query (testbed.app's
+# names for its routes; MediaWiki is not ours to change)
+EXTRA_QUERY_TRANSACTIONS = ("ViewItem", "PutBidAuth", "PutBid", "StoreBid", "single",
+                            "sequential", "cache", "parallel_all", "parallel_first", "async",
+                            "balanced")
 
 
 class HostSpec(BaseModel):
@@ -48,6 +61,21 @@ class ServiceTimes(BaseModel):
     s3_sd_ms: float = Field(60.0, ge=0)
     cache_miss_p: float = Field(0.3, ge=0, le=1)
     sequential_m: int = Field(2, ge=1, le=20)
+    # a planted regression: each named RUBiS/pattern transaction makes one more database
+    # round trip before its own work (a release that added a query; `linkgrad regress` must
+    # catch it)
+    extra_query: tuple[str, ...] = ()
+
+    @field_validator("extra_query")
+    @classmethod
+    def _known_transactions(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(names) - set(EXTRA_QUERY_TRANSACTIONS))
+        if unknown:
+            raise ValueError(f"no such transaction {', '.join(unknown)}: one of "
+                             f"{', '.join(EXTRA_QUERY_TRANSACTIONS)}")
+        if len(set(names)) != len(names):
+            raise ValueError("a transaction is named twice")
+        return names
 
 
 class Topology(BaseModel):
@@ -76,6 +104,8 @@ class Topology(BaseModel):
             if role not in required and self.with_role(role):
                 raise ValueError(f"app {self.app!r} has no {role!r} role (roles: "
                                  f"{', '.join(required)})")
+        if self.service.extra_query and self.app != "rubis":
+            raise ValueError(f"service.extra_query is for app rubis, not {self.app!r}")
         if len(self.with_role("app")) > 2:
             raise ValueError("at most two app hosts (app1 serves, app2 is also S3)")
         return self
@@ -111,3 +141,15 @@ def load_topology(path: str | Path | None, app: str | None = None) -> Topology:
     if path is None:
         return BUILT_IN[app or "rubis"]
     return load_yaml(path, Topology)
+
+
+def with_extra_query(topology: Topology, transactions: tuple[str, ...]) -> Topology:
+    """`topology` whose application makes one more database round trip in each of
+    `transactions` (validated as the file's field is: InputError naming --extra-query)."""
+    data = topology.model_dump()
+    data["service"]["extra_query"] = transactions
+    try:
+        return Topology.model_validate(data)
+    except ValidationError as e:
+        raise InputError([Problem(err["msg"].removeprefix("Value error, "),
+                                  field="--extra-query") for err in e.errors()]) from e

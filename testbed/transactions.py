@@ -81,6 +81,8 @@ def rubis_transactions(topology: Topology) -> list[Transaction]:
     front = {**_both(client, web, 1.0), **_both(web, app, 1.0)}
 
     def on_app(pattern: str, name: str, path: str, **links: float) -> Transaction:
+        if name in s.extra_query:  # one more round trip to the database, before its work
+            links["db"] = links.get("db", 0.0) + 1.0
         expected = dict(front)
         for target, g in links.items():
             expected.update(_both(app, {"db": db, "cache": cache, "peer": peer}[target], g))
@@ -107,7 +109,8 @@ def rubis_transactions(topology: Topology) -> list[Transaction]:
     ]
     share = 1.0 / len(apps)
     balanced = {**_both(client, web, 1.0)}
+    extra = 1.0 if "balanced" in s.extra_query else 0.0
     for a in apps:
-        balanced.update({**_both(web, a, share), **_both(a, db, share)})
+        balanced.update({**_both(web, a, share), **_both(a, db, share * (1.0 + extra))})
     found.append(Transaction("balanced", "/lb/single", "symmetric load balanced", balanced))
     return found

@@ -31,6 +31,9 @@ FORBIDDEN = {
                          "paramiko", "testbed", "injector", "sniffer", *PRESENTATION),
     "coordinator.config": ("coordinator.live", "coordinator.cli", "paramiko", *PRESENTATION),
     "coordinator.live": ("coordinator.cli", "injector", "sniffer", *PRESENTATION),
+    # the nights' comparison: run directories in, checks out; no SSH, testbed or presentation
+    "coordinator.regress": ("coordinator.live", "coordinator.cli", "paramiko", "testbed",
+                            "injector", "sniffer", *PRESENTATION),
     "common": ("rich", "argparse", "matplotlib", "paramiko"),
     # imported by the sniffer on every host: numpy and the standard library only
     "coordinator.snap": ("coordinator.core", "coordinator.config", "coordinator.live",

@@ -24,7 +24,17 @@ from typing import Any
 
 from common.command import Command, CommandGroup
 from common.errors import InputError, LinkgradError, Problem
-from coordinator.cli import gradient, latency, paths, place, predict, profile, route, run
+from coordinator.cli import (
+    gradient,
+    latency,
+    paths,
+    place,
+    predict,
+    profile,
+    regress,
+    route,
+    run,
+)
 from coordinator.config.strict_json import dumps
 from injector import cli as injector_cli
 from testbed import cli as testbed_cli
@@ -46,6 +56,7 @@ COMMANDS: tuple[Command | CommandGroup, ...] = (
     *route.COMMANDS,
     *profile.COMMANDS,
     *paths.COMMANDS,
+    *regress.COMMANDS,
 )
 
 

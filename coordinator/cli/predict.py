@@ -14,17 +14,10 @@ from rich.table import Table
 
 from common.command import Command
 from common.errors import InputError, Problem
-from coordinator.config.latencies import (
-    Latencies,
-    Placement,
-    latency_changes,
-    latency_sites,
-    load_latencies,
-    load_placement,
-    placement_site_problems,
-)
-from coordinator.config.run_dir import Pair, RunInputs, load_run, require_measured
+from coordinator.config.latencies import Placement, latency_sites, load_latencies
+from coordinator.config.run_dir import Pair, RunInputs, load_run
 from coordinator.config.strict_json import dumps
+from coordinator.config.what_if import placement_changes
 from coordinator.core.prediction import Estimate, Prediction, predict
 
 if TYPE_CHECKING:  # imported when validating: paramiko is slow to load
@@ -43,19 +36,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window-s", type=float, default=60.0,
                    help="with --validate: seconds measured at the current latencies and under "
                         "each placement (in three turns each)")
-
-
-def _changes(run: RunInputs, latencies: Latencies, latencies_path: Path,
-             placement_path: Path, known_sites: set[str]
-             ) -> tuple[Placement, dict[Pair, Estimate]]:
-    placement = load_placement(placement_path)
-    if problems := placement_site_problems(placement, placement_path, known_sites,
-                                           str(latencies_path)):
-        raise InputError(problems)
-    changes = latency_changes(run.hosts, latencies, placement, str(latencies_path),
-                              placement_path)
-    require_measured(run, changes, "in this placement", str(placement_path), "move")
-    return placement, changes
 
 
 def prediction_json(p: Prediction, run: RunInputs, changes: dict[Pair, Estimate]) -> dict:
@@ -121,7 +101,8 @@ def predict_command(args: argparse.Namespace) -> int:
     known = latency_sites(latencies, run.hosts)  # once, however many placements
     results = []
     for path in args.placement:
-        placement, changes = _changes(run, latencies, args.latencies, path, known)
+        placement, changes = placement_changes(run, latencies, args.latencies, path,
+                                               known)
         results.append(PlacementPrediction(str(path), placement, changes,
                                            predict(run.current_ms, run.gradients, changes)))
     if args.validate:

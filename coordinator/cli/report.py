@@ -37,7 +37,8 @@ from coordinator.core.weblog.model import RequestLog
 from coordinator.core.weblog.read import bounded_lines, choose_format, line_parser
 
 
-def _png(fig: Any) -> str:
+def png_img(fig: Any) -> str:
+    """The figure as an <img> with the PNG inline (closed after)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     plt.close(fig)
@@ -72,7 +73,7 @@ def graph_figure(name: str, links: list[LinkMeasurement]) -> str:
     ax.set_ylim(-1.5, 1.5)
     ax.axis("off")
     ax.set_title(f"{name}: link gradients (95% CI)")
-    return _png(fig)
+    return png_img(fig)
 
 
 def series_figures(log: RequestLog, rows: np.ndarray, record: InjectionRecord) -> str:
@@ -100,7 +101,7 @@ def series_figures(log: RequestLog, rows: np.ndarray, record: InjectionRecord) -
         a2.axvline(m / wave.period_s, color="red", alpha=0.4 if m > 1 else 0.8, lw=1)
     a2.set_xlabel("Hz (red: injection frequency and odd harmonics)")
     a2.set_ylabel("|FFT|")
-    return _png(fig)
+    return png_img(fig)
 
 
 def _table(links: list[LinkMeasurement]) -> str:

@@ -1,0 +1,286 @@
+"""`linkgrad regress SUITE.yaml`: one night of the nightly regression. Bring the suite's
+testbed up, run its experiments, tear down, compare what was measured with the accepted
+baseline, keep the night in the history and the trend page, and say it by exit code:
+0 no regression, 1 regression, 2 bad suite, 3 the night itself failed."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from common.command import Command
+from common.errors import InputError, LinkgradError, Problem
+from coordinator.cli.regress_junit import junit_xml, write_junit
+from coordinator.cli.regress_trend import write_trend
+from coordinator.config.strict_json import dumps
+from coordinator.config.suite import LoadedSuite, load_suite
+from coordinator.regress.compare import Check, compare
+from coordinator.regress.files import (
+    Baseline,
+    NightStatus,
+    append_history,
+    night_record,
+    read_baseline,
+    read_history,
+    write_baseline,
+)
+from coordinator.regress.measures import NightMeasures, night_measures
+from testbed.state import default_root
+from testbed.topology import load_topology
+
+EXIT = {"pass": 0, "accepted": 0, "regression": 1, "bad suite": 2, "failed": 3}
+HISTORY, TREND, RESULT = "history.jsonl", "trend.html", "regress.json"
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("suite", type=Path, help="suite YAML (see experiments/nightly.yaml)")
+    p.add_argument("--baseline", type=Path, metavar="FILE",
+                   help="the baseline to compare with, or with --accept to write (default: the "
+                        "suite's `baseline`, else NAME.baseline.json beside the suite)")
+    p.add_argument("--accept", action="store_true",
+                   help="write tonight's measures as the new baseline (a file to commit); a "
+                        "failed night writes nothing")
+    p.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML here")
+    p.add_argument("--netns", action="store_true",
+                   help="build the testbed on plain network namespaces, not Mininet")
+    p.add_argument("--topology", type=Path, metavar="FILE",
+                   help="the testbed's topology instead of the suite's (another build of the "
+                        "application: e.g. one whose service.extra_query plants a regression)")
+    p.add_argument("--night", type=Path, metavar="DIR",
+                   help="compare (or --accept) a night already run, from its run directories, "
+                        "instead of running one: nothing is brought up, nothing added to the "
+                        "history")
+
+
+@dataclass
+class Outcome:
+    """How the night ended and everything said of it."""
+
+    status: NightStatus
+    night: Path
+    checks: list[Check] = field(default_factory=list)
+    measures: NightMeasures = field(default_factory=NightMeasures)
+    runs: dict[str, Path] = field(default_factory=dict)
+    reason: str | None = None
+    baseline: Baseline | None = None
+
+
+def regress_command(args: argparse.Namespace) -> int:
+    suite = load_suite(args.suite, args.baseline)
+    if args.topology is not None:
+        suite = _with_topology(suite, args.topology)
+    baseline = _baseline(suite, args.accept)
+    started = time.time()
+    say = _say(args.json)
+    outcome = (_compare_night(suite, args.night, baseline) if args.night is not None
+               else _run_and_compare(suite, baseline, _mininet(suite, args.netns), say))
+    if args.accept and outcome.status in ("pass", "regression"):
+        write_baseline(suite.baseline, suite.name, outcome.night, outcome.measures)
+        outcome.status = "accepted"
+    files = _keep(suite, outcome, started, args, history=args.night is None)
+    result = _result_json(suite, outcome, files, args.accept)
+    try:
+        (outcome.night / RESULT).write_text(dumps(result) + "\n")
+    except OSError as e:  # said, not fatal: stdout has it all
+        Console(stderr=True).print(f"no {outcome.night / RESULT}: {e.strerror or e}",
+                                   markup=False, soft_wrap=True)
+    if args.json:
+        print(dumps(result))
+    else:
+        _print(result, outcome.checks)
+    if outcome.status == "bad suite":
+        Console(stderr=True).print(f"linkgrad: error: {outcome.reason}", markup=False,
+                                   soft_wrap=True)
+    return EXIT[outcome.status]
+
+
+def _mininet(suite: LoadedSuite, netns: bool) -> bool:
+    return suite.suite.testbed.network == "mininet" and not netns
+
+
+def _with_topology(suite: LoadedSuite, path: Path) -> LoadedSuite:
+    return replace(suite, topology=load_topology(path))
+
+
+def _baseline(suite: LoadedSuite, accept: bool) -> Baseline | None:
+    """The baseline to compare with; none (only) when accepting the first one."""
+    if suite.baseline.exists():
+        try:
+            return read_baseline(suite.baseline, suite.name)
+        except InputError:
+            if not accept:
+                raise
+            return None  # --accept replaces a broken one
+    if accept:
+        return None
+    raise InputError(Problem(f"no baseline at {suite.baseline}: accept a good night first "
+                             f"(linkgrad regress {suite.path} --accept)", str(suite.path),
+                             field="baseline"))
+
+
+def _night_dir(suite: LoadedSuite) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path, n = suite.output / f"{suite.name}-{stamp}", 1
+    while path.exists():  # two nights in one second
+        n += 1
+        path = suite.output / f"{suite.name}-{stamp}-{n}"
+    path.mkdir(parents=True)
+    return path
+
+
+def _run_and_compare(suite: LoadedSuite, baseline: Baseline | None, mininet: bool,
+                     say: Any) -> Outcome:
+    from coordinator.live.night import run_night  # paramiko: loaded only to run
+
+    try:
+        directory = _night_dir(suite)
+    except OSError as e:
+        raise InputError(Problem(f"cannot create the night's directory: {e.strerror or e}",
+                                 str(suite.path), field="output")) from e
+    night = run_night(suite, directory, mininet, default_root(), say)
+    outcome = Outcome("failed", directory, runs=night.runs, baseline=baseline,
+                      measures=night.measures)
+    if night.bad_suite is not None:
+        outcome.status, outcome.reason = "bad suite", str(night.bad_suite)
+    elif night.failed:
+        outcome.reason = "; ".join(filter(None, [night.failure, *night.teardown_problems]))
+    else:
+        _judge(outcome, suite)
+    return outcome
+
+
+def _compare_night(suite: LoadedSuite, directory: Path, baseline: Baseline | None) -> Outcome:
+    """A night already run: its experiments' run directories read back and judged."""
+    measures = NightMeasures()
+    runs = {}
+    for e in suite.experiments:
+        run_dir = directory / e.name
+        if not (run_dir / "gradients.json").exists():
+            raise InputError(Problem(f"no run of experiment {e.name!r} in this night (no "
+                                     f"{run_dir / 'gradients.json'})", str(directory),
+                                     field="--night"))
+        runs[e.name] = run_dir
+        measures = measures.merged(night_measures(e.name, run_dir, e.latencies, e.placements))
+    outcome = Outcome("pass", directory, runs=runs, measures=measures, baseline=baseline)
+    _judge(outcome, suite)
+    return outcome
+
+
+def _judge(outcome: Outcome, suite: LoadedSuite) -> None:
+    if outcome.baseline is None:  # accepting the first baseline: nothing to compare with
+        outcome.status = "pass"
+        return
+    outcome.checks = compare(outcome.baseline.measures, outcome.measures, suite.suite.checks)
+    regressed = any(c.verdict == "regression" for c in outcome.checks)
+    outcome.status = "regression" if regressed else "pass"
+
+
+def _keep(suite: LoadedSuite, outcome: Outcome, started: float, args: argparse.Namespace,
+          history: bool) -> dict[str, str]:
+    """The night's result, the history line, the trend page and the JUnit file: their paths.
+    A file that cannot be written fails the night loudly (exit 3), never silently."""
+    files: dict[str, str] = {}
+    base = outcome.baseline
+    record = night_record(suite.name, outcome.night, started, outcome.status, outcome.checks,
+                          outcome.measures.gradients,
+                          suite.baseline if base or args.accept else None,
+                          base.accepted_unix if base else None, outcome.reason)
+    try:
+        if history:
+            append_history(suite.output / HISTORY, record)
+            files["history"] = str(suite.output / HISTORY)
+            write_trend(suite.output / TREND, suite.name, read_history(suite.output / HISTORY))
+            files["trend"] = str(suite.output / TREND)
+        if args.junit is not None:
+            write_junit(args.junit, junit_xml(suite.name, outcome.checks,
+                                              outcome.reason if outcome.status == "failed"
+                                              else None, time.time() - started))
+            files["junit"] = str(args.junit)
+    except (OSError, LinkgradError) as e:
+        outcome.status = "failed"
+        outcome.reason = f"{outcome.reason + '; ' if outcome.reason else ''}cannot keep: {e}"
+    return files
+
+
+def _result_json(suite: LoadedSuite, outcome: Outcome, files: dict[str, str], accept: bool
+                 ) -> dict[str, Any]:
+    result = {
+        "suite": {"name": suite.name, "file": str(suite.path)},
+        "night": str(outcome.night), "status": outcome.status,
+        "exit_code": EXIT[outcome.status], "reason": outcome.reason,
+        "baseline": str(suite.baseline) if outcome.baseline or accept else None,
+        "baseline_accepted_unix": outcome.baseline.accepted_unix if outcome.baseline else None,
+        "accepted": accept and outcome.status == "accepted",
+        "runs": {name: str(path) for name, path in outcome.runs.items()},
+        "counts": dict(Counter(c.verdict for c in outcome.checks)),
+        "regressions": [c.name for c in outcome.checks if c.verdict == "regression"],
+        "checks": [c.as_json() for c in outcome.checks],
+        **files,
+    }
+    return result
+
+
+def _say(quiet: bool) -> Any:
+    console = Console(stderr=True)
+    started = time.monotonic()
+
+    def say(message: str) -> None:
+        if not quiet:
+            console.print(f"[dim]{time.monotonic() - started:7.1f} s[/] {message}")
+    return say
+
+
+def _print(result: dict[str, Any], checks: list[Check]) -> None:
+    console = Console()
+    status = result["status"]
+    colour = {"pass": "green", "accepted": "green", "regression": "red"}.get(status, "yellow")
+    console.print(f"[bold {colour}]{escape(status.upper())}[/] {escape(result['night'])}"
+                  + (f": {escape(result['reason'])}" if result["reason"] else ""))
+    regressions = [c for c in checks if c.verdict == "regression"]
+    if regressions:
+        table = Table("kind", "what", "baseline", "now", "why", title="regressions")
+        for c in regressions:
+            table.add_row(c.kind, escape(c.name), escape(_short(c.baseline)),
+                          escape(_short(c.current)), escape(c.reason))
+        console.print(table)
+    counts = ", ".join(f"{n} {v}" for v, n in sorted(result["counts"].items()))
+    console.print(f"checks: {counts or 'none'}")
+    if result["accepted"]:
+        console.print(f"accepted as the baseline: {escape(result['baseline'])}")
+    elif result["baseline"]:
+        console.print(f"baseline: {escape(result['baseline'])}")
+    for key in ("history", "trend", "junit"):
+        if key in result:
+            console.print(f"{key}: {escape(result[key])}")
+
+
+def _short(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in values.items() if k not in ("crossings",)) or "-"
+
+
+COMMANDS = (
+    Command("regress", "nightly regression: run a suite on a fresh testbed, compare with the "
+            "baseline",
+            "Bring the suite's testbed up (Mininet by default), run its experiments, tear "
+            "everything down (also on failure, Ctrl-C and SIGTERM), and compare what was "
+            "measured with the accepted baseline: every gradient (Welch's test on both "
+            "intervals, Holm's correction over the night, and a least change), every "
+            "prediction of the suite's placements, the communication graph's links (new, "
+            "vanished), each transaction's dominant causal path and each link's SNAP classes "
+            "(new). The night goes into OUTPUT/history.jsonl and OUTPUT/trend.html, its result "
+            "into its directory's regress.json. Exit 0: no regression (or --accept), 1: "
+            "regression, 2: bad suite, 3: the night itself failed (testbed, SSH, a run aborted "
+            "or interrupted): a failed night is never a pass.",
+            _arguments, regress_command,
+            epilog="Run nightly: see the README's recipe (a systemd timer, or a cron line).",
+            json_help="print the suite, the baseline and every check with its values and "
+                      "verdict as JSON"),
+)

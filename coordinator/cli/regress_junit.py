@@ -1,0 +1,55 @@
+"""JUnit XML of a night, for CI systems (Jenkins, GitLab, GitHub's test reporters): a test
+suite per kind of check, a test case per check; a regression is a `failure`, a check not
+judged `skipped`, and a night that could not run one `error` case (so it never reads as
+green)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+
+from coordinator.regress.compare import Check
+
+KINDS = ("gradient", "prediction", "link", "path", "snap")
+
+
+def junit_xml(suite: str, checks: Sequence[Check], failure: str | None, elapsed_s: float
+              ) -> str:
+    root = ET.Element("testsuites", name=f"linkgrad regress {suite}")
+    if failure is not None:
+        run = _suite(root, f"{suite}.night", 1, 0, 0, elapsed_s)
+        run.set("errors", "1")
+        case = ET.SubElement(run, "testcase", classname=f"{suite}.night", name="the night ran")
+        ET.SubElement(case, "error", message=failure, type="NightFailed").text = failure
+    for kind in KINDS:
+        mine = [c for c in checks if c.kind == kind]
+        if not mine:
+            continue
+        failed = sum(c.verdict == "regression" for c in mine)
+        skipped = sum(c.verdict == "skipped" for c in mine)
+        group = _suite(root, f"{suite}.{kind}", len(mine), failed, skipped, 0.0)
+        for c in mine:
+            case = ET.SubElement(group, "testcase", classname=f"{suite}.{kind}", name=c.name)
+            if c.verdict == "regression":
+                ET.SubElement(case, "failure", message=c.reason, type="Regression").text = (
+                    f"baseline {c.baseline}\ncurrent {c.current}")
+            elif c.verdict == "skipped":
+                ET.SubElement(case, "skipped", message=c.reason)
+            else:
+                ET.SubElement(case, "system-out").text = f"{c.verdict}: {c.reason}"
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _suite(root: ET.Element, name: str, tests: int, failures: int, skipped: int,
+           elapsed_s: float) -> ET.Element:
+    return ET.SubElement(root, "testsuite", name=name, tests=str(tests), failures=str(failures),
+                         errors="0", skipped=str(skipped), time=f"{elapsed_s:.1f}")
+
+
+def write_junit(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -1,0 +1,123 @@
+"""The files the nights keep: the baseline (one accepted night's measures, meant to be
+committed beside the suite) and the history (JSON lines, a night per line, appended whole:
+what the trend page draws). Both read back strictly: a file edited wrong, cut short or from
+another tool is InputError naming it, its line and field."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from common.errors import InputError, Problem
+from common.yamlconf import loads_json, problems_of, read_json
+from coordinator.config.fields import Float, Int, Str
+from coordinator.config.strict_json import dumps
+from coordinator.regress.compare import Check
+from coordinator.regress.measures import GradientMeasure, NightMeasures
+
+BASELINE_FORMAT = "linkgrad regress baseline"
+NightStatus = Literal["pass", "regression", "failed", "bad suite", "accepted"]
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class Baseline(_File):
+    format: Literal["linkgrad regress baseline"] = BASELINE_FORMAT
+    version: Int = Field(1, ge=1, le=1)
+    suite: Str
+    accepted_unix: Float = Field(ge=0)
+    night: Str  # the accepted night's directory
+    measures: NightMeasures
+
+
+def write_baseline(path: Path, suite: str, night: Path, measures: NightMeasures,
+                   now_s: float | None = None) -> Baseline:
+    baseline = Baseline(suite=suite, accepted_unix=time.time() if now_s is None else now_s,
+                        night=str(night), measures=measures)
+    _write_whole(path, dumps(baseline.model_dump(mode="json"), indent=1, note=False) + "\n")
+    return baseline
+
+
+def read_baseline(path: Path, suite: str) -> Baseline:
+    """The baseline at `path`, which must be the suite's own."""
+    data = read_json(path, "the baseline (linkgrad regress --accept writes it)")
+    try:
+        baseline = Baseline.model_validate(data)
+    except ValidationError as e:
+        raise InputError(problems_of(e, str(path))) from e
+    if baseline.suite != suite:
+        raise InputError(Problem(f"the baseline of suite {baseline.suite!r}, not of {suite!r}",
+                                 str(path), field="suite"))
+    return baseline
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """A temporary file renamed over the target: an interrupted write leaves the old one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+class NightRecord(_File):
+    """A line of the history: how a night went, every check, and what it measured."""
+
+    suite: Str
+    night: Str  # its directory's name
+    started_unix: Float = Field(ge=0)
+    ended_unix: Float = Field(ge=0)
+    status: NightStatus
+    reason: Str | None = None  # why it failed
+    baseline: Str | None = None  # the baseline file compared with
+    baseline_accepted_unix: Float | None = None
+    checks: list[dict[str, Any]] = Field(default_factory=list)  # Check.as_json()
+    gradients: list[GradientMeasure] = Field(default_factory=list)
+
+
+def night_record(suite: str, night: Path, started_s: float, status: NightStatus,
+                 checks: Sequence[Check], gradients: Sequence[GradientMeasure],
+                 baseline: Path | None, baseline_accepted_s: float | None,
+                 reason: str | None = None) -> NightRecord:
+    return NightRecord(suite=suite, night=night.name, started_unix=started_s,
+                       ended_unix=time.time(), status=status, reason=reason,
+                       baseline=str(baseline) if baseline else None,
+                       baseline_accepted_unix=baseline_accepted_s,
+                       checks=[c.as_json() for c in checks], gradients=list(gradients))
+
+
+def append_history(path: Path, record: NightRecord) -> None:
+    """One line, written by one write() on a file opened for appending: two nights never
+    interleave and a killed one leaves whole lines behind it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (dumps(record.model_dump(mode="json"), indent=None, note=False) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_history(path: Path) -> list[NightRecord]:
+    """Every night in the history file (none if there is no file yet)."""
+    if not path.exists():
+        return []
+    out = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(NightRecord.model_validate(loads_json(line, str(path))))
+        except InputError as e:
+            raise InputError([Problem(p.message, str(path), number, p.field)
+                              for p in e.problems]) from e
+        except ValidationError as e:
+            raise InputError([Problem(p.message, str(path), number, p.field)
+                              for p in problems_of(e, str(path))]) from e
+    return out

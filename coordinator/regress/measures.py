@@ -1,0 +1,233 @@
+"""What one night measured, as the baseline keeps it and the comparison reads it: every
+gradient with its interval, every prediction of the suite's placements, the communication
+graph's links, each transaction's causal paths and each link's SNAP classes in the passive
+phase. Read from a finished run directory (`night_measures`); plain records, so a baseline
+file is this and nothing else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from common.errors import InputError
+from common.yamlconf import problems_of, read_json
+from coordinator.config.fields import Float, Int, Str
+from coordinator.config.latencies import latency_sites, load_latencies
+from coordinator.config.run_dir import (
+    LinkMeasurement,
+    PlanFile,
+    load_run,
+    read_measurements,
+    read_record,
+)
+from coordinator.config.snap_file import read_snap
+from coordinator.config.what_if import placement_changes
+from coordinator.core.prediction import predict
+from coordinator.snap.evidence import LinkKey, link_classes
+
+
+class _Measure(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class _ReadBack(BaseModel):
+    """A run's file read for some of its fields: those checked, the rest left alone."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
+
+
+class GradientMeasure(_Measure):
+    experiment: Str
+    transaction: Str
+    link: Str  # the graph's label: `tcp app1:0 -> db:5432`
+    gradient: Float | None  # None: too few requests to estimate
+    ci95: tuple[Float, Float] | None
+    dof: Float | None = None  # the interval's degrees of freedom (None: normal)
+    magnitude_ms: Float
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return ("gradient", self.experiment, self.transaction, self.link)
+
+
+class PredictionMeasure(_Measure):
+    experiment: Str
+    placement: Str  # the placement file's name
+    transaction: Str
+    predicted_ms: Float
+    se_ms: Float = Field(ge=0)
+    current_ms: Float
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return ("prediction", self.experiment, self.placement, self.transaction)
+
+
+class LinkMeasure(_Measure):
+    experiment: Str
+    link: Str
+    messages: Int = Field(ge=0)
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return ("link", self.experiment, self.link)
+
+
+class PatternCount(_Measure):
+    key: Str  # patterns.py's shape of the path
+    count: Int = Field(ge=0)
+    crossings: dict[Str, Float] = Field(default_factory=dict)  # host link -> crossings
+
+
+class PathMeasure(_Measure):
+    experiment: Str
+    transaction: Str
+    requests: Int = Field(ge=0)  # the transaction's requests the trace has
+    patterns: tuple[PatternCount, ...]  # commonest first (paths.json keeps five)
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return ("path", self.experiment, self.transaction)
+
+
+class SnapMeasure(_Measure):
+    experiment: Str
+    link: Str
+    window_s: Float = Field(gt=0)  # the passive phase
+    seconds: dict[Str, Float]  # class -> connection-seconds in the window
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return ("snap", self.experiment, self.link)
+
+
+class NightMeasures(_Measure):
+    gradients: tuple[GradientMeasure, ...] = ()
+    predictions: tuple[PredictionMeasure, ...] = ()
+    links: tuple[LinkMeasure, ...] = ()
+    paths: tuple[PathMeasure, ...] = ()
+    snap: tuple[SnapMeasure, ...] = ()
+    # experiments whose run kept no paths.json / snap.json (not enabled, or nothing traced)
+    without_paths: tuple[Str, ...] = ()
+    without_snap: tuple[Str, ...] = ()
+
+    def merged(self, other: NightMeasures) -> NightMeasures:
+        return NightMeasures(**{name: getattr(self, name) + getattr(other, name)
+                                for name in type(self).model_fields})
+
+
+def night_measures(experiment: str, run_dir: Path, latencies: Path | None = None,
+                   placements: tuple[Path, ...] = ()) -> NightMeasures:
+    """What the finished run in `run_dir` (of the suite's experiment `experiment`) measured,
+    with the predictions of `placements` at `latencies`. A file that is there but wrong is
+    InputError naming it; paths and SNAP may be missing (the experiment did not want them)."""
+    links = read_measurements(run_dir / "gradients.json")
+    plan = read_record(run_dir / "plan.json", PlanFile, "the square wave's plan")
+    graph = _read_list(run_dir / "graph.json", GraphLinkAsRun, "the communication graph")
+    paths = _paths(experiment, run_dir)
+    snap = _snap(experiment, run_dir, graph, plan.training)
+    return NightMeasures(
+        gradients=tuple(_gradients(experiment, links)),
+        predictions=tuple(_predictions(experiment, run_dir, latencies, placements)),
+        links=tuple(_graph_links(experiment, graph)),
+        paths=paths or (), snap=snap or (),
+        without_paths=() if paths is not None else (experiment,),
+        without_snap=() if snap is not None else (experiment,))
+
+
+def _gradients(experiment: str, links: list[LinkMeasurement]) -> list[GradientMeasure]:
+    out = []
+    for m in links:
+        for name, t in sorted(m.transactions.items()):
+            ci = t.get("ci95")
+            out.append(GradientMeasure(
+                experiment=experiment, transaction=name, link=str(m.link["label"]),
+                gradient=t.get("gradient"), ci95=tuple(ci) if ci else None,
+                dof=float(t["dof"]) if t.get("dof") else None,
+                magnitude_ms=m.record.magnitude_ms))
+    return out
+
+
+def _predictions(experiment: str, run_dir: Path, latencies_file: Path | None,
+                 placements: tuple[Path, ...]) -> list[PredictionMeasure]:
+    if latencies_file is None or not placements:
+        return []
+    run, latencies = load_run(run_dir / "gradients.json"), load_latencies(latencies_file)
+    known = latency_sites(latencies, run.hosts)
+    out = []
+    for path in placements:
+        _, changes = placement_changes(run, latencies, latencies_file, path, known)
+        for name, p in sorted(predict(run.current_ms, run.gradients, changes).items()):
+            out.append(PredictionMeasure(
+                experiment=experiment, placement=path.stem, transaction=name,
+                predicted_ms=p.predicted_ms, se_ms=p.se_ms, current_ms=p.current_ms.mean))
+    return out
+
+
+def _graph_links(experiment: str, graph: list[GraphLinkAsRun]) -> list[LinkMeasure]:
+    return [LinkMeasure(experiment=experiment, link=e.label, messages=e.messages)
+            for e in graph]
+
+
+class GraphLinkAsRun(_ReadBack):
+    """An entry of `graph.json`, as far as the nights compare it."""
+
+    label: Str
+    messages: Int = Field(ge=0)
+    src_host: Str
+    src_port: Int = Field(ge=0, le=65535)
+    dst_host: Str
+    dst_port: Int = Field(ge=0, le=65535)
+
+
+class _Pattern(_ReadBack):
+    key: Str
+    count: Int = Field(ge=0)
+    crossings: dict[Str, Float] = Field(default_factory=dict)
+
+
+class PathsAsRun(_ReadBack):
+    """`paths.json`, as far as the nights compare it: each transaction's likeliest paths."""
+
+    transactions: dict[Str, list[_Pattern]] = Field(default_factory=dict)
+    transaction_requests: dict[Str, Int] = Field(default_factory=dict)
+
+
+def _read_list(path: Path, model: type[_ReadBack], what: str) -> list[Any]:
+    data = read_json(path, what)
+    try:
+        return TypeAdapter(list[model]).validate_python(data)  # type: ignore[valid-type]
+    except ValidationError as e:
+        raise InputError(problems_of(e, str(path))) from e
+
+
+def _paths(experiment: str, run_dir: Path) -> list[PathMeasure] | None:
+    if not (run_dir / "paths.json").exists():
+        return None
+    data = read_record(run_dir / "paths.json", PathsAsRun, "the causal paths")
+    if not data.transactions:  # tracing found no request of a named transaction
+        return None
+    return [PathMeasure(experiment=experiment, transaction=name,
+                        requests=data.transaction_requests.get(
+                            name, sum(p.count for p in patterns)),
+                        patterns=tuple(PatternCount(key=p.key, count=p.count,
+                                                    crossings=p.crossings) for p in patterns))
+            for name, patterns in sorted(data.transactions.items())]
+
+
+def _snap(experiment: str, run_dir: Path, graph: list[GraphLinkAsRun],
+          training: tuple[float, float] | None) -> list[SnapMeasure] | None:
+    snap = read_snap(run_dir)
+    if snap is None or training is None or training[1] <= training[0]:
+        return None
+    reports = snap.report_dicts()
+    out = []
+    for e in graph:
+        key = LinkKey(e.src_host, e.src_port, e.dst_host, e.dst_port)
+        seconds = link_classes(reports, snap.addresses, key, training)
+        out.append(SnapMeasure(experiment=experiment, link=e.label,
+                               window_s=training[1] - training[0],
+                               seconds={k: round(v, 3) for k, v in seconds.items() if v > 0}))
+    return out
