@@ -1,0 +1,125 @@
+"""`linkgrad regress --night`, end to end through the command line, on nights whose runs the
+fake remote made (real run directories: the real run loop, daemons' handlers and estimator, in
+virtual time, no root): a night like the baseline's passes, a night whose application makes
+one more database round trip fails naming that transaction and link, and the files it keeps
+say so."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli.main import main
+from coordinator.config.experiment import Experiment
+from coordinator.live.run import run_experiment
+from tests.fakes.remote import ADDRESSES, LOG_FORMAT, FakeApplication, FakeClock, FakeHosts
+
+SUITE = """\
+name: fake-nights
+testbed: {tag: nt}
+experiments:
+  - experiment: fake.yaml
+checks:
+  gradients: {alpha: 0.01, min_change: 0.25}
+output: out
+"""
+
+
+def _night(tmp_path: Path, name: str, crossings: dict[str, int], seed: int) -> Path:
+    """A night directory holding the experiment `fake`'s run on an application whose
+    transactions make `crossings` database round trips."""
+    (tmp_path / "known_hosts").write_text("")
+    experiment = Experiment.model_validate({
+        "name": "fake",
+        "hosts": [{"name": n, "address": a} for n, a in ADDRESSES.items()],
+        "ssh": {"known_hosts": str(tmp_path / "known_hosts")},
+        "web_log": {"host": "web", "path": "/var/log/nginx/access.log", "format": "nginx",
+                    "log_format": LOG_FORMAT},
+        "transactions": {"two": "^/two", "none": "^/none"},
+        "parameters": {"training_s": 30, "period_s": 8, "cycles": 4, "magnitude_ms": 10,
+                       "adaptive": False, "include": ["app->db", "db->app"], "concurrent": 2},
+        "paths": {"enabled": False}})
+    clock = FakeClock()
+    hosts = FakeHosts(FakeApplication(clock, crossings, seed=seed))
+    night = tmp_path / "nights" / name
+    journal = run_experiment(experiment, night / "fake", lambda _: None,
+                             connect=hosts.connect, clock=clock)
+    assert journal.succeeded
+    return night
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("nights")
+    return {"accepted": _night(tmp, "accepted", {"/two": 2, "/none": 0}, seed=1),
+            "same": _night(tmp, "same", {"/two": 2, "/none": 0}, seed=2),
+            "extra": _night(tmp, "extra", {"/two": 3, "/none": 0}, seed=3)}
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    (tmp_path / "fake.yaml").write_text("name: fake\ntestbed: nt\n"
+                                        "transactions: {two: ^/two, none: ^/none}\n")
+    path = tmp_path / "suite.yaml"
+    path.write_text(SUITE)
+    return path
+
+
+def _regress(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
+    code = main(["regress", *argv, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def test_without_a_baseline_it_asks_for_one(suite: Path, nights: dict[str, Path],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["regress", str(suite), "--night", str(nights["same"])])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "no baseline at" in err
+    assert "--accept" in err
+
+
+def test_a_night_like_the_baseline_passes_and_one_more_round_trip_fails(
+        suite: Path, nights: dict[str, Path], capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    code, accepted = _regress(capsys, str(suite), "--night", str(nights["accepted"]),
+                              "--accept")
+    assert (code, accepted["status"], accepted["accepted"]) == (0, "accepted", True)
+    baseline = Path(accepted["baseline"])
+    assert baseline == tmp_path / "fake-nights.baseline.json"
+    assert json.loads(baseline.read_text())["suite"] == "fake-nights"
+
+    code, same = _regress(capsys, str(suite), "--night", str(nights["same"]))
+    assert (code, same["status"], same["regressions"]) == (0, "pass", [])
+    gradients = [c for c in same["checks"] if c["kind"] == "gradient"]
+    assert len(gradients) == 4  # two transactions, two links
+    assert all(c["verdict"] == "pass" for c in gradients)
+    assert same["baseline"] == str(baseline)
+
+    junit = tmp_path / "junit.xml"
+    code, extra = _regress(capsys, str(suite), "--night", str(nights["extra"]), "--junit",
+                           str(junit))
+    assert (code, extra["status"]) == (1, "regression")
+    assert set(extra["regressions"]) == {"two on tcp app:0 -> db:5432 (experiment fake)",
+                                         "two on tcp db:5432 -> app:0 (experiment fake)"}
+    two = next(c for c in extra["checks"] if c["name"] == extra["regressions"][0])
+    assert two["current"]["gradient"] - two["baseline"]["gradient"] == pytest.approx(1, abs=0.3)
+    failures = ET.parse(junit).getroot().findall(".//failure")
+    assert len(failures) == 2
+    # a night compared again is not a night run: the history holds none of them
+    assert "history" not in extra
+    assert not (tmp_path / "out" / "history.jsonl").exists()
+    assert json.loads((nights["extra"] / "regress.json").read_text())["status"] == "regression"
+
+
+def test_a_night_missing_an_experiment_is_bad_input(
+        suite: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty-night"
+    empty.mkdir()
+    code = main(["regress", str(suite), "--night", str(empty), "--accept"])
+    assert code == 2
+    assert "no run of experiment 'fake' in this night" in capsys.readouterr().err

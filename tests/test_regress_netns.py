@@ -1,0 +1,132 @@
+"""`linkgrad regress` for real, on Mininet (root): a short suite's night accepted as the
+baseline, then a night of the application with one more database round trip in PutBid fails
+naming it; a night stopped by SIGTERM fails (exit 3) and leaves nothing behind. The suite
+brings the testbed up and down itself: after each night no namespace, process or testbed
+directory of it is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.marks import TESTBED, needs_mininet
+from tests.netns_tools.testbeds import (
+    LINKGRAD,
+    network_namespaces,
+    private_root,
+    processes_outside,
+    unique_tag,
+)
+
+pytestmark = [*TESTBED, needs_mininet]
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
+
+
+def _suite(tmp_path: Path, tag: str) -> Path:
+    """The shipped nightly suite made short (20 s training, 3 cycles): about a minute a run."""
+    experiment = (EXPERIMENTS / "nightly" / "db.yaml").read_text()
+    experiment = (experiment.replace("testbed: nt", f"testbed: {tag}")
+                  .replace("training_s: 30", "training_s: 20")
+                  .replace("cycles: 4", "cycles: 3"))
+    (tmp_path / "db.yaml").write_text(experiment)
+    suite = (EXPERIMENTS / "nightly.yaml").read_text()
+    suite = (suite.replace("tag: nt", f"tag: {tag}")
+             .replace("experiment: nightly/db.yaml", "experiment: db.yaml")
+             .replace("placement/", f"{EXPERIMENTS}/placement/")
+             .replace("output: ../runs/nightly", "output: out"))
+    path = tmp_path / "nightly.yaml"
+    path.write_text(suite)
+    return path
+
+
+def _regress(root: Path, *argv: str, timeout_s: float = 600) -> tuple[int, dict, str]:
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
+    done = subprocess.run([LINKGRAD, "regress", *argv, "--json"], capture_output=True,
+                          text=True, timeout=timeout_s, env=env, check=False)
+    return done.returncode, json.loads(done.stdout), done.stderr
+
+
+def _assert_nothing_left(tag: str, root: Path, before: set[str]) -> None:
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                check=True).stdout
+    assert f"lgtb-{tag}-" not in namespaces
+    assert not (root / f"linkgrad-testbed-{tag}").exists()
+    assert not processes_outside(before)
+
+
+def test_a_planted_database_round_trip_fails_the_night_naming_it(tmp_path: Path) -> None:
+    tag, root = unique_tag("n"), private_root()
+    suite = _suite(tmp_path, tag)
+    before = network_namespaces()
+    code, accepted, err = _regress(root, str(suite), "--accept")
+    assert code == 0, err[-3000:]
+    assert accepted["status"] == "accepted"
+    _assert_nothing_left(tag, root, before)
+    baseline = json.loads(Path(accepted["baseline"]).read_text())
+    gradients = {g["transaction"]: g for g in baseline["measures"]["gradients"]
+                 if g["link"] == "tcp app1:0 -> db:5432"}
+    assert gradients["PutBid"]["gradient"] == pytest.approx(3, abs=0.5)
+
+    planted = tmp_path / "planted.yaml"
+    planted.write_text((EXPERIMENTS / "topology-default.yaml").read_text()
+                       + "  extra_query: [PutBid]\n")
+    junit = tmp_path / "junit.xml"
+    code, night, err = _regress(root, str(suite), "--topology", str(planted), "--junit",
+                                str(junit))
+    assert code == 1, err[-3000:]
+    assert night["status"] == "regression"
+    _assert_nothing_left(tag, root, before)
+    found = night["regressions"]
+    assert "PutBid on tcp app1:0 -> db:5432 (experiment db)" in found
+    assert "PutBid on tcp db:5432 -> app1:0 (experiment db)" in found
+    assert "PutBid on placement db-east (experiment db)" in found
+    gradient_regressions = [c for c in night["checks"]
+                            if c["kind"] == "gradient" and c["verdict"] == "regression"]
+    assert {c["transaction"] for c in gradient_regressions} == {"PutBid"}  # no false alarm
+    put_bid = next(c for c in gradient_regressions if c["link"] == "tcp app1:0 -> db:5432")
+    assert put_bid["change"] == pytest.approx(1, abs=0.4)
+    failures = [f.get("message") or "" for f in ET.parse(junit).getroot().iter("failure")]
+    assert any("PutBid" in case for case in
+               [c.get("name") for c in ET.parse(junit).getroot().iter("testcase")
+                if c.find("failure") is not None])
+    assert failures
+    history = (tmp_path / "out" / "history.jsonl").read_text().splitlines()
+    assert [json.loads(line)["status"] for line in history] == ["accepted", "regression"]
+    assert "<figure>" in (tmp_path / "out" / "trend.html").read_text()
+
+
+def test_sigterm_fails_the_night_and_leaves_nothing(tmp_path: Path) -> None:
+    tag, root = unique_tag("n"), private_root()
+    suite = _suite(tmp_path, tag)
+    (tmp_path / "nightly.baseline.json").write_text("{}")  # never read: --accept replaces it
+    before = network_namespaces()
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
+    night = subprocess.Popen([LINKGRAD, "regress", str(suite), "--accept", "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while not list((tmp_path / "out").glob("nightly-*/db/run.json")):  # a run under way
+            assert night.poll() is None, night.communicate()
+            assert time.monotonic() < deadline, "the night's run never started"
+            time.sleep(0.5)
+        night.send_signal(signal.SIGTERM)
+        out, err = night.communicate(timeout=180)
+    finally:
+        if night.poll() is None:
+            night.kill()
+    assert night.returncode == 3, err[-3000:]
+    result = json.loads(out)
+    assert result["status"] == "failed"
+    assert "interrupted" in result["reason"]
+    # a failed night accepts nothing
+    assert (tmp_path / "nightly.baseline.json").read_text() == "{}"
+    history = (tmp_path / "out" / "history.jsonl").read_text().splitlines()
+    assert [json.loads(line)["status"] for line in history] == ["failed"]
+    _assert_nothing_left(tag, root, before)
