@@ -102,16 +102,21 @@ def namespace_pids(namespace: str) -> list[int]:
     return [int(p) for p in done.stdout.split()] if done.returncode == 0 else []
 
 
-def kill_namespace(namespace: str, grace_s: float = 5.0) -> None:
-    """Every process in the namespace is ours (we made the namespace): TERM, then KILL."""
+def kill_namespace(namespace: str, grace_s: float = 5.0,
+                   spare: frozenset[int] = frozenset()) -> None:
+    """Every process in the namespace is ours (we made the namespace): TERM, then KILL;
+    but `spare` (Mininet's host shells, which its keeper ends itself)."""
+    def ours() -> list[int]:
+        return [p for p in namespace_pids(namespace) if p not in spare]
+
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in namespace_pids(namespace):
+        for pid in ours():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + grace_s
-        while namespace_pids(namespace) and time.monotonic() < deadline:
+        while ours() and time.monotonic() < deadline:
             time.sleep(0.05)
-        if not namespace_pids(namespace):
+        if not ours():
             return
 
 
@@ -123,9 +128,12 @@ def teardown(plan: TestbedPlan, state: State | None) -> list[str]:
     # the processes first, while their namespaces still have names: the Mininet keeper
     # deletes the names as it stops, and a server in a namespace nobody names any more
     # would never be found again
-    for host in plan.hosts:
-        kill_namespace(host.namespace)
     keeper = state.services.get("root/mininet") if state else None
+    # Mininet's host shells are left to its keeper, if it is there to end them
+    shells = frozenset(keeper.get("shells", [])) if keeper and _alive(
+        keeper["pid"], "mininet_keeper") else frozenset()
+    for host in plan.hosts:
+        kill_namespace(host.namespace, spare=shells)
     if keeper is not None:  # it stops Mininet's own hosts, links and bridge on SIGTERM
         _stop_pid(keeper["pid"], "mininet_keeper")
     undo = state.undo if state else _undo_by_names(plan)
@@ -139,13 +147,17 @@ def teardown(plan: TestbedPlan, state: State | None) -> list[str]:
     return failures
 
 
-def _stop_pid(pid: int, expected: str, grace_s: float = 20.0) -> None:
-    """TERM (then KILL) one process of ours, if `expected` is in its command line (a pid may
-    have been reused by now)."""
+def _alive(pid: int, expected: str) -> bool:
+    """Whether `pid` runs and is ours: `expected` in its command line (a pid is reused)."""
     try:
-        if expected not in Path(f"/proc/{pid}/cmdline").read_text():
-            return
+        return expected in Path(f"/proc/{pid}/cmdline").read_text()
     except OSError:
+        return False
+
+
+def _stop_pid(pid: int, expected: str, grace_s: float = 20.0) -> None:
+    """TERM (then KILL) one process of ours, if it still runs."""
+    if not _alive(pid, expected):
         return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s

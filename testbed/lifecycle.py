@@ -115,6 +115,9 @@ def _network(builder: Builder, plan: TestbedPlan, directory: Path, mininet: bool
     builder.start(None, "mininet", [MININET_PYTHON, str(Path(__file__).with_name(
         "mininet_keeper.py")), str(directory / "mininet.json"), str(ready)])
     wait_until(ready.exists, "Mininet to build the network", timeout_s=60)
+    shells = json.loads(ready.read_text())["shells"]
+    builder.state.services["root/mininet"]["shells"] = sorted(shells.values())
+    builder.state.save()
 
 
 def _fails(argv: list[str]) -> bool:

@@ -10,6 +10,7 @@ testbed starts services, SSH and the injector in it exactly as in the plain-name
 """
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -44,8 +45,12 @@ def main():
     net = build(spec)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
-    with open(sys.argv[2], "w") as f:
-        f.write("ready\n")
+    # ready, with each host's shell: Mininet's own (an interactive bash, which ignores
+    # SIGTERM); the testbed's teardown leaves them to net.stop(), which ends them cleanly
+    ready = sys.argv[2]
+    with open(ready + ".tmp", "w") as f:
+        json.dump({"shells": {h["name"]: net.get(h["name"]).pid for h in spec["hosts"]}}, f)
+    os.replace(ready + ".tmp", ready)
     try:
         while not stop:
             signal.pause()
