@@ -68,7 +68,10 @@ def _night(suite: Path, baseline: Path, planted: Path | None) -> dict[str, Any]:
         result = {"status": "no output", "reason": done.stderr[-500:]}
     gradients = {c["link"]: c["current"].get("gradient") for c in result.get("checks", [])
                  if c.get("kind") == "gradient" and c.get("transaction") == "PutBid"}
+    p_values = [c["p_value"] for c in result.get("checks", [])
+                if c.get("kind") == "gradient" and c.get("p_value") is not None]
     return {"planted": planted is not None, "exit_code": done.returncode,
+            "least_p": min(p_values, default=None), "checks": len(result.get("checks", [])),
             "status": result.get("status"), "reason": result.get("reason"),
             "regressions": result.get("regressions", []), "seconds": round(elapsed, 1),
             "put_bid": gradients, "night": result.get("night")}
@@ -102,16 +105,25 @@ def _markdown(nights: list[dict[str, Any]], baseline: Path) -> str:
         f"{seconds[len(seconds) // 2]:.0f} s, {seconds[0]:.0f}–{seconds[-1]:.0f} s"
         if seconds else "- no night completed",
         "",
-        "| # | application | exit | regressions | PutBid app1->db | PutBid db->app1 | s |",
-        "|---|---|---|---|---|---|---|",
+        "Least p: the smallest p-value of the night's gradient tests, before Holm's correction "
+        "(a regression needs it under 0.01/12 and a change of 0.25 or more).",
+        "",
+        "| # | application | exit | regressions | PutBid app1->db | PutBid db->app1 | least p | "
+        "checks | s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for i, n in enumerate(nights, 1):
         g = n["put_bid"]
         fwd, back = (g.get("tcp app1:0 -> db:5432"), g.get("tcp db:5432 -> app1:0"))
         what = "; ".join(n["regressions"]) or n["reason"] or "-"
         lines.append(f"| {i} | {'planted' if n['planted'] else 'as is'} | {n['exit_code']} | "
-                     f"{what} | {_g(fwd)} | {_g(back)} | {n['seconds']:.0f} |")
+                     f"{what} | {_g(fwd)} | {_g(back)} | {_p(n['least_p'])} | {n['checks']} | "
+                     f"{n['seconds']:.0f} |")
     return "\n".join(lines)
+
+
+def _p(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2g}"
 
 
 def _g(x: float | None) -> str:
