@@ -311,3 +311,14 @@ def test_bad_tolerances_and_missing_files_are_each_named(tmp_path: Path) -> None
     with pytest.raises(InputError, match=r"nope\.yaml"):
         load_suite(_suite(tmp_path, "name: n1\nexperiments:\n  - experiment: e.yaml\n"
                           "    predict: {latencies: nope.yaml, placements: [p.yaml]}\n"))
+
+
+def test_an_experiment_the_suite_gained_is_new_not_a_flood_of_new_links() -> None:
+    gained = night().model_copy(update={"links": (*night().links, LinkMeasure(
+        experiment="front", link="tcp web:0 -> app1:8000", messages=5000))})
+    checks = compare(night(), gained, Checks())
+    assert not regressions(checks)
+    assert verdicts(checks)["experiment: experiment (experiment front)"] == "new"
+    lost = compare(gained, night(), Checks())
+    assert verdicts(lost)["experiment: experiment (experiment front)"] == "skipped"
+    assert not regressions(lost)

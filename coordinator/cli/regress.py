@@ -14,7 +14,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from common.command import Command
 from common.errors import InputError, LinkgradError, Problem
@@ -244,13 +243,11 @@ def _print(result: dict[str, Any], checks: list[Check]) -> None:
     colour = {"pass": "green", "accepted": "green", "regression": "red"}.get(status, "yellow")
     console.print(f"[bold {colour}]{escape(status.upper())}[/] {escape(result['night'])}"
                   + (f": {escape(result['reason'])}" if result["reason"] else ""))
-    regressions = [c for c in checks if c.verdict == "regression"]
-    if regressions:
-        table = Table("kind", "what", "baseline", "now", "why", title="regressions")
-        for c in regressions:
-            table.add_row(c.kind, escape(c.name), escape(_short(c.baseline)),
-                          escape(_short(c.current)), escape(c.reason))
-        console.print(table)
+    for c in (c for c in checks if c.verdict == "regression"):
+        why = c.reason.split(": ", 1)[-1] if c.kind in ("gradient", "prediction") else c.reason
+        console.print(f"[red]✗[/] {c.kind} {escape(c.name)}\n    "
+                      f"{escape(_value(c.kind, c.baseline))} → "
+                      f"{escape(_value(c.kind, c.current))}: {escape(why)}", soft_wrap=True)
     counts = ", ".join(f"{n} {v}" for v, n in sorted(result["counts"].items()))
     console.print(f"checks: {counts or 'none'}")
     if result["accepted"]:
@@ -262,8 +259,20 @@ def _print(result: dict[str, Any], checks: list[Check]) -> None:
             console.print(f"{key}: {escape(result[key])}")
 
 
-def _short(values: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in values.items() if k not in ("crossings",)) or "-"
+def _value(kind: str, v: dict[str, Any]) -> str:
+    """A check's value as a person reads it: `3.03 [2.96, 3.11]`, `62.4 ± 1.1 ms`."""
+    if kind == "gradient" and v.get("gradient") is not None:
+        lo, hi = v.get("ci95") or (v["gradient"], v["gradient"])
+        return f"{v['gradient']:.2f} [{lo:.2f}, {hi:.2f}]"
+    if kind == "prediction" and v:
+        return f"{v['predicted_ms']:.1f} ± {1.96 * v['se_ms']:.1f} ms"
+    if kind == "link":
+        return f"{v.get('messages', 0)} messages"
+    if kind == "path" and v.get("dominant"):
+        return f"dominant in {v['count']} of {v['requests']} requests"
+    if kind == "snap":
+        return f"{v.get('rate', 0):.3g} per s"
+    return "-"
 
 
 COMMANDS = (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from coordinator.regress.compare import Check
 
-KINDS = ("gradient", "prediction", "link", "path", "snap")
+KINDS = ("experiment", "gradient", "prediction", "link", "path", "snap")
 
 
 def junit_xml(suite: str, checks: Sequence[Check], failure: str | None, elapsed_s: float

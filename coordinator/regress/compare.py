@@ -32,7 +32,7 @@ from coordinator.regress.measures import (
 from coordinator.regress.stats import drop_p, holm, se_from_ci95, welch_p
 
 Verdict = Literal["pass", "regression", "new", "skipped"]
-Kind = Literal["gradient", "prediction", "link", "path", "snap"]
+Kind = Literal["experiment", "gradient", "prediction", "link", "path", "snap"]
 ABSENT_FRACTION = 0.1  # under this fraction of a threshold, a thing counts as not there
 M = TypeVar("M", GradientMeasure, PredictionMeasure, LinkMeasure, PathMeasure, SnapMeasure)
 
@@ -52,6 +52,8 @@ class Check:
     def name(self) -> str:
         """`PutBid on tcp app1:0 -> db:5432 (experiment db)`."""
         s = self.subject
+        if self.kind == "experiment" or len(s) == 1:
+            return f"{self.kind} (experiment {s['experiment']})"
         what = " ".join(s[k] for k in ("transaction", "class") if k in s) or self.kind
         where = s.get("link") or (f"placement {s['placement']}" if "placement" in s else "")
         return f"{what}{' on ' + where if where else ''} (experiment {s['experiment']})"
@@ -63,8 +65,16 @@ class Check:
 
 
 def compare(baseline: NightMeasures, current: NightMeasures, checks: Checks) -> list[Check]:
-    """Every check of the night, in a stable order (kind, then subject)."""
-    out: list[Check] = []
+    """Every check of the night, in a stable order (kind, then subject). Only experiments
+    both nights ran are compared: one the suite gained or lost is said, not judged (its
+    links would all be "new")."""
+    before, now = experiments_of(baseline), experiments_of(current)
+    out: list[Check] = [
+        Check("experiment", {"experiment": e}, "new" if e in now else "skipped",
+              "not in the baseline: accept a night with it (--accept)" if e in now
+              else "in the baseline, not run tonight (no longer in the suite)")
+        for e in sorted(before ^ now)]
+    baseline, current = only(baseline, before & now), only(current, before & now)
     if checks.gradients.enabled:
         out += _gradients(baseline.gradients, current.gradients, checks.gradients)
     if checks.predictions.enabled:
@@ -76,6 +86,21 @@ def compare(baseline: NightMeasures, current: NightMeasures, checks: Checks) -> 
     if checks.snap.enabled:
         out += _snap(baseline, current, checks.snap)
     return out
+
+
+def experiments_of(m: NightMeasures) -> set[str]:
+    """The experiments a night measured (whatever evidence each kept)."""
+    kinds = (m.gradients, m.predictions, m.links, m.paths, m.snap)
+    return ({x.experiment for kind in kinds for x in kind}
+            | set(m.without_paths) | set(m.without_snap))
+
+
+def only(m: NightMeasures, experiments: set[str]) -> NightMeasures:
+    """`m` restricted to `experiments`."""
+    return NightMeasures(**{name: tuple(x for x in getattr(m, name)
+                                        if (x if isinstance(x, str) else x.experiment)
+                                        in experiments)
+                            for name in type(m).model_fields})
 
 
 def _paired(before: Iterable[M], now: Iterable[M]) -> list[tuple[M | None, M | None]]:
