@@ -204,8 +204,10 @@ def _keep(suite: LoadedSuite, outcome: Outcome, started: float, args: argparse.N
                                               else None, time.time() - started))
             files["junit"] = str(args.junit)
     except (OSError, LinkgradError) as e:
+        was = outcome.status  # said, so that a regression is not hidden by a full disk
         outcome.status = "failed"
-        outcome.reason = f"{outcome.reason + '; ' if outcome.reason else ''}cannot keep: {e}"
+        outcome.reason = (f"{outcome.reason + '; ' if outcome.reason else ''}the night's "
+                          f"verdict was {was!r}, but it could not be kept: {e}")
     return files
 
 

@@ -14,6 +14,8 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
+import itertools
+
 import matplotlib.pyplot as plt
 
 from coordinator.cli.report import png_img
@@ -55,17 +57,16 @@ def _verdicts(n: NightRecord) -> dict[GradientKey, dict[str, Any]]:
 
 def _figure(key: GradientKey, nights: list[NightRecord]) -> str:
     fig, ax = plt.subplots(figsize=(4.2, 2.6))
-    band_x, band_lo, band_hi = [], [], []
+    half = _half_spacing(nights)
     for n in nights:
         when = _when(n)
         if n.status == "failed":
             ax.axvline(when, color="#bbb", lw=1)
         check = _verdicts(n).get(key)
         base = (check or {}).get("baseline", {}).get("ci95")
-        if base:
-            band_x.append(when)
-            band_lo.append(base[0])
-            band_hi.append(base[1])
+        if base:  # the baseline's interval this night was compared with, across its slot
+            ax.fill_between([when - half, when + half], base[0], base[1], color="#9c9",
+                            alpha=0.35, lw=0)
         for g in n.gradients:
             if (g.experiment, g.transaction, g.link) != key or g.gradient is None:
                 continue
@@ -73,13 +74,17 @@ def _figure(key: GradientKey, nights: list[NightRecord]) -> str:
             lo, hi = g.ci95 or (g.gradient, g.gradient)
             ax.errorbar([when], [g.gradient], yerr=[[g.gradient - lo], [hi - g.gradient]],
                         fmt="o", ms=4, color="#c00" if red else "#225", capsize=2)
-    if band_x:
-        ax.fill_between(band_x, band_lo, band_hi, step="mid", color="#9c9", alpha=0.35,
-                        label="baseline 95%")
     ax.set_ylabel("gradient")
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     fig.autofmt_xdate()
     return png_img(fig)
+
+
+def _half_spacing(nights: list[NightRecord]) -> dt.timedelta:
+    """Half the least gap between nights (a night's slot on the time axis); 6 h alone."""
+    times = sorted(n.started_unix for n in nights)
+    gaps = [b - a for a, b in itertools.pairwise(times) if b > a]
+    return dt.timedelta(seconds=min(gaps) / 2 if gaps else 6 * 3600)
 
 
 def _nights_table(nights: list[NightRecord]) -> str:
