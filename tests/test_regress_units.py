@@ -322,3 +322,18 @@ def test_an_experiment_the_suite_gained_is_new_not_a_flood_of_new_links() -> Non
     lost = compare(gained, night(), Checks())
     assert verdicts(lost)["experiment: experiment (experiment front)"] == "skipped"
     assert not regressions(lost)
+
+
+def test_the_shipped_suite_loads_and_documents_every_field() -> None:
+    from coordinator.config.suite import Checks, Predict, Suite, SuiteExperiment, TestbedSpec
+
+    path = Path(__file__).resolve().parent.parent / "experiments" / "nightly.yaml"
+    suite = load_suite(path)
+    assert [e.name for e in suite.experiments] == ["db"]
+    assert suite.baseline.exists()  # the shipped baseline, accepted on a night of the testbed
+    text = path.read_text()
+    fields = {*Suite.model_fields, *TestbedSpec.model_fields, *SuiteExperiment.model_fields,
+              *Predict.model_fields, *Checks.model_fields}
+    for kind in Checks.model_fields.values():
+        fields |= set(kind.annotation.model_fields)  # type: ignore[union-attr]
+    assert not [f for f in sorted(fields) if f"{f}:" not in text]
