@@ -128,22 +128,12 @@ class World:
 
 def _run_dir(root: Path) -> Path:
     """A real run directory: the run loop against the fake remote (virtual time, no root)."""
-    from coordinator.config.experiment import Experiment
     from coordinator.live.run import run_experiment
-    from tests.fakes.remote import ADDRESSES, LOG_FORMAT, FakeApplication, FakeClock, FakeHosts
+    from tests.fakes.remote import FakeApplication, FakeClock, FakeHosts, fake_experiment
 
     clock = FakeClock()
     hosts = FakeHosts(FakeApplication(clock, {"/two": 2, "/none": 0}))
-    experiment = Experiment.model_validate({
-        "name": "fake",
-        "hosts": [{"name": n, "address": a} for n, a in ADDRESSES.items()],
-        "ssh": {"known_hosts": str(root / "known_hosts")},
-        "web_log": {"host": "web", "path": "/var/log/nginx/access.log", "format": "nginx",
-                    "log_format": LOG_FORMAT},
-        "transactions": {"two": "^/two", "none": "^/none"},
-        "parameters": {"training_s": 30, "period_s": 8, "cycles": 4, "magnitude_ms": 10,
-                       "adaptive": False, "include": ["app->db", "db->app"], "concurrent": 2},
-        "output": str(root / "runs")})
+    experiment = fake_experiment(root)
     run_dir = root / "fake-run"
     journal = run_experiment(experiment, run_dir, lambda _: None, connect=hosts.connect,
                              clock=clock)

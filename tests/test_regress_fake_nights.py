@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli.main import main
-from coordinator.config.experiment import Experiment
 from coordinator.live.run import run_experiment
-from tests.fakes.remote import ADDRESSES, LOG_FORMAT, FakeApplication, FakeClock, FakeHosts
+from tests.fakes.remote import FakeApplication, FakeClock, FakeHosts, fake_experiment
 
 SUITE = """\
 name: fake-nights
@@ -31,17 +30,7 @@ output: out
 def _night(tmp_path: Path, name: str, crossings: dict[str, int], seed: int) -> Path:
     """A night directory holding the experiment `fake`'s run on an application whose
     transactions make `crossings` database round trips."""
-    (tmp_path / "known_hosts").write_text("")
-    experiment = Experiment.model_validate({
-        "name": "fake",
-        "hosts": [{"name": n, "address": a} for n, a in ADDRESSES.items()],
-        "ssh": {"known_hosts": str(tmp_path / "known_hosts")},
-        "web_log": {"host": "web", "path": "/var/log/nginx/access.log", "format": "nginx",
-                    "log_format": LOG_FORMAT},
-        "transactions": {"two": "^/two", "none": "^/none"},
-        "parameters": {"training_s": 30, "period_s": 8, "cycles": 4, "magnitude_ms": 10,
-                       "adaptive": False, "include": ["app->db", "db->app"], "concurrent": 2},
-        "paths": {"enabled": False}})
+    experiment = fake_experiment(tmp_path, paths={"enabled": False})
     clock = FakeClock()
     hosts = FakeHosts(FakeApplication(clock, crossings, seed=seed))
     night = tmp_path / "nights" / name

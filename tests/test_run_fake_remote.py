@@ -21,31 +21,18 @@ from coordinator.core.prediction import Estimate
 from coordinator.live.run import run_experiment
 from coordinator.live.validate import PlacementChanges, validate_placements
 from tests.fakes.remote import (
-    ADDRESSES,
-    LOG_FORMAT,
     START_S,
     FakeApplication,
     FakeClock,
     FakeHosts,
+    fake_experiment,
 )
 
 CROSSINGS = {"/two": 2, "/none": 0}  # app<->db round trips: the gradients on app->db, db->app
 
 
 def experiment(tmp_path: Path, **parameters: object) -> Experiment:
-    # the known_hosts it names exists, as `linkgrad run` requires; the fake never reads it
-    (tmp_path / "known_hosts").write_text("")
-    return Experiment.model_validate({
-        "name": "fake",
-        "hosts": [{"name": name, "address": address} for name, address in ADDRESSES.items()],
-        "ssh": {"known_hosts": str(tmp_path / "known_hosts")},
-        "web_log": {"host": "web", "path": "/var/log/nginx/access.log", "format": "nginx",
-                    "log_format": LOG_FORMAT},
-        "transactions": {"two": "^/two", "none": "^/none"},
-        "parameters": {"training_s": 30, "period_s": 8, "cycles": 4, "magnitude_ms": 10,
-                       "adaptive": False, "include": ["app->db", "db->app"],
-                       "concurrent": 2, **parameters},
-        "output": str(tmp_path / "runs")})
+    return fake_experiment(tmp_path, parameters)
 
 
 class Fake:

@@ -18,7 +18,7 @@ from common.errors import InputError, LinkgradError
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.suite import LoadedSuite, SuiteExperimentFile
 from coordinator.live.run import run_experiment
-from coordinator.live.session import check_local_files, sigterm_as_interrupt
+from coordinator.live.session import check_local_files, sigterm_interrupts
 from coordinator.regress.measures import NightMeasures, night_measures
 from testbed.lifecycle import down, up
 
@@ -46,7 +46,7 @@ def run_night(suite: LoadedSuite, directory: Path, mininet: bool, testbed_root: 
     """Bring the testbed up, run every experiment, read what it measured, tear down."""
     night = Night(directory)
     tag = suite.tag
-    with _interrupts_raise():
+    with sigterm_interrupts():  # SIGTERM ends the night as Ctrl-C: the testbed goes down
         try:
             try:
                 say(f"testbed {tag} up ({'Mininet' if mininet else 'network namespaces'})")
@@ -96,16 +96,6 @@ def _down(tag: str, testbed_root: Path) -> list[str]:
 
 def _os_error(e: OSError) -> str:
     return f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}"
-
-
-@contextmanager
-def _interrupts_raise() -> Iterator[None]:
-    """SIGTERM ends the night as Ctrl-C does (KeyboardInterrupt), so the testbed goes down."""
-    previous = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager

@@ -19,9 +19,7 @@ Everything measured is written as it is measured; Ctrl-C or SIGTERM ends the run
 from __future__ import annotations
 
 import math
-import signal
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,7 +81,7 @@ from coordinator.core.wave_plan import (
 from coordinator.core.weblog.model import RequestLog
 from coordinator.live import passive, paths_evidence
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
-from coordinator.live.session import Connect, Session, sigterm_as_interrupt, ssh_connect
+from coordinator.live.session import Connect, Session, sigterm_interrupts, ssh_connect
 from coordinator.live.ssh import Endpoint
 
 ADAPTIVE_S = 10.0  # an adaptive round lasts at least this long (or half the measurement)
@@ -151,7 +149,7 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Say, resume: bool
                          links_resumed=len(done), coordinator=this_coordinator())
     out.write("run.json", journal)
     session = Session(experiment, connect, clock, endpoints=endpoints)
-    with _sigterm_as_interrupt():
+    with sigterm_interrupts():
         try:
             journal = journal.model_copy(update={"warnings": open_session(session, say)})
             training = train(session, out, say)
@@ -171,15 +169,6 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Say, resume: bool
         finally:
             journal = finish(session, out, journal, say)
     return journal
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    previous = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def open_session(session: Session, say: Say) -> list[str]:

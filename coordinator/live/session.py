@@ -7,7 +7,9 @@ daemons run in-process, so the run loop and its failure paths are tested without
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -280,6 +282,17 @@ def _example_path(pattern: str) -> str:
 def sigterm_as_interrupt(signum: int, _frame: object) -> None:
     """A SIGTERM handler that ends a command like Ctrl-C, so every lease is closed."""
     raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within it, SIGTERM raises KeyboardInterrupt (as Ctrl-C); the handler before is put
+    back after."""
+    previous = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def observe(session: Session, start: Callable[[], list[str]], stop: Callable[[], list[str]],

@@ -14,7 +14,6 @@ live system cannot be made faster: a placement that shortens a latency is refuse
 from __future__ import annotations
 
 import math
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +42,7 @@ from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.core.watch import WATCH_S, Baseline, check_limits
 from coordinator.core.weblog import RequestLog
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
-from coordinator.live.session import Connect, Session, sigterm_as_interrupt, ssh_connect
+from coordinator.live.session import Connect, Session, sigterm_interrupts, ssh_connect
 
 WARMUP_S = 10.0  # the workload's first seconds, before anything is measured
 TAIL_S = 3.0  # requests that started in a window are still being logged
@@ -104,15 +103,15 @@ def validate_placements(run: RunInputs, placements: list[PlacementChanges], wind
                              "the experiment as run").read_from(run.run_dir / "experiment.json")
     _check_applicable(placements, experiment, window_s)
     session = Session(experiment, connect, clock)
-    previous = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
-    try:
-        session.open(sniffers=False)
-        say(f"validating {len(placements)} placement(s), {window_s:g} s before and under each")
-        sleep_checking(clock, WARMUP_S)
-        validations = [_validate_one(session, run, p, window_s, say) for p in placements]
-    finally:
-        problems = session.close()
-        signal.signal(signal.SIGTERM, previous)
+    with sigterm_interrupts():
+        try:
+            session.open(sniffers=False)
+            say(f"validating {len(placements)} placement(s), {window_s:g} s before and under "
+                "each")
+            sleep_checking(clock, WARMUP_S)
+            validations = [_validate_one(session, run, p, window_s, say) for p in placements]
+        finally:
+            problems = session.close()
     if problems:
         raise RuntimeFailure("cleanup: " + "; ".join(problems))
     return validations

@@ -24,13 +24,14 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
 from common.errors import RuntimeFailure
 from common.protocol import injector as protocol
-from coordinator.config.experiment import Host, Ssh
+from coordinator.config.experiment import Experiment, Host, Ssh
 from injector.calipers import Calipers
 from injector.daemon import serve as serve_injector
 from injector.link import Link
@@ -44,6 +45,26 @@ STEP_S = 0.1
 LOG_FORMAT = '$msec $request_time "$request" $status'
 ADDRESSES = {"web": "10.9.0.1", "app": "10.9.0.2", "db": "10.9.0.3"}
 APP_PORT, DB_PORT, CLIENT_PORT = 8000, 5432, 40001  # CLIENT_PORT: app's ephemeral to db
+
+
+def fake_experiment(directory: Path, parameters: dict[str, Any] | None = None,
+                    **fields: Any) -> Experiment:
+    """The experiment the fake application is measured with: both directions of app<->db, two
+    at once, a fixed 10 ms wave of 4 cycles of 8 s after 30 s of training, for `/two` and
+    `/none`; `parameters` and `fields` change it. The known_hosts it names is made in
+    `directory` (a run requires it; the fake never reads it)."""
+    (directory / "known_hosts").write_text("")
+    return Experiment.model_validate({
+        "name": "fake",
+        "hosts": [{"name": name, "address": address} for name, address in ADDRESSES.items()],
+        "ssh": {"known_hosts": str(directory / "known_hosts")},
+        "web_log": {"host": "web", "path": "/var/log/nginx/access.log", "format": "nginx",
+                    "log_format": LOG_FORMAT},
+        "transactions": {"two": "^/two", "none": "^/none"},
+        "parameters": {"training_s": 30, "period_s": 8, "cycles": 4, "magnitude_ms": 10,
+                       "adaptive": False, "include": ["app->db", "db->app"],
+                       "concurrent": 2, **(parameters or {})},
+        "output": str(directory / "runs"), **fields})
 
 
 class FakeClock:
