@@ -209,12 +209,35 @@ def test_a_transaction_with_few_traced_requests_is_not_judged() -> None:
     assert "too few traced requests" in path.reason
 
 
-def test_a_night_without_paths_skips_them_saying_why() -> None:
+def test_paths_lost_tonight_are_a_regression_paths_never_taken_a_skip() -> None:
     none = night(put_bid=4.0, calls=4).model_copy(update={"paths": (),
                                                           "without_paths": ("db",)})
     checks = [c for c in compare(night(), none, Checks()) if c.kind == "path"]
-    assert [c.verdict for c in checks] == ["skipped"]
-    assert "tonight" in checks[0].reason
+    assert [c.verdict for c in checks] == ["regression"]
+    assert "the capture failed or was turned off" in checks[0].reason
+    never = [c for c in compare(none, none, Checks()) if c.kind == "path"]
+    assert [c.verdict for c in never] == ["skipped"]
+
+
+def test_a_prediction_tonight_s_traffic_does_not_allow_says_why() -> None:
+    why = "no prediction of placement db-east (experiment db): app2->db carry traffic"
+    now = night().model_copy(update={"predictions": (), "problems": (why,)})
+    check = next(c for c in compare(night(), now, Checks()) if c.kind == "prediction")
+    assert check.verdict == "regression"
+    assert check.reason == why
+
+
+def test_malformed_measures_are_refused() -> None:
+    with pytest.raises(ValueError, match="dof"):
+        gradient("PutBid", 3.0, dof=0.0)
+    with pytest.raises(ValueError, match="not \\[low, high\\]"):
+        GradientMeasure(experiment="db", transaction="t", link=LINK, gradient=1.0,
+                        ci95=(2.0, 0.0), magnitude_ms=10.0)
+    with pytest.raises(ValueError, match="counts more than"):
+        PathMeasure(experiment="db", transaction="t", requests=5,
+                    patterns=(pattern("k", 9, 1),))
+    with pytest.raises(ValueError, match="there twice"):
+        NightMeasures(links=night().links * 2)
 
 
 # --- files ---

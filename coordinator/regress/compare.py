@@ -78,7 +78,8 @@ def compare(baseline: NightMeasures, current: NightMeasures, checks: Checks) -> 
     if checks.gradients.enabled:
         out += _gradients(baseline.gradients, current.gradients, checks.gradients)
     if checks.predictions.enabled:
-        out += _predictions(baseline.predictions, current.predictions, checks.predictions)
+        out += _predictions(baseline.predictions, current.predictions, checks.predictions,
+                            current.problems)
     if checks.links.enabled:
         out += _links(baseline.links, current.links, checks.links)
     if checks.paths.enabled:
@@ -96,11 +97,13 @@ def experiments_of(m: NightMeasures) -> set[str]:
 
 
 def only(m: NightMeasures, experiments: set[str]) -> NightMeasures:
-    """`m` restricted to `experiments`."""
-    return NightMeasures(**{name: tuple(x for x in getattr(m, name)
-                                        if (x if isinstance(x, str) else x.experiment)
-                                        in experiments)
-                            for name in type(m).model_fields})
+    """`m` restricted to `experiments` (its problems kept whole)."""
+    def mine(x: Any) -> bool:
+        return (x if isinstance(x, str) else x.experiment) in experiments
+
+    return NightMeasures(**{name: tuple(filter(mine, getattr(m, name)))
+                            for name in type(m).model_fields if name != "problems"},
+                         problems=m.problems)
 
 
 def _paired(before: Iterable[M], now: Iterable[M]) -> list[tuple[M | None, M | None]]:
@@ -114,7 +117,8 @@ def _holm_verdicts(found: list[Check], alpha: float, big_enough: Callable[[Check
                    ) -> list[Check]:
     """Checks carrying a p-value (verdict still open: "pass") become regressions where Holm
     rejects at `alpha` and the change is large enough to matter."""
-    tested = [i for i, c in enumerate(found) if c.p_value is not None and c.verdict == "pass"]
+    tested = [i for i, c in enumerate(found) if c.p_value is not None and c.verdict == "pass"
+              and math.isfinite(c.p_value)]  # a NaN would count as rejected
     rejected = holm([found[i].p_value or 0.0 for i in tested], alpha)
     out = list(found)
     for i, reject in zip(tested, rejected, strict=True):
@@ -164,7 +168,7 @@ def _gradient_values(m: GradientMeasure | None) -> dict[str, Any]:
 
 
 def _predictions(before: Sequence[PredictionMeasure], now: Sequence[PredictionMeasure],
-                 tolerance: PredictionCheck) -> list[Check]:
+                 tolerance: PredictionCheck, problems: Sequence[str] = ()) -> list[Check]:
     found = []
     for a, b in _paired(before, now):
         m = a or b
@@ -176,9 +180,9 @@ def _predictions(before: Sequence[PredictionMeasure], now: Sequence[PredictionMe
             found.append(Check("prediction", subject, "new", "no prediction in the baseline",
                                base, cur))
         elif b is None:
-            found.append(Check("prediction", subject, "regression",
-                               "no prediction tonight (its gradients were not measured)",
-                               base, cur))
+            why = next((p for p in problems if f"placement {m.placement} " in p),
+                       "no prediction tonight (its gradients were not measured)")
+            found.append(Check("prediction", subject, "regression", why, base, cur))
         else:
             p = welch_p(a.predicted_ms, a.se_ms, None, b.predicted_ms, b.se_ms, None)
             found.append(Check("prediction", subject, "pass",
@@ -318,11 +322,20 @@ def _rates(m: SnapMeasure | None) -> dict[str, float]:
 
 def _unjudged(before: Sequence[str], now: Sequence[str], kind: Kind, what: str
               ) -> list[Check]:
-    """A check skipped for each experiment one of whose nights kept no such evidence."""
-    return [Check(kind, {"experiment": e}, "skipped",
-                  f"{what} {'tonight' if e in now else 'in the baseline'} (not enabled in the "
-                  "experiment, or nothing was captured)")
-            for e in sorted(set(before) | set(now))]
+    """For each experiment one of whose nights kept no such evidence: evidence the baseline
+    has and tonight lacks is a regression (a capture that broke must not pass unseen), the
+    other way round a skip."""
+    out = []
+    for e in sorted(set(before) | set(now)):
+        if e in now and e not in before:
+            out.append(Check(kind, {"experiment": e}, "regression",
+                             f"{what} tonight, where the baseline has them (the capture failed "
+                             "or was turned off: accept a new baseline if that was meant)"))
+        else:
+            out.append(Check(kind, {"experiment": e}, "skipped",
+                             f"{what} {'tonight' if e in now else 'in the baseline'} (not "
+                             "enabled in the experiment, or nothing was captured)"))
+    return out
 
 
 def _rounded(x: float | None, digits: int = 6) -> float | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from common.errors import InputError
 from common.yamlconf import problems_of, read_json
@@ -44,12 +44,22 @@ class GradientMeasure(_Measure):
     link: Str  # the graph's label: `tcp app1:0 -> db:5432`
     gradient: Float | None  # None: too few requests to estimate
     ci95: tuple[Float, Float] | None
-    dof: Float | None = None  # the interval's degrees of freedom (None: normal)
-    magnitude_ms: Float
+    dof: Float | None = Field(None, gt=0)  # the interval's degrees of freedom (None: normal)
+    magnitude_ms: Float = Field(ge=0)
+    planned_ms: Float | None = None  # which of `magnitudes_ms` (None: the planned delay)
+
+    @model_validator(mode="after")
+    def _interval(self) -> GradientMeasure:
+        if (self.gradient is None) != (self.ci95 is None):
+            raise ValueError("a gradient and its ci95 go together")
+        if self.ci95 is not None and self.ci95[0] > self.ci95[1]:
+            raise ValueError(f"ci95 {list(self.ci95)} is not [low, high]")
+        return self
 
     @property
     def key(self) -> tuple[str, ...]:
-        return ("gradient", self.experiment, self.transaction, self.link)
+        delay = "" if self.planned_ms is None else f"{self.planned_ms:g}"
+        return ("gradient", self.experiment, self.transaction, self.link, delay)
 
 
 class PredictionMeasure(_Measure):
@@ -85,7 +95,13 @@ class PathMeasure(_Measure):
     experiment: Str
     transaction: Str
     requests: Int = Field(ge=0)  # the transaction's requests the trace has
-    patterns: tuple[PatternCount, ...]  # commonest first (paths.json keeps five)
+    patterns: tuple[PatternCount, ...] = Field(min_length=1)  # paths.json keeps five
+
+    @model_validator(mode="after")
+    def _counts(self) -> PathMeasure:
+        if any(p.count > self.requests for p in self.patterns):
+            raise ValueError(f"a pattern counts more than the {self.requests} requests")
+        return self
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -112,6 +128,15 @@ class NightMeasures(_Measure):
     # experiments whose run kept no paths.json / snap.json (not enabled, or nothing traced)
     without_paths: tuple[Str, ...] = ()
     without_snap: tuple[Str, ...] = ()
+    problems: tuple[Str, ...] = ()  # what could not be measured, e.g. a placement's prediction
+
+    @model_validator(mode="after")
+    def _distinct(self) -> NightMeasures:
+        for name in ("gradients", "predictions", "links", "paths", "snap"):
+            keys = [m.key for m in getattr(self, name)]
+            if len(set(keys)) != len(keys):
+                raise ValueError(f"{name}: a measure is there twice")
+        return self
 
     def merged(self, other: NightMeasures) -> NightMeasures:
         return NightMeasures(**{name: getattr(self, name) + getattr(other, name)
@@ -128,9 +153,11 @@ def night_measures(experiment: str, run_dir: Path, latencies: Path | None = None
     graph = _read_list(run_dir / "graph.json", GraphLinkAsRun, "the communication graph")
     paths = _paths(experiment, run_dir)
     snap = _snap(experiment, run_dir, graph, plan.training)
+    problems: list[str] = []
+    predictions = _predictions(experiment, run_dir, latencies, placements, problems)
     return NightMeasures(
         gradients=tuple(_gradients(experiment, links)),
-        predictions=tuple(_predictions(experiment, run_dir, latencies, placements)),
+        predictions=tuple(predictions), problems=tuple(problems),
         links=tuple(_graph_links(experiment, graph)),
         paths=paths or (), snap=snap or (),
         without_paths=() if paths is not None else (experiment,),
@@ -146,19 +173,24 @@ def _gradients(experiment: str, links: list[LinkMeasurement]) -> list[GradientMe
                 experiment=experiment, transaction=name, link=str(m.link["label"]),
                 gradient=t.get("gradient"), ci95=tuple(ci) if ci else None,
                 dof=float(t["dof"]) if t.get("dof") else None,
-                magnitude_ms=m.record.magnitude_ms))
+                magnitude_ms=m.record.magnitude_ms, planned_ms=m.planned_ms))
     return out
 
 
 def _predictions(experiment: str, run_dir: Path, latencies_file: Path | None,
-                 placements: tuple[Path, ...]) -> list[PredictionMeasure]:
+                 placements: tuple[Path, ...], problems: list[str]) -> list[PredictionMeasure]:
     if latencies_file is None or not placements:
         return []
     run, latencies = load_run(run_dir / "gradients.json"), load_latencies(latencies_file)
     known = latency_sites(latencies, run.hosts)
     out = []
     for path in placements:
-        _, changes = placement_changes(run, latencies, latencies_file, path, known)
+        try:
+            _, changes = placement_changes(run, latencies, latencies_file, path, known)
+        except InputError as e:  # tonight's traffic may need a link the suite does not measure
+            problems.append(f"no prediction of placement {path.stem} (experiment "
+                            f"{experiment}): {e}")
+            continue
         for name, p in sorted(predict(run.current_ms, run.gradients, changes).items()):
             out.append(PredictionMeasure(
                 experiment=experiment, placement=path.stem, transaction=name,
