@@ -7,6 +7,7 @@ say so."""
 from __future__ import annotations
 
 import json
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -102,7 +103,37 @@ def test_a_night_like_the_baseline_passes_and_one_more_round_trip_fails(
     # a night compared again is not a night run: the history holds none of them
     assert "history" not in extra
     assert not (tmp_path / "out" / "history.jsonl").exists()
-    assert json.loads((nights["extra"] / "regress.json").read_text())["status"] == "regression"
+    assert not (nights["extra"] / "regress.json").exists()  # a night's own is its run's
+
+
+def test_a_night_whose_run_did_not_complete_is_failed_and_never_accepted(
+        suite: Path, nights: dict[str, Path], capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(nights["same"], broken)
+    journal = json.loads((broken / "fake" / "run.json").read_text())
+    (broken / "fake" / "run.json").write_text(json.dumps({**journal, "status": "interrupted"}))
+    junit = tmp_path / "junit.xml"
+    code, result = _regress(capsys, str(suite), "--night", str(broken), "--accept",
+                            "--junit", str(junit))
+    assert (code, result["status"], result["accepted"]) == (3, "failed", False)
+    assert "experiment fake interrupted" in result["reason"]
+    assert not (tmp_path / "fake-nights.baseline.json").exists()
+    error = ET.parse(junit).getroot().find(".//error")
+    assert error is not None
+    assert "interrupted" in (error.get("message") or "")
+
+
+def test_an_accepted_night_s_changes_are_no_junit_failures(
+        suite: Path, nights: dict[str, Path], capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    assert _regress(capsys, str(suite), "--night", str(nights["accepted"]), "--accept")[0] == 0
+    junit = tmp_path / "junit.xml"
+    code, result = _regress(capsys, str(suite), "--night", str(nights["extra"]), "--accept",
+                            "--junit", str(junit))
+    assert (code, result["status"]) == (0, "accepted")
+    assert len(result["regressions"]) == 2  # said, and accepted
+    assert ET.parse(junit).getroot().findall(".//failure") == []
 
 
 def test_a_night_missing_an_experiment_is_bad_input(

@@ -14,12 +14,8 @@ import os
 import re
 import select
 import sys
-import tempfile
 import textwrap
-import time
-import traceback
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from common.command import Command, CommandGroup
@@ -35,6 +31,7 @@ from coordinator.cli import (
     route,
     run,
 )
+from coordinator.cli.internal_error import internal_error_details
 from coordinator.config.strict_json import dumps
 from injector import cli as injector_cli
 from testbed import cli as testbed_cli
@@ -162,14 +159,7 @@ INTERNAL_ERROR = "linkgrad: internal error (a bug, please report it)"
 def _internal_error(error: Exception, as_json: bool) -> int:
     """An exception that is not a LinkgradError is a bug: one sentence on stderr (which the
     fuzz campaign counts as a failure), the traceback in a file of its own, exit 1."""
-    summary = f"{type(error).__name__}: {error}".splitlines()[0][:300]
-    name = f"linkgrad-internal-error-{time.time_ns()}-{os.getpid()}.txt"
-    details = Path(tempfile.gettempdir()) / name
-    try:
-        details.write_text("".join(traceback.format_exception(error)))
-        where = str(details)
-    except OSError as e:  # the sentence must come out even where no file can be written
-        where = f"nowhere ({details} could not be written: {e.strerror})"
+    summary, where = internal_error_details(error)
     print(f"{INTERNAL_ERROR}: {summary}; details in {where}", file=sys.stderr)
     if as_json:  # after the sentence: a reader that left must not silence it
         print(dumps({"error": {"kind": "internal", "message": summary, "details": where}},

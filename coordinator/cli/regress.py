@@ -16,14 +16,17 @@ from rich.console import Console
 from rich.markup import escape
 
 from common.command import Command
-from common.errors import InputError, LinkgradError, Problem
+from common.errors import InputError, Problem
+from coordinator.cli.internal_error import internal_error_details
 from coordinator.cli.regress_junit import junit_xml, write_junit
 from coordinator.cli.regress_trend import write_trend
+from coordinator.config.run_dir import RunJournal, read_record
 from coordinator.config.strict_json import dumps
 from coordinator.config.suite import LoadedSuite, load_suite
 from coordinator.regress.compare import Check, compare
 from coordinator.regress.files import (
     Baseline,
+    NightRecord,
     NightStatus,
     append_history,
     night_record,
@@ -77,20 +80,24 @@ def regress_command(args: argparse.Namespace) -> int:
     if args.topology is not None:
         suite = _with_topology(suite, args.topology)
     baseline = _baseline(suite, args.accept)
+    # read first: a history that is not one is bad input, found before anything is built
+    history = [] if args.night is not None else _history(suite)
     started = time.time()
-    say = _say(args.json)
-    outcome = (_compare_night(suite, args.night, baseline) if args.night is not None
-               else _run_and_compare(suite, baseline, _mininet(suite, args.netns), say))
+    if args.night is not None:
+        outcome = _compare_night(suite, args.night, baseline)
+    else:
+        outcome = _run_and_compare(suite, baseline, _mininet(suite, args.netns),
+                                   _say(args.json))
     if args.accept and outcome.status in ("pass", "regression"):
-        write_baseline(suite.baseline, suite.name, outcome.night, outcome.measures)
-        outcome.status = "accepted"
-    files = _keep(suite, outcome, started, args, history=args.night is None)
+        try:
+            write_baseline(suite.baseline, suite.name, outcome.night, outcome.measures)
+            outcome.status = "accepted"
+        except OSError as e:
+            outcome.status, outcome.reason = "failed", f"no baseline written: {_os_error(e)}"
+    files = _keep(suite, outcome, started, args, history)
     result = _result_json(suite, outcome, files, args.accept)
-    try:
-        (outcome.night / RESULT).write_text(dumps(result) + "\n")
-    except OSError as e:  # said, not fatal: stdout has it all
-        Console(stderr=True).print(f"no {outcome.night / RESULT}: {e.strerror or e}",
-                                   markup=False, soft_wrap=True)
+    if args.night is None:  # a night compared again keeps its own regress.json
+        _write_result(outcome.night / RESULT, result)
     if args.json:
         print(dumps(result))
     else:
@@ -99,6 +106,25 @@ def regress_command(args: argparse.Namespace) -> int:
         Console(stderr=True).print(f"linkgrad: error: {outcome.reason}", markup=False,
                                    soft_wrap=True)
     return EXIT[outcome.status]
+
+
+def _history(suite: LoadedSuite) -> list[NightRecord]:
+    """The suite's earlier nights (a history shared by several suites holds theirs too)."""
+    return [n for n in read_history(suite.output / HISTORY) if n.suite == suite.name]
+
+
+def _os_error(e: OSError) -> str:
+    return f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}"
+
+
+def _write_result(path: Path, result: dict[str, Any]) -> None:
+    """The night's regress.json, whole or not at all; said, not fatal (stdout has it)."""
+    try:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(dumps(result) + "\n")
+        tmp.replace(path)
+    except OSError as e:
+        Console(stderr=True).print(f"no {path}: {_os_error(e)}", markup=False, soft_wrap=True)
 
 
 def _mininet(suite: LoadedSuite, netns: bool) -> bool:
@@ -144,29 +170,43 @@ def _run_and_compare(suite: LoadedSuite, baseline: Baseline | None, mininet: boo
     except OSError as e:
         raise InputError(Problem(f"cannot create the night's directory: {e.strerror or e}",
                                  str(suite.path), field="output")) from e
-    night = run_night(suite, directory, mininet, default_root(), say)
-    outcome = Outcome("failed", directory, runs=night.runs, baseline=baseline,
-                      measures=night.measures)
-    if night.bad_suite is not None:
-        outcome.status, outcome.reason = "bad suite", str(night.bad_suite)
-    elif night.failed:
-        outcome.reason = "; ".join(filter(None, [night.failure, *night.teardown_problems]))
-    else:
-        _judge(outcome, suite)
+    outcome = Outcome("failed", directory, baseline=baseline)
+    try:
+        night = run_night(suite, directory, mininet, default_root(), say)
+        outcome.runs, outcome.measures = night.runs, night.measures
+        teardown = "; ".join(night.teardown_problems)
+        if night.bad_suite is not None:
+            outcome.status = "bad suite"
+            outcome.reason = "; ".join(filter(None, [str(night.bad_suite), teardown]))
+        elif night.failed:
+            outcome.reason = "; ".join(filter(None, [night.failure, teardown]))
+        else:
+            _judge(outcome, suite)
+    except Exception as e:  # a bug: the night failed (exit 3), never a pass; kept as one
+        summary, where = internal_error_details(e)
+        outcome.status = "failed"
+        outcome.reason = f"internal error (a bug, please report it): {summary}; details in {where}"
     return outcome
 
 
 def _compare_night(suite: LoadedSuite, directory: Path, baseline: Baseline | None) -> Outcome:
-    """A night already run: its experiments' run directories read back and judged."""
+    """A night already run: its experiments' run directories read back and judged. A run
+    that did not complete makes the night a failed one, as it was (never judged, never
+    accepted)."""
     measures = NightMeasures()
     runs = {}
     for e in suite.experiments:
         run_dir = directory / e.name
-        if not (run_dir / "gradients.json").exists():
+        if not (run_dir / "run.json").exists():
             raise InputError(Problem(f"no run of experiment {e.name!r} in this night (no "
-                                     f"{run_dir / 'gradients.json'})", str(directory),
+                                     f"{run_dir / 'run.json'})", str(directory),
                                      field="--night"))
         runs[e.name] = run_dir
+        journal = read_record(run_dir / "run.json", RunJournal, "how the run went")
+        if not journal.succeeded:
+            reason = journal.reason or journal.status
+            return Outcome("failed", directory, runs=runs, baseline=baseline,
+                           reason=f"experiment {e.name} {journal.status}: {reason}")
         measures = measures.merged(night_measures(e.name, run_dir, e.latencies, e.placements))
     outcome = Outcome("pass", directory, runs=runs, measures=measures, baseline=baseline)
     _judge(outcome, suite)
@@ -183,9 +223,10 @@ def _judge(outcome: Outcome, suite: LoadedSuite) -> None:
 
 
 def _keep(suite: LoadedSuite, outcome: Outcome, started: float, args: argparse.Namespace,
-          history: bool) -> dict[str, str]:
-    """The night's result, the history line, the trend page and the JUnit file: their paths.
-    A file that cannot be written fails the night loudly (exit 3), never silently."""
+          history: list[NightRecord]) -> dict[str, str]:
+    """The history line and the trend page (a night run, not one compared again) and the
+    JUnit file: their paths. A file that cannot be written fails the night loudly (exit 3),
+    naming the verdict it had."""
     files: dict[str, str] = {}
     base = outcome.baseline
     record = night_record(suite.name, outcome.night, started, outcome.status, outcome.checks,
@@ -193,21 +234,22 @@ def _keep(suite: LoadedSuite, outcome: Outcome, started: float, args: argparse.N
                           suite.baseline if base or args.accept else None,
                           base.accepted_unix if base else None, outcome.reason)
     try:
-        if history:
+        if args.night is None:
             append_history(suite.output / HISTORY, record)
             files["history"] = str(suite.output / HISTORY)
-            write_trend(suite.output / TREND, suite.name, read_history(suite.output / HISTORY))
+            write_trend(suite.output / TREND, suite.name, [*history, record])
             files["trend"] = str(suite.output / TREND)
         if args.junit is not None:
-            write_junit(args.junit, junit_xml(suite.name, outcome.checks,
-                                              outcome.reason if outcome.status == "failed"
-                                              else None, time.time() - started))
+            failure = outcome.reason if outcome.status in ("failed", "bad suite") else None
+            write_junit(args.junit, junit_xml(suite.name, outcome.checks, failure,
+                                              time.time() - started,
+                                              accepted=outcome.status == "accepted"))
             files["junit"] = str(args.junit)
-    except (OSError, LinkgradError) as e:
+    except OSError as e:
         was = outcome.status  # said, so that a regression is not hidden by a full disk
         outcome.status = "failed"
         outcome.reason = (f"{outcome.reason + '; ' if outcome.reason else ''}the night's "
-                          f"verdict was {was!r}, but it could not be kept: {e}")
+                          f"verdict was {was!r}, but it could not be kept: {_os_error(e)}")
     return files
 
 

@@ -14,8 +14,10 @@ from coordinator.regress.compare import Check
 KINDS = ("experiment", "gradient", "prediction", "link", "path", "snap")
 
 
-def junit_xml(suite: str, checks: Sequence[Check], failure: str | None, elapsed_s: float
-              ) -> str:
+def junit_xml(suite: str, checks: Sequence[Check], failure: str | None, elapsed_s: float,
+              accepted: bool = False) -> str:
+    """`failure`: why the night did not run (or its suite was bad); `accepted`: the night was
+    accepted as the new baseline, so its changes are no failures."""
     root = ET.Element("testsuites", name=f"linkgrad regress {suite}")
     if failure is not None:
         run = _suite(root, f"{suite}.night", 1, 0, 0, elapsed_s)
@@ -26,18 +28,19 @@ def junit_xml(suite: str, checks: Sequence[Check], failure: str | None, elapsed_
         mine = [c for c in checks if c.kind == kind]
         if not mine:
             continue
-        failed = sum(c.verdict == "regression" for c in mine)
+        failed = 0 if accepted else sum(c.verdict == "regression" for c in mine)
         skipped = sum(c.verdict == "skipped" for c in mine)
         group = _suite(root, f"{suite}.{kind}", len(mine), failed, skipped, 0.0)
         for c in mine:
             case = ET.SubElement(group, "testcase", classname=f"{suite}.{kind}", name=c.name)
-            if c.verdict == "regression":
+            if c.verdict == "regression" and not accepted:
                 ET.SubElement(case, "failure", message=c.reason, type="Regression").text = (
                     f"baseline {c.baseline}\ncurrent {c.current}")
             elif c.verdict == "skipped":
                 ET.SubElement(case, "skipped", message=c.reason)
             else:
-                ET.SubElement(case, "system-out").text = f"{c.verdict}: {c.reason}"
+                said = "accepted" if c.verdict == "regression" else c.verdict
+                ET.SubElement(case, "system-out").text = f"{said}: {c.reason}"
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 

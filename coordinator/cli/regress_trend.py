@@ -51,8 +51,8 @@ def _when(n: NightRecord) -> dt.datetime:
 
 
 def _verdicts(n: NightRecord) -> dict[GradientKey, dict[str, Any]]:
-    return {(c["experiment"], c["transaction"], c["link"]): c for c in n.checks
-            if c.get("kind") == "gradient"}
+    return {(c.get("experiment", ""), c.get("transaction", ""), c.get("link", "")): c
+            for c in n.checks if c.get("kind") == "gradient"}
 
 
 def _figure(key: GradientKey, nights: list[NightRecord]) -> str:
@@ -90,7 +90,8 @@ def _half_spacing(nights: list[NightRecord]) -> dt.timedelta:
 def _nights_table(nights: list[NightRecord]) -> str:
     rows = []
     for n in reversed(nights):
-        regressions = [c["name"] for c in n.checks if c.get("verdict") == "regression"]
+        regressions = [str(c.get("name")) for c in n.checks
+                       if c.get("verdict") == "regression"]
         what = n.reason or "; ".join(regressions[:5]) + (" …" if len(regressions) > 5 else "")
         rows.append(f"<tr class='{html.escape(n.status.replace(' ', '-'))}'>"
                     f"<td>{_when(n):%Y-%m-%d %H:%M} UTC</td><td>{html.escape(n.night)}</td>"

@@ -28,7 +28,9 @@ class TestbedSpec(InputModel):
 
     app: Literal["rubis", "mediawiki"] = "rubis"  # its built-in topology, without `topology`
     topology: Path | None = None  # a topology YAML (its `app` then decides)
-    network: Literal["mininet", "netns"] = "mininet"  # `--netns` makes it netns
+    # mininet | netns (`--netns`) | none: the experiments' own hosts (a staging system),
+    # nothing brought up or down
+    network: Literal["mininet", "netns", "none"] = "mininet"
     tag: TestbedTag = "nt"  # every experiment of the suite names it: `testbed: nt`
 
 
@@ -160,7 +162,7 @@ def load_suite(path: Path, baseline: Path | None = None) -> LoadedSuite:
         except InputError as e:
             problems += e.problems
             continue
-        if experiment.testbed != suite.testbed.tag:
+        if suite.testbed.network != "none" and experiment.testbed != suite.testbed.tag:
             problems.append(Problem(
                 f"{file} runs on {_testbed(experiment.testbed)}: a suite's experiments run on "
                 f"the testbed it brings up (write `testbed: {suite.testbed.tag}` in it)",
@@ -176,6 +178,12 @@ def load_suite(path: Path, baseline: Path | None = None) -> LoadedSuite:
                 except InputError as e:
                     problems += e.problems
         experiments.append(SuiteExperimentFile(file, experiment.name, latencies, placements))
+    for e in experiments:
+        stems = [p.stem for p in e.placements]
+        for stem in sorted({s for s in stems if stems.count(s) > 1}):
+            problems.append(Problem(f"experiment {e.name!r} has two placements named {stem!r}: "
+                                    "their file names key their predictions", str(path),
+                                    line_of(path, ("experiments",)), "experiments"))
     names = [e.name for e in experiments]
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append(Problem(f"two experiments are named {name!r}: a suite's experiments "

@@ -286,13 +286,18 @@ def sigterm_as_interrupt(signum: int, _frame: object) -> None:
 
 @contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """Within it, SIGTERM raises KeyboardInterrupt (as Ctrl-C); the handler before is put
-    back after."""
-    previous = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
+    """Within it, SIGTERM and SIGHUP (the terminal closed) raise KeyboardInterrupt, as Ctrl-C
+    does, so every lease is closed; SIGHUP stays ignored under nohup. The handlers before are
+    put back after."""
+    signals = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signals.append(signal.SIGHUP)
+    previous = {s: signal.signal(s, sigterm_as_interrupt) for s in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def observe(session: Session, start: Callable[[], list[str]], stop: Callable[[], list[str]],

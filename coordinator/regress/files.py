@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.errors import InputError, Problem
-from common.yamlconf import loads_json, problems_of, read_json
+from common.yamlconf import loads_json, problems_of, read_json, read_text
 from coordinator.config.fields import Float, Int, Str
 from coordinator.config.strict_json import dumps
 from coordinator.regress.compare import Check
@@ -66,6 +66,28 @@ def _write_whole(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+class CheckRecord(BaseModel):
+    """A check as the history keeps it (`Check.as_json`): what the trend page reads is
+    checked, the rest kept as it is."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+    kind: Str
+    name: Str
+    verdict: Literal["pass", "regression", "new", "skipped"]
+    experiment: Str
+    transaction: Str | None = None
+    link: Str | None = None
+    baseline: dict[Str, Any] = Field(default_factory=dict)
+    current: dict[Str, Any] = Field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = getattr(self, key, None)
+        return default if value is None else value
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+
 class NightRecord(_File):
     """A line of the history: how a night went, every check, and what it measured."""
 
@@ -77,7 +99,7 @@ class NightRecord(_File):
     reason: Str | None = None  # why it failed
     baseline: Str | None = None  # the baseline file compared with
     baseline_accepted_unix: Float | None = None
-    checks: list[dict[str, Any]] = Field(default_factory=list)  # Check.as_json()
+    checks: list[CheckRecord] = Field(default_factory=list)  # Check.as_json()
     gradients: list[GradientMeasure] = Field(default_factory=list)
 
 
@@ -89,7 +111,8 @@ def night_record(suite: str, night: Path, started_s: float, status: NightStatus,
                        ended_unix=time.time(), status=status, reason=reason,
                        baseline=str(baseline) if baseline else None,
                        baseline_accepted_unix=baseline_accepted_s,
-                       checks=[c.as_json() for c in checks], gradients=list(gradients))
+                       checks=[CheckRecord.model_validate(c.as_json()) for c in checks],
+                       gradients=list(gradients))
 
 
 def append_history(path: Path, record: NightRecord) -> None:
@@ -99,7 +122,9 @@ def append_history(path: Path, record: NightRecord) -> None:
     line = (dumps(record.model_dump(mode="json"), indent=None, note=False) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)
+        written = 0
+        while written < len(line):  # a short write (a full disk) raises on the next one
+            written += os.write(fd, line[written:])
     finally:
         os.close(fd)
 
@@ -109,7 +134,7 @@ def read_history(path: Path) -> list[NightRecord]:
     if not path.exists():
         return []
     out = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(read_text(path, "the nights' history").splitlines(), 1):
         if not line.strip():
             continue
         try:
