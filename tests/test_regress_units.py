@@ -360,3 +360,34 @@ def test_the_shipped_suite_loads_and_documents_every_field() -> None:
     for kind in Checks.model_fields.values():
         fields |= set(kind.annotation.model_fields)  # type: ignore[union-attr]
     assert not [f for f in sorted(fields) if f"{f}:" not in text]
+
+
+def test_a_suite_on_its_experiments_own_hosts_needs_no_testbed_tag(tmp_path: Path) -> None:
+    path = _suite(tmp_path, "name: n1\ntestbed: {network: none}\nexperiments:\n"
+                  "  - experiment: e.yaml\n",
+                  experiment="hosts: [{name: web, address: 192.0.2.1}]\n"
+                  "ssh: {known_hosts: known_hosts}\nweb_log: {host: web, path: /var/log/a.log}")
+    assert load_suite(path).suite.testbed.network == "none"
+
+
+def test_two_placements_of_one_name_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for p in ("now.yaml", "a/east.yaml", "b/east.yaml"):
+        (tmp_path / p).write_text("move: {db: east}\n" if "east" in p else "sites: {}\n")
+    path = _suite(tmp_path, "name: n1\nexperiments:\n  - experiment: e.yaml\n    predict: "
+                  "{latencies: now.yaml, placements: [a/east.yaml, b/east.yaml]}\n")
+    with pytest.raises(InputError, match="two placements named 'east'"):
+        load_suite(path)
+
+
+def test_a_second_night_on_the_same_lock_fails_at_once(tmp_path: Path) -> None:
+    from common.errors import RuntimeFailure
+    from coordinator.live.night import _lock
+
+    with _lock(tmp_path / "x.lock", "suite n1's output"), \
+            pytest.raises(RuntimeFailure, match="another night is running on suite n1"), \
+            _lock(tmp_path / "x.lock", "suite n1's output"):
+        pass
+    with _lock(tmp_path / "x.lock", "suite n1's output"):  # released after the first
+        pass
