@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,25 +17,21 @@ from rich.markup import escape
 
 from common.command import Command
 from common.errors import InputError, Problem
-from coordinator.cli.internal_error import internal_error_details
 from coordinator.cli.regress_junit import junit_xml, write_junit
+from coordinator.cli.regress_outcome import Outcome, compare_night, run_and_compare
 from coordinator.cli.regress_trend import write_trend
-from coordinator.config.run_dir import RunJournal, read_record
 from coordinator.config.strict_json import dumps
 from coordinator.config.suite import LoadedSuite, load_suite
-from coordinator.regress.compare import Check, compare
+from coordinator.regress.check import Check
 from coordinator.regress.files import (
     Baseline,
     NightRecord,
-    NightStatus,
     append_history,
     night_record,
     read_baseline,
     read_history,
     write_baseline,
 )
-from coordinator.regress.measures import NightMeasures, night_measures
-from testbed.state import default_root
 from testbed.topology import load_topology
 
 EXIT = {"pass": 0, "accepted": 0, "regression": 1, "bad suite": 2, "failed": 3}
@@ -62,19 +58,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         "history")
 
 
-@dataclass
-class Outcome:
-    """How the night ended and everything said of it."""
-
-    status: NightStatus
-    night: Path
-    checks: list[Check] = field(default_factory=list)
-    measures: NightMeasures = field(default_factory=NightMeasures)
-    runs: dict[str, Path] = field(default_factory=dict)
-    reason: str | None = None
-    baseline: Baseline | None = None
-
-
 def regress_command(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite, args.baseline)
     if args.topology is not None:
@@ -84,9 +67,9 @@ def regress_command(args: argparse.Namespace) -> int:
     history = [] if args.night is not None else _history(suite)
     started = time.time()
     if args.night is not None:
-        outcome = _compare_night(suite, args.night, baseline)
+        outcome = compare_night(suite, args.night, baseline)
     else:
-        outcome = _run_and_compare(suite, baseline, _mininet(suite, args.netns),
+        outcome = run_and_compare(suite, baseline, _mininet(suite, args.netns),
                                    _say(args.json))
     if args.accept and outcome.status in ("pass", "regression"):
         try:
@@ -149,77 +132,6 @@ def _baseline(suite: LoadedSuite, accept: bool) -> Baseline | None:
     raise InputError(Problem(f"no baseline at {suite.baseline}: accept a good night first "
                              f"(linkgrad regress {suite.path} --accept)", str(suite.path),
                              field="baseline"))
-
-
-def _night_dir(suite: LoadedSuite) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path, n = suite.output / f"{suite.name}-{stamp}", 1
-    while path.exists():  # two nights in one second
-        n += 1
-        path = suite.output / f"{suite.name}-{stamp}-{n}"
-    path.mkdir(parents=True)
-    return path
-
-
-def _run_and_compare(suite: LoadedSuite, baseline: Baseline | None, mininet: bool,
-                     say: Any) -> Outcome:
-    from coordinator.live.night import run_night  # paramiko: loaded only to run
-
-    try:
-        directory = _night_dir(suite)
-    except OSError as e:
-        raise InputError(Problem(f"cannot create the night's directory: {e.strerror or e}",
-                                 str(suite.path), field="output")) from e
-    outcome = Outcome("failed", directory, baseline=baseline)
-    try:
-        night = run_night(suite, directory, mininet, default_root(), say)
-        outcome.runs, outcome.measures = night.runs, night.measures
-        teardown = "; ".join(night.teardown_problems)
-        if night.bad_suite is not None:
-            outcome.status = "bad suite"
-            outcome.reason = "; ".join(filter(None, [str(night.bad_suite), teardown]))
-        elif night.failed:
-            outcome.reason = "; ".join(filter(None, [night.failure, teardown]))
-        else:
-            _judge(outcome, suite)
-    except Exception as e:  # a bug: the night failed (exit 3), never a pass; kept as one
-        summary, where = internal_error_details(e)
-        outcome.status = "failed"
-        outcome.reason = f"internal error (a bug, please report it): {summary}; details in {where}"
-    return outcome
-
-
-def _compare_night(suite: LoadedSuite, directory: Path, baseline: Baseline | None) -> Outcome:
-    """A night already run: its experiments' run directories read back and judged. A run
-    that did not complete makes the night a failed one, as it was (never judged, never
-    accepted)."""
-    measures = NightMeasures()
-    runs = {}
-    for e in suite.experiments:
-        run_dir = directory / e.name
-        if not (run_dir / "run.json").exists():
-            raise InputError(Problem(f"no run of experiment {e.name!r} in this night (no "
-                                     f"{run_dir / 'run.json'})", str(directory),
-                                     field="--night"))
-        runs[e.name] = run_dir
-        journal = read_record(run_dir / "run.json", RunJournal, "how the run went")
-        if not journal.succeeded:
-            reason = journal.reason or journal.status
-            return Outcome("failed", directory, runs=runs, baseline=baseline,
-                           reason=f"experiment {e.name} {journal.status}: {reason}")
-        measures = measures.merged(night_measures(e.name, run_dir, e.latencies, e.placements))
-    outcome = Outcome("pass", directory, runs=runs, measures=measures, baseline=baseline)
-    _judge(outcome, suite)
-    return outcome
-
-
-def _judge(outcome: Outcome, suite: LoadedSuite) -> None:
-    if outcome.baseline is None:  # accepting the first baseline: nothing to compare with
-        outcome.status = "pass"
-        return
-    outcome.checks = compare(outcome.baseline.measures, outcome.measures, suite.suite.checks)
-    regressed = any(c.verdict == "regression" for c in outcome.checks)
-    outcome.status = "regression" if regressed else "pass"
 
 
 def _keep(suite: LoadedSuite, outcome: Outcome, started: float, args: argparse.Namespace,

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from coordinator.regress.compare import Check
+from coordinator.regress.check import Check
 
 KINDS = ("experiment", "gradient", "prediction", "link", "path", "snap")
 

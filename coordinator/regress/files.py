@@ -17,7 +17,7 @@ from common.errors import InputError, Problem
 from common.yamlconf import loads_json, problems_of, read_json, read_text
 from coordinator.config.fields import Float, Int, Str
 from coordinator.config.strict_json import dumps
-from coordinator.regress.compare import Check
+from coordinator.regress.check import Check
 from coordinator.regress.measures import GradientMeasure, NightMeasures
 
 BASELINE_FORMAT = "linkgrad regress baseline"
