@@ -5,6 +5,7 @@ green)."""
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,7 +36,7 @@ def junit_xml(suite: str, checks: Sequence[Check], failure: str | None, elapsed_
             case = ET.SubElement(group, "testcase", classname=f"{suite}.{kind}", name=c.name)
             if c.verdict == "regression" and not accepted:
                 ET.SubElement(case, "failure", message=c.reason, type="Regression").text = (
-                    f"baseline {c.baseline}\ncurrent {c.current}")
+                    f"baseline {json.dumps(c.baseline)}\ncurrent {json.dumps(c.current)}")
             elif c.verdict == "skipped":
                 ET.SubElement(case, "skipped", message=c.reason)
             else:
