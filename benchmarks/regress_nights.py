@@ -70,7 +70,7 @@ def _night(suite: Path, baseline: Path, planted: Path | None) -> dict[str, Any]:
                  if c.get("kind") == "gradient" and c.get("transaction") == "PutBid"}
     p_values = [c["p_value"] for c in result.get("checks", [])
                 if c.get("kind") == "gradient" and c.get("p_value") is not None]
-    return {"planted": planted is not None, "exit_code": done.returncode,
+    return {"planted": planted is not None, "exit_code": done.returncode, "tests": len(p_values),
             "least_p": min(p_values, default=None), "checks": len(result.get("checks", [])),
             "status": result.get("status"), "reason": result.get("reason"),
             "regressions": result.get("regressions", []), "seconds": round(elapsed, 1),
@@ -106,7 +106,8 @@ def _markdown(nights: list[dict[str, Any]], baseline: Path) -> str:
         if seconds else "- no night completed",
         "",
         "Least p: the smallest p-value of the night's gradient tests, before Holm's correction "
-        "(a regression needs it under 0.01/12 and a change of 0.25 or more).",
+        "(a regression needs it under 0.01/12 and a change of 0.25 or more). "
+        + _calibration(clean),
         "",
         "| # | application | exit | regressions | PutBid app1->db | PutBid db->app1 | least p | "
         "checks | s |",
@@ -120,6 +121,19 @@ def _markdown(nights: list[dict[str, Any]], baseline: Path) -> str:
                      f"{what} | {_g(fwd)} | {_g(back)} | {_p(n['least_p'])} | {n['checks']} | "
                      f"{n['seconds']:.0f} |")
     return "\n".join(lines)
+
+
+def _calibration(clean: list[dict[str, Any]]) -> str:
+    """Whether the intervals are honest: with k independent tests of no change, the least p
+    falls under 0.05 in 1 - 0.95^k of the nights."""
+    least = [n["least_p"] for n in clean if n["least_p"] is not None]
+    if not least:
+        return ""
+    k = max(1, round(sum(n["tests"] for n in clean) / len(clean)))
+    under = sum(p < 0.05 for p in least)
+    return (f"Honest intervals: on the clean nights the least of {k} p-values fell under 0.05 "
+            f"in {under} of {len(least)} (expected {1 - 0.95 ** k:.0%} of them if the p-values "
+            "are uniform, as they are when the intervals hold what they claim).")
 
 
 def _p(x: float | None) -> str:
@@ -136,7 +150,13 @@ def main() -> None:
     parser.add_argument("--clean", type=int, default=10)
     parser.add_argument("--planted", type=int, default=10)
     parser.add_argument("--baseline", type=Path, default=SUITE.with_name("nightly.baseline.json"))
+    parser.add_argument("--report", action="store_true",
+                        help="only rewrite the section from the last campaign's nights.json")
     args = parser.parse_args()
+    if args.report:
+        nights = json.loads((OUT / "nights.json").read_text())
+        update_section(SECTION, _markdown(nights, args.baseline.resolve()))
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     suite, planted = _suite_copy(OUT), _planted_topology(OUT)
     order = []
