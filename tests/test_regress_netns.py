@@ -10,17 +10,21 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import yaml
 
+from testbed.lifecycle import status
 from tests.marks import TESTBED, needs_mininet
 from tests.netns_tools.testbeds import (
     LINKGRAD,
     network_namespaces,
     private_root,
+    private_testbed,
     processes_outside,
     unique_tag,
 )
@@ -130,3 +134,34 @@ def test_sigterm_fails_the_night_and_leaves_nothing(tmp_path: Path) -> None:
     history = (tmp_path / "out" / "history.jsonl").read_text().splitlines()
     assert [json.loads(line)["status"] for line in history] == ["failed"]
     _assert_nothing_left(tag, root, before)
+
+
+def test_a_suite_on_its_experiments_own_hosts_runs_there_and_leaves_them_up(
+        tmp_path: Path) -> None:
+    """`network: none`: the hosts are a system of the user's (here a testbed up before, named
+    host by host as any SSH-reachable hosts are): measured, compared, never taken down."""
+    tag = unique_tag("o")
+    with private_testbed(tag) as (info, root):
+        nightly = yaml.safe_load((EXPERIMENTS / "nightly" / "db.yaml").read_text())
+        log = info["web_log"]
+        experiment = {
+            "name": "own", "transactions": nightly["transactions"],
+            "hosts": [{"name": h["name"], "address": h["address"]} for h in info["hosts"]],
+            "ssh": {"config": info["ssh_config"], "known_hosts": info["known_hosts"],
+                    "python": sys.executable},
+            "web_log": {"host": log["host"], "path": log["path"], "format": log["format"],
+                        "log_format": log["log_format"]},
+            "frontend_url": info["frontend_url"], "workload": nightly["workload"],
+            "parameters": {**nightly["parameters"], "training_s": 20, "cycles": 3}}
+        (tmp_path / "own.yaml").write_text(yaml.safe_dump(experiment))
+        suite = tmp_path / "suite.yaml"
+        suite.write_text("name: own\ntestbed: {network: none}\nexperiments:\n"
+                         "  - experiment: own.yaml\noutput: out\n")
+        code, accepted, err = _regress(root, str(suite), "--accept")
+        assert code == 0, err[-3000:]
+        assert accepted["status"] == "accepted"
+        assert status(tag, root)["up"] is True  # nothing taken down: not the suite's own
+        baseline = json.loads(Path(accepted["baseline"]).read_text())
+        put_bid = next(g for g in baseline["measures"]["gradients"]
+                       if g["transaction"] == "PutBid" and g["link"] == "tcp app1:0 -> db:5432")
+        assert put_bid["gradient"] == pytest.approx(3, abs=0.5)
