@@ -143,3 +143,51 @@ def test_a_night_missing_an_experiment_is_bad_input(
     code = main(["regress", str(suite), "--night", str(empty), "--accept"])
     assert code == 2
     assert "no run of experiment 'fake' in this night" in capsys.readouterr().err
+
+
+def test_a_night_not_kept_accepts_nothing(suite: Path, nights: dict[str, Path],
+                                          capsys: pytest.CaptureFixture[str],
+                                          tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    code, result = _regress(capsys, str(suite), "--night", str(nights["same"]), "--accept",
+                            "--junit", str(blocked / "junit.xml"))
+    assert (code, result["status"]) == (3, "failed")
+    assert "verdict was 'accepted', but it could not be kept" in result["reason"]
+    assert not (tmp_path / "fake-nights.baseline.json").exists()
+
+
+def test_a_night_that_failed_when_it_ran_is_not_accepted_later(
+        suite: Path, nights: dict[str, Path], capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    night = tmp_path / "failed-night"
+    shutil.copytree(nights["same"], night)
+    (night / "regress.json").write_text(json.dumps({"status": "failed",
+                                                    "reason": "testbed nt down: ..."}))
+    code, result = _regress(capsys, str(suite), "--night", str(night), "--accept")
+    assert (code, result["status"]) == (3, "failed")
+    assert "was 'failed' when it ran" in result["reason"]
+    assert not (tmp_path / "fake-nights.baseline.json").exists()
+
+
+@pytest.mark.parametrize("edit", ["dof", "ci95", "twice"])
+def test_a_night_s_broken_run_files_are_bad_input_naming_them(
+        edit: str, suite: Path, nights: dict[str, Path], capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    night = tmp_path / "broken"
+    shutil.copytree(nights["same"], night)
+    path = night / "fake" / "gradients.json"
+    data = json.loads(path.read_text())
+    two = data["links"][0]["transactions"]["two"]
+    if edit == "dof":
+        two["dof"] = "x"
+    elif edit == "ci95":
+        two["ci95"] = None
+    else:
+        data["links"].append(data["links"][0])
+    path.write_text(json.dumps(data))
+    code = main(["regress", str(suite), "--night", str(night), "--accept"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert str(night / "fake") in err
+    assert "internal error" not in err

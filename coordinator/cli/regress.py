@@ -6,6 +6,7 @@ baseline, keep the night in the history and the trend page, and say it by exit c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from collections import Counter
 from dataclasses import replace
@@ -17,8 +18,9 @@ from rich.markup import escape
 
 from common.command import Command
 from common.errors import InputError, Problem
+from coordinator.cli.internal_error import internal_error_details
 from coordinator.cli.regress_junit import junit_xml, write_junit
-from coordinator.cli.regress_outcome import Outcome, compare_night, run_and_compare
+from coordinator.cli.regress_outcome import RESULT, Outcome, compare_night, run_and_compare
 from coordinator.cli.regress_trend import write_trend
 from coordinator.config.strict_json import dumps
 from coordinator.config.suite import LoadedSuite, load_suite
@@ -35,7 +37,7 @@ from coordinator.regress.files import (
 from testbed.topology import load_topology
 
 EXIT = {"pass": 0, "accepted": 0, "regression": 1, "bad suite": 2, "failed": 3}
-HISTORY, TREND, RESULT = "history.jsonl", "trend.html", "regress.json"
+HISTORY, TREND = "history.jsonl", "trend.html"
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -71,13 +73,15 @@ def regress_command(args: argparse.Namespace) -> int:
     else:
         outcome = run_and_compare(suite, baseline, _mininet(suite, args.netns),
                                    _say(args.json))
-    if args.accept and outcome.status in ("pass", "regression"):
+    accepting = args.accept and outcome.status in ("pass", "regression")
+    if accepting:
+        outcome.status = "accepted"
+    files = _keep(suite, outcome, started, args, history)
+    if accepting and outcome.status == "accepted":  # last: a night not kept accepts nothing
         try:
             write_baseline(suite.baseline, suite.name, outcome.night, outcome.measures)
-            outcome.status = "accepted"
         except OSError as e:
             outcome.status, outcome.reason = "failed", f"no baseline written: {_os_error(e)}"
-    files = _keep(suite, outcome, started, args, history)
     result = _result_json(suite, outcome, files, args.accept)
     if args.night is None:  # a night compared again keeps its own regress.json
         _write_result(outcome.night / RESULT, result)
@@ -157,11 +161,14 @@ def _keep(suite: LoadedSuite, outcome: Outcome, started: float, args: argparse.N
                                               time.time() - started,
                                               accepted=outcome.status == "accepted"))
             files["junit"] = str(args.junit)
-    except OSError as e:
-        was = outcome.status  # said, so that a regression is not hidden by a full disk
+    except Exception as e:  # a full disk, or a bug: never a pass, and the verdict is said
+        was = outcome.status  # so that a regression is not hidden by a full disk
+        why = (_os_error(e) if isinstance(e, OSError) else
+               "internal error (a bug, please report it): {}; details in {}".format(
+                   *internal_error_details(e)))
         outcome.status = "failed"
         outcome.reason = (f"{outcome.reason + '; ' if outcome.reason else ''}the night's "
-                          f"verdict was {was!r}, but it could not be kept: {_os_error(e)}")
+                          f"verdict was {was!r}, but it could not be kept: {why}")
     return files
 
 
@@ -188,7 +195,10 @@ def _say(quiet: bool) -> Any:
     started = time.monotonic()
 
     def say(message: str) -> None:
-        if not quiet:
+        if quiet:
+            return
+        # a terminal that hung up: progress is lost, the night goes on to its end
+        with contextlib.suppress(OSError):
             console.print(f"[dim]{time.monotonic() - started:7.1f} s[/] {message}")
     return say
 

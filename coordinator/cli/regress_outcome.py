@@ -5,6 +5,7 @@ judged, never a pass."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,8 +59,8 @@ def run_and_compare(suite: LoadedSuite, baseline: Baseline | None, mininet: bool
         night = run_night(suite, directory, mininet, default_root(), say)
         outcome.runs, outcome.measures = night.runs, night.measures
         teardown = "; ".join(night.teardown_problems)
-        if night.bad_suite is not None:
-            outcome.status = "bad suite"
+        if night.bad_suite is not None:  # a testbed left behind outweighs it: failed
+            outcome.status = "failed" if teardown else "bad suite"
             outcome.reason = "; ".join(filter(None, [str(night.bad_suite), teardown]))
         elif night.failed:
             outcome.reason = "; ".join(filter(None, [night.failure, teardown]))
@@ -76,6 +77,9 @@ def compare_night(suite: LoadedSuite, directory: Path, baseline: Baseline | None
     """A night already run: its experiments' run directories read back and judged. A run
     that did not complete makes the night a failed one, as it was (never judged, never
     accepted)."""
+    if (verdict := _verdict_when_run(directory)) in ("failed", "bad suite"):
+        return Outcome("failed", directory, baseline=baseline,
+                       reason=f"the night was {verdict!r} when it ran ({directory / RESULT})")
     measures = NightMeasures()
     runs = {}
     for e in suite.experiments:
@@ -103,3 +107,17 @@ def _judge(outcome: Outcome, suite: LoadedSuite) -> None:
     outcome.checks = compare(outcome.baseline.measures, outcome.measures, suite.suite.checks)
     regressed = any(c.verdict == "regression" for c in outcome.checks)
     outcome.status = "regression" if regressed else "pass"
+
+
+RESULT = "regress.json"  # the night's own result, as it ran
+
+
+def _verdict_when_run(directory: Path) -> str | None:
+    """The status the night's own regress.json gave (None: it has none, or not one to read:
+    then its runs' journals decide)."""
+    try:
+        data = json.loads((directory / RESULT).read_text())
+    except (OSError, ValueError):
+        return None
+    status = data.get("status") if isinstance(data, dict) else None
+    return status if isinstance(status, str) else None

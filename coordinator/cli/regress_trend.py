@@ -63,7 +63,7 @@ def _figure(key: GradientKey, nights: list[NightRecord]) -> str:
         if n.status == "failed":
             ax.axvline(when, color="#bbb", lw=1)
         check = _verdicts(n).get(key)
-        base = (check or {}).get("baseline", {}).get("ci95")
+        base = _interval((check or {}).get("baseline", {}).get("ci95"))
         if base:  # the baseline's interval this night was compared with, across its slot
             ax.fill_between([when - half, when + half], base[0], base[1], color="#9c9",
                             alpha=0.35, lw=0)
@@ -78,6 +78,14 @@ def _figure(key: GradientKey, nights: list[NightRecord]) -> str:
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     fig.autofmt_xdate()
     return png_img(fig)
+
+
+def _interval(value: Any) -> tuple[float, float] | None:
+    """A [low, high] pair of numbers, else None (a history line is read as it was written)."""
+    if (isinstance(value, list | tuple) and len(value) == 2
+            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)):
+        return float(value[0]), float(value[1])
+    return None
 
 
 def _half_spacing(nights: list[NightRecord]) -> dt.timedelta:

@@ -78,8 +78,8 @@ def _on_testbed(night: Night, suite: LoadedSuite, mininet: bool, testbed_root: P
         _run_all(night, suite, testbed_root, say)
     finally:
         with _interrupts_held():
-            say(f"testbed {tag} down")
-            night.teardown_problems = _down(suite, testbed_root)
+            night.teardown_problems = _down(suite, testbed_root)  # before a word is said: a
+            say(f"testbed {tag} down")  # terminal that hung up must not skip it
 
 
 def _run_all(night: Night, suite: LoadedSuite, testbed_root: Path, say: Say) -> None:
@@ -103,8 +103,12 @@ def _run_one(night: Night, entry: SuiteExperimentFile, testbed_root: Path, say: 
         reason = journal.reason or "; ".join(journal.cleanup_problems or []) or journal.status
         night.failure = f"experiment {entry.name} {journal.status}: {reason}"
         return
-    night.measures = night.measures.merged(
-        night_measures(entry.name, run_dir, entry.latencies, entry.placements))
+    try:
+        measured = night_measures(entry.name, run_dir, entry.latencies, entry.placements)
+    except InputError as e:  # the run's own files: a failed night, not a bad suite
+        night.failure = f"experiment {entry.name}: its run's files cannot be read: {e}"
+        return
+    night.measures = night.measures.merged(measured)
 
 
 def _down(suite: LoadedSuite, testbed_root: Path) -> list[str]:

@@ -65,10 +65,10 @@ def holm_verdicts(found: list[Check], alpha: float, big_enough: Callable[[Check]
                    ) -> list[Check]:
     """Checks carrying a p-value (verdict still open: "pass") become regressions where Holm
     rejects at `alpha` and the change is large enough to matter."""
-    tested = [i for i, c in enumerate(found) if c.p_value is not None and c.verdict == "pass"
-              and math.isfinite(c.p_value)]  # a NaN would count as rejected
-    rejected = holm([found[i].p_value or 0.0 for i in tested], alpha)
-    out = list(found)
+    out = [replace(c, verdict="skipped", reason=f"{c.reason}: the test gave no p-value")
+           if c.p_value is not None and not math.isfinite(c.p_value) else c for c in found]
+    tested = [i for i, c in enumerate(out) if c.p_value is not None and c.verdict == "pass"]
+    rejected = holm([out[i].p_value or 0.0 for i in tested], alpha)
     for i, reject in zip(tested, rejected, strict=True):
         c = out[i]
         if reject and big_enough(c):

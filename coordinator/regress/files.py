@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.errors import InputError, Problem
 from common.yamlconf import loads_json, problems_of, read_json, read_text
+from coordinator.config import bounds
 from coordinator.config.fields import Float, Int, Str
 from coordinator.config.strict_json import dumps
 from coordinator.regress.check import Check
@@ -32,7 +33,7 @@ class Baseline(_File):
     format: Literal["linkgrad regress baseline"] = BASELINE_FORMAT
     version: Int = Field(1, ge=1, le=1)
     suite: Str
-    accepted_unix: Float = Field(ge=0)
+    accepted_unix: Float = Field(ge=0, lt=bounds.MAX_UNIX_S)
     night: Str  # the accepted night's directory
     measures: NightMeasures
 
@@ -93,12 +94,12 @@ class NightRecord(_File):
 
     suite: Str
     night: Str  # its directory's name
-    started_unix: Float = Field(ge=0)
-    ended_unix: Float = Field(ge=0)
+    started_unix: Float = Field(ge=0, lt=bounds.MAX_UNIX_S)
+    ended_unix: Float = Field(ge=0, lt=bounds.MAX_UNIX_S)
     status: NightStatus
     reason: Str | None = None  # why it failed
     baseline: Str | None = None  # the baseline file compared with
-    baseline_accepted_unix: Float | None = None
+    baseline_accepted_unix: Float | None = Field(None, ge=0, lt=bounds.MAX_UNIX_S)
     checks: list[CheckRecord] = Field(default_factory=list)  # Check.as_json()
     gradients: list[GradientMeasure] = Field(default_factory=list)
 

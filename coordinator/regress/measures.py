@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from common.errors import InputError
+from common.errors import InputError, Problem
 from common.yamlconf import problems_of, read_json
 from coordinator.config.fields import Float, Int, Str
 from coordinator.config.latencies import latency_sites, load_latencies
@@ -148,6 +148,17 @@ def night_measures(experiment: str, run_dir: Path, latencies: Path | None = None
     """What the finished run in `run_dir` (of the suite's experiment `experiment`) measured,
     with the predictions of `placements` at `latencies`. A file that is there but wrong is
     InputError naming it; paths and SNAP may be missing (the experiment did not want them)."""
+    try:
+        return _night_measures(experiment, run_dir, latencies, placements)
+    except ValidationError as e:  # the run's files hold what no run writes
+        raise InputError(problems_of(e, str(run_dir))) from e
+    except (ValueError, TypeError) as e:
+        raise InputError(Problem(f"its files hold what no run writes: {e}",
+                                 str(run_dir))) from e
+
+
+def _night_measures(experiment: str, run_dir: Path, latencies: Path | None,
+                    placements: tuple[Path, ...]) -> NightMeasures:
     links = read_measurements(run_dir / "gradients.json")
     plan = read_record(run_dir / "plan.json", PlanFile, "the square wave's plan")
     graph = _read_list(run_dir / "graph.json", GraphLinkAsRun, "the communication graph")
@@ -252,8 +263,8 @@ def _paths(experiment: str, run_dir: Path) -> list[PathMeasure] | None:
 def _snap(experiment: str, run_dir: Path, graph: list[GraphLinkAsRun],
           training: tuple[float, float] | None) -> list[SnapMeasure] | None:
     snap = read_snap(run_dir)
-    if snap is None or training is None or training[1] <= training[0]:
-        return None
+    if snap is None or not snap.reports or training is None or training[1] <= training[0]:
+        return None  # no profile (a file with no report is none either)
     reports = snap.report_dicts()
     out = []
     for e in graph:
