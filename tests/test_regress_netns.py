@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,14 @@ def _regress(root: Path, *argv: str, timeout_s: float = 600) -> tuple[int, dict,
     return done.returncode, json.loads(done.stdout), done.stderr
 
 
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """A private testbed root, removed after (the nights leave only their tag's lock in it)."""
+    path = private_root()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _assert_nothing_left(tag: str, root: Path, before: set[str]) -> None:
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
                                 check=True).stdout
@@ -65,8 +75,9 @@ def _assert_nothing_left(tag: str, root: Path, before: set[str]) -> None:
     assert not processes_outside(before)
 
 
-def test_a_planted_database_round_trip_fails_the_night_naming_it(tmp_path: Path) -> None:
-    tag, root = unique_tag("n"), private_root()
+def test_a_planted_database_round_trip_fails_the_night_naming_it(tmp_path: Path,
+                                                                 root: Path) -> None:
+    tag = unique_tag("n")
     suite = _suite(tmp_path, tag)
     before = network_namespaces()
     code, accepted, err = _regress(root, str(suite), "--accept")
@@ -106,8 +117,8 @@ def test_a_planted_database_round_trip_fails_the_night_naming_it(tmp_path: Path)
     assert "<figure>" in (tmp_path / "out" / "trend.html").read_text()
 
 
-def test_sigterm_fails_the_night_and_leaves_nothing(tmp_path: Path) -> None:
-    tag, root = unique_tag("n"), private_root()
+def test_sigterm_fails_the_night_and_leaves_nothing(tmp_path: Path, root: Path) -> None:
+    tag = unique_tag("n")
     suite = _suite(tmp_path, tag)
     (tmp_path / "nightly.baseline.json").write_text("{}")  # never read: --accept replaces it
     before = network_namespaces()
