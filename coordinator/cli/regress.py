@@ -33,6 +33,7 @@ from coordinator.regress.files import (
     read_baseline,
     read_history,
     write_baseline,
+    write_whole,
 )
 from testbed.topology import load_topology
 
@@ -107,9 +108,7 @@ def _os_error(e: OSError) -> str:
 def _write_result(path: Path, result: dict[str, Any]) -> None:
     """The night's regress.json, whole or not at all; said, not fatal (stdout has it)."""
     try:
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(dumps(result) + "\n")
-        tmp.replace(path)
+        write_whole(path, dumps(result) + "\n")
     except OSError as e:
         Console(stderr=True).print(f"no {path}: {_os_error(e)}", markup=False, soft_wrap=True)
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from coordinator.regress.check import Check
+from coordinator.regress.files import write_whole
 
 KINDS = ("experiment", "gradient", "prediction", "link", "path", "snap")
 
@@ -53,7 +54,4 @@ def _suite(root: ET.Element, name: str, tests: int, failures: int, skipped: int,
 
 
 def write_junit(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_whole(path, text)

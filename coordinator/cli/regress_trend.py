@@ -19,7 +19,7 @@ import itertools
 import matplotlib.pyplot as plt
 
 from coordinator.cli.report import png_img
-from coordinator.regress.files import NightRecord
+from coordinator.regress.files import NightRecord, write_whole
 
 MAX_NIGHTS = 90  # the page shows the latest nights only: a year of figures is unreadable
 GradientKey = tuple[str, str, str]  # experiment, transaction, link
@@ -110,8 +110,5 @@ def _nights_table(nights: list[NightRecord]) -> str:
 
 
 def write_trend(path: Path, suite: str, nights: Sequence[NightRecord]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(trend_html(suite, nights))
-    tmp.replace(path)
+    write_whole(path, trend_html(suite, nights))
     plt.close("all")

@@ -42,7 +42,7 @@ def write_baseline(path: Path, suite: str, night: Path, measures: NightMeasures,
                    now_s: float | None = None) -> Baseline:
     baseline = Baseline(suite=suite, accepted_unix=time.time() if now_s is None else now_s,
                         night=str(night), measures=measures)
-    _write_whole(path, dumps(baseline.model_dump(mode="json"), indent=1, note=False) + "\n")
+    write_whole(path, dumps(baseline.model_dump(mode="json"), indent=1, note=False) + "\n")
     return baseline
 
 
@@ -59,7 +59,7 @@ def read_baseline(path: Path, suite: str) -> Baseline:
     return baseline
 
 
-def _write_whole(path: Path, text: str) -> None:
+def write_whole(path: Path, text: str) -> None:
     """A temporary file renamed over the target: an interrupted write leaves the old one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
