@@ -205,3 +205,24 @@ def three_tier(clients: int = 1, apps: int = 1) -> Application:
         requests=((1.0, on_app((query,), (query,))), (1.0, on_app((query,), (query,), (query,))),
                   (1.0, on_app((query,))), (0.5, on_app((query, peer)))),
         clients=tuple(f"client{i}" for i in range(clients)))
+
+
+def busy_server(open_contexts: float, rate_per_s: float, queries: int = 40,
+                query_s: float = 0.0003) -> Application:
+    """A PHP-like server with many workers: clients → web, each request `queries` sequential
+    database queries with work before each, spaced so that the web node holds
+    `open_contexts` requests open at once on average (Little's law: rate × time in system)."""
+    delay_s, jitter_s = 0.0002, 0.00005
+    per_query_s = query_s + 2 * (delay_s + jitter_s)
+    in_system_s = open_contexts / rate_per_s
+    work_s = (in_system_s - queries * per_query_s) / (queries + 1)
+    if work_s <= 0:
+        raise ValueError(f"{open_contexts=} at {rate_per_s=} leaves no time for work between "
+                         f"{queries} queries of {per_query_s * 1e3:.2f} ms")
+    query = Behaviour("db", (), query_s)
+    page = Behaviour("web", tuple((query,) for _ in range(queries)), work_s)
+    return Application(
+        services={"web": (("web",), 80), "db": (("db",), 3306)},
+        node_host={"client": "client", "web": "web", "db": "db"},
+        requests=((1.0, page),), clients=("client",), default_delay_s=delay_s,
+        jitter_s=jitter_s)

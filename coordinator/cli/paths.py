@@ -23,7 +23,8 @@ from coordinator.config.strict_json import dumps
 from coordinator.config.trace_file import read_trace, write_trace
 from coordinator.live.paths_evidence import host_traces, transactions_of
 from coordinator.live.session import Session, check_local_files, observe
-from coordinator.paths.analysis import LINKERS, analyse
+from coordinator.paths.analysis import DEFAULT_BUDGET, LINKERS, analyse
+from coordinator.paths.budget import budget_lines, progress_line
 from coordinator.paths.reconcile import HostTrace, reconcile
 from coordinator.paths.wap5 import LinkingSettings
 
@@ -48,6 +49,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=float, default=2.0, metavar="S",
                    help="the longest delay between a message and the one it causes (WAP5's x; "
                    "default 2)")
+    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET, metavar="F",
+                   help="linking takes at most this fraction of the capture's duration "
+                   f"(default {DEFAULT_BUDGET:g}: 6 s for a minute); a node over its share is "
+                   "linked greedily, then by §5.1, and the output says so")
     p.add_argument("--save-trace", type=Path, metavar="FILE",
                    help="also write the captured trace (JSON lines) for --trace later (the "
                    "web log is not in it: offline, no transactions)")
@@ -61,6 +66,7 @@ def _check(args: argparse.Namespace) -> None:
     check_between(args.duration, 1.0, MAX_DURATION_S, "--duration")
     check_between(args.report_interval, 0.1, 3600, "--report-interval")
     check_between(args.window, 0.001, 3600, "--window")
+    check_between(args.budget, 0.001, 100, "--budget")
 
 
 def paths_command(args: argparse.Namespace) -> int:
@@ -77,8 +83,10 @@ def paths_command(args: argparse.Namespace) -> int:
     trace = reconcile(hosts)
     # the requests the web log saw during the capture, by transaction (none offline)
     transaction_of = transactions_of(session, trace) if session is not None else None
+    # progress on stderr, where --json leaves it silent
+    progress = None if args.json else lambda g: console.print(escape(progress_line(g)))
     result = analyse(trace, args.linker, LinkingSettings(window_s=args.window),
-                     transaction_of=transaction_of)
+                     transaction_of=transaction_of, budget=args.budget, progress=progress)
     result |= {"traced_hosts": sorted(h.name for h in hosts), "problems": problems,
                "at": time.time()}
     if args.save:
@@ -112,8 +120,9 @@ def _capture(args: argparse.Namespace, console: Console
 
 def _print(console: Console, result: dict[str, Any]) -> None:
     print(f"{result['messages']} messages ({result['nil_send']} without a send time, "
-          f"{result['nil_receive']} without a receive time), {result['roots']} paths, "
-          f"linked by {result['linker']}")
+          f"{result['nil_receive']} without a receive time), {result['roots']} paths")
+    for line in budget_lines(result):
+        print(line)
     for host, clock in result["hosts"].items():
         if clock["clock_offset_s"] is not None and clock["clock_reference"] != host:
             print(f"  clock of {host}: {1e3 * clock['clock_offset_s']:+.3f} ms against "

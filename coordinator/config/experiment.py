@@ -241,6 +241,9 @@ class Paths(_Strict):
     linker: Literal["context", "wap5", "fcfs"] = "context"
     window_s: Float = Field(2.0, ge=0.001, le=3600)  # WAP5's x: the longest causal delay
     report_interval_s: Float = Field(1.0, ge=0.1, le=3600)
+    # linking takes at most this fraction of the capture's duration; a node over its share
+    # is linked greedily, then by §5.1 (paths.json's fallbacks)
+    budget: Float = Field(0.1, gt=0, le=100)
 
 
 class Experiment(_Strict):

@@ -4,6 +4,8 @@ each transaction's (its requests found in the web log by their arrival at the fr
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from common.protocol.trace import TraceRequest
 from coordinator.config.run_dir import RunDir
 from coordinator.config.trace_file import write_trace
@@ -11,6 +13,7 @@ from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.live.session import Session
 from coordinator.live.trace_events import host_trace
 from coordinator.paths.analysis import analyse, client_requests, match_requests
+from coordinator.paths.budget import budget_lines, progress_line
 from coordinator.paths.messages import Trace
 from coordinator.paths.reconcile import HostTrace, reconcile
 from coordinator.paths.wap5 import LinkingSettings
@@ -54,8 +57,10 @@ def transactions_of(session: Session, trace: Trace) -> dict[int, str]:
             if row in name_of_row}
 
 
-def save(session: Session, out: RunDir, window: tuple[float, float]) -> list[str]:
-    """Stop tracing; write the trace and paths.json. Returns what went wrong on a host."""
+def save(session: Session, out: RunDir, window: tuple[float, float],
+         say: Callable[[str], None] | None = None) -> list[str]:
+    """Stop tracing; write the trace and paths.json, linking within the experiment's budget
+    (`say` hears how it goes, and what was cut). Returns what went wrong on a host."""
     if not session.tracing:
         return []
     problems = session.stop_tracing()
@@ -68,9 +73,12 @@ def save(session: Session, out: RunDir, window: tuple[float, float]) -> list[str
     transaction_of = transactions_of(session, trace)
     p = session.experiment.paths
     result = analyse(trace, p.linker, LinkingSettings(window_s=p.window_s),
-                     transaction_of=transaction_of)
+                     transaction_of=transaction_of, budget=p.budget,
+                     progress=None if say is None else lambda g: say(progress_line(g)))
     result |= {"window": list(window), "traced_hosts": sorted(h.name for h in hosts),
                "client_requests": len(client_requests(trace)),
                "matched_requests": len(transaction_of), "problems": problems}
     out.write(PATHS_FILE, result)
+    for line in budget_lines(result) if say is not None else []:
+        say(line)
     return problems

@@ -208,7 +208,7 @@ def train(session: Session, out: RunDir, say: Say) -> Training:
         sniffer.call(Unwatch())  # its last report comes before this answer
     end = clock.time()
     try:  # the paths are evidence: a failure to save them stops no measurement
-        for problem in paths_evidence.save(session, out, (start, end)):
+        for problem in paths_evidence.save(session, out, (start, end), say):
             say(f"[yellow]{problem}")
     except Exception as e:
         session.warnings.append(f"causal paths not saved: {e}")

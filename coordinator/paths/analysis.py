@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from coordinator.paths.budget import Budget, Progress
 from coordinator.paths.clocks import clock_offsets
 from coordinator.paths.instances import PathInstance, path_instances
 from coordinator.paths.messages import Trace
@@ -26,6 +27,8 @@ from coordinator.paths.wap5 import (
     wap5_probabilities,
 )
 
+DEFAULT_BUDGET = 0.1  # linking's share of the capture's duration (`budget`)
+
 LINKERS: dict[str, Callable[[Trace, LinkingSettings], LinkProbabilities]] = {
     "context": context_probabilities,  # ours: §5.1's timing within request contexts
     "wap5": wap5_probabilities,  # §5.1 as the paper has it
@@ -35,12 +38,23 @@ LINKERS: dict[str, Callable[[Trace, LinkingSettings], LinkProbabilities]] = {
 
 def analyse(trace: Trace, linker: str = "context",
             settings: LinkingSettings = DEFAULT_LINKING, max_patterns: int = 200,
-            transaction_of: Mapping[int, str] | None = None) -> dict[str, Any]:
+            transaction_of: Mapping[int, str] | None = None,
+            budget: float | None = DEFAULT_BUDGET,
+            progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
     """paths.json's body for `trace`: patterns by score, with the hosts' clock offsets; with
-    `transaction_of` (root message -> transaction), the patterns of each transaction too."""
+    `transaction_of` (root message -> transaction), the patterns of each transaction too.
+    Context linking takes at most `budget` times the trace's duration (None: no limit),
+    saying what it cut (`fallbacks`); `progress` hears how it goes, about once a second."""
     if linker not in LINKERS:
         raise ValueError(f"linker {linker!r}: expected one of {sorted(LINKERS)}")
-    probs = LINKERS[linker](trace, settings)
+    duration_s = trace_duration_s(trace)
+    limit = Budget(None if budget is None else budget * duration_s, progress,
+                   node_names=trace.nodes)
+    if linker == "context":
+        probs = context_probabilities(trace, settings, budget=limit)
+    else:
+        probs = LINKERS[linker](trace, settings)
+    linking_s = limit.elapsed_s()
     per_root = path_instances(probs, settings)
     offsets = clock_offsets(trace)
     best = [inst[0] for inst in per_root if inst]
@@ -70,7 +84,19 @@ def analyse(trace: Trace, linker: str = "context",
         "patterns_left_out": max(0, len(patterns) - max_patterns),
         "transactions": by_transaction,  # each one's five likeliest patterns
         "transaction_requests": requests_of,  # how many of its requests the trace has
+        "duration_s": duration_s,
+        "budget": {"fraction": budget, "seconds": limit.seconds,
+                   "linking_s": round(linking_s, 3), "passes_cut": limit.passes_cut},
+        "fallbacks": [asdict(f) for f in limit.fallbacks],
     }
+
+
+def trace_duration_s(trace: Trace) -> float:
+    """From the trace's first recorded time to its last (0 for an empty trace)."""
+    m = trace.messages
+    times = np.concatenate([m.send_s, m.recv_s])
+    times = times[np.isfinite(times)]
+    return float(times.max() - times.min()) if len(times) else 0.0
 
 
 def client_requests(trace: Trace) -> np.ndarray:

@@ -113,22 +113,20 @@ class DelayModel:
         (parallel calls; fitted, 1 before a fit)."""
         return self.siblings.get((node, callee), 1.0) if self.fitted else 1.0
 
-    def weigh(self, node: int, callee: int, parent_senders: list[int], delays_s: list[float]
-              ) -> tuple[list[float], float]:
-        """Each candidate's weight and the call's being spontaneous (unnormalised)."""
-        if not self.fitted:
-            return self._first_pass(node, callee, delays_s)
-        rate = self.spontaneous_per_s.get((node, callee), self.default_spontaneous_per_s)
-        return ([self.density(s, node, callee, x) for s, x in zip(parent_senders, delays_s,
-                                                                  strict=True)], rate)
+    def spontaneous_weight(self, node: int, callee: int) -> float:
+        """The weight of a call's being spontaneous, against its candidates' `weight`s
+        (unnormalised): the pair's rate once fitted, §5.1's exp(−y) before (1 with no d)."""
+        if self.fitted:
+            return self.spontaneous_per_s.get((node, callee), self.default_spontaneous_per_s)
+        return math.exp(-self.y) if self.pair_mean_s[node, callee] > 0 else 1.0
 
-    def _first_pass(self, node: int, callee: int, delays_s: list[float]
-                    ) -> tuple[list[float], float]:
-        """§5.1's weights: exp(−t/d) per candidate, exp(−y) for none (no d: spontaneous)."""
+    def weight(self, parent_sender: int, node: int, callee: int, delay_s: float) -> float:
+        """A candidate parent's weight (unnormalised): the fitted density of its delay, or
+        §5.1's exp(−t/d) before a fit (0 with no d)."""
+        if self.fitted:
+            return self.density(parent_sender, node, callee, delay_s)
         d = self.pair_mean_s[node, callee]
-        if not d > 0:
-            return [0.0] * len(delays_s), 1.0
-        return [math.exp(-max(x, 0.0) / d) for x in delays_s], math.exp(-self.y)
+        return math.exp(-max(delay_s, 0.0) / d) if d > 0 else 0.0
 
 
 def fit_lognormals(keys: np.ndarray, delays_s: np.ndarray, min_samples: int

@@ -34,6 +34,15 @@ from operator import itemgetter
 
 import numpy as np
 
+from coordinator.paths.budget import (
+    CHECK_EVERY,
+    FINAL_SHARE,
+    FIRST_PASS_SHARE,
+    FIT_SHARE,
+    Budget,
+    Fallback,
+    unlimited,
+)
 from coordinator.paths.candidates import (
     Candidates,
     departure_and_arrival,
@@ -68,42 +77,118 @@ MIN_FIT_SAMPLES = 20
 # messages) then costs one pass and a little, not `iterations` passes.
 FIT_MESSAGES = 150_000
 
-# (ready contexts, departure time, node, call) -> [(parent, weight)], spontaneous weight
-Chooser = Callable[[list[Context], float, int, int], tuple[list[tuple[int, float]], float]]
+# (each hypothesis's ready contexts, departure time, node, call) -> per hypothesis
+# ([(parent, weight)], spontaneous weight)
+Chooser = Callable[[list[list[Context]], float, int, int],
+                   list[tuple[list[tuple[int, float]], float]]]
 
 
 def fcfs_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING
                        ) -> LinkProbabilities:
     """A call belongs to the oldest request's context waiting on nothing (first come, first
     served: one call at a time per request, none after its reply, none on its own)."""
-    def oldest(ready: list[Context], _t: float, _node: int, _msg: int
-               ) -> tuple[list[tuple[int, float]], float]:
-        waiting_on_nothing = [c for c in ready
-                              if c.acted_s is None and not c.closed and not c.rooted]
-        return ([(waiting_on_nothing[0].latest, 1.0)], 0.0) if waiting_on_nothing else (
-            [], 1.0)
+    def oldest(readies: list[list[Context]], _t: float, _node: int, _msg: int
+               ) -> list[tuple[list[tuple[int, float]], float]]:
+        out = []
+        for ready in readies:
+            first = next((c for c in ready
+                          if c.acted_s is None and not c.closed and not c.rooted), None)
+            out.append(([(first.latest, 1.0)], 0.0) if first is not None else ([], 1.0))
+        return out
     with no_cycle_collection():
         walk = _Walk(trace, settings)
         return walk.result(walk.run(oldest))
 
 
 def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING,
-                          iterations: int = 5) -> LinkProbabilities:
+                          iterations: int = 5, budget: Budget | None = None
+                          ) -> LinkProbabilities:
     """Each ready context's latest message, weighed by the delay model; the model refitted to
-    the links found, `iterations` passes in all (§5.1 notes its steps could be iterated)."""
+    the links found, `iterations` passes in all (§5.1 notes its steps could be iterated).
+    Within `budget` (`coordinator.paths.budget`): what it cut is in `budget.fallbacks`."""
     if len(trace.messages) == 0:  # nothing to fit a model to
         return wap5_probabilities(trace, settings)
+    budget = budget or unlimited()
     with no_cycle_collection():
         walk = _Walk(trace, settings)
         fit_until = walk.time_of(FIT_MESSAGES)
         model = DelayModel(walk.d, settings.spontaneous_y, settings.window_s)
-        decided = walk.run(walk.chooser(model), until_s=fit_until if iterations > 1 else None)
+        first_share = FIRST_PASS_SHARE if iterations > 1 else 1.0
+        decided = walk.run(walk.chooser(model), until_s=fit_until if iterations > 1 else None,
+                           pace=_Pace(budget, budget.until(first_share), 1, iterations,
+                                      final=iterations == 1))
+        last_pass_s = budget.elapsed_s()
         for k in range(1, iterations):
             model, seen = walk.refit(decided, fit_until)
             last = k == iterations - 1
+            started_s = budget.elapsed_s()
+            if not last and budget.clock() + 2 * last_pass_s > budget.until(FIT_SHARE):
+                budget.passes_cut = iterations - 1 - k  # a beam pass costs more than greedy
+                k, last = iterations - 1, True
             decided = walk.run(walk.chooser(model, seen), model, seen,
-                               until_s=None if last else fit_until)
+                               until_s=None if last else fit_until,
+                               pace=_Pace(budget, budget.until(FINAL_SHARE if last else FIT_SHARE),
+                                          k + 1, iterations, final=last))
+            last_pass_s = budget.elapsed_s() - started_s
+            if last:
+                break
         return walk.result(decided)
+
+
+class _Pace:
+    """One pass's deadline, shared out among its nodes by their calls."""
+
+    def __init__(self, budget: Budget, deadline_s: float, pass_number: int, passes: int,
+                 final: bool) -> None:
+        self.budget, self.deadline_s, self.final = budget, deadline_s, final
+        self.pass_number, self.passes = pass_number, passes
+        self.calls, self.events, self.calls_walked, self.events_walked = 0, 0, 0, 0
+
+    def begin(self, calls: int, events: int) -> None:
+        self.calls, self.events, self.calls_walked, self.events_walked = calls, events, 0, 0
+
+    def node(self, calls: int, events: int) -> _NodeShare:
+        """A node with `calls` among its `events`: its share of the time left (a node
+        that makes no call only follows its requests and replies, in a time linear in
+        them: no limit)."""
+        now = self.budget.clock()
+        left = self.calls - self.calls_walked
+        share = (self.deadline_s - now) * calls / left if calls and left else math.inf
+        self.calls_walked += calls
+        self.events_walked += events
+        return _NodeShare(self, now, max(share, 0.0), self.events_walked - events)
+
+
+class _NodeShare:
+    """A node's share of its pass's time: past half of it, the beam goes greedy; past all
+    of it, the rest of the node is left (to §5.1 if this is the last pass)."""
+
+    def __init__(self, pace: _Pace, start_s: float, share_s: float, walked_before: int
+                 ) -> None:
+        self.pace, self.start_s, self.share_s = pace, start_s, share_s
+        self.walked_before = walked_before
+
+    def keep_up(self, k: int, beam: NodeBeam, node: int) -> bool:
+        """After `k` of the node's events: whether to go on (the beam narrowed if need be)."""
+        pace, budget = self.pace, self.pace.budget
+        now = budget.clock()
+        budget.tell(self.walked_before + k, pace.events, pace.pass_number, pace.passes, now)
+        spent = now - self.start_s
+        if spent <= self.share_s / 2:
+            return True
+        name = budget.node_names[node] if budget.node_names else str(node)
+        if beam.width > 1:
+            beam.settle()
+            beam.width = 1
+            if pace.final:
+                budget.fallbacks.append(Fallback(name, "greedy", (
+                    f"half its {self.share_s:.2f} s of the budget gone after {k} events")))
+        if spent <= self.share_s:
+            return True
+        if pace.final:
+            budget.fallbacks.append(Fallback(name, "wap5", (
+                f"its {self.share_s:.2f} s of the budget gone after {k} events")))
+        return False
 
 
 class _Walk:
@@ -117,6 +202,8 @@ class _Walk:
         self.events = list(_events_by_node(trace, self.out_t, self.in_t, np.isnan(m.send_s),
                                            np.isnan(m.recv_s)))
         self.src, self.dst = m.src.tolist(), m.dst.tolist()
+        self.is_reply, self.conns = trace.is_reply().tolist(), m.conn.tolist()
+        self.clients = trace.clients.tolist()
         first = np.fmin(self.out_t, self.in_t)
         self.first_s = np.sort(first[np.isfinite(first)])
 
@@ -127,96 +214,123 @@ class _Walk:
     def chooser(self, model: DelayModel, seen: Observables | None = None) -> Chooser:
         src, dst = self.src, self.dst
 
-        def by_density(ready: list[Context], t: float, node: int, msg: int
-                       ) -> tuple[list[tuple[int, float]], float]:
-            if not ready:
-                return [], 1.0
+        def by_density(readies: list[list[Context]], t: float, node: int, msg: int
+                       ) -> list[tuple[list[tuple[int, float]], float]]:
             callee = dst[msg]
-            p, spontaneous = model.weigh(node, callee, [src[c.latest] for c in ready],
-                                         [t - c.latest_s for c in ready])
             after = model.afterward_prior(node, callee)
             sibling = model.sibling_prior(node, callee)
-            links = []
-            for c, w in zip(ready, p, strict=True):  # one loop: the walk's hottest code
-                if c.closed:
-                    w *= after
-                elif c.acted_s is not None:
-                    w *= sibling
-                if seen is not None:
-                    w *= seen.call(c.latest, msg)
-                links.append((c.latest, w))
+            spontaneous = model.spontaneous_weight(node, callee)
             if seen is not None:
                 spontaneous *= seen.spontaneous(msg)
-            return links, spontaneous
+            # the hypotheses share most contexts: each one weighed once per call, by what
+            # its weight depends on (its latest message, answered, waiting on a sibling)
+            weight_of: dict[tuple[int, bool, bool], float] = {}
+            out = []
+            for ready in readies:  # one loop: the walk's hottest code
+                links = []
+                for c in ready:
+                    key = (c.latest, c.closed, c.acted_s is not None)
+                    w = weight_of.get(key)
+                    if w is None:
+                        w = model.weight(src[c.latest], node, callee, t - c.latest_s)
+                        if c.closed:
+                            w *= after
+                        elif c.acted_s is not None:
+                            w *= sibling
+                        if seen is not None:
+                            w *= seen.call(c.latest, msg)
+                        weight_of[key] = w
+                    links.append((c.latest, w))
+                out.append((links, spontaneous) if links else ([], 1.0))
+            return out
         return by_density
 
     def run(self, choose: Chooser, model: DelayModel | None = None,
-            seen: Observables | None = None, until_s: float | None = None) -> Decided:
+            seen: Observables | None = None, until_s: float | None = None,
+            pace: _Pace | None = None) -> Decided:
         """Each node's events through a beam of context walkers (`node_beam`): a call whose
         context is in doubt is decided by what comes after it, its node's replies weighed by
-        their delays and sizes once fitted. Events after `until_s` are left out."""
-        m, trace = self.trace.messages, self.trace
-        is_reply = trace.is_reply().tolist()
-        conns = m.conn.tolist()
-        clients = trace.clients.tolist()
-        spontaneous_clients = self.settings.clients_spontaneous
-        in_t = self.in_t
+        their delays and sizes once fitted. Events after `until_s` are left out. With a
+        `pace`, each node has its share of the pass's time (`budget`)."""
         decisions: Decided = {}
         self.placements: dict[int, Placement] = {}
         self.unexplained: list[int] = []  # calls made with no context ready
         self.greeted_calls: dict[int, int] = {}  # call -> the server's greeting it answers
+        nodes = []
         for node, (times, departures, messages) in self.events:
-            beam = NodeBeam(ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S),
-                            decisions, self.placements,
-                            BEAM_WIDTH if model is not None else 1)
             if until_s is not None:
                 end = bisect_right(times, until_s)
                 times, departures, messages = times[:end], departures[:end], messages[:end]
-            greeted: dict[int, tuple[int, float]] = {}  # connection -> server's first words
-            for t, departing, msg in zip(times, departures, messages, strict=True):
-                conn = conns[msg]
-                if not departing:
-                    if not is_reply[msg]:
-                        for h in beam.hypotheses:
-                            h.walker.request_arrived(conn, msg, t)
-                        continue
-                    if conn not in beam.hypotheses[0].walker.calls:
-                        greeted[conn] = (msg, t)  # a reply to no call (alike in every one)
-                    for h in beam.hypotheses:
-                        h.walker.reply_arrived(conn, msg, t)
-                elif is_reply[msg]:
-                    parents = [h.walker.answer(conn, t) for h in beam.hypotheses]
-                    weights = [0.0 if p is None or model is None or len(parents) == 1 else
-                               self._reply_weight(model, seen, p, msg, t - in_t[p])
-                               for p in parents]
-                    beam.reply(msg, parents, weights)
-                elif clients[node] and spontaneous_clients:
-                    for h in beam.hypotheses:
-                        h.walker.call_sent(conn, None, t)
-                else:
-                    readies = [h.walker.ready(t) for h in beam.hypotheses]
-                    if not readies[0]:  # the likeliest hypothesis has no context for it
-                        self.unexplained.append(msg)
-                    chosen = [choose(ready, t, node, msg) for ready in readies]
-                    greeting = self._greeting(greeted.pop(conn, None), t, decisions)
-                    if greeting is not None:  # its parent arrived before it did
-                        chosen = [([(p, w) for p, w in links if in_t[p] <= in_t[greeting]], s)
-                                  for links, s in chosen]
-                    if len(chosen) == 1 and greeting is None and beam.decided_alone(
-                            *chosen[0], msg, conn, t):
-                        continue
-                    options = [_options(h.walker, c)
-                               for h, c in zip(beam.hypotheses, chosen, strict=True)]
-                    if greeting is not None:
-                        self.greeted_calls[msg] = greeting
-                        if model is None:  # §5.1's weights know no connect: a ready
-                            # context opened it (a first pass calling it spontaneous would
-                            # fit every later pass to that)
-                            options = [[o for o in opts if o[0] is not None] or opts
-                                       for opts in options]
-                    beam.branch(options, msg, conn, t, greeting)
+            # a node's calls are what cost (its contexts and hypotheses): its share by them
+            # (a client's are spontaneous: no choice to make)
+            calls = 0 if self.clients[node] and self.settings.clients_spontaneous else sum(
+                d and not self.is_reply[k] for d, k in zip(departures, messages, strict=True))
+            nodes.append((node, times, departures, messages, calls))
+        pace = pace or _Pace(unlimited(), math.inf, 1, 1, final=True)
+        pace.begin(sum(n[4] for n in nodes), sum(len(n[1]) for n in nodes))
+        for node, times, departures, messages, calls in nodes:
+            beam = NodeBeam(ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S),
+                            decisions, self.placements,
+                            BEAM_WIDTH if model is not None else 1)
+            self._walk_node(node, beam, zip(times, departures, messages, strict=True),
+                            pace.node(calls, len(times)), choose, model, seen, decisions)
             beam.settle()
         return decisions
+
+    def _walk_node(self, node: int, beam: NodeBeam, events: Iterator[tuple[float, bool, int]],
+                   share: _NodeShare, choose: Chooser, model: DelayModel | None,
+                   seen: Observables | None, decisions: Decided) -> None:
+        is_reply, conns, in_t = self.is_reply, self.conns, self.in_t
+        spontaneous = self.clients[node] and self.settings.clients_spontaneous
+        greeted: dict[int, tuple[int, float]] = {}  # connection -> server's first words
+        for k, (t, departing, msg) in enumerate(events):
+            if k % CHECK_EVERY == 0 and k and not share.keep_up(k, beam, node):
+                return  # the rest of the node's messages are left to §5.1
+            conn = conns[msg]
+            if not departing:
+                if not is_reply[msg]:
+                    for h in beam.hypotheses:
+                        h.walker.request_arrived(conn, msg, t)
+                    continue
+                if conn not in beam.hypotheses[0].walker.calls:
+                    greeted[conn] = (msg, t)  # a reply to no call (alike in every one)
+                for h in beam.hypotheses:
+                    h.walker.reply_arrived(conn, msg, t)
+            elif is_reply[msg]:
+                parents = [h.walker.answer(conn, t) for h in beam.hypotheses]
+                weights = [0.0 if p is None or model is None or len(parents) == 1 else
+                           self._reply_weight(model, seen, p, msg, t - in_t[p])
+                           for p in parents]
+                beam.reply(msg, parents, weights)
+            elif spontaneous:
+                for h in beam.hypotheses:
+                    h.walker.call_sent(conn, None, t)
+            else:
+                self._call(node, beam, msg, conn, t, choose, model, greeted, decisions)
+
+    def _call(self, node: int, beam: NodeBeam, msg: int, conn: int, t: float,
+              choose: Chooser, model: DelayModel | None,
+              greeted: dict[int, tuple[int, float]], decisions: Decided) -> None:
+        """A call the node sends: its context chosen in every hypothesis."""
+        in_t = self.in_t
+        readies = [h.walker.ready(t) for h in beam.hypotheses]
+        if not readies[0]:  # the likeliest hypothesis has no context for it
+            self.unexplained.append(msg)
+        chosen = choose(readies, t, node, msg)
+        greeting = self._greeting(greeted.pop(conn, None), t, decisions)
+        if greeting is not None:  # its parent arrived before it did
+            chosen = [([(p, w) for p, w in links if in_t[p] <= in_t[greeting]], s)
+                      for links, s in chosen]
+        if len(chosen) == 1 and greeting is None and beam.decided_alone(
+                *chosen[0], msg, conn, t):
+            return
+        options = [_options(h.walker, c) for h, c in zip(beam.hypotheses, chosen, strict=True)]
+        if greeting is not None:
+            self.greeted_calls[msg] = greeting
+            if model is None:  # §5.1's weights know no connect: a ready context opened it
+                # (a first pass calling it spontaneous would fit every later pass to that)
+                options = [[o for o in opts if o[0] is not None] or opts for opts in options]
+        beam.branch(options, msg, conn, t, greeting)
 
     def _greeting(self, seen: tuple[int, float] | None, t: float, decisions: Decided
                   ) -> int | None:

@@ -1,0 +1,103 @@
+"""A time budget for linking, and what was cut to keep it.
+
+Linking a busy server's calls by context can cost far more than §5.1 (every ready context is
+a candidate, every doubt a hypothesis), and the passive half of a run must never hold up the
+active half. So linking gets a budget in seconds (a fraction of the capture's duration), split
+between its passes: the passes that fit the model stop early when the next would overrun their
+share, and the last pass gives each node a share in proportion to its events. A node over its
+share goes on greedily (one hypothesis: the beam's cost is its width times the node's ready
+contexts); over twice its share, its remaining messages are left to §5.1, which weighs them
+all at once over arrays. Each cut is a `Fallback`, said in paths.json and on the terminal.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+FIT_SHARE = 0.6  # of the budget, for the passes that fit the model (the first one included)
+FINAL_SHARE = 0.9  # the last pass ends by then: the links' table is built after it
+FIRST_PASS_SHARE = 0.25  # of the budget, for the first (greedy) pass
+CHECK_EVERY = 256  # events between looks at the clock
+PROGRESS_EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Fallback:
+    node: str
+    linker: str  # what linked the rest of its messages: "greedy" or "wap5"
+    why: str
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where linking stands: for a line on stderr."""
+
+    linked: int  # events walked in this pass
+    events: int  # events in this pass
+    pass_number: int
+    passes: int
+    elapsed_s: float
+    budget_s: float | None  # None: no budget
+
+
+@dataclass
+class Budget:
+    """A deadline for linking (`seconds` None: none) and the cuts made to keep it."""
+
+    seconds: float | None
+    progress: Callable[[Progress], None] | None = None
+    clock: Callable[[], float] = time.monotonic
+    node_names: tuple[str, ...] = ()  # for the fallbacks (indices without)
+    fallbacks: list[Fallback] = field(default_factory=list)
+    passes_cut: int = 0  # fitting passes left out
+
+    def __post_init__(self) -> None:
+        self.started_s = self.clock()
+        self._said_s = self.started_s
+
+    def elapsed_s(self) -> float:
+        return self.clock() - self.started_s
+
+    def until(self, share: float) -> float:
+        """The clock reading by which `share` of the budget is spent (inf: no budget)."""
+        return math.inf if self.seconds is None else self.started_s + share * self.seconds
+
+    def tell(self, linked: int, events: int, pass_number: int, passes: int,
+             now_s: float) -> None:
+        """A progress line, at most once a second."""
+        if self.progress is not None and now_s - self._said_s >= PROGRESS_EVERY_S:
+            self._said_s = now_s
+            self.progress(Progress(linked, events, pass_number, passes,
+                                   now_s - self.started_s, self.seconds))
+
+
+def unlimited() -> Budget:
+    return Budget(None)
+
+
+def progress_line(p: Progress) -> str:
+    """`p` for a log line of at most 80 columns."""
+    left = "" if p.budget_s is None else f" of {p.budget_s:.1f} s"
+    return (f"linking: pass {p.pass_number}/{p.passes}, {p.linked:,} of {p.events:,} "
+            f"events, {p.elapsed_s:.1f} s{left}")
+
+
+def budget_lines(result: dict[str, Any]) -> list[str]:
+    """What paths.json's budget and fallbacks say, as lines for the terminal."""
+    b = result["budget"]
+    limit = "no limit" if b["seconds"] is None else \
+        f"budget {b['seconds']:.1f} s = {b['fraction']:g} × {result['duration_s']:.0f} s"
+    lines = [f"linked by {result['linker']} in {b['linking_s']:.1f} s ({limit})"]
+    if b["passes_cut"]:
+        lines.append(f"  {b['passes_cut']} of the model's fitting passes left out")
+    for f in result["fallbacks"]:
+        how = "one hypothesis" if f["linker"] == "greedy" else "§5.1 for the rest"
+        lines.append(f"  {f['node']}: {how} ({f['why']})")
+    if result["fallbacks"]:
+        lines.append("  (a larger --budget, or paths.budget in the experiment, links more "
+                     "by context)")
+    return lines
