@@ -169,7 +169,7 @@ def test_paths_captures_and_names_each_transaction_s_path(testbed, tag):
         assert top["crossings"].get("app1->db", 0.0) == pytest.approx(crossings), (name, top)
         assert top["count"] >= 10, (name, top)
         assert result["transaction_requests"][name] >= top["count"]
-    plain = subprocess.run([LINKGRAD, "paths", str(experiment), "--duration", "3"],
+    plain = subprocess.run([LINKGRAD, "paths", str(experiment), "--duration", "8"],
                            capture_output=True, text=True, timeout=180, env=env, check=False)
     assert plain.returncode == 0, plain.stderr
     assert "ViewItem:" in plain.stdout

@@ -1,0 +1,111 @@
+"""Linking time against capture duration on a busy server (issue 27): a PHP-like node with
+many workers, each request 40 sequential queries, holding 5, 20 or 200 requests open at once
+(testbed.synthetic_paths.busy_server). Context linking with the default budget (0.1 of the
+capture) beside no budget and §5.1, each in a process of its own (peak memory alone); what
+the budget cut, and the trees exactly right against the generator's truth.
+
+    nice -n 5 .venv/bin/python -m benchmarks.paths_busy_server [--seconds 30] [--rate 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.results_md import update_section
+from coordinator.paths.accuracy import best_instances, tree_accuracy
+from coordinator.paths.budget import Budget
+from coordinator.paths.instances import path_instances
+from coordinator.paths.structural import context_probabilities
+from coordinator.paths.wap5 import LinkingSettings, wap5_probabilities
+from testbed.synthetic_paths import busy_server, generate
+
+OUT = Path(__file__).with_name("out") / "paths_busy_server.json"
+SECTION = "paths-busy-server"
+OPEN_CONTEXTS = (5, 20, 200)
+# (name, budget fraction or None for none, linker); no budget at 200 open takes too long
+CASES = (("context, budget 0.1", 0.1, "context"), ("context, no budget", None, "context"),
+         ("wap5", None, "wap5"))
+NO_BUDGET_UP_TO = 20
+
+
+def measure(open_contexts: float, rate: float, seconds: float, fraction: float | None,
+            linker: str) -> dict[str, Any]:
+    s = generate(busy_server(open_contexts, rate), rate, seconds, seed=7)
+    settings = LinkingSettings(window_s=2.0)
+    t0 = time.perf_counter()
+    budget = Budget(None if fraction is None else fraction * seconds,
+                    node_names=s.trace.nodes)
+    probs = context_probabilities(s.trace, settings, budget=budget) if linker == "context" \
+        else wap5_probabilities(s.trace, settings)
+    link_s = time.perf_counter() - t0
+    right, total = tree_accuracy(best_instances(path_instances(probs, settings)),
+                                 s.true_parent, s.request)
+    return {"messages": len(s.trace.messages), "link_s": link_s,
+            "ratio": link_s / seconds, "right": right, "requests": total,
+            "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+            "fallbacks": [f.linker for f in budget.fallbacks],
+            "passes_cut": budget.passes_cut}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--rate", type=float, default=20.0)
+    p.add_argument("--one", nargs=3, metavar=("OPEN", "BUDGET", "LINKER"),
+                   help=argparse.SUPPRESS)  # a child process: one case, JSON on stdout
+    args = p.parse_args()
+    if args.one:
+        fraction = None if args.one[1] == "none" else float(args.one[1])
+        print(json.dumps(measure(float(args.one[0]), args.rate, args.seconds, fraction,
+                                 args.one[2])))
+        return
+    rows = []
+    for oc in OPEN_CONTEXTS:
+        for name, fraction, linker in CASES:
+            if fraction is None and linker == "context" and oc > NO_BUDGET_UP_TO:
+                continue
+            argv = [sys.executable, "-m", "benchmarks.paths_busy_server", "--seconds",
+                    str(args.seconds), "--rate", str(args.rate), "--one", str(oc),
+                    "none" if fraction is None else str(fraction), linker]
+            got = json.loads(subprocess.run(argv, capture_output=True, text=True,
+                                            check=True).stdout)
+            rows.append({"open_contexts": oc, "case": name, **got})
+            print(rows[-1], flush=True)
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(json.dumps({"at": datetime.now(UTC).isoformat(), "machine":
+                               platform.node(), "seconds": args.seconds, "rate": args.rate,
+                               "rows": rows}, indent=1))
+    table = ["| open contexts | linker | messages | link s | × capture | trees right | "
+             "peak GB | cut |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cut = ", ".join(r["fallbacks"]) or "-"
+        if r["passes_cut"]:
+            cut += f"; {r['passes_cut']} fitting passes"
+        table.append(f"| {r['open_contexts']} | {r['case']} | {r['messages']:,} | "
+                     f"{r['link_s']:.1f} | {r['ratio']:.2f} | {r['right']}/{r['requests']} | "
+                     f"{r['peak_gb']:.2f} | {cut} |")
+    update_section(SECTION, f"""## Causal paths on a busy server: linking time against the capture
+
+`nice -n 5 .venv/bin/python -m benchmarks.paths_busy_server --seconds {args.seconds:g} --rate
+{args.rate:g}` on {platform.node()}, {datetime.now(UTC):%Y-%m-%d}: one run of each case, each in
+a process of its own. A generated PHP-like server (`busy_server`): {args.rate:g} requests/s, 40
+sequential queries each, work spaced so the web node holds 5, 20 or 200 requests open;
+pooled connections with no worker affinity, so only timing tells requests apart. Goal (issue
+27): linking within 0.1 × the capture. Linking only (path instances and patterns after it are
+not timed here); "trees right" is every message's parent exact.
+
+{chr(10).join(table)}
+""")
+
+
+if __name__ == "__main__":
+    main()
