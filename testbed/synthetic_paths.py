@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from coordinator.paths.messages import Connections, Messages, Trace
+from coordinator.paths.messages import NO_THREAD, Connections, Messages, Trace
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,10 @@ class Application:
     # the spread of each piece of work: lognormal with this coefficient of variation around
     # its mean (service times have a typical value); 0: exponential (memoryless)
     work_cv: float = 0.5
+    # services whose nodes serve one request per worker thread (Apache prefork, PHP-FPM):
+    # each request a free worker, its messages sent and received by that thread; the other
+    # services' nodes are one event loop (one thread for everything); clients: unknown
+    threaded: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,6 +72,9 @@ class _Builder:
         # parent row, request
         self.calls: list[tuple[int, int]] = []  # (request row, reply row) of each call
         self.node_index = {name: i for i, name in enumerate(app.node_host)}
+        # each request a node served: (node, its request's row, the rows it sent and
+        # received for it; its reply is added by the caller, last)
+        self.servings: list[tuple[str, int, list[int], list[int]]] = []
 
     def delay(self, a: str, b: str) -> float:
         ha, hb = self.app.node_host[a], self.app.node_host[b]
@@ -92,18 +99,25 @@ class _Builder:
         the last message `node` received for it (the parent of its reply) and its time."""
         latest = arrived
         t = self.rows[arrived][1]
+        sent: list[int] = []
+        received = [arrived]
+        self.servings.append((node, arrived, sent, received))
         for stage in behaviour.stages:
             t += self.work(behaviour.work_s)
             answers = []
             for k, call in enumerate(stage):
                 replicas, _ = self.app.services[call.service]
                 callee = self.rng.choice(replicas)
-                sent = self.message(t + k * 1e-6, node, callee, latest, request)
-                inner = self.serve(call, callee, sent, request)
+                call_row = self.message(t + k * 1e-6, node, callee, latest, request)
+                sent.append(call_row)
+                serving = len(self.servings)
+                inner = self.serve(call, callee, call_row, request)
                 t_reply = self.rows[inner][1] + self.work(call.work_s)
                 reply = self.message(t_reply, callee, node, inner, request)
-                self.calls.append((sent, reply))
+                self.servings[serving][2].append(reply)
+                self.calls.append((call_row, reply))
                 answers.append(reply)
+                received.append(reply)
             latest = max(answers, key=lambda r: self.rows[r][1])
             t = self.rows[latest][1]
         return latest
@@ -126,9 +140,11 @@ def generate(app: Application, rate_per_s: float, duration_s: float, *, seed: in
         client = rng.choice(app.clients)
         server = rng.choice(app.services[behaviour.service][0])
         sent = b.message(t, client, server, -1, request)
+        serving = len(b.servings)
         inner = b.serve(behaviour, server, sent, request)
         reply = b.message(b.rows[inner][1] + b.work(behaviour.work_s), server,
                           client, inner, request)
+        b.servings[serving][2].append(reply)
         b.calls.append((sent, reply))
         request += 1
     return _finish(app, b, offsets_s or {}, untraced, start_s)
@@ -147,7 +163,9 @@ def _finish(app: Application, b: _Builder, offsets_s: dict[str, float],
     traced = np.array([h not in untraced for h in hosts])
     send_rec = np.where(traced[node_host[src]], send + theta[node_host[src]], np.nan)
     recv_rec = np.where(traced[node_host[dst]], recv + theta[node_host[dst]], np.nan)
-    messages = Messages(send_rec, recv_rec, src, dst, conn, np.full(len(src), 100))
+    send_thread, recv_thread = _threads(app, b, len(src))
+    messages = Messages(send_rec, recv_rec, src, dst, conn, np.full(len(src), 100),
+                        send_thread, recv_thread)
     trace = Trace.sorted(messages, connections, nodes, node_host, hosts)
     # the order Trace.sorted chose, to carry the truth along
     key = np.where(np.isnan(send_rec), recv_rec, send_rec)
@@ -158,6 +176,34 @@ def _finish(app: Application, b: _Builder, offsets_s: dict[str, float],
     true_parent = np.where(parent >= 0, position[np.maximum(parent, 0)], -1)[order]
     return SyntheticTrace(trace, true_parent, rows[:, 5].astype(np.int64)[order],
                           {h: offsets_s.get(h, 0.0) for h in hosts})
+
+
+def _threads(app: Application, b: _Builder, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each message's sending and receiving thread: a threaded service's node gives each
+    request the free worker that has been idle longest (a new one when all are busy), an
+    event loop node has one thread; clients' are unknown."""
+    send_thread, recv_thread = np.full(n, NO_THREAD), np.full(n, NO_THREAD)
+    threaded = {node for name, (replicas, _) in app.services.items()
+                if name in app.threaded for node in replicas}
+    workers: dict[str, list[tuple[float, int]]] = {}  # node -> (free since, thread)
+    made: dict[str, int] = {}
+    servings = sorted(b.servings, key=lambda s: b.rows[s[1]][1])  # by arrival
+    index = {name: i for i, name in enumerate(app.node_host)}
+    for node, arrived, sent, received in servings:
+        if node in threaded:
+            pool = workers.setdefault(node, [])
+            start = b.rows[arrived][1]
+            if pool and pool[0][0] <= start:
+                _, thread = heapq.heappop(pool)
+            else:
+                thread = 1000 * (index[node] + 1) + made.get(node, 0)
+                made[node] = made.get(node, 0) + 1
+            heapq.heappush(pool, (b.rows[sent[-1]][0], thread))  # free once it replied
+        else:
+            thread = 1000 * (index[node] + 1)
+        send_thread[sent] = thread
+        recv_thread[received] = thread
+    return send_thread, recv_thread
 
 
 def _connections(app: Application, b: _Builder, send: np.ndarray, recv: np.ndarray
@@ -225,4 +271,4 @@ def busy_server(open_contexts: float, rate_per_s: float, queries: int = 40,
         services={"web": (("web",), 80), "db": (("db",), 3306)},
         node_host={"client": "client", "web": "web", "db": "db"},
         requests=((1.0, page),), clients=("client",), default_delay_s=delay_s,
-        jitter_s=jitter_s)
+        jitter_s=jitter_s, threaded=frozenset({"web"}))

@@ -4,6 +4,7 @@ then by §5.1, and paths.json says so; the clock is injected, so nothing here is
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from coordinator.paths.analysis import analyse
 from coordinator.paths.budget import Budget, budget_lines, progress_line
@@ -22,7 +23,8 @@ def _ticking(step_s: float):
 
 
 def test_a_busy_server_over_its_budget_falls_back_and_says_so():
-    s = generate(busy_server(20, 20), 20, 8, seed=3)
+    # an event loop: its thread says nothing, every call's context is a choice
+    s = generate(replace(busy_server(20, 20), threaded=frozenset()), 20, 8, seed=3)
     budget = Budget(1.0, clock=_ticking(0.02), node_names=s.trace.nodes)
     probs = context_probabilities(s.trace, SETTINGS, budget=budget)
     assert [(f.node, f.linker) for f in budget.fallbacks] == [("web", "greedy"),

@@ -25,6 +25,7 @@ dict copies at C speed, not a Python loop over a busy server's hundreds of open 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 SWEEPS_PER_WINDOW = 8  # how often forgotten contexts are let go (they are never offered)
@@ -41,6 +42,7 @@ class Context:
     closed: bool = False  # answered already (offered only to a fire-and-forget call)
     rooted: bool = False  # opened by the answer to a spontaneous call, not by a request
     served: int | None = None  # the connection its request came on
+    thread: int = -1  # the thread that received its request (or its first answer); -1: unknown
 
 
 class ContextWalker:
@@ -52,6 +54,7 @@ class ContextWalker:
         self.pending: dict[int, int] = {}  # connection (served) -> its request's context
         self.calls: dict[int, int] = {}  # connection (called) -> its last call's context
         self.just_closed: dict[int, tuple[float, Context]] = {}  # answered within afterward_s
+        self.by_thread: dict[int, int] = {}  # thread -> its latest context
         self.next_id = 0
         self.next_sweep_s = -math.inf
 
@@ -65,6 +68,7 @@ class ContextWalker:
         new.pending = dict(self.pending)
         new.calls = dict(self.calls)
         new.just_closed = dict(self.just_closed)  # answered contexts: replaced, not changed
+        new.by_thread = dict(self.by_thread)
         new.next_id, new.next_sweep_s = self.next_id, self.next_sweep_s
         return new
 
@@ -94,7 +98,8 @@ class ContextWalker:
     def _arrive(self, ctx: int, t: float, msg: int) -> None:
         c = self.open[ctx]
         self.context_of.pop(c.latest, None)
-        self.open[ctx] = Context(c.opened_s, t, msg, None, c.closed, c.rooted, c.served)
+        self.open[ctx] = Context(c.opened_s, t, msg, None, c.closed, c.rooted, c.served,
+                                 c.thread)
         self.context_of[msg] = ctx
 
     def _close(self, ctx: int) -> None:
@@ -104,19 +109,23 @@ class ContextWalker:
             if c.served is not None and self.pending.get(c.served) == ctx:
                 del self.pending[c.served]
 
-    def request_arrived(self, conn: int, msg: int, t: float) -> None:
+    def request_arrived(self, conn: int, msg: int, t: float, thread: int = -1) -> None:
         ctx = self._new()
-        self.open[ctx] = Context(t, t, msg, served=conn)
+        self.open[ctx] = Context(t, t, msg, served=conn, thread=thread)
+        if thread != -1:
+            self.by_thread[thread] = ctx
         self.context_of[msg] = ctx
         self.pending[conn] = ctx
 
-    def reply_arrived(self, conn: int, msg: int, t: float) -> None:
+    def reply_arrived(self, conn: int, msg: int, t: float, thread: int = -1) -> None:
         ctx = self.calls.pop(conn, None)  # a connection's messages alternate: one answer
         if ctx is None:
             return
         if ctx in self.rooted:
             self.rooted.discard(ctx)
-            self.open[ctx] = Context(t, t, msg, rooted=True)
+            self.open[ctx] = Context(t, t, msg, rooted=True, thread=thread)
+            if thread != -1:
+                self.by_thread[thread] = ctx
             self.context_of[msg] = ctx
         elif ctx in self.open:
             self._arrive(ctx, t, msg)
@@ -135,8 +144,10 @@ class ContextWalker:
         self.just_closed[ctx] = (t, replace(c, closed=True))
         return c.latest
 
-    def ready(self, t: float) -> list[Context]:
-        """The open contexts that may send a call at `t` (not waiting), oldest first."""
+    def ready(self, t: float, thread: int | None = None) -> list[Context]:
+        """The open contexts that may send a call at `t` (not waiting), oldest first; with
+        `thread`, only that thread's (a node serving one request per thread: a lookup, not
+        a walk over hundreds of open requests)."""
         if self.just_closed:  # one waiting on its own call waits as an open one would
             for ctx in [k for k, (at, c) in self.just_closed.items()
                         if at < t - (self.afterward_s if c.acted_s is None else self.window_s)]:
@@ -146,11 +157,17 @@ class ContextWalker:
                 self._close(ctx)
             self.next_sweep_s = t + self.window_s / SWEEPS_PER_WINDOW
         fresh, fanout = t - self.window_s, self.fanout_s
-        ready = [c for c in self.open.values() if c.latest_s >= fresh and (
+        if thread is None:
+            candidates: Iterable[Context] = self.open.values()
+        else:
+            own = self.open.get(self.by_thread.get(thread, -1))
+            candidates = () if own is None else (own,)
+        ready = [c for c in candidates if c.latest_s >= fresh and (
             c.acted_s is None or t - c.acted_s <= fanout)]
         if self.just_closed:
             ready += [c for _, c in self.just_closed.values()
-                      if c.acted_s is None or t - c.acted_s <= fanout]
+                      if (c.acted_s is None or t - c.acted_s <= fanout)
+                      and (thread is None or c.thread == thread)]
         return ready
 
     def call_sent(self, conn: int, parent: int | None, t: float) -> None:
@@ -169,5 +186,5 @@ class ContextWalker:
         else:
             c = self.open[ctx]
             self.open[ctx] = Context(c.opened_s, c.latest_s, c.latest, t, c.closed, c.rooted,
-                                     c.served)
+                                     c.served, c.thread)
         self.calls[conn] = ctx

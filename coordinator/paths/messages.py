@@ -21,8 +21,10 @@ from numpy.typing import ArrayLike
 # Columns of Messages and their dtypes: times float64 seconds, names int indices.
 MESSAGE_COLUMNS: dict[str, type] = {
     "send_s": np.float64, "recv_s": np.float64, "src": np.int32, "dst": np.int32,
-    "conn": np.int32, "size_bytes": np.int64,
+    "conn": np.int32, "size_bytes": np.int64, "send_thread": np.int64,
+    "recv_thread": np.int64,
 }
+NO_THREAD = -1  # a message's thread where the tracer did not see it
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,6 +35,10 @@ class Messages:
     src, dst: sending and receiving node (index into Trace.nodes).
     conn: the connection (index into Trace.connections) the message went over.
     size_bytes: payload bytes.
+    send_thread, recv_thread: the thread (tid, or pid) that sent it and that received it,
+    where the host's tracer saw them (NO_THREAD where not; all NO_THREAD if not given). A
+    server that serves one request per process or thread (Apache prefork, PHP-FPM, a JDBC
+    thread pool) sends a request's calls from the thread that received it.
     """
 
     send_s: np.ndarray
@@ -41,11 +47,16 @@ class Messages:
     dst: np.ndarray
     conn: np.ndarray
     size_bytes: np.ndarray
+    send_thread: np.ndarray | None = None
+    recv_thread: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = None
         for name, dtype in MESSAGE_COLUMNS.items():
-            column = np.array(getattr(self, name), dtype=dtype)
+            given = getattr(self, name)
+            if given is None:  # not traced: unknown throughout
+                given = np.full(len(self.send_s), NO_THREAD)
+            column = np.array(given, dtype=dtype)
             if column.ndim != 1:
                 raise ValueError(f"column {name!r} must be 1-D, got shape {column.shape}")
             if n is not None and len(column) != n:

@@ -51,9 +51,10 @@ from coordinator.paths.candidates import (
 from coordinator.paths.contexts import Context, ContextWalker
 from coordinator.paths.delay_model import DelayModel, fit_lognormals
 from coordinator.paths.features import Observables
-from coordinator.paths.messages import Trace
+from coordinator.paths.messages import NO_THREAD, Trace
 from coordinator.paths.no_gc import no_cycle_collection
 from coordinator.paths.node_beam import BEAM_WIDTH, Decided, NodeBeam, Placement
+from coordinator.paths.threads import one_request_per_thread
 from coordinator.paths.wap5 import (
     DEFAULT_LINKING,
     LinkingSettings,
@@ -70,6 +71,8 @@ FANOUT_S = 0.0005
 # pair's calls were such calls (fitted): without that weight, on generated traces with none,
 # 0.5 ms cost 3% of the trees.
 AFTERWARD_S = 0.005
+# A call bound to its thread's request keeps at least this weight (never underflows to 0).
+BOUND_FLOOR = 1e-300
 # A transition's delays are fitted once it has this many links.
 MIN_FIT_SAMPLES = 20
 # The passes that fit the model walk only the trace's first this many messages (in time):
@@ -204,6 +207,8 @@ class _Walk:
         self.src, self.dst = m.src.tolist(), m.dst.tolist()
         self.is_reply, self.conns = trace.is_reply().tolist(), m.conn.tolist()
         self.clients = trace.clients.tolist()
+        self.send_thread, self.recv_thread = m.send_thread.tolist(), m.recv_thread.tolist()
+        self.threaded = one_request_per_thread(trace).tolist()
         first = np.fmin(self.out_t, self.in_t)
         self.first_s = np.sort(first[np.isfinite(first)])
 
@@ -281,6 +286,7 @@ class _Walk:
                    share: _NodeShare, choose: Chooser, model: DelayModel | None,
                    seen: Observables | None, decisions: Decided) -> None:
         is_reply, conns, in_t = self.is_reply, self.conns, self.in_t
+        recv_thread = self.recv_thread
         spontaneous = self.clients[node] and self.settings.clients_spontaneous
         greeted: dict[int, tuple[int, float]] = {}  # connection -> server's first words
         for k, (t, departing, msg) in enumerate(events):
@@ -290,12 +296,12 @@ class _Walk:
             if not departing:
                 if not is_reply[msg]:
                     for h in beam.hypotheses:
-                        h.walker.request_arrived(conn, msg, t)
+                        h.walker.request_arrived(conn, msg, t, recv_thread[msg])
                     continue
                 if conn not in beam.hypotheses[0].walker.calls:
                     greeted[conn] = (msg, t)  # a reply to no call (alike in every one)
                 for h in beam.hypotheses:
-                    h.walker.reply_arrived(conn, msg, t)
+                    h.walker.reply_arrived(conn, msg, t, recv_thread[msg])
             elif is_reply[msg]:
                 parents = [h.walker.answer(conn, t) for h in beam.hypotheses]
                 weights = [0.0 if p is None or model is None or len(parents) == 1 else
@@ -313,10 +319,18 @@ class _Walk:
               greeted: dict[int, tuple[int, float]], decisions: Decided) -> None:
         """A call the node sends: its context chosen in every hypothesis."""
         in_t = self.in_t
-        readies = [h.walker.ready(t) for h in beam.hypotheses]
+        thread = self.send_thread[msg]
+        # a request per thread: the call is its thread's request's, whatever its delay says
+        # (a delay §5.1 finds unlikely under load must not make it spontaneous), and
+        # spontaneous only if the thread has none
+        bound = self.threaded[node] and thread != NO_THREAD
+        readies = [h.walker.ready(t, thread if bound else None) for h in beam.hypotheses]
         if not readies[0]:  # the likeliest hypothesis has no context for it
             self.unexplained.append(msg)
         chosen = choose(readies, t, node, msg)
+        if bound:
+            chosen = [([(p, max(w, BOUND_FLOOR)) for p, w in links], 0.0) if links else
+                      (links, s) for links, s in chosen]
         greeting = self._greeting(greeted.pop(conn, None), t, decisions)
         if greeting is not None:  # its parent arrived before it did
             chosen = [([(p, w) for p, w in links if in_t[p] <= in_t[greeting]], s)

@@ -1,0 +1,60 @@
+"""Threads as a hard constraint: a node that serves one request per thread links each call
+to its thread's request; an event loop's one thread is not believed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from coordinator.paths.accuracy import best_instances, tree_accuracy
+from coordinator.paths.instances import path_instances
+from coordinator.paths.messages import NO_THREAD, Messages, Trace
+from coordinator.paths.structural import context_probabilities
+from coordinator.paths.threads import one_request_per_thread
+from coordinator.paths.wap5 import LinkingSettings
+from testbed.synthetic_paths import busy_server, generate
+
+SETTINGS = LinkingSettings(window_s=2.0)
+
+
+def _right(s) -> tuple[int, int]:
+    probs = context_probabilities(s.trace, SETTINGS)
+    return tree_accuracy(best_instances(path_instances(probs, SETTINGS)), s.true_parent,
+                         s.request)
+
+
+def test_a_prefork_server_is_told_from_an_event_loop():
+    prefork = generate(busy_server(20, 20), 20, 3, seed=2).trace
+    assert one_request_per_thread(prefork).tolist() == [False, True, False]
+    loop = generate(replace(busy_server(20, 20), threaded=frozenset()), 20, 3, seed=2).trace
+    assert one_request_per_thread(loop).tolist() == [False, False, False]
+
+
+def test_threads_not_traced_say_nothing():
+    t = generate(busy_server(5, 20), 20, 3, seed=2).trace
+    m = t.messages
+    blind = Trace(Messages(m.send_s, m.recv_s, m.src, m.dst, m.conn, m.size_bytes),
+                  t.connections, t.nodes, t.node_host, t.hosts)
+    assert (blind.messages.send_thread == NO_THREAD).all()
+    assert not one_request_per_thread(blind).any()
+
+
+def test_a_thread_answering_another_s_request_is_no_prefork():
+    t = generate(busy_server(5, 20), 20, 3, seed=2).trace
+    m = t.messages
+    send_thread = m.send_thread.copy()
+    replies = np.flatnonzero(t.is_reply() & (m.src == 1))
+    send_thread[replies[::20]] += 1  # 5% of the replies from another thread
+    other = Trace(Messages(m.send_s, m.recv_s, m.src, m.dst, m.conn, m.size_bytes,
+                           send_thread, m.recv_thread), t.connections, t.nodes, t.node_host,
+                  t.hosts)
+    assert not one_request_per_thread(other)[1]
+
+
+def test_a_busy_prefork_server_is_linked_exactly_by_its_threads():
+    # 200 requests open at once, 40 sequential queries each, on pooled connections: timing
+    # alone gets no tree right (benchmarks/paths_busy_server.py), the threads all
+    right, total = _right(generate(busy_server(200, 40), 40, 8, seed=5))
+    assert total > 250
+    assert right == total
