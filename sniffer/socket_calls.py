@@ -25,12 +25,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from common.errors import RuntimeFailure
 from common.jsonlines import leave_signals_to_main_thread
 from sniffer.socket_call_summary import (
-    SocketCallSummary,
     SummaryParser,
     TraceSettings,
     build_program,
@@ -136,13 +135,20 @@ class SocketCallTracer:
     """bpftrace running `build_program(config.settings)`; `drain()` returns the summaries
     flushed since the previous drain. Stopping (TERM: bpftrace's END flushes the last partial
     interval) makes the last summaries drainable too. Should this process die without
-    stopping it, bpftrace dies at its next flush, writing to a closed pipe."""
+    stopping it, bpftrace dies at its next flush, writing to a closed pipe. Another
+    `program` with its `parser` (the same `feed`, `ready`, `wall_offset_s` and losses) runs
+    the same way (`sniffer.thread_changes`)."""
 
-    def __init__(self, config: TracerConfig, stop_timeout_s: float = 5.0) -> None:
+    def __init__(self, config: TracerConfig, stop_timeout_s: float = 5.0,
+                 program: str | None = None, parser: Any = None,
+                 map_keys_max: int | None = None) -> None:
         self.config, self.stop_timeout_s = config, stop_timeout_s
+        self.program = program if program is not None else build_program(config.settings)
+        self.map_keys_max = map_keys_max or config.settings.map_keys_max
         self.proc: subprocess.Popen[str] | None = None
-        self.parser = SummaryParser(wall_offset_s=0.0)  # measured at start
-        self.summaries: list[SocketCallSummary] = []
+        # wall_offset_s measured at start
+        self.parser = parser if parser is not None else SummaryParser(wall_offset_s=0.0)
+        self.summaries: list[Any] = []
         self.errors: collections.deque[str] = collections.deque(maxlen=20)
         self.lock = threading.Lock()
         self.ready = threading.Event()  # set when tracing, or when bpftrace ended
@@ -158,11 +164,10 @@ class SocketCallTracer:
             self.parser.wall_offset_s = time.time() - time.monotonic()  # nsecs is MONOTONIC
             try:
                 self.proc = subprocess.Popen(
-                    [self.config.bpftrace, "-f", "json", "-e",
-                     build_program(self.config.settings)],
+                    [self.config.bpftrace, "-f", "json", "-e", self.program],
                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     text=True, bufsize=1, env={**os.environ, "BPFTRACE_MAP_KEYS_MAX": str(
-                        self.config.settings.map_keys_max)})
+                        self.map_keys_max)})
             except OSError as e:
                 raise RuntimeFailure(f"bpftrace could not be run: {e}") from e
             self.threads = [threading.Thread(target=f, args=(pipe,), daemon=True)
@@ -202,7 +207,7 @@ class SocketCallTracer:
             if line.strip() and HARMLESS not in line:
                 self.errors.append(line.strip().removeprefix("ERROR: "))
 
-    def drain(self) -> list[SocketCallSummary]:
+    def drain(self) -> list[Any]:
         with self.lock:
             summaries, self.summaries = self.summaries, []
         return summaries

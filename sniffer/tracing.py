@@ -6,13 +6,17 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+from common.errors import RuntimeFailure
 from common.jsonlines import LineWriter, leave_signals_to_main_thread
 from common.protocol.trace import TraceReportEvent, TraceRequest, Tracing
 from sniffer.links import plain_address
 from sniffer.message_assembly import HostMessage
 from sniffer.message_capture import CaptureSettings, Endpoint, MessageCapture
+from sniffer.socket_calls import OFF, SocketCallTracer, own_netns, probe
+from sniffer.thread_changes import MAP_KEYS_MAX, ThreadChangeParser, ThreadLog, build_program
 
 
 def host_addresses() -> tuple[str, ...]:
@@ -50,6 +54,8 @@ class MessageTracer:
         self.since = 0.0
         self.addresses: tuple[str, ...] = ()
         self.missing: tuple[str, ...] = ()
+        self.thread_tracer: SocketCallTracer | None = None  # each socket's thread
+        self.thread_log = ThreadLog()
 
     def start(self, request: TraceRequest) -> Tracing:
         self.stop()
@@ -62,6 +68,7 @@ class MessageTracer:
                                        idle_s=request.idle_s,
                                        max_messages=request.max_messages)
             self.capture = MessageCapture(settings, set(self.addresses)).start()
+            self._follow_threads()
             self.report_interval_s = request.report_interval_s
             self.since = time.time()
             self.stopping.clear()
@@ -80,7 +87,28 @@ class MessageTracer:
             self.capture.stop()
             self._report()
             self.capture = None
+        if self.thread_tracer is not None:
+            self.thread_tracer.stop()
+            self.thread_tracer = None
         return result
+
+    def _follow_threads(self) -> None:
+        """Each socket's thread from bpftrace, or why not in `missing` (calls are then
+        linked by timing alone)."""
+        self.thread_log = ThreadLog()
+        config = probe()
+        why = config if isinstance(config, str) else None
+        if not isinstance(config, str):
+            try:
+                self.thread_tracer = SocketCallTracer(
+                    config, program=build_program(own_netns()),
+                    parser=ThreadChangeParser(wall_offset_s=0.0),
+                    map_keys_max=MAP_KEYS_MAX).start()
+            except RuntimeFailure as e:
+                why = str(e)
+        if why is not None:
+            self.missing += (f"no threads ({why.removesuffix(': ' + OFF)}): calls linked "
+                             f"by timing alone",)
 
     def _run(self) -> None:
         leave_signals_to_main_thread()
@@ -91,19 +119,31 @@ class MessageTracer:
         assert self.capture is not None
         messages, processes, listening = self.capture.drain()
         now = time.time()
+        tracer = self.thread_tracer
+        if tracer is not None:
+            self.thread_log.add(tracer.drain())
+            self.thread_log.forget_before(now)
         self.out.write(report_event(self.since, now, messages, processes, listening,
-                                    self.capture.stats(), self.capture.error))
+                                    self.capture.stats(), self.capture.error,
+                                    None if tracer is None else self.thread_log.thread_at))
         self.since = now
 
 
 def report_event(from_s: float, to_s: float, messages: list[HostMessage],
                  processes: dict[tuple[Endpoint, Endpoint], str], listening: set[Endpoint],
-                 stats: dict[str, int], error: str | None) -> dict[str, Any]:
-    """A `trace` event (common.protocol.trace), endpoints and process names listed once."""
+                 stats: dict[str, int], error: str | None,
+                 thread_of: Callable[[Endpoint, Endpoint, float], int] | None = None
+                 ) -> dict[str, Any]:
+    """A `trace` event (common.protocol.trace), endpoints and process names listed once;
+    with `thread_of`, the thread at this end of each message."""
     endpoints: dict[Endpoint, int] = {}
     names: dict[str, int] = {}
     rows = []
+    threads = []
+
     def row(local: Endpoint, remote: Endpoint, sent: bool, m: HostMessage) -> None:
+        if thread_of is not None:
+            threads.append(thread_of(local, remote, m.first_s))
         name = processes.get((local, remote))
         rows.append((endpoints.setdefault(local, len(endpoints)),
                      endpoints.setdefault(remote, len(endpoints)), sent, m.seq_first,
@@ -119,7 +159,8 @@ def report_event(from_s: float, to_s: float, messages: list[HostMessage],
             row(m.local, m.remote, m.sent, m)
     event = TraceReportEvent(from_s=from_s, to_s=to_s, endpoints=tuple(endpoints),
                              processes=tuple(names), listening=tuple(sorted(listening)),
-                             messages=tuple(rows), segments=stats["segments"],
+                             messages=tuple(rows), threads=tuple(threads),
+                             segments=stats["segments"],
                              dropped_messages=stats["dropped_messages"],
                              ring_drops=stats["ring_drops"], error=error)
     return event.model_dump(by_alias=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, StrictFloat
+from pydantic import ConfigDict, Field, StrictFloat, model_validator
 
 from common.protocol.base import Message, Request, Result
 from common.protocol.fields import LIMIT_UNIX_S
@@ -58,7 +58,16 @@ class TraceReportEvent(Message):
     processes: tuple[str, ...] = ()
     listening: tuple[tuple[str, Port], ...] = ()  # this host's listening sockets
     messages: tuple[MessageRow, ...] = ()
+    # the thread (tid) at this end of each message, as `messages` (-1: not seen); empty:
+    # this host's threads are not traced
+    threads: tuple[Annotated[int, Field(ge=-1)], ...] = ()
     segments: int = Field(0, ge=0)  # captured since tracing started
     dropped_messages: int = Field(0, ge=0)  # over max_messages, since tracing started
     ring_drops: int = Field(0, ge=0)  # packets the kernel could not put in the ring
     error: str | None = None  # the capture stopped: why
+
+    @model_validator(mode="after")
+    def _a_thread_per_message(self) -> TraceReportEvent:
+        if self.threads and len(self.threads) != len(self.messages):
+            raise ValueError(f"{len(self.threads)} threads for {len(self.messages)} messages")
+        return self

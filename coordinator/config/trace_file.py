@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import InputError, Problem
+from coordinator.paths.messages import NO_THREAD
 from coordinator.paths.reconcile import HostRecord, HostTrace
 
 TRACE_FORMAT = "linkgrad-trace/1"
@@ -23,7 +24,7 @@ def write_trace(path: Path, hosts: list[HostTrace]) -> None:
                                  "listening": sorted(h.listening),
                                  "records": [[*r.local, *r.remote, r.sent, r.seq_first,
                                               r.seq_end, r.first_s, r.last_s, r.loopback,
-                                              r.process] for r in h.records]}))
+                                              r.process, r.thread] for r in h.records]}))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")  # whole or not at all, as a run's files
     tmp.write_text("\n".join(lines) + "\n")
@@ -44,14 +45,17 @@ def read_trace(path: Path) -> Iterator[HostTrace]:
     for n, line in enumerate(lines[1:], start=2):
         entry = _json(path, n, line)
         try:
+            # the thread (12th field) came later: a trace saved before has none
             records = [HostRecord((r[0], int(r[1])), (r[2], int(r[3])), bool(r[4]), int(r[5]),
-                                  int(r[6]), float(r[7]), float(r[8]), bool(r[9]), str(r[10]))
+                                  int(r[6]), float(r[7]), float(r[8]), bool(r[9]), str(r[10]),
+                                  int(r[11]) if len(r) > 11 else NO_THREAD)
                        for r in entry["records"]]
             yield HostTrace(str(entry["host"]), frozenset(entry["addresses"]),
                             frozenset((a, int(p)) for a, p in entry["listening"]), records)
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise InputError(Problem(f"a host entry needs host, addresses, listening and "
-                                     f"records of 11 fields ({type(e).__name__}: {e})",
+                                     f"records of 11 or 12 fields ({type(e).__name__}: "
+                                     f"{e})",
                                      file=str(path), line=n)) from e
 
 

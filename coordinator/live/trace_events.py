@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from common.protocol.trace import TraceReportEvent
+from coordinator.paths.messages import NO_THREAD
 from coordinator.paths.reconcile import HostRecord, HostTrace
 
 
@@ -15,8 +16,10 @@ def host_trace(name: str, addresses: Iterable[str], events: Iterable[TraceReport
     listening: set[tuple[str, int]] = set()
     for e in events:
         listening |= {(a, p) for a, p in e.listening}
-        for local, remote, sent, first, end, first_s, last_s, loop, proc in e.messages:
+        threads = e.threads or (NO_THREAD,) * len(e.messages)
+        for (local, remote, sent, first, end, first_s, last_s, loop, proc), thread in zip(
+                e.messages, threads, strict=True):
             records.append(HostRecord(e.endpoints[local], e.endpoints[remote], sent, first,
                                       end, first_s, last_s, loop,
-                                      e.processes[proc] if proc >= 0 else ""))
+                                      e.processes[proc] if proc >= 0 else "", thread))
     return HostTrace(name, frozenset(addresses), frozenset(listening), records)

@@ -26,16 +26,17 @@ from functools import lru_cache
 
 import numpy as np
 
-from coordinator.paths.messages import Connections, Messages, Trace
+from coordinator.paths.messages import NO_THREAD, Connections, Messages, Trace
 
 Endpoint = tuple[str, int]
+_Sent = tuple[int, int, float, str, str, int]  # first, end, first_s, host, process, thread
 SEQ_MOD = 1 << 32
 
 
 @dataclass(frozen=True)
 class HostRecord:
     """One message as one host saw it (sniffer.message_assembly.HostMessage, plus the process
-    at this host's end, "" if unknown)."""
+    at this host's end, "" if unknown, and the thread that sent or received it there)."""
 
     local: Endpoint
     remote: Endpoint
@@ -46,6 +47,7 @@ class HostRecord:
     last_s: float
     loopback: bool
     process: str
+    thread: int = NO_THREAD
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class _Side:
     time_s: float = float("nan")
     host: str = ""
     process: str = ""
+    thread: int = NO_THREAD
 
 
 def reconcile(hosts: Sequence[HostTrace]) -> Trace:
@@ -69,8 +72,8 @@ def reconcile(hosts: Sequence[HostTrace]) -> Trace:
     # as an IPv6 zone is: `127.0.0.1%db`)
     host_of_address = {_scoped(a, h.name): h.name for h in hosts for a in h.addresses}
     listens = {(h.name, port, addr) for h in hosts for addr, port in h.listening}
-    sends: dict[tuple[Endpoint, Endpoint], list[tuple[int, int, float, str, str]]] = {}
-    receives: list[tuple[Endpoint, Endpoint, int, int, float, str, str]] = []
+    sends: dict[tuple[Endpoint, Endpoint], list[tuple[int, int, float, str, str, int]]] = {}
+    receives: list[tuple[Endpoint, Endpoint, int, int, float, str, str, int]] = []
     for h in hosts:
         for r in h.records:
             local, remote = ((_scoped(r.local[0], h.name), r.local[1]),
@@ -78,10 +81,10 @@ def reconcile(hosts: Sequence[HostTrace]) -> Trace:
             src, dst = (local, remote) if r.sent else (remote, local)
             if r.loopback or r.sent:
                 sends.setdefault((src, dst), []).append(
-                    (r.seq_first, r.seq_end, r.first_s, h.name, r.process))
+                    (r.seq_first, r.seq_end, r.first_s, h.name, r.process, r.thread))
             if r.loopback or not r.sent:
                 receives.append((src, dst, r.seq_first, r.seq_end, r.last_s, h.name,
-                                 r.process))
+                                 r.process, r.thread))
     messages = _match(sends, receives)
     return _build(messages, host_of_address, listens)
 
@@ -98,32 +101,32 @@ def _is_loopback(address: str) -> bool:
         return False
 
 
-def _match(sends: Mapping[tuple[Endpoint, Endpoint], list[tuple[int, int, float, str, str]]],
-           receives: list[tuple[Endpoint, Endpoint, int, int, float, str, str]]
+def _match(sends: Mapping[tuple[Endpoint, Endpoint], list[_Sent]],
+           receives: list[tuple[Endpoint, Endpoint, int, int, float, str, str, int]]
            ) -> list[tuple[Endpoint, Endpoint, int, _Side, _Side]]:
     """(from, to, size, sender side, receiver side) per message."""
     out = []
     index = {k: {s[0]: s for s in v} for k, v in sends.items()}
     ranges = {k: sorted(v) for k, v in sends.items()}
     used: set[tuple[Endpoint, Endpoint, int]] = set()
-    for src, dst, first, end, last_s, host, process in receives:
+    for src, dst, first, end, last_s, host, process, thread in receives:
         sent = index.get((src, dst), {}).get(first) or _holding(ranges.get((src, dst), []),
                                                                  first)
         sender = _Side()
         if sent is not None:
             used.add((src, dst, sent[0]))
-            sender = _Side(sent[2], sent[3], sent[4])
-        out.append((src, dst, (end - first) % SEQ_MOD, sender, _Side(last_s, host, process)))
+            sender = _Side(sent[2], sent[3], sent[4], sent[5])
+        out.append((src, dst, (end - first) % SEQ_MOD, sender,
+                    _Side(last_s, host, process, thread)))
     for (src, dst), v in sends.items():
-        for first, end, first_s, host, process in v:
+        for first, end, first_s, host, process, thread in v:
             if (src, dst, first) not in used:
-                out.append((src, dst, (end - first) % SEQ_MOD, _Side(first_s, host, process),
-                            _Side()))
+                out.append((src, dst, (end - first) % SEQ_MOD,
+                            _Side(first_s, host, process, thread), _Side()))
     return out
 
 
-def _holding(ranges: list[tuple[int, int, float, str, str]], seq: int
-             ) -> tuple[int, int, float, str, str] | None:
+def _holding(ranges: list[_Sent], seq: int) -> _Sent | None:
     """The sent message whose range holds `seq` (ranges sorted by first; no wrap within)."""
     lo, hi = 0, len(ranges)
     while lo < hi:
@@ -174,7 +177,8 @@ def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
         client_port.append(client[1])
         server_port.append(server[1])
     cols: dict[str, list[float | int]] = {k: [] for k in ("send", "recv", "src", "dst", "conn",
-                                                           "size")}
+                                                           "size", "send_thread",
+                                                           "recv_thread")}
     for src, dst, size, s, r in messages:
         cols["send"].append(s.time_s)
         cols["recv"].append(r.time_s)
@@ -182,8 +186,10 @@ def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
         cols["dst"].append(node(dst))
         cols["conn"].append(conn_of[frozenset((src, dst))])
         cols["size"].append(size)
+        cols["send_thread"].append(s.thread)
+        cols["recv_thread"].append(r.thread)
     m = Messages(cols["send"], cols["recv"], cols["src"], cols["dst"], cols["conn"],
-                 cols["size"])
+                 cols["size"], cols["send_thread"], cols["recv_thread"])
     c = Connections(client_node, server_node, client_port, server_port)
     return Trace.sorted(m, c, tuple(nodes), np.asarray(node_host, dtype=np.int32),
                         tuple(hosts))
