@@ -3,6 +3,7 @@ last one on `untrace` (or when the daemon stops)."""
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 import time
@@ -17,6 +18,10 @@ from sniffer.message_assembly import HostMessage
 from sniffer.message_capture import CaptureSettings, Endpoint, MessageCapture
 from sniffer.socket_calls import OFF, SocketCallTracer, own_netns, probe
 from sniffer.thread_changes import MAP_KEYS_MAX, ThreadChangeParser, ThreadLog, build_program
+
+# how far bpftrace's lines may lag the packets (it polls its perf buffers): a message that
+# began less than this before a report waits for the next one
+THREAD_LAG_S = 0.5
 
 
 def host_addresses() -> tuple[str, ...]:
@@ -56,6 +61,10 @@ class MessageTracer:
         self.missing: tuple[str, ...] = ()
         self.thread_tracer: SocketCallTracer | None = None  # each socket's thread
         self.thread_log = ThreadLog()
+        # messages too recent for their threads' lines to be in (bpftrace's output lags),
+        # and their process names: in the next report
+        self.held: list[HostMessage] = []
+        self.held_names: dict[tuple[Endpoint, Endpoint], str] = {}
 
     def start(self, request: TraceRequest) -> Tracing:
         self.stop()
@@ -67,8 +76,10 @@ class MessageTracer:
             settings = CaptureSettings(exclude_ports=request.exclude_ports,
                                        idle_s=request.idle_s,
                                        max_messages=request.max_messages)
-            self.capture = MessageCapture(settings, set(self.addresses)).start()
+            # threads first: a message captured before bpftrace is attached has none, and a
+            # node's calls without threads are linked by timing, at a beam's cost
             self._follow_threads()
+            self.capture = MessageCapture(settings, set(self.addresses)).start()
             self.report_interval_s = request.report_interval_s
             self.since = time.time()
             self.stopping.clear()
@@ -85,7 +96,7 @@ class MessageTracer:
             self.thread = None
         if self.capture is not None:
             self.capture.stop()
-            self._report()
+            self._report(final=True)
             self.capture = None
         if self.thread_tracer is not None:
             self.thread_tracer.stop()
@@ -95,7 +106,7 @@ class MessageTracer:
     def _follow_threads(self) -> None:
         """Each socket's thread from bpftrace, or why not in `missing` (calls are then
         linked by timing alone)."""
-        self.thread_log = ThreadLog()
+        self.thread_log, self.held, self.held_names = ThreadLog(), [], {}
         config = probe()
         why = config if isinstance(config, str) else None
         if not isinstance(config, str):
@@ -115,14 +126,25 @@ class MessageTracer:
         while not self.stopping.wait(self.report_interval_s):
             self._report()
 
-    def _report(self) -> None:
+    def _report(self, final: bool = False) -> None:
+        """The messages finished since the last report, with their threads if traced (the
+        last report: after bpftrace has said all it saw)."""
         assert self.capture is not None
         messages, processes, listening = self.capture.drain()
         now = time.time()
         tracer = self.thread_tracer
         if tracer is not None:
+            if final:
+                tracer.stop()  # its readers joined: every line it printed is in
             self.thread_log.add(tracer.drain())
             self.thread_log.forget_before(now)
+            messages, processes = self.held + messages, {**self.held_names, **processes}
+            cut = math.inf if final else now - THREAD_LAG_S
+            self.held = [m for m in messages if m.first_s > cut]
+            self.held_names = {k: processes[k] for m in self.held
+                               for k in ((m.local, m.remote), (m.remote, m.local))
+                               if k in processes}
+            messages = [m for m in messages if m.first_s <= cut]
         self.out.write(report_event(self.since, now, messages, processes, listening,
                                     self.capture.stats(), self.capture.error,
                                     None if tracer is None else self.thread_log.thread_at))

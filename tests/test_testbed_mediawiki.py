@@ -174,8 +174,7 @@ def test_paths_follow_php_s_connection_per_request_to_mariadb(mediawiki, tmp_pat
     experiment.write_text(EXPERIMENT.format(name="mwpaths", tag=tag, mix=MIX,
                                             output=tmp_path / "runs"))
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
-    done = subprocess.run([LINKGRAD, "paths", str(experiment), "--duration", "10", "--json",
-                           "--budget", "10"],
+    done = subprocess.run([LINKGRAD, "paths", str(experiment), "--duration", "10", "--json"],
                           capture_output=True, text=True, timeout=300, env=env, check=False)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)

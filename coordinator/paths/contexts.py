@@ -49,7 +49,7 @@ class ContextWalker:
     def __init__(self, window_s: float, fanout_s: float, afterward_s: float) -> None:
         self.window_s, self.fanout_s, self.afterward_s = window_s, fanout_s, afterward_s
         self.open: dict[int, Context] = {}  # oldest first
-        self.rooted: set[int] = set()  # spontaneous calls' contexts, no answer yet
+        self.rooted: dict[int, float] = {}  # spontaneous calls' contexts, no answer yet
         self.context_of: dict[int, int] = {}  # latest message -> its open context
         self.pending: dict[int, int] = {}  # connection (served) -> its request's context
         self.calls: dict[int, int] = {}  # connection (called) -> its last call's context
@@ -63,7 +63,7 @@ class ContextWalker:
         new.window_s, new.fanout_s, new.afterward_s = self.window_s, self.fanout_s, \
             self.afterward_s
         new.open = dict(self.open)
-        new.rooted = set(self.rooted)
+        new.rooted = dict(self.rooted)
         new.context_of = dict(self.context_of)
         new.pending = dict(self.pending)
         new.calls = dict(self.calls)
@@ -122,7 +122,7 @@ class ContextWalker:
         if ctx is None:
             return
         if ctx in self.rooted:
-            self.rooted.discard(ctx)
+            del self.rooted[ctx]
             self.open[ctx] = Context(t, t, msg, rooted=True, thread=thread)
             if thread != -1:
                 self.by_thread[thread] = ctx
@@ -152,10 +152,8 @@ class ContextWalker:
             for ctx in [k for k, (at, c) in self.just_closed.items()
                         if at < t - (self.afterward_s if c.acted_s is None else self.window_s)]:
                 del self.just_closed[ctx]
-        if t >= self.next_sweep_s:  # contexts silent for the window: forgotten
-            for ctx in [k for k, c in self.open.items() if c.latest_s < t - self.window_s]:
-                self._close(ctx)
-            self.next_sweep_s = t + self.window_s / SWEEPS_PER_WINDOW
+        if t >= self.next_sweep_s:
+            self._sweep(t)
         fresh, fanout = t - self.window_s, self.fanout_s
         if thread is None:
             candidates: Iterable[Context] = self.open.values()
@@ -170,6 +168,20 @@ class ContextWalker:
                       and (thread is None or c.thread == thread)]
         return ready
 
+    def _sweep(self, t: float) -> None:
+        """Forget the contexts silent for the window, spontaneous calls unanswered for it,
+        and calls whose context is gone (the last call on a connection is often never
+        answered: MySQL's COM_QUIT on a connection per request; kept, they would pile up
+        and every signature would walk them)."""
+        for ctx in [k for k, c in self.open.items() if c.latest_s < t - self.window_s]:
+            self._close(ctx)
+        for ctx in [k for k, at in self.rooted.items() if at < t - self.window_s]:
+            del self.rooted[ctx]
+        live = self.open.keys() | self.just_closed.keys() | self.rooted.keys()
+        for conn in [k for k, ctx in self.calls.items() if ctx not in live]:
+            del self.calls[conn]
+        self.next_sweep_s = t + self.window_s / SWEEPS_PER_WINDOW
+
     def call_sent(self, conn: int, parent: int | None, t: float) -> None:
         """Put the call in its parent's context, or in a new one it roots."""
         ctx = self.context_of.get(parent) if parent is not None else None
@@ -182,7 +194,7 @@ class ContextWalker:
                 return
         if ctx is None:
             ctx = self._new()
-            self.rooted.add(ctx)
+            self.rooted[ctx] = t
         else:
             c = self.open[ctx]
             self.open[ctx] = Context(c.opened_s, c.latest_s, c.latest, t, c.closed, c.rooted,
