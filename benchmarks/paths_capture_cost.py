@@ -9,7 +9,10 @@ messages at b). Traced at b, --seconds each, in turn:
 - ring: `sniffer.message_capture` (TPACKET_V3 ring, kernel BPF filter, messages assembled,
   processes named by sock_diag), what `linkgrad paths` and the run use;
 - bpftrace: `sock:sock_send_length`/`sock_recv_length` with a printf per call (time, pid,
-  4-tuple, bytes), read and parsed by Python, as a per-call socket log is.
+  4-tuple, bytes), read and parsed by Python, as a per-call socket log is;
+- threads: what the sniffer adds to the ring to know each message's thread
+  (`sniffer.thread_changes`: the same tracepoints, a map lookup per call, a line only when a
+  socket's thread changes), read by the same reader.
 Measured: the tracer's processes' CPU (utime + stime), the BPF programs' run time
 (kernel.bpf_stats_enabled, the programs' fdinfo), and the whole machine's busy time against
 the baseline (which also holds the kernel's work for the packet socket); per message, and as
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.results_md import update_section
+from sniffer.thread_changes import build_program as thread_program
 from testbed.pairs.hosts import Hosts, make_pair
 
 OUT = Path(__file__).with_name("out") / "paths_capture_cost.json"
@@ -106,6 +110,9 @@ tracepoint:sock:sock_send_length, tracepoint:sock:sock_recv_length
 }
 """
 
+# the program is built for a namespace given later: NETNS, as in BPFTRACE
+PROGRAMS = {"bpftrace": BPFTRACE, "threads": thread_program(-1).replace("== -1", "== NETNS")}
+
 READER = """
 import json, os, subprocess, sys, threading, time
 # `ip netns exec` gives this process a sysfs of its own: tracefs mounted here, gone with it
@@ -124,8 +131,7 @@ def pump():  # a thread: the traffic may stop, the clock must not wait for a lin
         if msg.get("type") == "attached_probes":
             print("ready", flush=True)
         elif msg.get("type") == "printf":
-            t, pid, comm, la, lp, ra, rp, ret = msg["data"].split()
-            calls[0] += 1
+            calls[0] += len(msg["data"].split()) == 8  # parsed as a reader would
 
 
 threading.Thread(target=pump, daemon=True).start()
@@ -179,9 +185,10 @@ def one(hosts: Hosts, method: str, rate: float, seconds: float) -> dict[str, Any
         tracer = hosts.popen("b", sys.executable, "-c", RING, str(seconds + 5), "",
                              str(Path(__file__).parents[1]), stdout=subprocess.PIPE,
                              text=True)
-    elif method == "bpftrace":
-        tracer = hosts.popen("b", sys.executable, "-c", READER, str(seconds + 20), BPFTRACE,
-                             str(_netns_inode(hosts, "b")), stdout=subprocess.PIPE, text=True)
+    elif method in PROGRAMS:
+        tracer = hosts.popen("b", sys.executable, "-c", READER, str(seconds + 20),
+                             PROGRAMS[method], str(_netns_inode(hosts, "b")),
+                             stdout=subprocess.PIPE, text=True)
         bpftrace_pid = json.loads(_readline(tracer))["bpftrace"]
     if tracer is not None:
         ready = _readline(tracer)
@@ -219,7 +226,7 @@ def run(seconds: float, rates: list[float], repeats: int) -> list[dict[str, Any]
         results = []
         for _ in range(repeats):
             for rate in rates:
-                for method in ("none", "ring", "bpftrace"):  # interleaved: drift hits all
+                for method in ("none", "ring", *PROGRAMS):  # interleaved: drift hits all
                     results.append(one(hosts, method, rate, seconds))
                     print(json.dumps(results[-1]), flush=True)
         return results
@@ -233,7 +240,7 @@ def summarise(results: list[dict[str, Any]], seconds: float) -> list[dict[str, A
     for rate in sorted({r["rate_per_s"] for r in results}):
         at = [r for r in results if r["rate_per_s"] == rate]
         base = [r["busy_cores"] for r in at if r["method"] == "none"]
-        for method in ("ring", "bpftrace"):
+        for method in ("ring", *PROGRAMS):
             got = [r for r in at if r["method"] == method]
             if not got:
                 continue
@@ -253,6 +260,8 @@ def summarise(results: list[dict[str, Any]], seconds: float) -> list[dict[str, A
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lines = ["## Tracing messages: packet ring against per-call tracepoints "
              "(`benchmarks/paths_capture_cost.py`)", "",
+             "*threads* runs beside *ring* in the sniffer (each message's thread): their "
+             "costs add.", "",
              f"{meta['when']}, kernel {meta['kernel']}, {meta['cpus']} cores (shared), "
              f"bpftrace {meta['bpftrace']}. One server host traced, request/response traffic "
              f"(50 B / 300 B, 8 persistent connections, Poisson), {meta['seconds']:g} s per run, "
