@@ -97,9 +97,9 @@ def main() -> None:
     table = ["| open contexts | linker | messages | link s | × capture | trees right | "
              "peak GB | cut |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        cut = ", ".join(r["fallbacks"]) or "-"
-        if r["passes_cut"]:
-            cut += f"; {r['passes_cut']} fitting passes"
+        cut = "; ".join([*([", ".join(r["fallbacks"])] if r["fallbacks"] else []),
+                         *([f"{r['passes_cut']} fitting passes"] if r["passes_cut"] else [])]
+                        ) or "-"
         table.append(f"| {r['open_contexts']} | {r['case']} | {r['messages']:,} | "
                      f"{r['link_s']:.1f} | {r['ratio']:.2f} | {r['right']}/{r['requests']} | "
                      f"{r['peak_gb']:.2f} | {cut} |")

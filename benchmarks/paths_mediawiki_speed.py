@@ -1,0 +1,150 @@
+"""Linking time against the capture on an application we did not write (issue 27): Debian's
+MediaWiki on Apache prefork + mod_php, a MariaDB connection per request, 20-45 queries a
+page. `linkgrad paths` captures --seconds at each rate with the default budget (0.1 of the
+capture) as a user runs it; the saved trace is then linked again offline with no budget and
+with the threads left out (timing alone), each in a process of its own (time and peak memory).
+Goal: linking within 0.1 × the capture, memory under 1 GB, at 20 and 40 requests/s.
+
+    nice -n 5 .venv/bin/python -m benchmarks.paths_mediawiki_speed [--seconds 30]
+        [--rates 10,20,40]    (root: the testbed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.on_testbed import linkgrad, scratch_root
+from benchmarks.results_md import update_section
+from coordinator.config.trace_file import read_trace
+from coordinator.paths.analysis import trace_duration_s
+from coordinator.paths.budget import Budget
+from coordinator.paths.messages import Messages, Trace
+from coordinator.paths.reconcile import reconcile
+from coordinator.paths.structural import context_probabilities
+from coordinator.paths.threads import one_request_per_thread
+from coordinator.paths.wap5 import LinkingSettings
+from testbed.lifecycle import down, up
+from testbed.topology import MEDIAWIKI
+
+OUT = Path(__file__).with_name("out") / "paths_mediawiki_speed.json"
+SECTION = "paths-mediawiki-speed"
+MIX = ("/index.php?title=Topic_7=2,/index.php?title=Hub=1,"
+       "/api.php?action=query&prop=links&titles=Hub&pllimit=max&format=json=1")
+EXPERIMENT = """
+name: mwspeed
+testbed: {tag}
+workload: {{host: client, rate_per_s: {rate}, mix: '{mix}'}}
+transactions:
+  article: title=Topic_7$
+  hub: title=Hub$
+  api: ^/api\\.php
+output: {output}
+"""
+
+
+def offline(trace_file: Path, threads: bool) -> dict[str, Any]:
+    """In this process: link the saved trace with no budget (threads left out if not
+    `threads`); time, peak memory, and what the threads say."""
+    trace = reconcile(list(read_trace(trace_file)))
+    if not threads:
+        m = trace.messages
+        trace = Trace(Messages(m.send_s, m.recv_s, m.src, m.dst, m.conn, m.size_bytes),
+                      trace.connections, trace.nodes, trace.node_host, trace.hosts)
+    m = trace.messages
+    t0 = time.perf_counter()
+    context_probabilities(trace, LinkingSettings(window_s=2.0), budget=Budget(None))
+    link_s = time.perf_counter() - t0
+    threaded = one_request_per_thread(trace)
+    return {"link_s": link_s, "duration_s": trace_duration_s(trace),
+            "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+            "threaded": [n for n, t in zip(trace.nodes, threaded, strict=True) if t],
+            # of the messages whose sender traced them
+            "with_threads": float(np.mean(m.send_thread[~np.isnan(m.send_s)] >= 0))}
+
+
+def capture(tag: str, root: Path, rate: float, seconds: float) -> dict[str, Any]:
+    experiment = root / f"mw-{rate:g}.yaml"
+    experiment.write_text(EXPERIMENT.format(tag=tag, rate=rate, mix=MIX, output=root / "runs"))
+    trace_file = root / f"mw-{rate:g}.jsonl"
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
+    result = json.loads(linkgrad("paths_mediawiki_speed", env, "paths", str(experiment),
+                                 "--duration", str(seconds), "--save-trace", str(trace_file),
+                                 "--json"))
+    row: dict[str, Any] = {"rate_per_s": rate, "messages": result["messages"],
+                           "duration_s": result["duration_s"], "budget": result["budget"],
+                           "fallbacks": result["fallbacks"],
+                           "requests": sum(result["transaction_requests"].values())}
+    for threads in (True, False):
+        argv = [sys.executable, "-m", "benchmarks.paths_mediawiki_speed", "--offline",
+                str(trace_file), "threads" if threads else "timing"]
+        row["threads" if threads else "timing"] = json.loads(subprocess.run(
+            argv, capture_output=True, text=True, check=True).stdout)
+    return row
+
+
+def markdown(rows: list[dict[str, Any]], seconds: float) -> str:
+    lines = [
+        "## Causal paths on MediaWiki: linking time against the capture "
+        "(`benchmarks/paths_mediawiki_speed.py`)", "",
+        f"{datetime.now(UTC):%Y-%m-%d} on {platform.node()}, 2 cores: one capture of "
+        f"{seconds:g} s per rate (`linkgrad paths --duration {seconds:g}`, the default "
+        "budget 0.1), then the saved trace linked offline with no budget, with its threads "
+        "and without them. × is linking time over the trace's span. Goal: ≤ 0.1 × and "
+        "< 1 GB at 20 and 40 requests/s.", "",
+        "| req/s | messages | span s | default run: s (×), cut | no budget, threads: s (×), "
+        "GB | no budget, timing alone: s (×) | messages with threads | one request per "
+        "thread |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        b, th, ti = r["budget"], r["threads"], r["timing"]
+        cut = ", ".join(f"{f['node']} {f['linker']}" for f in r["fallbacks"]) or "none"
+        if b["passes_cut"]:
+            cut += f"; {b['passes_cut']} fitting passes"
+        lines.append(
+            f"| {r['rate_per_s']:g} | {r['messages']:,} | {r['duration_s']:.1f} | "
+            f"{b['linking_s']:.1f} ({b['linking_s'] / r['duration_s']:.2f}), {cut} | "
+            f"{th['link_s']:.1f} ({th['link_s'] / th['duration_s']:.2f}), "
+            f"{th['peak_gb']:.2f} | {ti['link_s']:.1f} ({ti['link_s'] / ti['duration_s']:.2f}) "
+            f"| {th['with_threads']:.1%} | {', '.join(th['threaded'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--rates", default="10,20,40")
+    p.add_argument("--offline", nargs=2, metavar=("TRACE", "HOW"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.offline:  # a child process: one offline linking, JSON on stdout
+        print(json.dumps(offline(Path(args.offline[0]), args.offline[1] == "threads")))
+        return
+    root = scratch_root("paths_mediawiki_speed")
+    tag = f"s{int(time.time()) % 1000:03d}"
+    rows = []
+    try:
+        up(MEDIAWIKI, tag, root)
+        for rate in (float(x) for x in args.rates.split(",")):
+            rows.append(capture(tag, root, rate, args.seconds))
+            print(json.dumps(rows[-1]), flush=True)
+    finally:
+        down(tag, root=root)
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(json.dumps({"at": datetime.now(UTC).isoformat(), "rows": rows}, indent=1))
+    section = markdown(rows, args.seconds)
+    print(section)
+    update_section(SECTION, section)
+
+
+if __name__ == "__main__":
+    main()
