@@ -13,8 +13,8 @@ swapped one answers after an unlikely delay.
 Hypotheses more than `MAX_LOG_RATIO` below the best are dropped, and at most `BEAM_WIDTH`
 are kept. Where one hypothesis is left, its choices since the last such point are final;
 where several are, each choice's probability is the weight of the hypotheses making it (their
-softmax). Choices are kept as a linked list shared between hypotheses, so a branch costs
-a copy of the walker's live contexts, not of the history.
+softmax). Choices are kept as a linked list shared between hypotheses, and walkers share
+their contexts (`contexts`), so a branch costs a few dict copies, not the history.
 """
 
 from __future__ import annotations

@@ -121,20 +121,23 @@ def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINK
                            pace=_Pace(budget, budget.until(first_share), 1, iterations,
                                       final=iterations == 1))
         last_pass_s = budget.elapsed_s()
-        for k in range(1, iterations):
+        number = 1
+        while number < iterations:
             model, seen = walk.refit(decided, fit_until)
-            last = k == iterations - 1
+            number += 1
+            # a fitting pass that would overrun its share is left out (a beam pass costs
+            # more than the greedy first one: twice the last pass's time is the guess)
+            if number < iterations and \
+                    budget.clock() + 2 * last_pass_s > budget.until(FIT_SHARE):
+                budget.passes_cut = iterations - number
+                number = iterations
+            last = number == iterations
             started_s = budget.elapsed_s()
-            if not last and budget.clock() + 2 * last_pass_s > budget.until(FIT_SHARE):
-                budget.passes_cut = iterations - 1 - k  # a beam pass costs more than greedy
-                k, last = iterations - 1, True
             decided = walk.run(walk.chooser(model, seen), model, seen,
                                until_s=None if last else fit_until,
                                pace=_Pace(budget, budget.until(FINAL_SHARE if last else FIT_SHARE),
-                                          k + 1, iterations, final=last))
+                                          number, iterations, final=last))
             last_pass_s = budget.elapsed_s() - started_s
-            if last:
-                break
         return walk.result(decided)
 
 
