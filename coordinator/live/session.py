@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -181,21 +182,34 @@ class Session:
 
     def start_tracing(self, request: TraceRequest) -> list[str]:
         """Message capture on every host (WAP5's trace); what each host cannot give."""
-        notes = []
-        for name, sniffer in self.sniffers.items():
-            self.tracing[name] = got = sniffer.call(request, timeout_s=30.0)
+        # every host at once: each starts a bpftrace (a second or two), and hosts started
+        # one after the other would miss each other's first messages
+        with ThreadPoolExecutor(max_workers=max(1, len(self.sniffers))) as pool:
+            started = {name: pool.submit(sniffer.call, request, 30.0)
+                       for name, sniffer in self.sniffers.items()}
+        notes, failed = [], None
+        for name, future in started.items():  # every host that started is untraced later
+            try:
+                self.tracing[name] = got = future.result()
+            except Exception as e:
+                failed = failed or e
+                continue
             notes += [f"tracing on {name}: {missing}" for missing in got.missing]
+        if failed is not None:
+            raise failed
         return notes
 
     def stop_tracing(self) -> list[str]:
         """Every host's last trace report (it comes before the answer); what failed."""
+        names = [name for name in self.tracing if name not in self.untraced]
+        self.untraced.update(names)
+        with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:  # at once, too
+            stopped = {name: pool.submit(self.sniffers[name].call, Untrace(), 60.0)
+                       for name in names}
         problems = []
-        for name in self.tracing:
-            if name in self.untraced:
-                continue
-            self.untraced.add(name)
+        for name, future in stopped.items():
             try:
-                self.sniffers[name].call(Untrace(), timeout_s=60.0)
+                future.result()
             except Exception as e:  # reported; the other hosts' messages still count
                 problems.append(f"tracing on {name}: {e}")
         return problems
