@@ -54,7 +54,8 @@ class ContextWalker:
         self.pending: dict[int, int] = {}  # connection (served) -> its request's context
         self.calls: dict[int, int] = {}  # connection (called) -> its last call's context
         self.just_closed: dict[int, tuple[float, Context]] = {}  # answered within afterward_s
-        self.by_thread: dict[int, int] = {}  # thread -> its latest context
+        # thread -> its contexts, oldest first (tuples: shared between copies, replaced)
+        self.by_thread: dict[int, tuple[int, ...]] = {}
         self.next_id = 0
         self.next_sweep_s = -math.inf
 
@@ -113,7 +114,7 @@ class ContextWalker:
         ctx = self._new()
         self.open[ctx] = Context(t, t, msg, served=conn, thread=thread)
         if thread != -1:
-            self.by_thread[thread] = ctx
+            self._on_thread(thread, ctx)
         self.context_of[msg] = ctx
         self.pending[conn] = ctx
 
@@ -125,7 +126,7 @@ class ContextWalker:
             del self.rooted[ctx]
             self.open[ctx] = Context(t, t, msg, rooted=True, thread=thread)
             if thread != -1:
-                self.by_thread[thread] = ctx
+                self._on_thread(thread, ctx)
             self.context_of[msg] = ctx
         elif ctx in self.open:
             self._arrive(ctx, t, msg)
@@ -158,7 +159,11 @@ class ContextWalker:
         if thread is None:
             candidates: Iterable[Context] = self.open.values()
         else:
-            own = self.open.get(self.by_thread.get(thread, -1))
+            # a thread serves one request at a time, in order: a request that arrived
+            # while its thread was busy (queued in the listen backlog) waits its turn; a
+            # chain its spontaneous calls rooted only when it serves none
+            mine = [c for k in self.by_thread.get(thread, ()) if (c := self.open.get(k))]
+            own = next((c for c in mine if not c.rooted), mine[0] if mine else None)
             candidates = () if own is None else (own,)
         ready = [c for c in candidates if c.latest_s >= fresh and (
             c.acted_s is None or t - c.acted_s <= fanout)]
@@ -167,6 +172,10 @@ class ContextWalker:
                       if (c.acted_s is None or t - c.acted_s <= fanout)
                       and (thread is None or c.thread == thread)]
         return ready
+
+    def _on_thread(self, thread: int, ctx: int) -> None:
+        self.by_thread[thread] = (*(k for k in self.by_thread.get(thread, ())
+                                    if k in self.open), ctx)
 
     def _sweep(self, t: float) -> None:
         """Forget the contexts silent for the window, spontaneous calls unanswered for it,

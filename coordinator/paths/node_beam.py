@@ -192,12 +192,19 @@ class NodeBeam:
 
 def _distinct(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
     """The best of each set of hypotheses whose walkers are alike from here on (Viterbi's
-    merging: what follows weighs them alike, so the lesser can never win)."""
+    merging: what follows weighs them alike, so the lesser can never win). A signature walks
+    the whole walker in Python; walkers alike have the same requests pending and calls
+    outstanding by connection, sets made at C speed, so only those are compared in full."""
+    rough = [(frozenset(h.walker.pending), frozenset(h.walker.calls)) for h in hypotheses]
+    if len(set(rough)) == len(rough):
+        return hypotheses
     seen: set[tuple[frozenset, frozenset]] = set()
     kept = []
-    for h in hypotheses:  # best first
-        key = h.walker.signature()
-        if key not in seen:
-            seen.add(key)
-            kept.append(h)
+    for h, key in zip(hypotheses, rough, strict=True):  # best first
+        if rough.count(key) > 1:
+            full = h.walker.signature()
+            if full in seen:
+                continue
+            seen.add(full)
+        kept.append(h)
     return kept
