@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.paths.node_beam import NodeBeam
+
 FIT_SHARE = 0.6  # of the budget, for the passes that fit the model (the first one included)
 FINAL_SHARE = 0.9  # the last pass ends by then: the links' table is built after it
 FIRST_PASS_SHARE = 0.25  # of the budget, for the first (greedy) pass
@@ -73,6 +75,62 @@ class Budget:
             self._said_s = now_s
             self.progress(Progress(linked, events, pass_number, passes,
                                    now_s - self.started_s, self.seconds))
+
+
+class Pace:
+    """One pass's deadline, shared out among its nodes by their calls."""
+
+    def __init__(self, budget: Budget, deadline_s: float, pass_number: int, passes: int,
+                 final: bool) -> None:
+        self.budget, self.deadline_s, self.final = budget, deadline_s, final
+        self.pass_number, self.passes = pass_number, passes
+        self.calls, self.events, self.calls_walked, self.events_walked = 0, 0, 0, 0
+
+    def begin(self, calls: int, events: int) -> None:
+        self.calls, self.events, self.calls_walked, self.events_walked = calls, events, 0, 0
+
+    def node(self, calls: int, events: int) -> NodeShare:
+        """A node with `calls` among its `events`: its share of the time left (a node
+        that makes no call only follows its requests and replies, in a time linear in
+        them: no limit)."""
+        now = self.budget.clock()
+        left = self.calls - self.calls_walked
+        share = (self.deadline_s - now) * calls / left if calls and left else math.inf
+        self.calls_walked += calls
+        self.events_walked += events
+        return NodeShare(self, now, max(share, 0.0), self.events_walked - events)
+
+
+class NodeShare:
+    """A node's share of its pass's time: past half of it, the beam goes greedy; past all
+    of it, the rest of the node is left (to §5.1 if this is the last pass)."""
+
+    def __init__(self, pace: Pace, start_s: float, share_s: float, walked_before: int
+                 ) -> None:
+        self.pace, self.start_s, self.share_s = pace, start_s, share_s
+        self.walked_before = walked_before
+
+    def keep_up(self, k: int, beam: NodeBeam, node: int) -> bool:
+        """After `k` of the node's events: whether to go on (the beam narrowed if need be)."""
+        pace, budget = self.pace, self.pace.budget
+        now = budget.clock()
+        budget.tell(self.walked_before + k, pace.events, pace.pass_number, pace.passes, now)
+        spent = now - self.start_s
+        if spent <= self.share_s / 2:
+            return True
+        name = budget.node_names[node] if budget.node_names else str(node)
+        if beam.width > 1:
+            beam.settle()
+            beam.width = 1
+            if pace.final:
+                budget.fallbacks.append(Fallback(name, "greedy", (
+                    f"half its {self.share_s:.2f} s of the budget gone after {k} events")))
+        if spent <= self.share_s:
+            return True
+        if pace.final:
+            budget.fallbacks.append(Fallback(name, "wap5", (
+                f"its {self.share_s:.2f} s of the budget gone after {k} events")))
+        return False
 
 
 def unlimited() -> Budget:

@@ -40,7 +40,8 @@ from coordinator.paths.budget import (
     FIRST_PASS_SHARE,
     FIT_SHARE,
     Budget,
-    Fallback,
+    NodeShare,
+    Pace,
     unlimited,
 )
 from coordinator.paths.candidates import (
@@ -118,7 +119,7 @@ def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINK
         model = DelayModel(walk.d, settings.spontaneous_y, settings.window_s)
         first_share = FIRST_PASS_SHARE if iterations > 1 else 1.0
         decided = walk.run(walk.chooser(model), until_s=fit_until if iterations > 1 else None,
-                           pace=_Pace(budget, budget.until(first_share), 1, iterations,
+                           pace=Pace(budget, budget.until(first_share), 1, iterations,
                                       final=iterations == 1))
         last_pass_s = budget.elapsed_s()
         number = 1
@@ -135,66 +136,10 @@ def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINK
             started_s = budget.elapsed_s()
             decided = walk.run(walk.chooser(model, seen), model, seen,
                                until_s=None if last else fit_until,
-                               pace=_Pace(budget, budget.until(FINAL_SHARE if last else FIT_SHARE),
+                               pace=Pace(budget, budget.until(FINAL_SHARE if last else FIT_SHARE),
                                           number, iterations, final=last))
             last_pass_s = budget.elapsed_s() - started_s
         return walk.result(decided)
-
-
-class _Pace:
-    """One pass's deadline, shared out among its nodes by their calls."""
-
-    def __init__(self, budget: Budget, deadline_s: float, pass_number: int, passes: int,
-                 final: bool) -> None:
-        self.budget, self.deadline_s, self.final = budget, deadline_s, final
-        self.pass_number, self.passes = pass_number, passes
-        self.calls, self.events, self.calls_walked, self.events_walked = 0, 0, 0, 0
-
-    def begin(self, calls: int, events: int) -> None:
-        self.calls, self.events, self.calls_walked, self.events_walked = calls, events, 0, 0
-
-    def node(self, calls: int, events: int) -> _NodeShare:
-        """A node with `calls` among its `events`: its share of the time left (a node
-        that makes no call only follows its requests and replies, in a time linear in
-        them: no limit)."""
-        now = self.budget.clock()
-        left = self.calls - self.calls_walked
-        share = (self.deadline_s - now) * calls / left if calls and left else math.inf
-        self.calls_walked += calls
-        self.events_walked += events
-        return _NodeShare(self, now, max(share, 0.0), self.events_walked - events)
-
-
-class _NodeShare:
-    """A node's share of its pass's time: past half of it, the beam goes greedy; past all
-    of it, the rest of the node is left (to §5.1 if this is the last pass)."""
-
-    def __init__(self, pace: _Pace, start_s: float, share_s: float, walked_before: int
-                 ) -> None:
-        self.pace, self.start_s, self.share_s = pace, start_s, share_s
-        self.walked_before = walked_before
-
-    def keep_up(self, k: int, beam: NodeBeam, node: int) -> bool:
-        """After `k` of the node's events: whether to go on (the beam narrowed if need be)."""
-        pace, budget = self.pace, self.pace.budget
-        now = budget.clock()
-        budget.tell(self.walked_before + k, pace.events, pace.pass_number, pace.passes, now)
-        spent = now - self.start_s
-        if spent <= self.share_s / 2:
-            return True
-        name = budget.node_names[node] if budget.node_names else str(node)
-        if beam.width > 1:
-            beam.settle()
-            beam.width = 1
-            if pace.final:
-                budget.fallbacks.append(Fallback(name, "greedy", (
-                    f"half its {self.share_s:.2f} s of the budget gone after {k} events")))
-        if spent <= self.share_s:
-            return True
-        if pace.final:
-            budget.fallbacks.append(Fallback(name, "wap5", (
-                f"its {self.share_s:.2f} s of the budget gone after {k} events")))
-        return False
 
 
 class _Walk:
@@ -255,7 +200,7 @@ class _Walk:
 
     def run(self, choose: Chooser, model: DelayModel | None = None,
             seen: Observables | None = None, until_s: float | None = None,
-            pace: _Pace | None = None) -> Decided:
+            pace: Pace | None = None) -> Decided:
         """Each node's events through a beam of context walkers (`node_beam`): a call whose
         context is in doubt is decided by what comes after it, its node's replies weighed by
         their delays and sizes once fitted. Events after `until_s` are left out. With a
@@ -274,7 +219,7 @@ class _Walk:
             calls = 0 if self.clients[node] and self.settings.clients_spontaneous else sum(
                 d and not self.is_reply[k] for d, k in zip(departures, messages, strict=True))
             nodes.append((node, times, departures, messages, calls))
-        pace = pace or _Pace(unlimited(), math.inf, 1, 1, final=True)
+        pace = pace or Pace(unlimited(), math.inf, 1, 1, final=True)
         pace.begin(sum(n[4] for n in nodes), sum(len(n[1]) for n in nodes))
         for node, times, departures, messages, calls in nodes:
             beam = NodeBeam(ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S),
@@ -286,7 +231,7 @@ class _Walk:
         return decisions
 
     def _walk_node(self, node: int, beam: NodeBeam, events: Iterator[tuple[float, bool, int]],
-                   share: _NodeShare, choose: Chooser, model: DelayModel | None,
+                   share: NodeShare, choose: Chooser, model: DelayModel | None,
                    seen: Observables | None, decisions: Decided) -> None:
         is_reply, conns, in_t = self.is_reply, self.conns, self.in_t
         recv_thread = self.recv_thread
