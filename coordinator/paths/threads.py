@@ -7,11 +7,13 @@ messages exactly). An event-driven server (nginx, Node, uvicorn) serves many req
 thread at once, and its threads say nothing about which call belongs to which request. So a
 node's threads are used by the linker only where its own trace shows the first kind: each
 request answered by the thread that received it, and its requests answered in the order
-they arrived, never three open on it at once (a few exceptions allowed for a tracer's missed
-events). Two may overlap: a request that arrives while every worker is busy waits in the
-listen backlog, and the thread that takes it is known from its first read, after it has
-answered the one before. An event loop under load interleaves requests of different lengths
-and holds many open at once.
+they arrived (a few exceptions allowed for a tracer's missed events). Requests may overlap
+on a thread: one that arrives while every worker is busy waits in the listen backlog, and
+the thread that takes it is known from its first read, after it has answered the one
+before; but a thread answers them first come, first served. An event loop interleaves
+requests of different lengths and answers a short one that came later first. (One that
+only ever serves requests of one length in turn looks like a prefork server, and then
+serving the oldest open request first is what it does.)
 """
 
 from __future__ import annotations
@@ -42,13 +44,11 @@ def one_request_per_thread(trace: Trace) -> np.ndarray:
                                                               thread))
     answered_by_other = m.send_thread[rep] != thread
     by = np.lexsort((start, thread, node))
-    node_s, thread_s, start_s, end_s = node[by], thread[by], start[by], end[by]
+    node_s, thread_s, end_s = node[by], thread[by], end[by]
     key = node_s.astype(np.int64) * (1 << 32) + thread_s
     same = key[1:] == key[:-1]
     overlaps = np.zeros(len(by), dtype=bool)
     overlaps[1:] = same & (end_s[1:] < end_s[:-1])  # answered before one that came earlier
-    three = key[2:] == key[:-2]
-    overlaps[2:] |= three & (start_s[2:] < end_s[:-2])  # a third while the first is open
     requests = np.bincount(node, minlength=n_nodes)
     exceptions = (np.bincount(node, answered_by_other.astype(float), minlength=n_nodes)
                   + np.bincount(node_s, overlaps.astype(float), minlength=n_nodes))
