@@ -127,6 +127,8 @@ calls = [0]
 
 def pump():  # a thread: the traffic may stop, the clock must not wait for a line
     for line in proc.stdout:
+        if not line.strip():  # bpftrace's exit prints blank lines
+            continue
         msg = json.loads(line)
         if msg.get("type") == "attached_probes":
             print("ready", flush=True)
