@@ -28,6 +28,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from coordinator.paths.messages import NO_THREAD
+
 SWEEPS_PER_WINDOW = 8  # how often forgotten contexts are let go (they are never offered)
 
 
@@ -42,7 +44,7 @@ class Context:
     closed: bool = False  # answered already (offered only to a fire-and-forget call)
     rooted: bool = False  # opened by the answer to a spontaneous call, not by a request
     served: int | None = None  # the connection its request came on
-    thread: int = -1  # the thread that received its request (or its first answer); -1: unknown
+    thread: int = NO_THREAD  # the thread that received its request (or its first answer)
 
 
 class ContextWalker:
@@ -110,22 +112,22 @@ class ContextWalker:
             if c.served is not None and self.pending.get(c.served) == ctx:
                 del self.pending[c.served]
 
-    def request_arrived(self, conn: int, msg: int, t: float, thread: int = -1) -> None:
+    def request_arrived(self, conn: int, msg: int, t: float, thread: int = NO_THREAD) -> None:
         ctx = self._new()
         self.open[ctx] = Context(t, t, msg, served=conn, thread=thread)
-        if thread != -1:
+        if thread != NO_THREAD:
             self._on_thread(thread, ctx)
         self.context_of[msg] = ctx
         self.pending[conn] = ctx
 
-    def reply_arrived(self, conn: int, msg: int, t: float, thread: int = -1) -> None:
+    def reply_arrived(self, conn: int, msg: int, t: float, thread: int = NO_THREAD) -> None:
         ctx = self.calls.pop(conn, None)  # a connection's messages alternate: one answer
         if ctx is None:
             return
         if ctx in self.rooted:
             del self.rooted[ctx]
             self.open[ctx] = Context(t, t, msg, rooted=True, thread=thread)
-            if thread != -1:
+            if thread != NO_THREAD:
                 self._on_thread(thread, ctx)
             self.context_of[msg] = ctx
         elif ctx in self.open:
