@@ -3,10 +3,12 @@ trace, gathered by capture rather than by an interposed library).
 
 A thread reads the packet ring (`sniffer.packet_ring`), turns segments into messages
 (`sniffer.message_assembly`), and names the process at this end of each connection from a
-sock_diag dump and /proc (looked up once per connection, soon after it is first seen). The
-listening sockets of the namespace say which end of a connection is its server. Memory is
-bounded: at most `max_messages` wait to be drained (more are counted as dropped), and the
-assembler follows at most `max_connections` at once.
+sock_diag dump and /proc (looked up once per connection, soon after it is first seen), and
+notes each connection opened while it captures (its SYN: the set-up is on the path of the
+connection's first message, `Opening`). The listening sockets of the namespace say which
+end of a connection is its server. Memory is bounded: at most `max_messages` wait to be
+drained (more are counted as dropped), and the assembler follows at most `max_connections`
+at once.
 
 Why capture and not the socket-call tracepoints: measured on this machine (benchmarks/
 paths_capture_cost.py), a bpftrace printf per call costs ~28 µs of CPU per call, the ring
@@ -32,6 +34,15 @@ NAMING_INTERVAL_S = 0.1  # at most one sock_diag dump this often, when connectio
 
 
 @dataclass(frozen=True)
+class Opening:
+    """A connection opened from `client` to `server`: its SYN, seen here at `time_s`."""
+
+    client: Endpoint
+    server: Endpoint
+    time_s: float
+
+
+@dataclass(frozen=True)
 class CaptureSettings:
     exclude_ports: tuple[int, ...] = ()  # e.g. the SSH port the coordinator talks over
     idle_s: float = 5.0  # a message with no new segment for this long is finished
@@ -50,6 +61,7 @@ class MessageCapture:
                                           settings.max_connections)
         self.sockets, self.owners = sockets, owners
         self.messages: collections.deque[HostMessage] = collections.deque()
+        self.openings: collections.deque[Opening] = collections.deque()
         self.dropped = 0
         self.ring_drops = 0
         self.segments = 0
@@ -90,6 +102,13 @@ class MessageCapture:
                  if k in self.process_of}
         return out, names, set(self.listening)
 
+    def drain_openings(self) -> list[Opening]:
+        """The connections opened since the last call."""
+        with self.lock:
+            out = list(self.openings)
+            self.openings.clear()
+        return out
+
     def _run(self) -> None:
         leave_signals_to_main_thread()
         assert self.ring is not None
@@ -98,8 +117,15 @@ class MessageCapture:
         try:
             while not self.stopping.is_set():
                 done: list[HostMessage] = []
+                opened = []
                 for seg in self.ring.read(0.2):
                     self.segments += 1
+                    # a loopback SYN is seen leaving and arriving: arriving will do
+                    if seg.opening and not (seg.outgoing and seg.dst in self.assembler.local):
+                        opened.append(Opening((seg.src, seg.sport), (seg.dst, seg.dport),
+                                              seg.time_s))
+                    if seg.syn and not seg.payload:
+                        continue  # a SYN or SYN-ACK: no message
                     done += self.assembler.feed(seg.time_s, (seg.src, seg.sport),
                                                 (seg.dst, seg.dport), seg.seq, seg.payload,
                                                 seg.fin_or_rst, seg.outgoing)
@@ -114,14 +140,16 @@ class MessageCapture:
                     if keys - set(self.process_of):
                         self._name_processes(keys)
                         next_naming = now + NAMING_INTERVAL_S
-                self._keep(done)
+                self._keep(done, opened)
         except Exception as e:  # said in the next report, not lost
             self.error = f"message capture stopped: {type(e).__name__}: {e}"
 
-    def _keep(self, done: Sequence[HostMessage]) -> None:
-        if not done:
+    def _keep(self, done: Sequence[HostMessage], opened: Sequence[Opening] = ()) -> None:
+        if not done and not opened:
             return
         with self.lock:
+            room = self.settings.max_messages - len(self.openings)
+            self.openings.extend(opened[:max(room, 0)])  # (a SYN flood is not a path)
             room = self.settings.max_messages - len(self.messages)
             self.messages.extend(done[:max(room, 0)])
             self.dropped += max(len(done) - max(room, 0), 0)

@@ -1,7 +1,8 @@
 """TCP payload packets of this network namespace, read from a TPACKET_V3 ring.
 
 An AF_PACKET socket with a classic BPF filter in the kernel (IPv4 and IPv6 TCP segments
-carrying payload, not to or from the excluded ports, the first 128 bytes of each; an IPv6
+carrying payload, and SYNs, not to or from the excluded ports, the first 128 bytes of each;
+a connection's set-up is on the path of its first message, so its SYN is kept; an IPv6
 packet with extension headers before TCP is not seen) and a memory-mapped
 TPACKET_V3 ring: the kernel fills blocks of packets and wakes the reader once a block is full
 or `block_timeout_ms` has passed, so a busy host costs one wakeup per block, not per packet
@@ -47,8 +48,9 @@ _TCP = struct.Struct("!HHIIBB")
 
 @dataclass(frozen=True)
 class Segment:
-    """One captured TCP segment with payload: when (unix s, the kernel's capture time),
-    whether it left this host, its 4-tuple, sequence number and payload length."""
+    """One captured TCP segment with payload, or a SYN: when (unix s, the kernel's capture
+    time), whether it left this host, its 4-tuple, sequence number, payload length and
+    flags."""
 
     time_s: float
     outgoing: bool
@@ -58,20 +60,33 @@ class Segment:
     dport: int
     seq: int
     payload: int
-    fin_or_rst: bool
+    flags: int
+
+    @property
+    def fin_or_rst(self) -> bool:
+        return bool(self.flags & 0x05)
+
+    @property
+    def syn(self) -> bool:
+        return bool(self.flags & 0x02)
+
+    @property
+    def opening(self) -> bool:
+        """A SYN without ACK: a client opening the connection."""
+        return self.flags & 0x12 == 0x02
 
 
 MAX_EXCLUDED_PORTS = 100  # a conditional jump reaches 255 instructions on
 DROP = "drop"  # jump targets: the program's last instruction (`ret #0`), and labels
-IPV6, TCP = "ipv6", "tcp"
+IPV6, TCP, SETUP = "ipv6", "tcp", "setup"
 Instruction = tuple[int, int | str, int | str, int]
 
 
 def filter_program(exclude_ports: Sequence[int]) -> list[tuple[int, int, int, int]]:
     """Classic BPF over the IP header (a SOCK_DGRAM packet socket starts there): IPv4 (no
     later fragment) or IPv6 (TCP its next header), TCP, neither port excluded, payload =
-    TCP segment − TCP header > 0. Instructions (code, jt, jf, k), jumps relative to the next
-    instruction (labels resolved here)."""
+    TCP segment − TCP header > 0 or the SYN flag set. Instructions (code, jt, jf, k), jumps
+    relative to the next instruction (labels resolved here)."""
     prog: list[Instruction | str] = [
         (0x28, 0, 0, SKF_AD_PROTOCOL),  # ldh skb->protocol (all are seen: ETH_P_ALL)
         (0x15, 0, IPV6, ETH_P_IP),  # IPv4, else try IPv6
@@ -97,13 +112,19 @@ def filter_program(exclude_ports: Sequence[int]) -> list[tuple[int, int, int, in
         prog.append((0x48, 0, 0, side))  # ldh [x+side]
         prog += [(0x15, DROP, 0, port) for port in exclude_ports]  # jeq #port: drop
     prog += [
+        (0x50, 0, 0, 13),          # ldb [x+13]: flags
+        (0x02, 0, 0, 1),           # st M[1]
         (0x50, 0, 0, 12),          # ldb [x+12]: data offset
         (0x54, 0, 0, 0xF0),        # and #0xf0
         (0x74, 0, 0, 2),           # rsh #2: TCP header length
         (0x07, 0, 0, 0),           # tax
         (0x60, 0, 0, 0),           # ld M[0]
         (0x1C, 0, 0, 0),           # sub x: payload length
-        (0x15, DROP, 0, 0),        # jeq #0: no payload, drop
+        (0x15, SETUP, 0, 0),       # jeq #0: no payload, a SYN?
+        (0x06, 0, 0, SNAPLEN),     # ret #snaplen: accept
+        SETUP,
+        (0x60, 0, 0, 1),           # ld M[1]: flags
+        (0x45, 0, DROP, 0x02),     # jset #SYN, or drop
         (0x06, 0, 0, SNAPLEN),     # ret #snaplen: accept
         DROP,
         (0x06, 0, 0, 0),           # ret #0: drop
@@ -217,6 +238,6 @@ def _segments(ring: mmap.mmap, base: int) -> Iterator[Segment]:
         sport, dport, seq, _, off, flags = _TCP.unpack_from(ring, p + ihl)
         payload = segment - (off >> 4) * 4
         yield Segment(sec + nsec * 1e-9, outgoing, src, sport, dst, dport, seq, payload,
-                      bool(flags & 0x05))
+                      flags)
         at += nxt
 

@@ -7,7 +7,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from common.errors import RuntimeFailure
@@ -15,7 +15,7 @@ from common.jsonlines import LineWriter, leave_signals_to_main_thread
 from common.protocol.trace import TraceReportEvent, TraceRequest, Tracing
 from sniffer.links import plain_address
 from sniffer.message_assembly import HostMessage
-from sniffer.message_capture import CaptureSettings, Endpoint, MessageCapture
+from sniffer.message_capture import CaptureSettings, Endpoint, MessageCapture, Opening
 from sniffer.socket_calls import OFF, SocketCallTracer, own_netns, probe
 from sniffer.thread_changes import MAP_KEYS_MAX, ThreadChangeParser, ThreadLog, build_program
 
@@ -131,6 +131,7 @@ class MessageTracer:
         last report: after bpftrace has said all it saw)."""
         assert self.capture is not None
         messages, processes, listening = self.capture.drain()
+        openings = self.capture.drain_openings()
         now = time.time()
         tracer = self.thread_tracer
         if tracer is not None:
@@ -147,17 +148,18 @@ class MessageTracer:
             messages = [m for m in messages if m.first_s <= cut]
         self.out.write(report_event(self.since, now, messages, processes, listening,
                                     self.capture.stats(), self.capture.error,
-                                    None if tracer is None else self.thread_log.thread_at))
+                                    None if tracer is None else self.thread_log.thread_at,
+                                    openings))
         self.since = now
 
 
 def report_event(from_s: float, to_s: float, messages: list[HostMessage],
                  processes: dict[tuple[Endpoint, Endpoint], str], listening: set[Endpoint],
                  stats: dict[str, int], error: str | None,
-                 thread_of: Callable[[Endpoint, Endpoint, float], int] | None = None
-                 ) -> dict[str, Any]:
+                 thread_of: Callable[[Endpoint, Endpoint, float], int] | None = None,
+                 openings: Sequence[Opening] = ()) -> dict[str, Any]:
     """A `trace` event (common.protocol.trace), endpoints and process names listed once;
-    with `thread_of`, the thread at this end of each message."""
+    with `thread_of`, the thread at this end of each message; the connections opened."""
     endpoints: dict[Endpoint, int] = {}
     names: dict[str, int] = {}
     rows = []
@@ -179,9 +181,11 @@ def report_event(from_s: float, to_s: float, messages: list[HostMessage],
             row(dst, src, False, m)
         else:
             row(m.local, m.remote, m.sent, m)
+    opened = tuple((endpoints.setdefault(o.client, len(endpoints)),
+                    endpoints.setdefault(o.server, len(endpoints)), o.time_s) for o in openings)
     event = TraceReportEvent(from_s=from_s, to_s=to_s, endpoints=tuple(endpoints),
                              processes=tuple(names), listening=tuple(sorted(listening)),
-                             messages=tuple(rows), threads=tuple(threads),
+                             messages=tuple(rows), threads=tuple(threads), openings=opened,
                              segments=stats["segments"],
                              dropped_messages=stats["dropped_messages"],
                              ring_drops=stats["ring_drops"], error=error)

@@ -51,11 +51,13 @@ def test_a_saved_trace_reads_back_and_a_bad_line_is_named(tmp_path: Path) -> Non
     host = HostTrace("web", frozenset({"10.0.0.2"}), frozenset({("0.0.0.0", 80)}), [
         HostRecord(("10.0.0.2", 80), ("10.0.0.1", 40000), False, 1, 51, 10.0, 10.1, False,
                    "nginx")])
+    opened = HostTrace("db", frozenset({"10.0.0.3"}), frozenset(), [],
+                       ((("10.0.0.2", 40001), ("10.0.0.3", 3306)),))
     path = tmp_path / "t.jsonl"
-    write_trace(path, [host])
-    assert list(read_trace(path)) == [host]
+    write_trace(path, [host, opened])
+    assert list(read_trace(path)) == [host, opened]
     path.write_text(path.read_text() + '{"host": "db", "addresses": []}\n')
-    with pytest.raises(InputError, match=r"t.jsonl:3: a host entry needs"):
+    with pytest.raises(InputError, match=r"t.jsonl:4: a host entry needs"):
         list(read_trace(path))
     path.write_text("not json\n")
     with pytest.raises(InputError, match=r"t.jsonl:1: not JSON"):

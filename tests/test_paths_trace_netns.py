@@ -1,7 +1,7 @@
 """Causal paths from real packets (root): a client in host a asks a server in host b, which asks
 a database on b over loopback (IPv4, or IPv6's ::1) twice per request. Both hosts' sniffers
 trace; the reconciled trace's dominant path is that call structure for every request, every
-message has both timestamps, each end its process."""
+message has both timestamps, each end its process, each connection's set-up is seen."""
 
 from __future__ import annotations
 
@@ -154,5 +154,11 @@ def test_a_two_tier_request_s_path_is_found_from_both_hosts_packets(loopback: st
         f"b/lgdb:{DB_PORT}->b/lgmid", f"b/lgmid->b/lgdb:{DB_PORT}",
         f"b/lgdb:{DB_PORT}->b/lgmid", f"b/lgmid:{MID_PORT}->CLIENT"]
     assert top.count == REQUESTS
-    assert top.crossings == {"a->b": 1.0, "b->a": 1.0, "b->b": 4.0}
+    # every connection opened while tracing (SYNs seen, over loopback too): the first request
+    # on each of the client's two pays their set-ups, SYN and SYN-ACK on a<->b and on b's
+    # loopback to the database (the client speaks first on both)
+    assert trace.connections.opened.all()
+    first = 2 / REQUESTS
+    assert top.crossings == pytest.approx({"a->b": 1 + first, "b->a": 1 + first,
+                                           "b->b": 4 + 2 * first})
     assert top.response_s > 0

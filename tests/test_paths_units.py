@@ -226,6 +226,45 @@ def test_patterns_name_clients_and_ephemeral_ports_and_count_crossings() -> None
     assert sum(p.count for p in patterns) == len(per_root)
 
 
+def test_a_connection_opened_on_the_path_adds_its_set_up_crossings() -> None:
+    """A client's fresh connection to the web server (SYN, SYN-ACK before its request) and
+    the web server's fresh one to a database that speaks first (SYN, SYN-ACK, and the ACK its
+    greeting waits for), then a query on a pooled connection that opened before the trace."""
+    rows = [(0.000, 0.0001, "C", "W", 0), (0.0010, 0.0011, "D", "W", 1),
+            (0.0020, 0.0021, "W", "D", 1), (0.0030, 0.0031, "D", "W", 1),
+            (0.0040, 0.0041, "W", "D", 2), (0.0050, 0.0051, "D", "W", 2),
+            (0.0060, 0.0061, "W", "C", 0)]
+    index = {n: i for i, n in enumerate("CWD")}
+    m = Messages([T0 + r[0] for r in rows], [T0 + r[1] for r in rows],
+                 [index[r[2]] for r in rows], [index[r[3]] for r in rows],
+                 [r[4] for r in rows], [10] * len(rows))
+    c = Connections([0, 1, 1], [1, 2, 2], [40000, 40001, 40002], [80, 3306, 3306],
+                    [True, True, False])
+    trace = Trace.sorted(m, c, ("C", "W", "D"), np.arange(3), ("C", "W", "D"))
+    same, other = trace.set_up_crossings()
+    assert same.tolist() == [1, 1, 0, 0, 0, 0, 0]  # the request, the greeting
+    assert other.tolist() == [1, 2, 0, 0, 0, 0, 0]
+    settings = LinkingSettings(window_s=1.0)
+    per_root = path_instances(context_probabilities(trace, settings), settings)
+    [pattern] = aggregate([inst[0] for inst in per_root], trace, clock_offsets(trace))
+    assert len(pattern.hops) == 7, pattern.key
+    assert pattern.crossings == {"C->W": 2, "W->C": 2, "W->D": 4, "D->W": 4}
+
+
+def test_a_connection_is_opened_where_either_end_saw_its_syn() -> None:
+    web, db = ("10.0.0.1", 40000), ("10.0.0.2", 3306)
+    pooled = ("10.0.0.1", 40001)
+    records = [HostRecord(web, db, True, 1, 11, T0, T0, False, "php"),
+               HostRecord(pooled, db, True, 1, 11, T0 + 1, T0 + 1, False, "php")]
+    client = HostTrace("web", frozenset({"10.0.0.1"}), frozenset(), records)
+    server = HostTrace("db", frozenset({"10.0.0.2"}), frozenset({("0.0.0.0", 3306)}), [],
+                       ((web, db),))
+    trace = reconcile([client, server])
+    opened = {int(trace.connections.client_port[i]): bool(o)
+              for i, o in enumerate(trace.connections.opened)}
+    assert opened == {40000: True, 40001: False}
+
+
 def test_connections_too_short_to_name_take_the_process_of_their_host_s_other_calls() -> None:
     """A PHP worker's connection per request to MySQL: the sniffer named one (it lived long
     enough), not the other two; they are the same process's, not a node of their own. On a

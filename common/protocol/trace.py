@@ -46,6 +46,9 @@ class Untrace(Request[Tracing]):
 # loopback (both ends on this host: sent and received at once), the process at this end (index
 # into `processes`, -1: unknown).
 MessageRow = tuple[Index, Index, bool, Seq, Seq, UnixS, UnixS, bool, Annotated[int, Field(ge=-1)]]
+# One connection opened: its client endpoint, its server endpoint (indices into `endpoints`),
+# and when its SYN was seen here.
+OpeningRow = tuple[Index, Index, UnixS]
 
 
 class TraceReportEvent(Message):
@@ -61,6 +64,7 @@ class TraceReportEvent(Message):
     # the thread (tid) at this end of each message, as `messages` (-1: not seen); empty:
     # this host's threads are not traced
     threads: tuple[Annotated[int, Field(ge=-1)], ...] = ()
+    openings: tuple[OpeningRow, ...] = ()  # the connections opened since the last event
     segments: int = Field(0, ge=0)  # captured since tracing started
     dropped_messages: int = Field(0, ge=0)  # over max_messages, since tracing started
     ring_drops: int = Field(0, ge=0)  # packets the kernel could not put in the ring
@@ -70,4 +74,6 @@ class TraceReportEvent(Message):
     def _a_thread_per_message(self) -> TraceReportEvent:
         if self.threads and len(self.threads) != len(self.messages):
             raise ValueError(f"{len(self.threads)} threads for {len(self.messages)} messages")
+        if any(max(client, server) >= len(self.endpoints) for client, server, _ in self.openings):
+            raise ValueError(f"an opening's endpoint is not among the {len(self.endpoints)}")
         return self

@@ -1,6 +1,6 @@
 """A saved message trace (`linkgrad paths --save-trace`, a run's paths-trace.jsonl): one JSON
-line per traced host, its name, addresses, listening sockets and messages, after a format
-line; read back for `linkgrad paths --trace`."""
+line per traced host, its name, addresses, listening sockets, messages and the connections
+it saw opened, after a format line; read back for `linkgrad paths --trace`."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def write_trace(path: Path, hosts: list[HostTrace]) -> None:
                                  "listening": sorted(h.listening),
                                  "records": [[*r.local, *r.remote, r.sent, r.seq_first,
                                               r.seq_end, r.first_s, r.last_s, r.loopback,
-                                              r.process, r.thread] for r in h.records]}))
+                                              r.process, r.thread] for r in h.records],
+                                 "openings": [[*c, *s] for c, s in h.openings]}))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")  # whole or not at all, as a run's files
     tmp.write_text("\n".join(lines) + "\n")
@@ -50,12 +51,16 @@ def read_trace(path: Path) -> Iterator[HostTrace]:
                                   int(r[6]), float(r[7]), float(r[8]), bool(r[9]), str(r[10]),
                                   int(r[11]) if len(r) > 11 else NO_THREAD)
                        for r in entry["records"]]
+            # the connections opened (SYNs) came later too: none in a trace saved before
+            openings = tuple(((str(o[0]), int(o[1])), (str(o[2]), int(o[3])))
+                             for o in entry.get("openings", []))
             yield HostTrace(str(entry["host"]), frozenset(entry["addresses"]),
-                            frozenset((a, int(p)) for a, p in entry["listening"]), records)
+                            frozenset((a, int(p)) for a, p in entry["listening"]), records,
+                            openings)
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise InputError(Problem(f"a host entry needs host, addresses, listening and "
-                                     f"records of 11 or 12 fields ({type(e).__name__}: "
-                                     f"{e})",
+                                     f"records of 11 or 12 fields (and openings of 4) "
+                                     f"({type(e).__name__}: {e})",
                                      file=str(path), line=n)) from e
 
 

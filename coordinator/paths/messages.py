@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike
 MESSAGE_COLUMNS: dict[str, type] = {
     "send_s": np.float64, "recv_s": np.float64, "src": np.int32, "dst": np.int32,
     "conn": np.int32, "size_bytes": np.int64, "send_thread": np.int64,
-    "recv_thread": np.int64,
+    "recv_thread": np.int64, "send_end_s": np.float64,
 }
 NO_THREAD = -1  # a message's thread where the tracer did not see it
 
@@ -39,6 +39,8 @@ class Messages:
     where the host's tracer saw them (NO_THREAD where not; all NO_THREAD if not given). A
     server that serves one request per process or thread (Apache prefork, PHP-FPM, a JDBC
     thread pool) sends a request's calls from the thread that received it.
+    send_end_s: when its last byte left, on the sender's clock (NaN where not known). A
+    response written in parts can wait, between them, for calls made after its first byte.
     """
 
     send_s: np.ndarray
@@ -49,13 +51,14 @@ class Messages:
     size_bytes: np.ndarray
     send_thread: np.ndarray | None = None
     recv_thread: np.ndarray | None = None
+    send_end_s: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = None
         for name, dtype in MESSAGE_COLUMNS.items():
             given = getattr(self, name)
             if given is None:  # not traced: unknown throughout
-                given = np.full(len(self.send_s), NO_THREAD)
+                given = np.full(len(self.send_s), np.nan if dtype is np.float64 else NO_THREAD)
             column = np.array(given, dtype=dtype)
             if column.ndim != 1:
                 raise ValueError(f"column {name!r} must be 1-D, got shape {column.shape}")
@@ -81,17 +84,22 @@ class Connections:
     client_node, server_node: index into Trace.nodes; client_port, server_port: the ports.
     A connection whose server end is not known (neither port listens) has the lower port as
     server: the side that accepted is usually the one with the well-known port.
+    opened: its set-up (SYN) was seen in the trace (all False if not given).
     """
 
     client_node: np.ndarray
     server_node: np.ndarray
     client_port: np.ndarray
     server_port: np.ndarray
+    opened: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         lengths = set()
         for f in fields(self):
-            column = np.array(getattr(self, f.name), dtype=np.int32)
+            given = getattr(self, f.name)
+            if given is None:
+                given = np.zeros(len(self.client_node), dtype=bool)
+            column = np.array(given, dtype=bool if f.name == "opened" else np.int32)
             column.setflags(write=False)
             object.__setattr__(self, f.name, column)
             lengths.add(len(column))
@@ -162,6 +170,19 @@ class Trace:
 
     def src_host(self) -> np.ndarray:
         return self.node_host[self.messages.src]
+
+    def set_up_crossings(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per message, the crossings of its connection's set-up on its path, in its own
+        direction and in the other: on the first message of a connection opened in the
+        trace, the SYN and the SYN-ACK come before it, (1, 1) when the client speaks first;
+        when the server does (MySQL's greeting), it waits for the client's ACK too, (1, 2)."""
+        m = self.messages
+        same, other = np.zeros(len(m), dtype=np.int64), np.zeros(len(m), dtype=np.int64)
+        _, first = np.unique(m.conn, return_index=True)  # sorted by time: the first
+        first = first[self.connections.opened[m.conn[first]]]
+        same[first] = 1
+        other[first] = np.where(self.is_reply()[first], 2, 1)
+        return same, other
 
     def dst_host(self) -> np.ndarray:
         return self.node_host[self.messages.dst]

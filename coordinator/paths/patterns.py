@@ -11,7 +11,10 @@ number of times it occurred, §6.6), the highest probability, and per hop the me
 (the sender's time from its parent's arrival to this departure, §5.2) and network delay
 (receive − send with the clock offsets taken out), weighted by the instances' probabilities;
 and the crossings of each host-to-host link on the critical path (the chain of parents back
-from the message that ends the path: the last one into the root's sender). A hop's link is
+from the message that ends the path, the last one into the root's sender, or from what its
+last byte waited for), as a packet
+capture counts them: a connection's set-up (SYN, SYN-ACK, and the ACK a server that speaks
+first waits for) is on its first message's path. A hop's link is
 the one its message took in the pattern's first instance.
 
 All instances' messages are handled as one flat array (a CoDeeN-sized trace has a million
@@ -93,6 +96,7 @@ class PatternNames:
         self.rank = np.array([rank_of[t] for t in labels], dtype=np.int64)[label]
         self.hosts = trace.hosts
         self.link = trace.src_host().astype(np.int64) * len(trace.hosts) + trace.dst_host()
+        self.set_up = trace.set_up_crossings()
         self._link_texts: dict[int, str] = {}
 
     def link_text(self, code: int) -> str:
@@ -279,7 +283,9 @@ def _packed(rows: np.ndarray) -> list[np.ndarray]:
 
 def _critical(flat: _Flat, trace: Trace, in_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per element, whether it is on its instance's critical path; per instance, the element
-    that ends it: the last (by arrival, then time) into the root's sender, else the last."""
+    that ends it: the last (by arrival, then time) into the root's sender, else the last.
+    The path runs back from it to what its last byte waited for (`_finished_after`), then
+    from parent to parent."""
     m, first, owner = trace.messages, flat.start[:-1], flat.owner
     back = m.dst[flat.msg] == m.src[flat.root][owner]
     candidate = back | ~np.logical_or.reduceat(back, first)[owner]
@@ -288,7 +294,9 @@ def _critical(flat: _Flat, trace: Trace, in_t: np.ndarray) -> tuple[np.ndarray, 
     last = candidate & (arrival == latest[owner])
     end = np.maximum.reduceat(np.where(last, np.arange(len(owner)), -1), first)
     on = np.zeros(len(owner), dtype=bool)
-    at = end
+    on[end] = True
+    at = _finished_after(flat, trace, arrival, end)
+    at = at[at >= 0]
     while len(at):  # one step up every chain at a time
         on[at] = True
         at = flat.parent[at]
@@ -296,6 +304,25 @@ def _critical(flat: _Flat, trace: Trace, in_t: np.ndarray) -> tuple[np.ndarray, 
     return on, end
 
 
+
+
+def _finished_after(flat: _Flat, trace: Trace, arrival: np.ndarray, end: np.ndarray
+                    ) -> np.ndarray:
+    """Per instance, the element its end's last byte waited for: the last of the instance's
+    messages into the end's sender after the end's first byte left and before its last did
+    (a page sent in parts, the rest after one more query: MediaWiki's), else the end's
+    parent. Where the sender's last byte is not known, the parent."""
+    m, first, owner = trace.messages, flat.start[:-1], flat.owner
+    ends = flat.msg[end]
+    sender, began, done = m.src[ends], m.send_s[ends], m.send_end_s[ends]
+    with np.errstate(invalid="ignore"):  # NaN (not known) compares false
+        meanwhile = ((m.dst[flat.msg] == sender[owner]) & (arrival > began[owner])
+                     & (arrival < done[owner]))
+    meanwhile[end] = False
+    latest = np.maximum.reduceat(np.where(meanwhile, arrival, -np.inf), first)
+    pick = meanwhile & (arrival == latest[owner])
+    waited = np.maximum.reduceat(np.where(pick, np.arange(len(owner)), -1), first)
+    return np.where(waited >= 0, waited, flat.parent[end])
 
 
 def aggregate(instances: Iterable[PathInstance], trace: Trace, offsets: ClockOffsets
@@ -379,15 +406,25 @@ def _hops(flat: _Flat, shapes: _Shapes, names: PatternNames, on: np.ndarray,
 def _crossings(flat: _Flat, pattern: np.ndarray, names: PatternNames, on: np.ndarray,
                score: np.ndarray) -> list[dict[str, float]]:
     """Per pattern, each host link's mean crossings on the critical path, by link: every
-    instance adds its probability times its count, in the instances' order."""
+    instance adds its probability times its count, in the instances' order. A message that
+    opened its connection adds the set-up's crossings (`Trace.set_up_crossings`)."""
     at = np.flatnonzero(on)
-    codes, code = _dense(names.link[flat.msg[at]], len(names.hosts) ** 2)
+    msg, owner = flat.msg[at], flat.owner[at]
+    n_hosts = len(names.hosts)
+    forward = names.link[msg]
+    back = forward % n_hosts * n_hosts + forward // n_hosts
+    same, other = names.set_up[0][msg], names.set_up[1][msg]
+    s, o = same > 0, other > 0
+    codes, code = _dense(np.concatenate([forward, forward[s], back[o]]), n_hosts ** 2)
+    owner = np.concatenate([owner, owner[s], owner[o]])
+    weight = np.concatenate([np.ones(len(at)), same[s], other[o]])
     texts = [names.link_text(c) for c in codes.tolist()]
     order = sorted(set(texts))  # links by their text (hosts' names could repeat one)
     rank_of = {t: i for i, t in enumerate(order)}
     link = np.array([rank_of[t] for t in texts], dtype=np.int64)[code]
     n_links = len(order)
-    pairs, k = np.unique(flat.owner[at] * n_links + link, return_counts=True)
+    pairs, which = np.unique(owner * n_links + link, return_inverse=True)
+    k = np.bincount(which.ravel(), weight, minlength=len(pairs))
     inst = pairs // n_links
     cells, cell = np.unique(pattern[inst] * n_links + pairs % n_links, return_inverse=True)
     of = cells // n_links

@@ -8,7 +8,8 @@ matched exactly by (from, to, first sequence number): no timing is involved. Whe
 ends cut a direction's bytes differently (the other side spoke while a message was under way,
 seen before the last byte at one end and after it at the other), the receiver's message
 takes its send time from the sender's message holding its first byte. A message whose other
-end was not traced keeps a nil (NaN) time there (§5.1 handles it).
+end was not traced keeps a nil (NaN) time there (§5.1 handles it). A connection whose SYN a
+host saw is `opened` (its set-up is on its first message's path).
 
 Times: the send time is the first byte leaving the sender, the receive time the last byte
 reaching the receiver (the node can act on a whole message only). Which end of a connection
@@ -29,7 +30,8 @@ import numpy as np
 from coordinator.paths.messages import NO_THREAD, Connections, Messages, Trace
 
 Endpoint = tuple[str, int]
-_Sent = tuple[int, int, float, str, str, int]  # first, end, first_s, host, process, thread
+# first, end, first_s, host, process, thread, last_s
+_Sent = tuple[int, int, float, str, str, int, float]
 SEQ_MOD = 1 << 32
 
 
@@ -56,6 +58,7 @@ class HostTrace:
     addresses: frozenset[str]
     listening: frozenset[Endpoint]  # (address or 0.0.0.0, port)
     records: Sequence[HostRecord]
+    openings: Sequence[tuple[Endpoint, Endpoint]] = ()  # (client, server): SYN seen here
 
 
 @dataclass
@@ -64,6 +67,7 @@ class _Side:
     host: str = ""
     process: str = ""
     thread: int = NO_THREAD
+    end_s: float = float("nan")  # the sender's last segment
 
 
 def reconcile(hosts: Sequence[HostTrace]) -> Trace:
@@ -72,7 +76,7 @@ def reconcile(hosts: Sequence[HostTrace]) -> Trace:
     # as an IPv6 zone is: `127.0.0.1%db`)
     host_of_address = {_scoped(a, h.name): h.name for h in hosts for a in h.addresses}
     listens = {(h.name, port, addr) for h in hosts for addr, port in h.listening}
-    sends: dict[tuple[Endpoint, Endpoint], list[tuple[int, int, float, str, str, int]]] = {}
+    sends: dict[tuple[Endpoint, Endpoint], list[_Sent]] = {}
     receives: list[tuple[Endpoint, Endpoint, int, int, float, str, str, int]] = []
     for h in hosts:
         for r in h.records:
@@ -81,12 +85,15 @@ def reconcile(hosts: Sequence[HostTrace]) -> Trace:
             src, dst = (local, remote) if r.sent else (remote, local)
             if r.loopback or r.sent:
                 sends.setdefault((src, dst), []).append(
-                    (r.seq_first, r.seq_end, r.first_s, h.name, r.process, r.thread))
+                    (r.seq_first, r.seq_end, r.first_s, h.name, r.process, r.thread,
+                     r.last_s))
             if r.loopback or not r.sent:
                 receives.append((src, dst, r.seq_first, r.seq_end, r.last_s, h.name,
                                  r.process, r.thread))
     messages = _match(sends, receives)
-    return _build(messages, host_of_address, listens)
+    opened = {frozenset(((_scoped(c[0], h.name), c[1]), (_scoped(s[0], h.name), s[1])))
+              for h in hosts for c, s in h.openings}
+    return _build(messages, host_of_address, listens, opened)
 
 
 def _scoped(address: str, host: str) -> str:
@@ -115,14 +122,14 @@ def _match(sends: Mapping[tuple[Endpoint, Endpoint], list[_Sent]],
         sender = _Side()
         if sent is not None:
             used.add((src, dst, sent[0]))
-            sender = _Side(sent[2], sent[3], sent[4], sent[5])
+            sender = _Side(sent[2], sent[3], sent[4], sent[5], sent[6])
         out.append((src, dst, (end - first) % SEQ_MOD, sender,
                     _Side(last_s, host, process, thread)))
     for (src, dst), v in sends.items():
-        for first, end, first_s, host, process, thread in v:
+        for first, end, first_s, host, process, thread, last_s in v:
             if (src, dst, first) not in used:
                 out.append((src, dst, (end - first) % SEQ_MOD,
-                            _Side(first_s, host, process, thread), _Side()))
+                            _Side(first_s, host, process, thread, last_s), _Side()))
     return out
 
 
@@ -142,7 +149,8 @@ def _holding(ranges: list[_Sent], seq: int) -> _Sent | None:
 
 
 def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
-           host_of_address: Mapping[str, str], listens: set[tuple[str, int, str]]) -> Trace:
+           host_of_address: Mapping[str, str], listens: set[tuple[str, int, str]],
+           opened: set[frozenset[Endpoint]]) -> Trace:
     # a connection is its two endpoints, unordered; its server is found below
     conn_of: dict[frozenset[Endpoint], int] = {}
     ends: list[tuple[Endpoint, Endpoint]] = []
@@ -178,7 +186,7 @@ def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
         server_port.append(server[1])
     cols: dict[str, list[float | int]] = {k: [] for k in ("send", "recv", "src", "dst", "conn",
                                                            "size", "send_thread",
-                                                           "recv_thread")}
+                                                           "recv_thread", "send_end")}
     for src, dst, size, s, r in messages:
         cols["send"].append(s.time_s)
         cols["recv"].append(r.time_s)
@@ -188,9 +196,11 @@ def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
         cols["size"].append(size)
         cols["send_thread"].append(s.thread)
         cols["recv_thread"].append(r.thread)
+        cols["send_end"].append(s.end_s)
     m = Messages(cols["send"], cols["recv"], cols["src"], cols["dst"], cols["conn"],
-                 cols["size"], cols["send_thread"], cols["recv_thread"])
-    c = Connections(client_node, server_node, client_port, server_port)
+                 cols["size"], cols["send_thread"], cols["recv_thread"], cols["send_end"])
+    c = Connections(client_node, server_node, client_port, server_port,
+                    [frozenset(e) in opened for e in ends])
     return Trace.sorted(m, c, tuple(nodes), np.asarray(node_host, dtype=np.int32),
                         tuple(hosts))
 
