@@ -251,6 +251,31 @@ def test_a_connection_opened_on_the_path_adds_its_set_up_crossings() -> None:
     assert pattern.crossings == {"C->W": 2, "W->C": 2, "W->D": 4, "D->W": 4}
 
 
+def test_a_response_written_in_parts_waits_for_the_query_between_them() -> None:
+    """The page's first bytes leave, then one more query, then its last bytes (MediaWiki):
+    the client has its response only after that query's answer."""
+    rows = [(0.000, 0.0001, "C", "W", 0), (0.001, 0.0011, "W", "D", 1),
+            (0.002, 0.0021, "D", "W", 1), (0.003, 0.0061, "W", "C", 0),
+            (0.004, 0.0041, "W", "D", 1), (0.005, 0.0051, "D", "W", 1)]
+    index = {n: i for i, n in enumerate("CWD")}
+    nan = float("nan")
+
+    def trace(last_byte_s: float) -> Trace:
+        m = Messages([T0 + r[0] for r in rows], [T0 + r[1] for r in rows],
+                     [index[r[2]] for r in rows], [index[r[3]] for r in rows],
+                     [r[4] for r in rows], [10] * len(rows),
+                     send_end_s=[nan, nan, nan, T0 + last_byte_s, nan, nan])
+        c = Connections([0, 1], [1, 2], [40000, 40001], [80, 3306])
+        return Trace.sorted(m, c, ("C", "W", "D"), np.arange(3), ("C", "W", "D"))
+
+    settings = LinkingSettings(window_s=1.0)
+    for last_byte_s, calls in ((0.006, 2), (0.0031, 1)):  # in parts, or at once
+        t = trace(last_byte_s)
+        per_root = path_instances(context_probabilities(t, settings), settings)
+        [pattern] = aggregate([inst[0] for inst in per_root], t, clock_offsets(t))
+        assert pattern.crossings == {"C->W": 1, "W->C": 1, "W->D": calls, "D->W": calls}
+
+
 def test_a_connection_is_opened_where_either_end_saw_its_syn() -> None:
     web, db = ("10.0.0.1", 40000), ("10.0.0.2", 3306)
     pooled = ("10.0.0.1", 40001)
