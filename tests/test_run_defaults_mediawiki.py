@@ -42,6 +42,9 @@ TRUTH = {("article", "web->db"): (45.1, 1.3), ("article", "db->web"): (44.1, 0.5
          ("hub", "web->db"): (43.2, 1.3), ("hub", "db->web"): (45.1, 0.7),
          ("api", "web->db"): (8.2, 0.5), ("api", "db->web"): (8.8, 0.2)}
 
+# crossings per page each way, counted in a packet capture (benchmarks/mediawiki_truth.py)
+CROSSINGS = {"article": 42.0, "hub": 42.1, "api": 8.1}
+
 
 @pytest.fixture(scope="module")
 def mediawiki():
@@ -84,3 +87,10 @@ def test_a_default_run_completes_and_holds_the_truth(mediawiki, tmp_path):
         # however wide on a busy machine, it must tell that the page waits on the link (a
         # busy CI machine has read ±85% in the 300 s: a bound on the width tests the machine)
         assert article["ci95"][0] > 0, (label, article)
+    # the passive phase's paths, linked within its budget: each page's dominant path crosses
+    # web<->db as often as a packet capture counts (set-ups included), within one
+    paths = json.loads((run_dir / "paths.json").read_text())
+    for name, truth in CROSSINGS.items():
+        top = paths["transactions"][name][0]
+        for way in ("web->db", "db->web"):
+            assert top["crossings"][way] == pytest.approx(truth, abs=1), (name, top)
