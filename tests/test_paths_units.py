@@ -276,6 +276,21 @@ def test_a_response_written_in_parts_waits_for_the_query_between_them() -> None:
         assert pattern.crossings == {"C->W": 1, "W->C": 1, "W->D": calls, "D->W": calls}
 
 
+def test_a_request_that_waited_in_the_backlog_matches_its_log_line_by_its_end() -> None:
+    """The second request arrives 1 ms after the first, but the one worker starts it (the
+    log's start) only at 50 ms: its answer's end still names its log line."""
+    from coordinator.paths.analysis import match_requests
+    rows = [(0.000, 0.0001, "C", "W", 0), (0.001, 0.0011, "C", "W", 1),
+            (0.010, 0.0101, "W", "C", 0), (0.070, 0.0701, "W", "C", 1)]
+    trace = trace_of(rows, [("C", "W", 40000, 80), ("C", "W", 40001, 80)], ("C", "W"))
+    start = T0 + np.array([0.0001, 0.050])
+    end = T0 + np.array([0.0100, 0.0700])
+    roots = {int(trace.messages.conn[r]): row for r, row in
+             match_requests(trace, start, end).items()}
+    assert roots == {0: 0, 1: 1}
+    assert len(match_requests(trace, start)) == 1  # by arrival alone: the second is lost
+
+
 def test_a_connection_is_opened_where_either_end_saw_its_syn() -> None:
     web, db = ("10.0.0.1", 40000), ("10.0.0.2", 3306)
     pooled = ("10.0.0.1", 40001)

@@ -43,8 +43,9 @@ def host_traces(session: Session) -> tuple[list[HostTrace], list[str]]:
 
 
 def transactions_of(session: Session, trace: Trace) -> dict[int, str]:
-    """Each client request in the trace that the web log saw -> its transaction (by the
-    request's arrival at the front end); empty if the session follows no web log."""
+    """Each client request in the trace that the web log saw -> its transaction (by when its
+    answer ended, or it arrived, at the front end); empty if the session follows no web
+    log."""
     if session.log is None:
         return {}
     log = session.log.snapshot()
@@ -53,7 +54,8 @@ def transactions_of(session: Session, trace: Trace) -> dict[int, str]:
     for name, rows in groups.items():
         for row in rows.tolist():
             name_of_row.setdefault(row, name)  # overlapping classes: the first named
-    return {root: name_of_row[row] for root, row in match_requests(trace, log.start_s).items()
+    return {root: name_of_row[row] for root, row in match_requests(
+        trace, log.start_s, log.start_s + log.response_s).items()
             if row in name_of_row}
 
 

@@ -104,19 +104,45 @@ def client_requests(trace: Trace) -> np.ndarray:
     return np.flatnonzero(trace.clients[trace.messages.src])
 
 
-def match_requests(trace: Trace, request_start_s: np.ndarray, tolerance_s: float = 0.005
+def match_requests(trace: Trace, request_start_s: np.ndarray,
+                   request_end_s: np.ndarray | None = None, tolerance_s: float = 0.005
                    ) -> dict[int, int]:
-    """Each client request message -> the web-log request it is (its row), the nearest start
-    within `tolerance_s` of the message's arrival, each row taken once. The log's times are
-    the server's clock, as the arrival is."""
+    """Each client request message -> the web-log request it is (its row), each row taken
+    once. The log's times are the server's clock, as the trace's times at the server are.
+    With the log's end times, a request whose answer the trace has is the row that ended
+    nearest its answer's last byte (within `tolerance_s`) and did not start before it
+    arrived: a busy server starts a request (Apache's %{msec}t) only when a worker takes it
+    from the backlog, long after it arrived. Otherwise, the row that started nearest its
+    arrival (within `tolerance_s`)."""
     roots = client_requests(trace)
-    arrival = trace.messages.recv_s[roots]
-    order = np.argsort(request_start_s, kind="stable")
-    starts = request_start_s[order]
+    m = trace.messages
+    arrival = m.recv_s[roots]
     taken: set[int] = set()
     out: dict[int, int] = {}
+    if request_end_s is not None:
+        answer = _answers(trace, roots)
+        has = answer >= 0
+        at = np.where(has, answer, 0)
+        done = np.where(np.isfinite(m.send_end_s[at]), m.send_end_s[at], m.send_s[at])
+        done = np.where(has, done, np.nan)
+        by_end = np.argsort(request_end_s, kind="stable")
+        ends = request_end_s[by_end]
+        for root, t, d in zip(roots.tolist(), arrival.tolist(), done.tolist(), strict=True):
+            if not (np.isfinite(t) and np.isfinite(d)):
+                continue
+            i = int(np.searchsorted(ends, d))
+            near = [int(by_end[j]) for j in range(i - 3, i + 3) if 0 <= j < len(ends)
+                    and abs(ends[j] - d) <= tolerance_s]
+            near = [j for j in near if j not in taken
+                    and request_start_s[j] >= t - tolerance_s]
+            if near:
+                j = min(near, key=lambda k: abs(request_end_s[k] - d))
+                taken.add(j)
+                out[root] = j
+    order = np.argsort(request_start_s, kind="stable")
+    starts = request_start_s[order]
     for root, t in zip(roots.tolist(), arrival.tolist(), strict=True):
-        if not np.isfinite(t):
+        if root in out or not np.isfinite(t):
             continue
         i = int(np.searchsorted(starts, t))
         near = [j for j in (i - 2, i - 1, i, i + 1) if 0 <= j < len(starts)
@@ -126,6 +152,19 @@ def match_requests(trace: Trace, request_start_s: np.ndarray, tolerance_s: float
             taken.add(int(order[j]))
             out[root] = int(order[j])
     return out
+
+
+def _answers(trace: Trace, requests: np.ndarray) -> np.ndarray:
+    """Per request message, the next message on its connection if the server sent it (its
+    answer), else -1."""
+    m = trace.messages
+    by_conn = np.argsort(m.conn, kind="stable")  # each connection's messages in time order
+    position = np.empty(len(m), dtype=np.int64)
+    position[by_conn] = np.arange(len(m))
+    after = position[requests] + 1
+    nxt = by_conn[np.minimum(after, len(m) - 1)] if len(m) else after
+    ok = (after < len(m)) & (m.conn[nxt] == m.conn[requests]) & trace.is_reply()[nxt]
+    return np.where(ok, nxt, -1)
 
 
 def pattern_json(p: PathPattern) -> dict[str, Any]:
