@@ -111,6 +111,7 @@ def crossings(result: dict[str, Any], web_log: Path, trace_file: Path) -> dict[s
                            for w in ("web->db", "db->web")))
         top = patterns[0]["crossings"] if patterns else {}
         out[page] = {"logged": logged[page], "right": right,
+                     "matched": result["transaction_requests"].get(page, 0),
                      "top": [top.get("web->db"), top.get("db->web")]}
     return out
 
@@ -164,7 +165,9 @@ def markdown(rows: list[dict[str, Any]], seconds: float) -> str:
               "Apache's log that began and ended while every host captured, those whose linked "
               "path crosses web->db and db->web within one of the packet capture's count (truth: "
               + ", ".join(f"{p} {t:g}" for p, t in TRUTH.items()) + "), with a 95% Wilson "
-              "interval; and the dominant path's crossings (web->db / db->web).", "",
+              "interval, and how many the trace held and matched to their log line (a request in "
+              "a pattern past the five listed per page counts as wrong too); and the dominant "
+              "path's crossings (web->db / db->web).", "",
               "| req/s | " + " | ".join(f"{p}: within ±1 | {p}: dominant" for p in TRUTH)
               + " |", "|---|" + "---|---|" * len(TRUTH)]
     for r in rows:
@@ -174,7 +177,7 @@ def markdown(rows: list[dict[str, Any]], seconds: float) -> str:
             lo, hi = wilson(c["right"], c["logged"])
             top = " / ".join("-" if x is None else f"{x:g}" for x in c["top"])
             cells += [f"{c['right']}/{c['logged']} ({c['right'] / max(c['logged'], 1):.2f}, "
-                      f"{lo:.2f}-{hi:.2f})", top]
+                      f"{lo:.2f}-{hi:.2f}; {c['matched']} matched)", top]
         lines.append(f"| {r['rate_per_s']:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

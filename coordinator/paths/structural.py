@@ -222,9 +222,11 @@ class _Walk:
         pace = pace or Pace(unlimited(), math.inf, 1, 1, final=True)
         pace.begin(sum(n[4] for n in nodes), sum(len(n[1]) for n in nodes))
         for node, times, departures, messages, calls in nodes:
+            # a node serving a request per thread has its calls bound: the few a thread
+            # cannot say are not worth a beam (kept, every bound call would branch with it)
+            width = BEAM_WIDTH if model is not None and not self.threaded[node] else 1
             beam = NodeBeam(ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S),
-                            decisions, self.placements,
-                            BEAM_WIDTH if model is not None else 1)
+                            decisions, self.placements, width)
             self._walk_node(node, beam, zip(times, departures, messages, strict=True),
                             pace.node(calls, len(times)), choose, model, seen, decisions)
             beam.settle()
