@@ -176,7 +176,8 @@ def markdown(rows: list[dict[str, Any]], seconds: float) -> str:
             c = r["crossings"][page]
             lo, hi = wilson(c["right"], c["logged"])
             top = " / ".join("-" if x is None else f"{x:g}" for x in c["top"])
-            cells += [f"{c['right']}/{c['logged']} ({c['right'] / max(c['logged'], 1):.2f}, "
+            right = min(c["right"], c["logged"])  # (see `wilson`)
+            cells += [f"{right}/{c['logged']} ({right / max(c['logged'], 1):.2f}, "
                       f"{lo:.2f}-{hi:.2f}; {c['matched']} matched)", top]
         lines.append(f"| {r['rate_per_s']:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
