@@ -69,7 +69,11 @@ def test_a_default_run_completes_and_holds_the_truth(mediawiki, tmp_path):
     for link in links:
         label = f"{link['link']['src_host']}->{link['link']['dst_host']}"
         assert link["adaptive"]["record"]["magnitude_ms"] <= 4.5  # 1 ms, grown ×4 at most once
-        assert link["record"]["magnitude_ms"] < 2.0  # ~45 crossings: well under the first ms
+        # the delay held under every page's effect cap (its training spread, wider on a busy
+        # machine: CI's allowed 2.3 ms where a quiet one allows about 1)
+        for name, t in link["transactions"].items():
+            effect = link["record"]["magnitude_ms"] * t["ci95"][0]
+            assert effect <= plan["effect_cap_ms"][name], (label, name, effect, plan)
         for name in ("article", "hub", "api"):
             t = link["transactions"][name]
             truth, se = TRUTH[(name, label)]
