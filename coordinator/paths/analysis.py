@@ -125,33 +125,43 @@ def match_requests(trace: Trace, request_start_s: np.ndarray,
         at = np.where(has, answer, 0)
         done = np.where(np.isfinite(m.send_end_s[at]), m.send_end_s[at], m.send_s[at])
         done = np.where(has, done, np.nan)
-        by_end = np.argsort(request_end_s, kind="stable")
-        ends = request_end_s[by_end]
+        ends = _Sorted(request_end_s)
         for root, t, d in zip(roots.tolist(), arrival.tolist(), done.tolist(), strict=True):
-            if not (np.isfinite(t) and np.isfinite(d)):
-                continue
-            i = int(np.searchsorted(ends, d))
-            near = [int(by_end[j]) for j in range(i - 3, i + 3) if 0 <= j < len(ends)
-                    and abs(ends[j] - d) <= tolerance_s]
-            near = [j for j in near if j not in taken
-                    and request_start_s[j] >= t - tolerance_s]
-            if near:
-                j = min(near, key=lambda k: abs(request_end_s[k] - d))
-                taken.add(j)
-                out[root] = j
-    order = np.argsort(request_start_s, kind="stable")
-    starts = request_start_s[order]
+            if np.isfinite(t) and np.isfinite(d):
+                row = ends.claim(d, tolerance_s, taken, range(-3, 3),
+                                 lambda j, t=t: request_start_s[j] >= t - tolerance_s)
+                if row is not None:
+                    out[root] = row
+    starts = _Sorted(request_start_s)
     for root, t in zip(roots.tolist(), arrival.tolist(), strict=True):
-        if root in out or not np.isfinite(t):
-            continue
-        i = int(np.searchsorted(starts, t))
-        near = [j for j in (i - 2, i - 1, i, i + 1) if 0 <= j < len(starts)
-                and int(order[j]) not in taken and abs(starts[j] - t) <= tolerance_s]
-        if near:
-            j = min(near, key=lambda k: abs(starts[k] - t))
-            taken.add(int(order[j]))
-            out[root] = int(order[j])
+        if root not in out and np.isfinite(t):
+            row = starts.claim(t, tolerance_s, taken, range(-2, 2))
+            if row is not None:
+                out[root] = row
     return out
+
+
+class _Sorted:
+    """Log times sorted once, for claiming the row nearest a time."""
+
+    def __init__(self, times: np.ndarray) -> None:
+        self.times = times
+        self.order = np.argsort(times, kind="stable")
+        self.sorted = times[self.order]
+
+    def claim(self, t: float, tolerance_s: float, taken: set[int], around: range,
+              allowed: Callable[[int], bool] = lambda _: True) -> int | None:
+        """The row, among `around` the insertion point of `t`, nearest `t` within
+        `tolerance_s`, not taken and `allowed`; taken now. None if there is none."""
+        i = int(np.searchsorted(self.sorted, t))
+        near = [int(self.order[j]) for j in (i + k for k in around)
+                if 0 <= j < len(self.sorted) and abs(self.sorted[j] - t) <= tolerance_s]
+        near = [j for j in near if j not in taken and allowed(j)]
+        if not near:
+            return None
+        row = min(near, key=lambda j: abs(self.times[j] - t))
+        taken.add(row)
+        return row
 
 
 def _answers(trace: Trace, requests: np.ndarray) -> np.ndarray:

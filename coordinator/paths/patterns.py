@@ -12,10 +12,9 @@ number of times it occurred, §6.6), the highest probability, and per hop the me
 (receive − send with the clock offsets taken out), weighted by the instances' probabilities;
 and the crossings of each host-to-host link on the critical path (the chain of parents back
 from the message that ends the path, the last one into the root's sender, or from what its
-last byte waited for), as a packet
-capture counts them: a connection's set-up (SYN, SYN-ACK, and the ACK a server that speaks
-first waits for) is on its first message's path. A hop's link is
-the one its message took in the pattern's first instance.
+last byte waited for), as a packet capture counts them: a connection's set-up (SYN, SYN-ACK,
+and the ACK a server that speaks first waits for) is on its first message's path. A hop's
+link is the one its message took in the pattern's first instance.
 
 All instances' messages are handled as one flat array (a CoDeeN-sized trace has a million
 instances). Instances of one *shape* (the same tree, each message's children in the same
