@@ -180,10 +180,16 @@ def test_paths_follow_php_s_connection_per_request_to_mariadb(mediawiki, tmp_pat
                           capture_output=True, text=True, timeout=300, env=env, check=False)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    top = result["transactions"]["article"][0]
-    found = sum(p["count"] for p in result["transactions"]["article"])
-    assert found >= 30, result["transactions"]["article"]
-    assert top["count"] >= 0.5 * found, result["transactions"]["article"]
+    paths = result["transactions"]["article"]
+    top = paths[0]
+    found = sum(p["count"] for p in paths)
+    assert found >= 30, paths
+    # PHP closes its MariaDB connection as the response's last bytes leave, in either order,
+    # so one page shows as two trees that differ only in where COM_QUIT hangs; what must hold
+    # is that nearly all of them cross the link as often as a packet capture counts
+    near_truth = sum(p["count"] for p in paths
+                     if abs(p["crossings"]["web->db"] - ARTICLE_CROSSINGS) <= 1)
+    assert near_truth >= 0.8 * found, [(p["count"], p["crossings"]) for p in paths]
     # each way as a packet capture counts them (RESULTS.md, "MediaWiki: the truth per page
     # type"): two connections' set-ups, 40 turns, the last query between the page's parts
     for link in ("web->db", "db->web"):
