@@ -33,8 +33,10 @@ def _up_arguments(p: argparse.ArgumentParser) -> None:
                    "built-in one of --app)")
     p.add_argument("--app", choices=sorted(BUILT_IN), help="the application: rubis (default; "
                    "client, web, app1, app2, db, cache: nginx, Python app servers, PostgreSQL, "
-                   "memcached) or mediawiki (client, web, db: Debian's MediaWiki 1.39 on Apache "
-                   "+ mod_php, MariaDB; its web log is Apache's). With a topology file, its "
+                   "memcached), mediawiki (client, web, db: Debian's MediaWiki 1.39 on Apache "
+                   "+ mod_php, MariaDB) or redmine (client, web, db: Debian's Redmine 5.0 on "
+                   "Apache + Passenger, PostgreSQL); their web log is Apache's. With a "
+                   "topology file, its "
                    "`app:` decides and --app must agree")
     p.add_argument("--mininet", action="store_true", help="build the network with Mininet "
                    "(Debian's mininet; LinuxBridge switch, no controller) instead of plain "
@@ -167,7 +169,8 @@ COMMANDS = (
         "testbed", "a real multi-tier application on local namespaces",
         "Hosts as network namespaces on a bridge, each with sshd; nginx, app servers (uvicorn), "
         "PostgreSQL and memcached started in them, or with --app mediawiki Apache + mod_php "
-        "running MediaWiki and MariaDB. Needs root.",
+        "running MediaWiki and MariaDB, or with --app redmine Apache + Passenger running "
+        "Redmine and PostgreSQL. Needs root.",
         (Command("up", "build the hosts and start the application",
                  "Build the testbed's hosts (network namespaces on a bridge, or Mininet with "
                  "--mininet) and start the application in them.",

@@ -4,8 +4,10 @@
 afresh (root's, exclusively: `testbed.private_dir`), builds the network, starts sshd
 everywhere, then the application, waiting for each server to answer: for `app: rubis`
 PostgreSQL (seeded), memcached, the app servers and nginx; for `app: mediawiki` MariaDB,
-MediaWiki installed and seeded, and Apache with mod_php (`testbed.mediawiki`). Any failure
-tears down everything made so far and re-raises the original error.
+MediaWiki installed and seeded, and Apache with mod_php (`testbed.mediawiki`); for
+`app: redmine` PostgreSQL, Redmine's schema and seed, and Apache with Passenger
+(`testbed.redmine`). Any failure tears down everything made so far and re-raises the original
+error.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import RuntimeFailure
-from testbed import apache, mediawiki, nginx, postgres, sshd
+from testbed import apache, mediawiki, nginx, postgres, redmine, sshd
 from testbed.addressing import free_subnet, networks_in_use
 from testbed.build import Builder, listening, namespace_pids, port_open, teardown, wait_until
 from testbed.netns import TestbedPlan, network_steps, only_from, plan_testbed
@@ -42,6 +44,8 @@ def _check_root_and_tools(app: str = "rubis") -> None:
         raise RuntimeFailure(f"missing {', '.join(missing)}: run scripts/setup")
     if app == "mediawiki":
         mediawiki.check_installed()
+    if app == "redmine":
+        redmine.check_installed()
 
 
 def _which(tool: str) -> bool:
@@ -85,8 +89,11 @@ def up(topology: Topology, tag: str = "tb", root: Path = DEFAULT_ROOT,
         _network(builder, plan, directory, mininet)
         _build(builder, plan, topology, directory)
         state.info = describe(plan, topology, directory, recovered)
+        pages = [t["url"] for t in state.info["transactions"]]
         if topology.app == "mediawiki":
-            mediawiki.warm_up([t["url"] for t in state.info["transactions"]])
+            mediawiki.warm_up(pages)
+        if topology.app == "redmine":
+            redmine.warm_up(pages)
         state.info["network"] = "mininet (LinuxBridge, no controller)" if mininet else "netns"
         state.save()
     except BaseException:
@@ -132,6 +139,8 @@ def _build(builder: Builder, plan: TestbedPlan, topology: Topology, directory: P
         builder.start(h, "sshd", sshd.sshd_argv(h, directory))
     if topology.app == "mediawiki":
         mediawiki.build(builder, plan, directory)
+    elif topology.app == "redmine":
+        redmine.build(builder, plan, directory)
     else:
         _build_rubis(builder, plan, topology, directory)
     for h in plan.hosts:
@@ -185,7 +194,7 @@ def describe(plan: TestbedPlan, topology: Topology, directory: Path,
              recovered: bool = False) -> dict[str, Any]:
     web = plan.with_role("web")[0]
     url = f"http://{web.address}"
-    if topology.app == "mediawiki":
+    if topology.app in ("mediawiki", "redmine"):
         log_format = {"format": "apache", "log_format": apache.LOG_FORMAT}
     else:
         log_format = {"format": "nginx", "log_format": nginx.LOG_FORMAT}

@@ -73,21 +73,23 @@ def postgres_bin() -> Path:
     return Path(found[-1]).parent
 
 
-def pg_hba(clients: Iterable[str]) -> str:
+def pg_hba(clients: Iterable[str], database: str = DATABASE, role: str = ROLE) -> str:
     """Who may connect: the superuser by peer on the socket; the app's role to its database
     by password from each client address; nobody else, from anywhere (no line: refused)."""
     lines = ["local all postgres peer"]
-    lines += [f"host {DATABASE} {ROLE} {address}/32 scram-sha-256" for address in clients]
+    lines += [f"host {database} {role} {address}/32 scram-sha-256" for address in clients]
     return "\n".join(lines) + "\n"
 
 
-def init_cluster(data: Path, clients: Iterable[str]) -> None:
+def init_cluster(data: Path, clients: Iterable[str], database: str = DATABASE,
+                 role: str = ROLE) -> None:
     """initdb as the postgres user; `clients` are the app servers' addresses."""
     ensure_dir(data, 0o700, "postgres", "postgres")
     sh(["runuser", "-u", "postgres", "--", str(postgres_bin() / "initdb"), "-D", str(data),
-        "--auth-local=peer", "--auth-host=scram-sha-256", "-U", "postgres", "--no-sync"],
-       timeout_s=120)
-    write_file(data / "pg_hba.conf", pg_hba(clients), 0o600, "postgres", "postgres")
+        "--auth-local=peer", "--auth-host=scram-sha-256", "-U", "postgres", "--no-sync",
+        "--encoding=UTF8", "--locale=C"], timeout_s=120)
+    write_file(data / "pg_hba.conf", pg_hba(clients, database, role), 0o600, "postgres",
+               "postgres")
 
 
 def postgres_argv(host: HostPlan, data: Path) -> list[str]:
@@ -103,14 +105,30 @@ def psql_argv(data: Path, database: str = DATABASE) -> list[str]:
             "-v", "ON_ERROR_STOP=1", "-q"]
 
 
-def seed(data: Path, password: str) -> None:
-    """The app's role and its database, the schema (owned by the role) and the data. SQL goes
-    on stdin: a password on a command line is visible to every local user."""
+def create_database(data: Path, password: str, database: str = DATABASE,
+                    role: str = ROLE) -> None:
+    """The app's role (not a superuser) and its database, owned by it. SQL goes on stdin: a
+    password on a command line is visible to every local user."""
     sh(psql_argv(data, "postgres"),
-       input=f"CREATE ROLE {ROLE} LOGIN PASSWORD {_literal(password)};\n")
-    sh([*psql_argv(data, "postgres"), "-c", f"CREATE DATABASE {DATABASE} OWNER {ROLE}"])
+       input=f"CREATE ROLE {role} LOGIN PASSWORD {_literal(password)};\n")
+    sh([*psql_argv(data, "postgres"), "-c", f"CREATE DATABASE {database} OWNER {role}"])
+
+
+def seed(data: Path, password: str) -> None:
+    """The auction's role and database, the schema (owned by the role) and the data."""
+    create_database(data, password)
     sh(psql_argv(data), input=f"SET ROLE {ROLE};\n" + SCHEMA + SEED.format(**SIZES),
        timeout_s=120)
+
+
+def statement_log(data: Path, on: bool) -> None:
+    """Switch logging of every statement on or off (reloaded, no restart) in the server's
+    own log (its stderr: the service's log): each line starts with its time in ms and the
+    backend's pid, which names the connection it came on."""
+    statements = ([f"ALTER SYSTEM SET log_statement = {'all' if on else 'none'}",
+                   "ALTER SYSTEM SET log_line_prefix = '%m [%p] '",
+                   "SELECT pg_reload_conf()"])
+    sh([*psql_argv(data, "postgres"), *(a for st in statements for a in ("-c", st))])
 
 
 def _literal(text: str) -> str:

@@ -1,7 +1,8 @@
 """A testbed topology is a description: hosts, their roles, and the application's parameters.
 
 Validated from YAML (file:line: field errors) or a built-in one: the default (`app: rubis`:
-client, web, app1, app2, db, cache) or MediaWiki's (`app: mediawiki`: client, web, db). A
+client, web, app1, app2, db, cache), MediaWiki's (`app: mediawiki`: client, web, db) or Redmine's
+(`app: redmine`: client, web, db). A
 separate builder (`testbed.netns`) turns it into live namespaces.
 """
 
@@ -24,11 +25,12 @@ from common.errors import InputError, Problem
 from common.yamlconf import load_yaml
 
 Role = Literal["client", "web", "app", "db", "cache"]
-App = Literal["rubis", "mediawiki"]
+App = Literal["rubis", "mediawiki", "redmine"]
 # Per application: the roles a topology must have (exactly one host each, except "app").
 REQUIRED_ROLES: dict[str, tuple[Role, ...]] = {
     "rubis": ("client", "web", "app", "db", "cache"),
     "mediawiki": ("client", "web", "db"),  # Apache + mod_php on web, MariaDB on db
+    "redmine": ("client", "web", "db"),  # Apache + Passenger on web, PostgreSQL on db
 }
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 # the default application's transactions that can be given an extra query (testbed.app's
@@ -133,7 +135,13 @@ MEDIAWIKI = Topology(name="mediawiki", app="mediawiki", hosts=(
     HostSpec(name="db", roles=("db",)),
 ))
 
-BUILT_IN: dict[str, Topology] = {"rubis": DEFAULT, "mediawiki": MEDIAWIKI}
+REDMINE = Topology(name="redmine", app="redmine", hosts=(
+    HostSpec(name="client", roles=("client",)),
+    HostSpec(name="web", roles=("web",)),
+    HostSpec(name="db", roles=("db",)),
+))
+
+BUILT_IN: dict[str, Topology] = {"rubis": DEFAULT, "mediawiki": MEDIAWIKI, "redmine": REDMINE}
 
 
 def load_topology(path: str | Path | None, app: str | None = None) -> Topology:

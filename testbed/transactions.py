@@ -5,9 +5,10 @@ Links are one-way and named `src->dst` by host. A request-response crosses each 
 once, so both directions share the number. Every transaction crosses client->web once each
 way (keep-alive connections) and the web->app hop the number of times nginx routes it there.
 
-MediaWiki's page types (`app: mediawiki`) are somebody else's code: their crossings are not
-known in advance, so their expected gradients are None; `benchmarks/mediawiki_truth.py`
-measures them (packet turns on web<->db, and slopes under constant delays).
+MediaWiki's and Redmine's page types (`app: mediawiki`, `app: redmine`) are somebody else's
+code: their crossings are not known in advance, so their expected gradients are None;
+`benchmarks/mediawiki_truth.py` measures them (packet turns on web<->db, and slopes under
+constant delays).
 """
 
 from __future__ import annotations
@@ -56,20 +57,32 @@ MEDIAWIKI_PAGES = (
 )
 
 
+# Redmine's page types (the project and issues `testbed.redmine` seeds; anonymous views).
+REDMINE_PAGES = (
+    ("issues", "/projects/demo/issues", "a project's issue list, 25 to a page"),
+    ("issue", "/issues/42", "an issue with its journal"),
+    ("search", "/search?q=river&scope=all", "full-text search of issues and journals"),
+    ("activity", "/projects/demo/activity", "a project's activity, the last 30 days"),
+    ("login", "/login", "the login form"),
+)
+
+
 def transactions_of(topology: Topology) -> list[Transaction]:
     if topology.app == "mediawiki":
-        return mediawiki_transactions(topology)
+        return packaged_transactions(topology, "MediaWiki", MEDIAWIKI_PAGES)
+    if topology.app == "redmine":
+        return packaged_transactions(topology, "Redmine", REDMINE_PAGES)
     return rubis_transactions(topology)
 
 
-def mediawiki_transactions(topology: Topology) -> list[Transaction]:
-    """Every page type crosses web<->db an unknown number of times (None, measured by the
+def packaged_transactions(topology: Topology, app: str,
+                          pages: tuple[tuple[str, str, str], ...]) -> list[Transaction]:
+    """Every page type crosses web<->db an unknown number of times (None, measured by a
     benchmark), and client<->web once each way."""
     client, web, db = (topology.host(r).name for r in ("client", "web", "db"))
     unknown: dict[str, float | None] = {f"{web}->{db}": None, f"{db}->{web}": None}
-    return [Transaction(name, path, f"MediaWiki: {what}",
-                        {**_both(client, web, 1.0), **unknown})
-            for name, path, what in MEDIAWIKI_PAGES]
+    return [Transaction(name, path, f"{app}: {what}", {**_both(client, web, 1.0), **unknown})
+            for name, path, what in pages]
 
 
 def rubis_transactions(topology: Topology) -> list[Transaction]:

@@ -26,7 +26,8 @@ from testbed.topology import BUILT_IN, Topology, load_topology
 class TestbedSpec(InputModel):
     """The testbed the nights run on (`linkgrad testbed up`)."""
 
-    app: Literal["rubis", "mediawiki"] = "rubis"  # its built-in topology, without `topology`
+    # the application, whose built-in topology is used without `topology`
+    app: Literal["rubis", "mediawiki", "redmine"] = "rubis"
     topology: Path | None = None  # a topology YAML (its `app` then decides)
     # mininet | netns (`--netns`) | none: the experiments' own hosts (a staging system),
     # nothing brought up or down
