@@ -272,3 +272,29 @@ def busy_server(open_contexts: float, rate_per_s: float, queries: int = 40,
         node_host={"client": "client", "web": "web", "db": "db"},
         requests=((1.0, page),), clients=("client",), default_delay_s=delay_s,
         jitter_s=jitter_s, threaded=frozenset({"web"}))
+
+
+def handed_to_workers(s: SyntheticTrace, server: str, offset: int = 500) -> SyntheticTrace:
+    """`s` as if `server` handed each request to a worker process over a Unix socket the
+    trace cannot see (Passenger, PHP-FPM): its calls leave from, and their answers reach, a
+    node of its own on the same host (`server`-worker, listening nowhere), on a worker
+    thread that serves that one request (the server's thread + `offset`)."""
+    t = s.trace
+    m, c = t.messages, t.connections
+    at = t.nodes.index(server)
+    worker = len(t.nodes)
+    is_reply = t.is_reply()
+    called = c.client_node == at
+    call = ~is_reply & (m.src == at)
+    answer = is_reply & called[m.conn]
+    src = np.where(call, worker, m.src)
+    dst = np.where(answer, worker, m.dst)
+    send_thread = np.where(call, m.send_thread + offset, m.send_thread)
+    recv_thread = np.where(answer, m.recv_thread + offset, m.recv_thread)
+    messages = Messages(m.send_s, m.recv_s, src, dst, m.conn, m.size_bytes, send_thread,
+                        recv_thread)
+    connections = Connections(np.where(called, worker, c.client_node), c.server_node,
+                              c.client_port, c.server_port, c.opened)
+    trace = Trace(messages, connections, (*t.nodes, f"{server}-worker"),
+                  np.append(t.node_host, t.node_host[at]), t.hosts)
+    return SyntheticTrace(trace, s.true_parent, s.request, s.offsets_s)

@@ -7,7 +7,7 @@ import itertools
 from dataclasses import replace
 
 from coordinator.paths.analysis import analyse
-from coordinator.paths.budget import Budget, budget_lines, progress_line
+from coordinator.paths.budget import Budget, linking_lines, progress_line
 from coordinator.paths.structural import context_probabilities
 from coordinator.paths.wap5 import LinkingSettings, wap5_probabilities
 from testbed.synthetic_paths import busy_server, generate
@@ -53,7 +53,7 @@ def test_paths_json_keeps_the_budget_and_the_fallbacks():
     assert result["budget"]["seconds"] < 1e-8
     assert {f["node"] for f in result["fallbacks"]} == {"web"}
     assert {f["linker"] for f in result["fallbacks"]} <= {"greedy", "wap5"}
-    lines = budget_lines(result)
+    lines = linking_lines(result)
     assert lines[0].startswith("linked by context in ")
     assert any(line.startswith("  web: §5.1 for the rest") for line in lines)
     assert all(len(line) <= 80 for line in lines), lines

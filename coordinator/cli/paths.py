@@ -24,7 +24,7 @@ from coordinator.config.trace_file import read_trace, write_trace
 from coordinator.live.paths_evidence import host_traces, transactions_of
 from coordinator.live.session import Session, check_local_files, observe
 from coordinator.paths.analysis import DEFAULT_BUDGET, LINKERS, analyse
-from coordinator.paths.budget import budget_lines, progress_line
+from coordinator.paths.budget import linking_lines, progress_line
 from coordinator.paths.reconcile import HostTrace, reconcile
 from coordinator.paths.wap5 import LinkingSettings
 
@@ -121,7 +121,7 @@ def _capture(args: argparse.Namespace, console: Console
 def _print(console: Console, result: dict[str, Any]) -> None:
     print(f"{result['messages']} messages ({result['nil_send']} without a send time, "
           f"{result['nil_receive']} without a receive time), {result['roots']} paths")
-    for line in budget_lines(result):
+    for line in linking_lines(result):
         print(line)
     for host, clock in result["hosts"].items():
         if clock["clock_offset_s"] is not None and clock["clock_reference"] != host:

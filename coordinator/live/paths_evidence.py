@@ -13,7 +13,7 @@ from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.live.session import Session
 from coordinator.live.trace_events import host_trace
 from coordinator.paths.analysis import analyse, client_requests, match_requests
-from coordinator.paths.budget import budget_lines, progress_line
+from coordinator.paths.budget import linking_lines, progress_line
 from coordinator.paths.messages import Trace
 from coordinator.paths.reconcile import HostTrace, reconcile
 from coordinator.paths.wap5 import LinkingSettings
@@ -81,6 +81,6 @@ def save(session: Session, out: RunDir, window: tuple[float, float],
                "client_requests": len(client_requests(trace)),
                "matched_requests": len(transaction_of), "problems": problems}
     out.write(PATHS_FILE, result)
-    for line in budget_lines(result) if say is not None else []:
+    for line in linking_lines(result) if say is not None else []:
         say(line)
     return problems

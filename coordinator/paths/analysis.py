@@ -1,8 +1,9 @@
 """A reconciled trace's causal paths, from linking to the patterns a user reads (paths.json).
 
-`analyse` links the trace (WAP5 §5.1, FCFS, or context linking), builds each root's path
-instances (§5.1 step 3), aggregates them into patterns (§2.5.1, §6.6), and estimates the
-clock offsets that take the skew out of the network delays (§5.2). The result is plain data.
+`analyse` folds the workers a server reaches unseen into its node (`hidden_workers`), links
+the trace (WAP5 §5.1, FCFS, or context linking), builds each root's path instances (§5.1 step
+3), aggregates them into patterns (§2.5.1, §6.6), and estimates the clock offsets that take
+the skew out of the network delays (§5.2). The result is plain data.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from coordinator.paths.budget import Budget, Progress
 from coordinator.paths.clocks import clock_offsets
+from coordinator.paths.hidden_workers import fold_hidden_workers
 from coordinator.paths.instances import PathInstance, path_instances
 from coordinator.paths.messages import Trace
 from coordinator.paths.patterns import PathPattern, aggregate
@@ -47,11 +49,13 @@ def analyse(trace: Trace, linker: str = "context",
     saying what it cut (`fallbacks`); `progress` hears how it goes, about once a second."""
     if linker not in LINKERS:
         raise ValueError(f"linker {linker!r}: expected one of {sorted(LINKERS)}")
+    trace, folds = fold_hidden_workers(trace)
     duration_s = trace_duration_s(trace)
     limit = Budget(None if budget is None else budget * duration_s, progress,
                    node_names=trace.nodes)
     if linker == "context":
-        probs = context_probabilities(trace, settings, budget=limit)
+        probs = context_probabilities(trace, settings, budget=limit, worker_nodes={
+            trace.nodes.index(f.into) for f in folds})
     else:
         probs = LINKERS[linker](trace, settings)
     linking_s = limit.elapsed_s()
@@ -88,6 +92,7 @@ def analyse(trace: Trace, linker: str = "context",
         "budget": {"fraction": budget, "seconds": limit.seconds,
                    "linking_s": round(linking_s, 3), "passes_cut": limit.passes_cut},
         "fallbacks": [asdict(f) for f in limit.fallbacks],
+        "folded": [asdict(f) for f in folds],  # workers reached by a way the trace lacks
     }
 
 

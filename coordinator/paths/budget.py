@@ -144,8 +144,9 @@ def progress_line(p: Progress) -> str:
             f"events, {p.elapsed_s:.1f} s{left}")
 
 
-def budget_lines(result: dict[str, Any]) -> list[str]:
-    """What paths.json's budget and fallbacks say, as lines for the terminal."""
+def linking_lines(result: dict[str, Any]) -> list[str]:
+    """What paths.json says of its linking (budget, fallbacks, folded workers), as lines for
+    the terminal."""
     b = result["budget"]
     limit = "no limit" if b["seconds"] is None else \
         f"budget {b['seconds']:.1f} s = {b['fraction']:g} × {result['duration_s']:.0f} s"
@@ -158,4 +159,8 @@ def budget_lines(result: dict[str, Any]) -> list[str]:
     if result["fallbacks"]:
         lines.append("  (a larger --budget, or paths.budget in the experiment, links more "
                      "by context)")
+    for f in result.get("folded", []):
+        lines.append(f"  {f['worker']} is {f['into']}'s worker (reached unseen, e.g. by a "
+                     f"Unix socket): {100 * f['covered']:.0f}% of its {f['calls']} calls "
+                     "came while a request was open")
     return lines

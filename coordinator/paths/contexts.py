@@ -15,6 +15,10 @@
   such a call, less than `afterward_s` ago may still send one.
 - A spontaneous call roots a context that opens when its first answer arrives (a timer's
   chain of calls). Contexts with no message for longer than the window are forgotten.
+- A worker (a thread of a process the node hands its requests to, unseen: `hidden_workers`)
+  serves one request at a time: once one of its calls is put in a request's context, its
+  calls are that context's while it is open; a free worker's first call starts a request
+  that has sent nothing yet.
 
 A walker is copied when a call's context is in doubt (`node_beam`), so it keeps only what is
 live: open contexts, requests not yet answered, calls not yet answered. Copies share their
@@ -45,6 +49,7 @@ class Context:
     rooted: bool = False  # opened by the answer to a spontaneous call, not by a request
     served: int | None = None  # the connection its request came on
     thread: int = NO_THREAD  # the thread that received its request (or its first answer)
+    worker: int = NO_THREAD  # the worker thread serving it (module doc)
 
 
 class ContextWalker:
@@ -58,6 +63,7 @@ class ContextWalker:
         self.just_closed: dict[int, tuple[float, Context]] = {}  # answered within afterward_s
         # thread -> its contexts, oldest first (tuples: shared between copies, replaced)
         self.by_thread: dict[int, tuple[int, ...]] = {}
+        self.worker_of: dict[int, int] = {}  # worker thread -> the context it serves
         self.next_id = 0
         self.next_sweep_s = -math.inf
 
@@ -72,6 +78,7 @@ class ContextWalker:
         new.calls = dict(self.calls)
         new.just_closed = dict(self.just_closed)  # answered contexts: replaced, not changed
         new.by_thread = dict(self.by_thread)
+        new.worker_of = dict(self.worker_of)
         new.next_id, new.next_sweep_s = self.next_id, self.next_sweep_s
         return new
 
@@ -89,7 +96,7 @@ class ContextWalker:
         # a spontaneous call's context that has not acted is left out, an approximation: it
         # only offers later calls one more parent, and hypotheses that differ in it alone
         # would otherwise be kept apart for a whole window (the beam full of them)
-        return (frozenset((c.latest, c.acted_s, c.served) for c in self.open.values()
+        return (frozenset((c.latest, c.acted_s, c.served, c.worker) for c in self.open.values()
                           if not c.rooted or c.acted_s is not None),
                 frozenset([*(("call", conn, name(ctx)) for conn, ctx in self.calls.items()),
                            *(("closed", c.latest, t) for t, c in self.just_closed.values())]))
@@ -102,7 +109,7 @@ class ContextWalker:
         c = self.open[ctx]
         self.context_of.pop(c.latest, None)
         self.open[ctx] = Context(c.opened_s, t, msg, None, c.closed, c.rooted, c.served,
-                                 c.thread)
+                                 c.thread, c.worker)
         self.context_of[msg] = ctx
 
     def _close(self, ctx: int) -> None:
@@ -147,10 +154,12 @@ class ContextWalker:
         self.just_closed[ctx] = (t, replace(c, closed=True))
         return c.latest
 
-    def ready(self, t: float, thread: int | None = None) -> list[Context]:
+    def ready(self, t: float, thread: int | None = None, worker: int | None = None
+              ) -> list[Context]:
         """The open contexts that may send a call at `t` (not waiting), oldest first; with
         `thread`, only that thread's (a node serving one request per thread: a lookup, not
-        a walk over hundreds of open requests)."""
+        a walk over hundreds of open requests); with `worker`, the context it serves while
+        that is open, else those no worker serves (module doc)."""
         if self.just_closed:  # one waiting on its own call waits as an open one would
             for ctx in [k for k, (at, c) in self.just_closed.items()
                         if at < t - (self.afterward_s if c.acted_s is None else self.window_s)]:
@@ -158,8 +167,22 @@ class ContextWalker:
         if t >= self.next_sweep_s:
             self._sweep(t)
         fresh, fanout = t - self.window_s, self.fanout_s
-        if thread is None:
-            candidates: Iterable[Context] = self.open.values()
+        if worker is not None:
+            serving = self.worker_of.get(worker)
+            own = self.open.get(serving) if serving is not None else None
+            if own is not None and not own.rooted:
+                candidates: Iterable[Context] = (own,)
+            else:
+                # a free worker takes a request no worker has started: one that has sent
+                # nothing yet; or goes on with the chain its spontaneous call began (a
+                # request that came before the trace)
+                candidates = [c for c in self.open.values() if c.worker == NO_THREAD
+                              and c.acted_s is None and c.latest_s == c.opened_s
+                              and not c.rooted]
+                if own is not None:
+                    candidates.append(own)
+        elif thread is None:
+            candidates = self.open.values()
         else:
             # a thread serves one request at a time, in order: a request that arrived
             # while its thread was busy (queued in the listen backlog) waits its turn; a
@@ -172,7 +195,8 @@ class ContextWalker:
         if self.just_closed:
             ready += [c for _, c in self.just_closed.values()
                       if (c.acted_s is None or t - c.acted_s <= fanout)
-                      and (thread is None or c.thread == thread)]
+                      and (thread is None or c.thread == thread)
+                      and (worker is None or c.worker == worker)]
         return ready
 
     def _on_thread(self, thread: int, ctx: int) -> None:
@@ -193,8 +217,10 @@ class ContextWalker:
             del self.calls[conn]
         self.next_sweep_s = t + self.window_s / SWEEPS_PER_WINDOW
 
-    def call_sent(self, conn: int, parent: int | None, t: float) -> None:
-        """Put the call in its parent's context, or in a new one it roots."""
+    def call_sent(self, conn: int, parent: int | None, t: float,
+                  worker: int = NO_THREAD) -> None:
+        """Put the call in its parent's context, or in a new one it roots; a `worker`'s call
+        in a request's context makes the worker that context's (module doc)."""
         ctx = self.context_of.get(parent) if parent is not None else None
         if ctx is None and parent is not None:
             ctx = next((k for k, (_, c) in self.just_closed.items() if c.latest == parent), None)
@@ -206,8 +232,14 @@ class ContextWalker:
         if ctx is None:
             ctx = self._new()
             self.rooted[ctx] = t
+            if worker != NO_THREAD:
+                self.worker_of[worker] = ctx
         else:
             c = self.open[ctx]
+            serving = c.worker
+            if worker != NO_THREAD:
+                serving = worker
+                self.worker_of[worker] = ctx
             self.open[ctx] = Context(c.opened_s, c.latest_s, c.latest, t, c.closed, c.rooted,
-                                     c.served, c.thread)
+                                     c.served, c.thread, serving)
         self.calls[conn] = ctx

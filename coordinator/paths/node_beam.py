@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from coordinator.paths.contexts import ContextWalker
+from coordinator.paths.messages import NO_THREAD
 
 BEAM_WIDTH = 16
 MAX_LOG_RATIO = math.log(1e4)  # a hypothesis 10⁴ times less likely than the best is dropped
@@ -75,7 +76,7 @@ class NodeBeam:
         self.undecided = 0
 
     def decided_alone(self, links: list[tuple[int, float]], spontaneous: float, msg: int,
-                      conn: int, t: float) -> bool:
+                      conn: int, t: float, worker: int = NO_THREAD) -> bool:
         """With one hypothesis, a call whose likeliest option outweighs every other beyond
         the beam's ratio is decided at once (most calls; `branch` would do the same with
         lists and sorting). False: not so clear, `branch` it."""
@@ -96,15 +97,16 @@ class NodeBeam:
             self.decisions[msg] = ([(best, 1.0)], 0.0)
             self.placements[msg] = Placement.AFTERWARD if ctx is None else (
                 Placement.SIBLING if walker.open[ctx].acted_s is not None else Placement.OPEN)
-        walker.call_sent(conn, best, t)
+        walker.call_sent(conn, best, t, worker)
         return True
 
     def branch(self, options: list[list[Option]], msg: int, conn: int, t: float,
-               greeting: int | None = None) -> None:
-        """Each hypothesis's options for call `msg` (on `conn`, leaving at `t`) taken as new
-        hypotheses, then pruned. After a `greeting` (the server spoke first: MySQL's
-        handshake), the call answers it, and the greeting hangs from the option's parent:
-        the context that opened the connection (its SYN carries no payload to see)."""
+               greeting: int | None = None, worker: int = NO_THREAD) -> None:
+        """Each hypothesis's options for call `msg` (on `conn`, leaving at `t`, from `worker`
+        if a hidden worker's) taken as new hypotheses, then pruned. After a `greeting` (the
+        server spoke first: MySQL's handshake), the call answers it, and the greeting hangs
+        from the option's parent: the context that opened the connection (its SYN carries no
+        payload to see)."""
         grown: list[tuple[float, int, int | None, Placement]] = []
         for k, (h, opts) in enumerate(zip(self.hypotheses, options, strict=True)):
             for parent, weight, placement in opts:
@@ -127,7 +129,7 @@ class NodeBeam:
                 self.decisions[msg] = ([(parent, 1.0)], 0.0) if parent is not None \
                     else ([], 1.0)
             self.placements[msg] = placement
-            self.hypotheses[0].walker.call_sent(conn, parent, t)
+            self.hypotheses[0].walker.call_sent(conn, parent, t, worker)
             return
         grown.sort(key=lambda g: -g[0])
         by_hypothesis: dict[int, list[tuple[float, int, int | None, Placement]]] = {}
@@ -145,7 +147,7 @@ class NodeBeam:
                     one.choices = Choice(msg, greeting, placement, one.choices)
                 else:
                     one.choices = Choice(msg, parent, placement, one.choices)
-                one.walker.call_sent(conn, parent, t)
+                one.walker.call_sent(conn, parent, t, worker)
                 survivors.append(one)
         survivors.sort(key=lambda h: -h.log_likelihood)
         self.hypotheses = _distinct(survivors) if len(survivors) > 1 else survivors

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from operator import itemgetter
 
 import numpy as np
@@ -55,7 +55,7 @@ from coordinator.paths.features import Observables
 from coordinator.paths.messages import NO_THREAD, Trace
 from coordinator.paths.no_gc import no_cycle_collection
 from coordinator.paths.node_beam import BEAM_WIDTH, Decided, NodeBeam, Placement
-from coordinator.paths.threads import one_request_per_thread
+from coordinator.paths.threads import one_request_per_thread, worker_threads
 from coordinator.paths.wap5 import (
     DEFAULT_LINKING,
     LinkingSettings,
@@ -74,6 +74,7 @@ FANOUT_S = 0.0005
 AFTERWARD_S = 0.005
 # A call bound to its thread's request keeps at least this weight (never underflows to 0).
 BOUND_FLOOR = 1e-300
+WORKER_ALONE = 1e-6  # how much less likely a hidden worker's call with no request is
 # A transition's delays are fitted once it has this many links.
 MIN_FIT_SAMPLES = 20
 # The passes that fit the model walk only the trace's first this many messages (in time):
@@ -105,16 +106,18 @@ def fcfs_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING
 
 
 def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINKING,
-                          iterations: int = 5, budget: Budget | None = None
-                          ) -> LinkProbabilities:
+                          iterations: int = 5, budget: Budget | None = None,
+                          worker_nodes: Collection[int] = ()) -> LinkProbabilities:
     """Each ready context's latest message, weighed by the delay model; the model refitted to
     the links found, `iterations` passes in all (§5.1 notes its steps could be iterated).
-    Within `budget` (`coordinator.paths.budget`): what it cut is in `budget.fallbacks`."""
+    Within `budget` (`coordinator.paths.budget`): what it cut is in `budget.fallbacks`.
+    `worker_nodes`: the nodes a hidden worker was folded into (`hidden_workers`), whose
+    worker threads serve one request at a time (`threads.worker_threads`)."""
     if len(trace.messages) == 0:  # nothing to fit a model to
         return wap5_probabilities(trace, settings)
     budget = budget or unlimited()
     with no_cycle_collection():
-        walk = _Walk(trace, settings)
+        walk = _Walk(trace, settings, worker_nodes)
         fit_until = walk.time_of(FIT_MESSAGES)
         model = DelayModel(walk.d, settings.spontaneous_y, settings.window_s)
         first_share = FIRST_PASS_SHARE if iterations > 1 else 1.0
@@ -145,7 +148,8 @@ def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINK
 class _Walk:
     """The trace's events by node, walked with a context chooser."""
 
-    def __init__(self, trace: Trace, settings: LinkingSettings) -> None:
+    def __init__(self, trace: Trace, settings: LinkingSettings,
+                 worker_nodes: Collection[int] = ()) -> None:
         self.trace, self.settings = trace, settings
         self.d = causal_delay_means(trace, latest_parent_delay(trace, settings.window_s))
         m = trace.messages
@@ -157,6 +161,7 @@ class _Walk:
         self.clients = trace.clients.tolist()
         self.send_thread, self.recv_thread = m.send_thread.tolist(), m.recv_thread.tolist()
         self.threaded = one_request_per_thread(trace).tolist()
+        self.workers = worker_threads(trace, worker_nodes)
         first = np.fmin(self.out_t, self.in_t)
         self.first_s = np.sort(first[np.isfinite(first)])
 
@@ -274,19 +279,26 @@ class _Walk:
         # (a delay §5.1 finds unlikely under load must not make it spontaneous), and
         # spontaneous only if the thread has none
         bound = self.threaded[node] and thread != NO_THREAD
-        readies = [h.walker.ready(t, thread if bound else None) for h in beam.hypotheses]
+        worker = thread if not bound and thread in self.workers[node] else NO_THREAD
+        readies = [h.walker.ready(t, thread if bound else None,
+                                  worker if worker != NO_THREAD else None)
+                   for h in beam.hypotheses]
         if not readies[0]:  # the likeliest hypothesis has no context for it
             self.unexplained.append(msg)
         chosen = choose(readies, t, node, msg)
         if bound:
             chosen = [([(p, max(w, BOUND_FLOOR)) for p, w in links], 0.0) if links else
                       (links, s) for links, s in chosen]
+        elif worker != NO_THREAD:  # likewise; and a worker with no request to serve is
+            # what a hypothesis that gave its request to another worker comes to
+            chosen = [([(p, max(w, BOUND_FLOOR)) for p, w in links], 0.0) if links else
+                      (links, s * WORKER_ALONE) for links, s in chosen]
         greeting = self._greeting(greeted.pop(conn, None), t, decisions)
         if greeting is not None:  # its parent arrived before it did
             chosen = [([(p, w) for p, w in links if in_t[p] <= in_t[greeting]], s)
                       for links, s in chosen]
         if len(chosen) == 1 and greeting is None and beam.decided_alone(
-                *chosen[0], msg, conn, t):
+                *chosen[0], msg, conn, t, worker):
             return
         options = [_options(h.walker, c) for h, c in zip(beam.hypotheses, chosen, strict=True)]
         if greeting is not None:
@@ -294,7 +306,7 @@ class _Walk:
             if model is None:  # §5.1's weights know no connect: a ready context opened it
                 # (a first pass calling it spontaneous would fit every later pass to that)
                 options = [[o for o in opts if o[0] is not None] or opts for opts in options]
-        beam.branch(options, msg, conn, t, greeting)
+        beam.branch(options, msg, conn, t, greeting, worker)
 
     def _greeting(self, seen: tuple[int, float] | None, t: float, decisions: Decided
                   ) -> int | None:

@@ -13,10 +13,15 @@ the thread that takes it is known from its first read, after it has answered the
 before; but a thread answers them first come, first served. An event loop interleaves
 requests of different lengths and answers a short one that came later first. (One that
 only ever serves requests of one length in turn looks like a prefork server, and then
-serving the oldest open request first is what it does.)
+serving the oldest open request first is what it does.) And its calls must leave on the
+threads that received its requests: a server that hands requests to a pool of other threads
+or processes (Passenger's Ruby processes behind Apache's threads, folded into one node by
+`hidden_workers`) calls from threads that never held a request.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 import numpy as np
 
@@ -52,4 +57,52 @@ def one_request_per_thread(trace: Trace) -> np.ndarray:
     requests = np.bincount(node, minlength=n_nodes)
     exceptions = (np.bincount(node, answered_by_other.astype(float), minlength=n_nodes)
                   + np.bincount(node_s, overlaps.astype(float), minlength=n_nodes))
-    return (requests >= MIN_REQUESTS) & (exceptions <= MAX_EXCEPTIONS * requests)
+    serving = np.unique(key)
+    calls = np.flatnonzero(~is_reply & (m.send_thread != NO_THREAD))
+    call_key = m.src[calls].astype(np.int64) * (1 << 32) + m.send_thread[calls]
+    strays = np.bincount(m.src[calls], (~np.isin(call_key, serving)).astype(float),
+                         minlength=n_nodes)
+    called = np.bincount(m.src[calls], minlength=n_nodes)
+    return ((requests >= MIN_REQUESTS) & (exceptions <= MAX_EXCEPTIONS * requests)
+            & (strays <= MAX_EXCEPTIONS * np.maximum(called, 1)))
+
+
+def worker_threads(trace: Trace, nodes: Collection[int]) -> list[frozenset[int]]:
+    """Per node of `nodes` (servers a hidden worker was folded into: `hidden_workers`), the
+    threads that call for requests they never received there and serve one at a time: the
+    worker processes the server hands its requests to unseen (Passenger's Ruby processes,
+    PHP-FPM's children, gunicorn's sync workers behind a Unix socket). One at a time: a
+    worker's call leaves after the answer to its previous one came back, bar a few
+    exceptions; an event loop (Node behind nginx) calls for one request while waiting on
+    another's answer, and is no such worker (nor, conservatively, is a worker that makes
+    parallel calls: its threads then say too little to bind its calls). Other
+    nodes have none: a thread pool inside a server (a Java executor) may run one request's
+    task, then another's while the first is still open."""
+    m = trace.messages
+    is_reply = trace.is_reply()
+    receiving = np.flatnonzero(~is_reply & (m.recv_thread != NO_THREAD))
+    receivers = set(zip(m.dst[receiving].tolist(), m.recv_thread[receiving].tolist(),
+                        strict=True))
+    # each call's answer: the next message on its connection, if a reply
+    by_conn = np.lexsort((np.where(is_reply, m.recv_s, m.send_s), m.conn))
+    answered_s = np.full(len(m), np.nan)
+    call, nxt = by_conn[:-1], by_conn[1:]
+    pair = (m.conn[call] == m.conn[nxt]) & ~is_reply[call] & is_reply[nxt]
+    answered_s[call[pair]] = m.recv_s[nxt[pair]]
+    calls = np.flatnonzero(~is_reply & (m.send_thread != NO_THREAD) & np.isfinite(m.send_s)
+                           & np.isin(m.src, np.fromiter(nodes, dtype=np.int64)))
+    workers: list[set[int]] = [set() for _ in trace.nodes]
+    order = calls[np.lexsort((m.send_s[calls], m.send_thread[calls], m.src[calls]))]
+    node, thread, sent = m.src[order], m.send_thread[order], m.send_s[order]
+    if not len(order):
+        return [frozenset() for _ in trace.nodes]
+    starts = np.flatnonzero(np.r_[True, (node[1:] != node[:-1]) | (thread[1:] != thread[:-1])])
+    for a, b in zip(starts, [*starts[1:], len(order)], strict=True):
+        key = (int(node[a]), int(thread[a]))
+        if key in receivers or b - a < MIN_REQUESTS:
+            continue
+        before = answered_s[order[a:b - 1]]  # the answer to the call before each
+        early = sent[a + 1:b] < before  # called while still waiting
+        if early.sum() <= MAX_EXCEPTIONS * (b - a):
+            workers[key[0]].add(key[1])
+    return [frozenset(w) for w in workers]

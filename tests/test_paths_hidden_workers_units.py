@@ -1,0 +1,119 @@
+"""A server that hands its requests to worker processes over a Unix socket (Passenger,
+PHP-FPM): the workers are folded into its node, and each worker's calls stay with the request
+it serves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coordinator.paths.accuracy import best_instances, tree_accuracy
+from coordinator.paths.analysis import analyse
+from coordinator.paths.hidden_workers import (
+    covered_share,
+    find_hidden_workers,
+    fold_hidden_workers,
+    open_spans,
+)
+from coordinator.paths.instances import path_instances
+from coordinator.paths.messages import Connections, Messages, Trace
+from coordinator.paths.structural import context_probabilities
+from coordinator.paths.threads import one_request_per_thread, worker_threads
+from coordinator.paths.wap5 import LinkingSettings
+from testbed.synthetic_paths import busy_server, generate, handed_to_workers
+
+SETTINGS = LinkingSettings(window_s=2.0)
+
+
+def _passenger(open_contexts: float = 8, rate: float = 20, queries: int = 30, seed: int = 3):
+    return handed_to_workers(generate(busy_server(open_contexts, rate, queries), rate, 8,
+                                      seed=seed), "web")
+
+
+def _right(s, trace: Trace, worker_nodes: set[int] | None = None) -> tuple[int, int]:
+    probs = context_probabilities(trace, SETTINGS, worker_nodes=worker_nodes or set())
+    return tree_accuracy(best_instances(path_instances(probs, SETTINGS)), s.true_parent,
+                         s.request)
+
+
+def test_the_worker_is_found_and_folded_into_its_server():
+    s = _passenger()
+    ((worker, server, fold),) = find_hidden_workers(s.trace)
+    assert (s.trace.nodes[worker], s.trace.nodes[server]) == ("web-worker", "web")
+    assert fold.covered == pytest.approx(1.0)
+    folded, folds = fold_hidden_workers(s.trace)
+    assert folds[0].into == "web+web-worker"
+    assert folded.nodes[server] == "web+web-worker"
+    assert not np.any(folded.messages.src == worker)
+    assert not np.any(folded.messages.dst == worker)
+    # the folded node's calls leave from threads that never held a request: no prefork
+    assert not one_request_per_thread(folded)[server]
+    assert len(worker_threads(folded, {server})[server]) > 10
+    assert worker_threads(folded, set())[server] == frozenset()
+
+
+def test_unfolded_a_worker_s_calls_are_roots_folded_they_are_linked_exactly():
+    s = _passenger()
+    right, total = _right(s, s.trace)
+    assert total > 100
+    assert right == 0  # the server's requests have no calls; the worker's are roots
+    folded, folds = fold_hidden_workers(s.trace)
+    server = folded.nodes.index(folds[0].into)
+    right, total = _right(s, folded, {server})
+    # a request's first call may go to another that arrived within its worker's start-up
+    # (both fresh): a swap, and only the replies' timing tells them apart
+    assert right >= 0.95 * total
+
+
+def test_an_event_loop_behind_the_socket_is_no_one_request_worker():
+    # Node behind nginx: one thread calls for every request, before the answers to others
+    s = _passenger()
+    folded, folds = fold_hidden_workers(s.trace)
+    server = folded.nodes.index(folds[0].into)
+    m = folded.messages
+    calls = (m.src == server) & ~folded.is_reply()
+    one_thread = Messages(m.send_s, m.recv_s, m.src, m.dst, m.conn, m.size_bytes,
+                          np.where(calls, 7777, m.send_thread), m.recv_thread)
+    loop = Trace(one_thread, folded.connections, folded.nodes, folded.node_host,
+                 folded.hosts)
+    assert worker_threads(loop, {server})[server] == frozenset()
+
+
+def test_analyse_reports_the_fold():
+    result = analyse(_passenger(seed=4).trace, budget=None)
+    (fold,) = result["folded"]
+    assert (fold["worker"], fold["into"]) == ("web-worker", "web+web-worker")
+    assert fold["calls"] > 100
+
+
+def _trace(rows, conns, nodes, node_host, hosts=("a", "b")) -> Trace:
+    send, recv, src, dst, conn = (np.array(col, dtype=float if k < 2 else np.int64)
+                                  for k, col in enumerate(zip(*rows, strict=True)))
+    c = Connections(*(np.array(col) for col in zip(*conns, strict=True)))
+    return Trace.sorted(Messages(send, recv, src, dst, conn, np.full(len(rows), 100)), c,
+                        nodes, node_host, hosts)
+
+
+def test_a_client_that_calls_while_the_server_is_idle_is_no_worker():
+    # host a: a server (node 0) answering short requests from b's client (node 2) once a
+    # second, and a load generator (node 1) calling b's server (node 3) in between
+    rows = []
+    for k in range(20):
+        t = float(k)
+        rows += [(t, t + 0.001, 2, 0, 0), (t + 0.002, t + 0.003, 0, 2, 0)]
+        rows += [(t + 0.5, t + 0.501, 1, 3, 1), (t + 0.51, t + 0.511, 3, 1, 1)]
+    trace = _trace(rows, [(2, 0, 40000, 22), (1, 3, 40001, 80)],
+                   ("a/sshd", "a/loadgen", "b/ssh", "b/nginx"), [0, 0, 1, 1])
+    assert find_hidden_workers(trace) == []
+    assert fold_hidden_workers(trace)[1] == []
+
+
+def test_spans_join_overlapping_requests():
+    starts, ends = np.array([0.0, 5.0]), np.array([3.0, 6.0])
+    assert covered_share(np.array([1.0, 2.9, 3.5, 5.5]), starts, ends) == 0.75
+    rows = [(0.0, 0.0, 1, 0, 0), (1.0, 2.0, 1, 0, 1), (3.0, 3.0, 0, 1, 0),
+            (2.5, 2.5, 0, 1, 1)]
+    trace = _trace(rows, [(1, 0, 40000, 80), (1, 0, 40001, 80)], ("a/srv", "b/cli"),
+                   [0, 1])
+    s, e = open_spans(trace, 0)
+    assert (s.tolist(), e.tolist()) == ([0.0], [3.0])
