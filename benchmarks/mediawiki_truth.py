@@ -102,7 +102,8 @@ def sniff(port: int) -> None:
                           "len": total - ihl - data_off}), flush=True)
 
 
-def count_request(packets: list[dict[str, Any]], end_s: float) -> dict[str, int]:
+def count_request(packets: list[dict[str, Any]], end_s: float, port: int = PORT
+                  ) -> dict[str, int]:
     """Turns and control packets of one request's web<->db packets (time order), split at the
     response's end. Keys `<dir>_<what>_<before|after>`, dir `up` (web->db) or `down`; what:
     `syn` (SYN or SYN-ACK), `handshake_ack`, `fin` (FIN or RST), `turns`, `answered` (up turns
@@ -117,7 +118,7 @@ def count_request(packets: list[dict[str, Any]], end_s: float) -> dict[str, int]
         counts[k] = counts.get(k, 0) + 1
 
     for p in packets:
-        up_ = p["dport"] == PORT
+        up_ = p["dport"] == port
         conn, direction = (p["sport"] if up_ else p["dport"]), ("up" if up_ else "down")
         if p["flags"] & SYN:
             add(f"{direction}_syn", p["t"])
@@ -444,10 +445,11 @@ def main(argv: list[str] | None = None) -> int:
                              "steady in turn (comma-separated: none,cpu,disk,both; the truth "
                              "for `coverage.py --load`); --window-s defaults to 120")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--sniff", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--sniff", type=int, nargs="?", const=PORT, metavar="PORT",
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.sniff:
-        sniff(PORT)
+        sniff(args.sniff)
         return 0
     if args.background_load and "--window-s" not in (argv or sys.argv):
         args.window_s = 240.0

@@ -125,7 +125,7 @@ def statement_log(data: Path, on: bool) -> None:
     """Switch logging of every statement on or off (reloaded, no restart) in the server's
     own log (its stderr: the service's log): each line starts with its time in ms and the
     backend's pid, which names the connection it came on."""
-    statements = ([f"ALTER SYSTEM SET log_statement = {'all' if on else 'none'}",
+    statements = ([f"ALTER SYSTEM SET log_statement = '{'all' if on else 'none'}'",
                    "ALTER SYSTEM SET log_line_prefix = '%m [%p] '",
                    "SELECT pg_reload_conf()"])
     sh([*psql_argv(data, "postgres"), *(a for st in statements for a in ("-c", st))])

@@ -20,6 +20,8 @@ from __future__ import annotations
 import secrets
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from http.cookiejar import CookieJar
 from pathlib import Path
 
 from common.errors import RuntimeFailure
@@ -159,16 +161,29 @@ def build(builder: Builder, plan: TestbedPlan, directory: Path) -> None:
 
 def warm_up(urls: list[str], timeout_s: float = 120.0) -> None:
     """Fetch every page type (Passenger starts its processes on the first) and insist on 200
-    and Redmine's own markup."""
+    and Redmine's own markup; then each page on every process at once, with the session
+    cookie and without, so each process has read its schema and prepared its statements (a
+    process's first view of a page makes more round trips than the next ones)."""
     direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy from env
     for url in urls:
-        try:
-            with direct.open(url, timeout=timeout_s) as answer:
-                body = answer.read()
-        except OSError as e:
-            raise RuntimeFailure(f"Redmine does not answer {url}: {e}") from e
-        if b"redmine" not in body.lower():
+        if b"redmine" not in _fetch(direct, url, timeout_s).lower():
             raise RuntimeFailure(f"{url} answered without Redmine's markup")
+    browser = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                          urllib.request.HTTPCookieProcessor(CookieJar()))
+    _fetch(browser, urls[0], timeout_s)  # the session cookie
+    with ThreadPoolExecutor(PROCESSES) as pool:
+        for opener in (direct, browser):
+            for url in urls:
+                list(pool.map(lambda u, o=opener: _fetch(o, u, timeout_s),
+                              [url] * 2 * PROCESSES))
+
+
+def _fetch(opener: urllib.request.OpenerDirector, url: str, timeout_s: float) -> bytes:
+    try:
+        with opener.open(url, timeout=timeout_s) as answer:
+            return answer.read()
+    except OSError as e:
+        raise RuntimeFailure(f"Redmine does not answer {url}: {e}") from e
 
 
 def check_installed() -> None:
