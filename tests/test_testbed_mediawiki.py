@@ -19,7 +19,14 @@ from coordinator.core.weblog import read_log
 from testbed.lifecycle import down, status, up
 from testbed.topology import MEDIAWIKI
 from tests.marks import NETNS, needs_tool
-from tests.netns_tools.testbeds import LINKGRAD, private_root, unique_tag, wait_until_gone
+from tests.netns_tools.testbeds import (
+    LINKGRAD,
+    alive,
+    namespace_commands,
+    private_root,
+    unique_tag,
+    wait_until_gone,
+)
 
 pytestmark = [*NETNS, needs_tool("apache2"), needs_tool("mariadbd"),
               pytest.mark.skipif(not Path("/usr/share/mediawiki/index.php").exists(),
@@ -206,27 +213,16 @@ def test_paths_follow_php_s_connection_per_request_to_mariadb(mediawiki, tmp_pat
 def test_down_stops_apache_and_mariadb_and_leaves_nothing(mediawiki):
     info, root, tag = mediawiki
     namespaces = [h["namespace"] for h in info["hosts"]]
-    pids = [int(p) for ns in namespaces for p in _run("ip", "netns", "pids", ns).split()]
-    comms = [Path(f"/proc/{p}/comm").read_text().strip() for p in pids]
+    pids, comms = namespace_commands(namespaces)
     assert comms.count("apache2") >= 3  # the master and its prefork children
     assert "mariadbd" in comms
     down(tag, root=root)
-    assert [p for p in pids if _alive(p)] == []
+    assert [p for p in pids if alive(p)] == []
     assert f"lgtb-{tag}-" not in _run("ip", "netns", "list")
     assert f"lgtb-{tag}-" not in Path("/proc/mounts").read_text()
     assert f"lgbr-{tag}" not in _run("ip", "link", "show")
     assert not (root / f"linkgrad-testbed-{tag}").exists()
     assert down(tag, root=root)["removed"] is False  # safe twice
-
-
-def _alive(pid: int) -> bool:
-    """Running, or stopped: anything but gone or a zombie (an exited process that the init
-    process has not reaped yet: it holds no namespace, socket or file)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def _run(*argv: str) -> str:

@@ -18,7 +18,14 @@ from testbed.lifecycle import down, status, up
 from testbed.redmine import INSTANCE_PATH
 from testbed.topology import REDMINE
 from tests.marks import NETNS, needs_tool
-from tests.netns_tools.testbeds import LINKGRAD, private_root, unique_tag, wait_until_gone
+from tests.netns_tools.testbeds import (
+    LINKGRAD,
+    alive,
+    namespace_commands,
+    private_root,
+    unique_tag,
+    wait_until_gone,
+)
 
 pytestmark = [*NETNS, needs_tool("apache2"),
               pytest.mark.skipif(not Path("/usr/share/redmine/config.ru").exists(),
@@ -137,11 +144,10 @@ def test_paths_reach_postgres_through_passenger_s_workers(redmine, tmp_path):
 def test_down_stops_passenger_and_postgres_and_leaves_nothing(redmine):
     info, root, tag, before = redmine
     namespaces = [h["namespace"] for h in info["hosts"]]
-    pids = [int(p) for ns in namespaces for p in _run("ip", "netns", "pids", ns).split()]
-    comms = [Path(f"/proc/{p}/comm").read_text().strip() for p in pids]
+    pids, comms = namespace_commands(namespaces)
     assert {"apache2", "PassengerAgent", "ruby", "postgres"} <= set(comms), comms
     down(tag, root=root)
-    assert [p for p in pids if _alive(p)] == []
+    assert [p for p in pids if alive(p)] == []
     assert f"lgtb-{tag}-" not in _run("ip", "netns", "list")
     mounts = Path("/proc/mounts").read_text()
     assert f"lgtb-{tag}-" not in mounts
@@ -149,14 +155,6 @@ def test_down_stops_passenger_and_postgres_and_leaves_nothing(redmine):
     assert not (root / f"linkgrad-testbed-{tag}").exists()
     assert _instance_files() == before  # the machine's own instance: nothing written
     assert down(tag, root=root)["removed"] is False  # safe twice
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def _run(*argv: str) -> str:

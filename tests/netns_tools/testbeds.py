@@ -170,3 +170,21 @@ def processes_outside(namespaces: set[str]) -> list[str]:
                 args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
                 left.append(f"{pid}: {args.decode(errors='replace').strip()}")
     return left
+
+
+def namespace_commands(namespaces: list[str]) -> tuple[list[int], list[str]]:
+    """The pids in `namespaces` and their command names."""
+    done = [subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                           timeout=30, check=True).stdout for ns in namespaces]
+    pids = [int(p) for out in done for p in out.split()]
+    return pids, [Path(f"/proc/{p}/comm").read_text().strip() for p in pids]
+
+
+def alive(pid: int) -> bool:
+    """Running, or stopped: anything but gone or a zombie (an exited process that the init
+    process has not reaped yet: it holds no namespace, socket or file)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
