@@ -23,6 +23,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -244,8 +245,11 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     finally:
         down(tag, root=root)
-    out = out_file(args.app)
-    out.parent.mkdir(exist_ok=True)
+        out = out_file(args.app)
+        out.parent.mkdir(exist_ok=True)
+        for trace in root.glob("speed-*.jsonl"):  # kept: offline re-analysis, new linkers
+            shutil.move(trace, out.with_name(f"{out.stem}-{trace.name}"))
+        shutil.rmtree(root, ignore_errors=True)
     out.write_text(json.dumps({"at": datetime.now(UTC).isoformat(), "rows": rows}, indent=1))
     section = markdown(app, rows, args.seconds)
     print(section)
