@@ -50,9 +50,9 @@ transactions:
 parameters:
   training_s: 20
   message_threshold: 20
-  cycles: 4
+  cycles: 6
   period_s: 6
-  magnitude_ms: 2
+  magnitude_ms: 3
   adaptive: false
   concurrent: 2
   include: ['web->db', 'db->web']
