@@ -18,7 +18,8 @@
 - A worker (a thread of a process the node hands its requests to, unseen: `hidden_workers`)
   serves one request at a time: once one of its calls is put in a request's context, its
   calls are that context's while it is open; a free worker's first call starts a request
-  that has sent nothing yet.
+  that has sent nothing yet, or goes on with the chain its own spontaneous call began (a
+  request that arrived before the trace did).
 
 A walker is copied when a call's context is in doubt (`node_beam`), so it keeps only what is
 live: open contexts, requests not yet answered, calls not yet answered. Copies share their
@@ -158,8 +159,9 @@ class ContextWalker:
               ) -> list[Context]:
         """The open contexts that may send a call at `t` (not waiting), oldest first; with
         `thread`, only that thread's (a node serving one request per thread: a lookup, not
-        a walk over hundreds of open requests); with `worker`, the context it serves while
-        that is open, else those no worker serves (module doc)."""
+        a walk over hundreds of open requests); with `worker`, the request it serves while
+        that is open, else the requests no worker has started and its own chain (module
+        doc)."""
         if self.just_closed:  # one waiting on its own call waits as an open one would
             for ctx in [k for k, (at, c) in self.just_closed.items()
                         if at < t - (self.afterward_s if c.acted_s is None else self.window_s)]:
