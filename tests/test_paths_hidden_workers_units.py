@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from coordinator.paths.accuracy import best_instances, tree_accuracy
-from coordinator.paths.analysis import analyse
+from coordinator.paths.analysis import analyse, client_requests
 from coordinator.paths.hidden_workers import (
     covered_share,
     find_hidden_workers,
@@ -77,6 +77,14 @@ def test_an_event_loop_behind_the_socket_is_no_one_request_worker():
     loop = Trace(one_thread, folded.connections, folded.nodes, folded.node_host,
                  folded.hosts)
     assert worker_threads(loop, {server})[server] == frozenset()
+
+
+def test_folded_a_worker_s_calls_are_no_client_requests():
+    # the web log's requests are matched against the folded trace's client requests
+    s = _passenger()
+    folded, _ = fold_hidden_workers(s.trace)
+    assert len(client_requests(folded)) == len(np.unique(s.request))
+    assert len(client_requests(s.trace)) > 10 * len(client_requests(folded))
 
 
 def test_analyse_reports_the_fold():

@@ -25,6 +25,7 @@ from coordinator.live.paths_evidence import host_traces, transactions_of
 from coordinator.live.session import Session, check_local_files, observe
 from coordinator.paths.analysis import DEFAULT_BUDGET, LINKERS, analyse
 from coordinator.paths.budget import linking_lines, progress_line
+from coordinator.paths.hidden_workers import fold_hidden_workers
 from coordinator.paths.reconcile import HostTrace, reconcile
 from coordinator.paths.wap5 import LinkingSettings
 
@@ -80,13 +81,15 @@ def paths_command(args: argparse.Namespace) -> int:
         hosts, problems, session = _capture(args, console)
         if args.save_trace:
             write_trace(args.save_trace, hosts)
-    trace = reconcile(hosts)
+    # folded before matching: a hidden worker's calls are no client's requests
+    trace, folds = fold_hidden_workers(reconcile(hosts))
     # the requests the web log saw during the capture, by transaction (none offline)
     transaction_of = transactions_of(session, trace) if session is not None else None
     # progress on stderr, where --json leaves it silent
     progress = None if args.json else lambda g: console.print(escape(progress_line(g)))
     result = analyse(trace, args.linker, LinkingSettings(window_s=args.window),
-                     transaction_of=transaction_of, budget=args.budget, progress=progress)
+                     transaction_of=transaction_of, budget=args.budget, progress=progress,
+                     folds=folds)
     result |= {"traced_hosts": sorted(h.name for h in hosts), "problems": problems,
                "at": time.time()}
     if args.save:

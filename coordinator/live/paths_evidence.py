@@ -14,6 +14,7 @@ from coordinator.live.session import Session
 from coordinator.live.trace_events import host_trace
 from coordinator.paths.analysis import analyse, client_requests, match_requests
 from coordinator.paths.budget import linking_lines, progress_line
+from coordinator.paths.hidden_workers import fold_hidden_workers
 from coordinator.paths.messages import Trace
 from coordinator.paths.reconcile import HostTrace, reconcile
 from coordinator.paths.wap5 import LinkingSettings
@@ -71,12 +72,14 @@ def save(session: Session, out: RunDir, window: tuple[float, float],
     if not hosts:
         return problems
     write_trace(out.path / TRACE_FILE, hosts)
-    trace = reconcile(hosts)
+    # folded before matching: a hidden worker's calls are no client's requests
+    trace, folds = fold_hidden_workers(reconcile(hosts))
     transaction_of = transactions_of(session, trace)
     p = session.experiment.paths
     result = analyse(trace, p.linker, LinkingSettings(window_s=p.window_s),
                      transaction_of=transaction_of, budget=p.budget,
-                     progress=None if say is None else lambda g: say(progress_line(g)))
+                     progress=None if say is None else lambda g: say(progress_line(g)),
+                     folds=folds)
     result |= {"window": list(window), "traced_hosts": sorted(h.name for h in hosts),
                "client_requests": len(client_requests(trace)),
                "matched_requests": len(transaction_of), "problems": problems}

@@ -17,7 +17,7 @@ import numpy as np
 
 from coordinator.paths.budget import Budget, Progress
 from coordinator.paths.clocks import clock_offsets
-from coordinator.paths.hidden_workers import fold_hidden_workers
+from coordinator.paths.hidden_workers import Fold, fold_hidden_workers
 from coordinator.paths.instances import PathInstance, path_instances
 from coordinator.paths.messages import Trace
 from coordinator.paths.patterns import PathPattern, aggregate
@@ -42,14 +42,18 @@ def analyse(trace: Trace, linker: str = "context",
             settings: LinkingSettings = DEFAULT_LINKING, max_patterns: int = 200,
             transaction_of: Mapping[int, str] | None = None,
             budget: float | None = DEFAULT_BUDGET,
-            progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+            progress: Callable[[Progress], None] | None = None,
+            folds: list[Fold] | None = None) -> dict[str, Any]:
     """paths.json's body for `trace`: patterns by score, with the hosts' clock offsets; with
     `transaction_of` (root message -> transaction), the patterns of each transaction too.
     Context linking takes at most `budget` times the trace's duration (None: no limit),
-    saying what it cut (`fallbacks`); `progress` hears how it goes, about once a second."""
+    saying what it cut (`fallbacks`); `progress` hears how it goes, about once a second.
+    `folds`: the trace's hidden workers already folded (`fold_hidden_workers`, before its
+    requests were matched to the web log); None: folded here."""
     if linker not in LINKERS:
         raise ValueError(f"linker {linker!r}: expected one of {sorted(LINKERS)}")
-    trace, folds = fold_hidden_workers(trace)
+    if folds is None:
+        trace, folds = fold_hidden_workers(trace)
     duration_s = trace_duration_s(trace)
     limit = Budget(None if budget is None else budget * duration_s, progress,
                    node_names=trace.nodes)
