@@ -59,7 +59,9 @@ def test_constant_delay_on_that_link_only(pair, daemon):
     assert statistics.median(other["rtt"]) * 1e3 < 1.0
     ping = pair.exec("a", "ping", "-c", "5", "-i", "0.05", "-q", b).stdout
     avg_ms = float(ping.strip().splitlines()[-1].split("=")[1].split("/")[1])
-    assert avg_ms == pytest.approx(15, abs=1.0)
+    # ping's own average: at least the 15 ms asked, plus a busy machine's wake-ups (16.2
+    # in one CI run), and not a unit off
+    assert 14 <= avg_ms < 20, avg_ms
     stats = daemon.ok("stats", link_id=1)["links"]["1"]["schedules"]["0"]["constant"]
     assert stats["actual"]["count"] >= 20  # at least the 20 data segments (ACKs piggyback)
     assert stats["actual"]["mean_ms"] == pytest.approx(tcp_added, abs=0.5)  # it tells the truth
