@@ -74,6 +74,7 @@ def find_hidden_workers(trace: Trace) -> list[tuple[int, int, Fold]]:
     clients = trace.clients
     is_reply = trace.is_reply()
     servers = np.flatnonzero(~clients)
+    spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per server, once
     found = []
     for worker in np.flatnonzero(clients):
         host = trace.node_host[worker]
@@ -87,7 +88,9 @@ def find_hidden_workers(trace: Trace) -> list[tuple[int, int, Fold]]:
         for server in local:
             if np.any(m.dst[calls] == server):  # it calls the server: its client, no worker
                 continue
-            share = covered_share(sent, *open_spans(trace, server))
+            if server not in spans:
+                spans[server] = open_spans(trace, server)
+            share = covered_share(sent, *spans[server])
             if share >= MIN_COVERED and (best is None or share > best[1]):
                 best = (server, share)
         if best is not None:
