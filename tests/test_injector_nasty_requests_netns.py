@@ -93,7 +93,9 @@ def test_the_injector_answers_nasty_requests_and_then_delays(pair):
         base = statistics.median(pair.probe("a", "udp", b, UDP_PORT, 20, 0.005)["rtt"])
         assert daemon.ask(_add(good_dst))["ok"]
         delayed = statistics.median(pair.probe("a", "udp", b, UDP_PORT, 20, 0.005)["rtt"])
-        assert delayed - base == pytest.approx(0.010, abs=0.001)
+        # at least the 10 ms asked, plus a busy machine's wake-ups (12.0 in one CI run),
+        # and not a unit off
+        assert 0.009 <= delayed - base < 0.015, delayed - base
         assert daemon.ask(b'{"id": 2, "cmd": "health"}')["result"]["links"] == 1
         assert daemon.end() == {"event": "stopped", "reason": "stdin closed"}
     finally:

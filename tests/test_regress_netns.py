@@ -115,6 +115,8 @@ def test_a_planted_database_round_trip_fails_the_night_naming_it(tmp_path: Path,
         assert abs(check["change"] - 1) < max(0.4, 3.3 * se), check
         named = f"PutBid on {link} (experiment db)" in found
         assert named == (check["verdict"] == "regression"), (check, found)
+    assert any(f"PutBid on {link} (experiment db)" in found
+               for link in ("tcp app1:0 -> db:5432", "tcp db:5432 -> app1:0")), found
     failures = [f.get("message") or "" for f in ET.parse(junit).getroot().iter("failure")]
     assert any("PutBid" in case for case in
                [c.get("name") for c in ET.parse(junit).getroot().iter("testcase")
