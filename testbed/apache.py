@@ -83,12 +83,16 @@ SetEnv MW_CONFIG_FILE {config_file}
 """
 
 
-def passenger_conf(web: HostPlan, directory: Path, app_root: Path, processes: int) -> str:
+def passenger_conf(web: HostPlan, directory: Path, app_root: Path, processes: int,
+                   startup_file: Path | None = None) -> str:
     """httpd.conf for a Rack application under Phusion Passenger (Debian's mod_passenger):
     the event MPM in front, `processes` application processes started at once and kept
     (each serves one request at a time and holds its own database connection), run as
-    www-data; Passenger's registry and log in the testbed's directory, not /run or /var."""
+    www-data; Passenger's registry and log in the testbed's directory, not /run or /var.
+    `startup_file`: a config.ru of the testbed's instead of the application's own."""
     public = app_root / "public"
+    startup = "" if startup_file is None else \
+        f"PassengerAppType rack\nPassengerStartupFile {startup_file}\n"
     return _head(web, directory, _PASSENGER_MODULES, "Apache + Passenger") + f"""\
 PassengerRoot {PASSENGER_LOCATIONS}
 PassengerDefaultRuby /usr/bin/ruby
@@ -105,7 +109,7 @@ PassengerDisableSecurityUpdateCheck on
 PassengerDisableAnonymousTelemetry on
 PassengerAppRoot {app_root}
 PassengerAppEnv production
-DocumentRoot {public}
+{startup}DocumentRoot {public}
 <Directory {public}>
     Options -MultiViews
     AllowOverride None

@@ -125,3 +125,15 @@ def test_spans_join_overlapping_requests():
                    [0, 1])
     s, e = open_spans(trace, 0)
     assert (s.tolist(), e.tolist()) == ([0.0], [3.0])
+
+
+def test_a_free_worker_is_offered_the_oldest_waiting_requests_only():
+    from coordinator.paths.contexts import WAITING_OFFERED, ContextWalker
+
+    walker = ContextWalker(window_s=2.0, fanout_s=0.001, afterward_s=0.001)
+    for k in range(5):  # five requests queued for the pool, none started
+        walker.request_arrived(conn=k, msg=k, t=1.0 + 0.01 * k)
+    offered = walker.ready(1.5, worker=7)
+    assert [c.latest for c in offered] == list(range(WAITING_OFFERED))
+    walker.call_sent(conn=100, parent=0, t=1.5, worker=7)  # worker 7 takes the oldest
+    assert [c.latest for c in walker.ready(1.501, worker=8)] == [1, 2][:WAITING_OFFERED]

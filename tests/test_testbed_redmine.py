@@ -15,7 +15,7 @@ import pytest
 
 from coordinator.core.weblog import read_log
 from testbed.lifecycle import down, status, up
-from testbed.redmine import INSTANCE_PATH
+from testbed.redmine import INSTANCE_PATH, PROCESSES, TRUTH_LOG
 from testbed.topology import REDMINE
 from tests.marks import NETNS, needs_tool
 from tests.netns_tools.testbeds import (
@@ -93,6 +93,16 @@ def test_every_page_type_answers_with_redmine(redmine):
     assert "Results (10)" in pages["search"][1]
     assert 'id="activity"' in pages["activity"][1]
     assert 'name="password"' in pages["login"][1]
+    # the path benchmark's truth: each request's Passenger process and database connection
+    _, root, tag, _ = redmine
+    truth = [json.loads(x) for x in next(root.glob(
+        f"*{tag}*/redmine/instance/log/{TRUTH_LOG}")).read_text().splitlines()]
+    search = next(r for r in reversed(truth) if r["path"] == "/search")
+    assert search["query"].startswith("q=")
+    assert search["status"] == 200
+    assert len(search["db_ports"]) == 1
+    assert 0 < search["t_out"] - search["t_in"] < 60
+    assert len({r["pid"] for r in truth}) == PROCESSES  # the warm-up reached every process
 
 
 def test_status_names_passenger_s_apache_and_postgres(redmine):

@@ -17,9 +17,10 @@
   chain of calls). Contexts with no message for longer than the window are forgotten.
 - A worker (a thread of a process the node hands its requests to, unseen: `hidden_workers`)
   serves one request at a time: once one of its calls is put in a request's context, its
-  calls are that context's while it is open; a free worker's first call starts a request
-  that has sent nothing yet, or goes on with the chain its own spontaneous call began (a
-  request that arrived before the trace did).
+  calls are that context's while it is open; a free worker's first call starts one of the
+  oldest requests that have sent nothing yet (a pool takes its queue in order of arrival),
+  or goes on with the chain its own spontaneous call began (a request that arrived before
+  the trace did).
 
 A walker is copied when a call's context is in doubt (`node_beam`), so it keeps only what is
 live: open contexts, requests not yet answered, calls not yet answered. Copies share their
@@ -36,6 +37,10 @@ from dataclasses import dataclass, replace
 from coordinator.paths.messages import NO_THREAD
 
 SWEEPS_PER_WINDOW = 8  # how often forgotten contexts are let go (they are never offered)
+# A pool of workers takes waiting requests in their order of arrival (Passenger's queue,
+# a listen backlog, PHP-FPM's): a free worker's first call belongs to one of the oldest
+# few not yet started (two workers taking the two oldest may call first in either order)
+WAITING_OFFERED = 2
 
 
 @dataclass(slots=True)
@@ -178,9 +183,11 @@ class ContextWalker:
                 # a free worker takes a request no worker has started: one that has sent
                 # nothing yet; or goes on with the chain its spontaneous call began (a
                 # request that came before the trace)
-                candidates = [c for c in self.open.values() if c.worker == NO_THREAD
-                              and c.acted_s is None and c.latest_s == c.opened_s
-                              and not c.rooted]
+                waiting = [c for c in self.open.values() if c.worker == NO_THREAD
+                           and c.acted_s is None and c.latest_s == c.opened_s
+                           and not c.rooted and c.latest_s >= fresh]
+                waiting.sort(key=lambda c: c.opened_s)
+                candidates = waiting[:WAITING_OFFERED]
                 if own is not None:
                     candidates.append(own)
         elif thread is None:
