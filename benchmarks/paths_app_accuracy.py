@@ -1,32 +1,46 @@
-"""Causal paths against a per-request truth on Redmine (issue 27): the share of requests whose
-inferred tree is exactly the true one, for WAP5's §5.1 linking, FCFS and context linking
-(ours, as `linkgrad paths` runs it: hidden workers folded, the default budget; and with no
-budget), on the same traces, at several request rates.
+"""Causal paths against a per-request truth on applications we did not write (issue 27): the
+share of requests whose inferred tree is exactly the true one, for WAP5's §5.1 linking, FCFS
+and context linking (ours, as `linkgrad paths` runs it: hidden workers folded, the default
+budget; and with no budget), on the same traces, at several request rates.
 
-The truth is Redmine's own, read only here: the testbed's config.ru wraps Redmine in a Rack
-middleware that logs, per request, the Passenger process, the client's port, the process's
-database connection and the real-time clock when the request reached Redmine and when its
-body was closed (`testbed/redmine.py`, TRUTH_RU). A Passenger process serves one request at a
-time, so a request's tree is: its request and reply on the client connection, and every
-message on its process's database connection between the two readings. True parents follow
-WAP5's causality model (`paths_accuracy._parents`). Every request the truth logs inside the
-window all hosts captured is counted; one whose messages the trace lacks is wrong for every
-linker, not dropped.
+The truth is the applications' own, read only here (a request's messages are found in the
+trace by connection and time; true parents follow WAP5's causality model, a server's greeting
+hanging from its caller's last message as the linker places it):
+- Redmine (`--app redmine`): the testbed's config.ru wraps Redmine in a Rack middleware that
+  logs each request's Passenger process, client port, database connection and the clock when
+  the request reached Redmine and when its body was closed (`testbed/redmine.py`, TRUTH_RU).
+  A process serves one request at a time: a request's tree is its request and reply on the
+  client connection and every message on its process's connection between the two readings.
+- MediaWiki (`--app mediawiki`): Apache logs each request's mod_unique_id id, client port and
+  arrival (`testbed/apache.py`, TRUTH_FORMAT); MediaWiki comments every query with that id
+  (its database agent, `testbed/mediawiki.py`), so MariaDB's general log names each
+  connection's request by its thread id; a packet socket on db reads each connection's thread
+  id from the server's greeting. A connection per request: a request's tree is its request
+  and reply and every message on its connections.
+Every request the truth logs inside the window all hosts captured counts; one whose messages
+the trace lacks is wrong for every linker, not dropped.
 
-    nice -n 5 .venv/bin/python -m benchmarks.paths_app_accuracy [--rates 5,10,14]
-        [--seconds 30]        (root: brings its own Redmine testbed up and down)
+    nice -n 5 .venv/bin/python -m benchmarks.paths_app_accuracy [--app redmine]
+        [--rates 5,10,15] [--seconds 30]    (root: brings its own testbed up and down)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import re
 import shutil
+import socket
+import struct
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +49,7 @@ import numpy as np
 from scipy import stats
 
 from benchmarks.on_testbed import linkgrad, scratch_root
-from benchmarks.paths_accuracy import Conversations, _parents
+from benchmarks.paths_accuracy import Conversations
 from benchmarks.paths_app_speed import APPS, EXPERIMENT
 from benchmarks.results_md import update_section
 from coordinator.config.trace_file import read_trace
@@ -48,13 +62,25 @@ from coordinator.paths.messages import Trace
 from coordinator.paths.reconcile import reconcile
 from coordinator.paths.structural import context_probabilities, fcfs_probabilities
 from coordinator.paths.wap5 import LinkingSettings, LinkProbabilities, wap5_probabilities
-from testbed import redmine
+from testbed import apache, mariadb, redmine
 from testbed.lifecycle import down, up
 
-OUT = Path(__file__).with_name("out") / "paths_redmine_accuracy.json"
-SECTION = "paths-redmine-accuracy"
+OUT = Path(__file__).with_name("out")
 SETTINGS = LinkingSettings(window_s=2.0)
 LINKERS = ("wap5", "fcfs", "context", "context-unbudgeted")
+QUEUED_S = 60.0  # how long before the application began a request it may have arrived
+GENERAL_LOG = re.compile(r"^(?:\d{6}\s+\d+:\d\d:\d\d)?\s+(\d+) (\w+)\t(.*)$")
+AGENT = re.compile(r"/\* .*? (\S+) \*/")  # MediaWiki's comment: /* method agent */
+RATES = {"redmine": "5,10,15", "mediawiki": "10,20,30"}
+
+
+@dataclass(frozen=True)
+class TrueRequest:
+    page: str
+    client_port: int  # its connection to the web server
+    arrived_s: float  # its arrival at the web server, or (`queued`) a moment after it
+    queued: bool  # arrived_s is when the application began it: the last arrival before
+    db: tuple[tuple[int, float, float], ...]  # (database client port, from, to)
 
 
 def captured_window(trace_file: Path) -> tuple[float, float]:
@@ -62,6 +88,45 @@ def captured_window(trace_file: Path) -> tuple[float, float]:
     spans = [(min(r.first_s for r in h.records), max(r.last_s for r in h.records))
              for h in read_trace(trace_file) if h.records]
     return max(a for a, _ in spans), min(b for _, b in spans)
+
+
+def page_matcher(app: str) -> Callable[[str], str | None]:
+    pages = {name: re.compile(regex) for name, regex in APPS[app].pages.items()}
+    return lambda url: next((n for n, p in pages.items() if p.search(url)), None)
+
+
+def redmine_truth(directory: Path, window: tuple[float, float]) -> list[TrueRequest]:
+    page_of = page_matcher("redmine")
+    out = []
+    for line in (directory / "truth.log").read_text().splitlines():
+        r = json.loads(line)
+        page = page_of(r["path"] + (f"?{r['query']}" if r.get("query") else ""))
+        if page and r["status"] == 200 and window[0] <= r["t_in"] and r["t_out"] <= window[1]:
+            out.append(TrueRequest(page, r["port"], r["t_in"], True,
+                                   tuple((p, r["t_in"], r["t_out"]) for p in r["db_ports"])))
+    return out
+
+
+def mediawiki_truth(directory: Path, window: tuple[float, float]) -> list[TrueRequest]:
+    page_of = page_matcher("mediawiki")
+    port_of = {g["thread"]: g["port"] for g in map(
+        json.loads, (directory / "greetings.jsonl").read_text().splitlines())}
+    threads: dict[str, set[int]] = {}
+    text = (directory / "general.log").read_text(errors="replace")
+    for line in text.splitlines():
+        found = GENERAL_LOG.match(line)
+        if found and found[2] == "Query" and (agent := AGENT.search(found[3])):
+            threads.setdefault(agent[1], set()).add(int(found[1]))
+    out = []
+    for line in (directory / apache.TRUTH_LOG).read_text().splitlines():
+        uid, port, start_us, took_us, status, url = line.split(" ", 5)
+        start, end = int(start_us) / 1e6, (int(start_us) + int(took_us)) / 1e6
+        page = page_of(url)
+        if page and status == "200" and window[0] <= start and end <= window[1]:
+            db = tuple((port_of.get(t, -1), -math.inf, math.inf)
+                       for t in sorted(threads.get(uid, ())))
+            out.append(TrueRequest(page, int(port), start, False, db))
+    return out
 
 
 def on_connection(conv: Conversations, port: int, server_host: str, lo: float, hi: float
@@ -73,40 +138,51 @@ def on_connection(conv: Conversations, port: int, server_host: str, lo: float, h
         return None
     m = conv.trace.messages
     client = conv.trace.connections.client_node[k]
-    out = []
-    for i in conv.on.get(k, []):
-        t = m.send_s[i] if m.src[i] == client else m.recv_s[i]
-        if lo <= t <= hi:
-            out.append(i)
-    return out
+    return [i for i in conv.on.get(k, [])
+            if lo <= (m.send_s[i] if m.src[i] == client else m.recv_s[i]) <= hi]
 
 
-def truth(trace: Trace, lines: list[dict[str, Any]], window: tuple[float, float],
-          page_of: Callable[[str], str | None]
-          ) -> tuple[np.ndarray, np.ndarray, dict[int, str], dict[str, int]]:
-    """(true parent per message, the request of each message, root -> page, page -> requests
-    the truth logged inside `window`, found in the trace or not)."""
+def members_of(trace: Trace, requests: Sequence[TrueRequest]
+               ) -> tuple[list[list[int]], dict[int, str]]:
+    """Each request found in the trace: its messages (client request and reply first), and
+    root -> page."""
     conv = Conversations(trace)
-    members: list[list[int]] = []
-    name_of: dict[int, str] = {}
-    logged: dict[str, int] = {}
-    for r in lines:
-        page = page_of(r["path"] + (f"?{r['query']}" if r.get("query") else ""))
-        if page is None or r["status"] != 200 or not (
-                window[0] <= r["t_in"] - 1.0 and r["t_out"] <= window[1]):
-            continue
-        logged[page] = logged.get(page, 0) + 1
-        # the request that reached Redmine is the last to arrive on its client connection
-        # before the reading (Passenger may have queued it); its reply is the next message
-        front = conv.exchange(r["port"], "web", r["t_in"], sent=False,
-                              within=(r["t_in"] - 1.0, r["t_in"]))
-        calls = [on_connection(conv, p, "db", r["t_in"], r["t_out"]) for p in r["db_ports"]]
-        if front is None or any(c is None for c in calls):
+    members, name_of = [], {}
+    for r in requests:
+        if r.queued:  # the loadgen sends no request on a connection before the last reply
+            front = conv.exchange(r.client_port, "web", r.arrived_s, sent=False,
+                                  within=(r.arrived_s - QUEUED_S, r.arrived_s))
+        else:
+            front = conv.exchange(r.client_port, "web", r.arrived_s, sent=False)
+        calls = [on_connection(conv, port, "db", lo, hi) for port, lo, hi in r.db]
+        if front is None or not r.db or any(not c for c in calls):
             continue
         members.append([*front, *(i for c in calls if c for i in c)])
-        name_of[front[0]] = page
-    parent, request = _parents(trace, members)
-    return parent, request, name_of, logged
+        name_of[front[0]] = r.page
+    return members, name_of
+
+
+def true_parents(trace: Trace, members: Sequence[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """WAP5's causality within each request: a message's parent is the last message of it
+    that its sender received before sending it; a server's first words on a connection
+    (MySQL's greeting: it received nothing yet) hang from the last message its caller had
+    received, as the linker places them. -1: the request's root; -2: in no request."""
+    m = trace.messages
+    parent = np.full(len(m), -2, dtype=np.int64)
+    request = np.full(len(m), -1, dtype=np.int64)
+    server = trace.connections.server_node
+    for r, msgs in enumerate(members):
+        opened = set()
+        for i in sorted(msgs, key=lambda j: m.recv_s[j]):
+            if m.conn[i] not in opened and m.src[i] == server[m.conn[i]] and i != msgs[0]:
+                got = [j for j in msgs if j != i and m.dst[j] == m.dst[i]
+                       and m.recv_s[j] <= m.recv_s[i]]
+            else:
+                got = [j for j in msgs if m.dst[j] == m.src[i] and m.recv_s[j] <= m.send_s[i]]
+            opened.add(m.conn[i])
+            parent[i] = max(got, key=lambda j: m.recv_s[j]) if got else -1
+            request[i] = r
+    return parent, request
 
 
 def link(trace: Trace, linker: str, worker_nodes: set[int]) -> LinkProbabilities:
@@ -120,67 +196,134 @@ def link(trace: Trace, linker: str, worker_nodes: set[int]) -> LinkProbabilities
                                  worker_nodes=worker_nodes)
 
 
-def accuracy(trace: Trace, parent: np.ndarray, request: np.ndarray, name_of: dict[int, str],
+def accuracy(trace: Trace, members: list[list[int]], name_of: dict[int, str],
              logged: dict[str, int], linker: str, worker_nodes: set[int]) -> dict[str, Any]:
     """Right trees per page, over every request the truth logged in the window."""
+    parent, request = true_parents(trace, members)
     t0 = time.perf_counter()
     best = best_instances(path_instances(link(trace, linker, worker_nodes), SETTINGS))
     link_s = time.perf_counter() - t0
-    members: dict[int, list[int]] = {}
-    for i, r in enumerate(request.tolist()):
-        if r >= 0:
-            members.setdefault(r, []).append(i)
     right = dict.fromkeys(logged, 0)
     for root, page in name_of.items():
         inst = best.get(root)
-        right[page] += inst is not None and list(inst.messages) == members[
-            int(request[root])] and bool(np.all(
-                np.asarray(inst.parents) == parent[np.asarray(inst.messages)]))
+        truth = members[int(request[root])]
+        right[page] += inst is not None and sorted(inst.messages) == sorted(truth) and bool(
+            np.all(np.asarray(inst.parents) == parent[np.asarray(inst.messages)]))
     return {"linker": linker, "link_s": link_s, "right": right, "logged": logged,
-            "requests": sum(logged.values()), "accuracy": sum(right.values()) / max(
-                sum(logged.values()), 1)}
+            "requests": sum(logged.values()),
+            "accuracy": sum(right.values()) / max(sum(logged.values()), 1)}
 
 
-def analyse(trace_file: Path, truth_file: Path, rate: float) -> list[dict[str, Any]]:
-    app = APPS["redmine"]
-    pages = {name: re.compile(regex) for name, regex in app.pages.items()}
-
-    def page_of(path: str) -> str | None:
-        return next((n for n, p in pages.items() if p.search(path)), None)
-
+def analyse(app: str, directory: Path, rate: float) -> list[dict[str, Any]]:
+    trace_file = directory / "trace.jsonl"
     trace, folds = fold_hidden_workers(reconcile(list(read_trace(trace_file))))
     workers = {trace.nodes.index(f.into) for f in folds}
-    lines = [json.loads(x) for x in truth_file.read_text().splitlines() if x.strip()]
-    parent, request, name_of, logged = truth(trace, lines, captured_window(trace_file),
-                                             page_of)
+    read = redmine_truth if app == "redmine" else mediawiki_truth
+    requests = read(directory, captured_window(trace_file))
+    logged: dict[str, int] = {}
+    for r in requests:
+        logged[r.page] = logged.get(r.page, 0) + 1
+    members, name_of = members_of(trace, requests)
     rows = []
     for linker in LINKERS:
-        row = {"rate_per_s": rate, "messages": len(trace.messages),
+        row = {"app": app, "rate_per_s": rate, "messages": len(trace.messages),
                "duration_s": trace_duration_s(trace), "found": len(name_of),
                "folded": [f.into for f in folds],
-               **accuracy(trace, parent, request, name_of, logged, linker, workers)}
+               **accuracy(trace, members, name_of, logged, linker, workers)}
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
 
 
-def capture(tag: str, root: Path, rate: float, seconds: float, truth_log: Path,
-            keep: Path) -> tuple[Path, Path]:
-    """`linkgrad paths` at `rate` with Redmine's pages; the saved trace and this rate's truth
-    (the truth log is emptied first: its processes append)."""
-    app = APPS["redmine"]
+def greetings(port: int) -> None:
+    """In the db host's namespace: each MySQL connection's thread id, read from the server's
+    greeting (protocol 10: the first packet, sequence 0, the version string, then the id), as a
+    JSON line {port: the client's, thread}, until stdin closes."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))
+    sock.settimeout(0.2)
+    threading.Thread(target=lambda: (sys.stdin.read(), sock.close()), daemon=True).start()
+    print("ready", flush=True)
+    while True:
+        try:
+            frame = sock.recv(65535)
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+        if len(frame) < 34 or frame[12:14] != b"\x08\x00" or frame[23] != 6:
+            continue
+        tcp = frame[14 + (frame[14] & 0x0F) * 4:]
+        sport, dport = struct.unpack("!HH", tcp[:4])
+        payload = tcp[(tcp[12] >> 4) * 4:]
+        if sport != port or len(payload) < 10 or payload[3] != 0 or payload[4] != 10:
+            continue
+        end = payload.find(b"\0", 5)
+        if 0 < end <= len(payload) - 5:
+            thread = struct.unpack("<I", payload[end + 1:end + 5])[0]
+            print(json.dumps({"port": dport, "thread": thread}), flush=True)
+
+
+class Greetings:
+    """`greetings` running in the db host's namespace, its lines kept."""
+
+    def __init__(self, namespace: str) -> None:
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", namespace, sys.executable, "-m",
+             "benchmarks.paths_app_accuracy", "--greetings"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            sys.exit("paths_app_accuracy: the packet socket on db did not start")
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout),
+                                       daemon=True)  # type: ignore[arg-type]
+        self.reader.start()
+
+    def stop(self) -> list[str]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=15)
+        self.reader.join(timeout=5)
+        return self.lines
+
+
+def capture(app: str, info: dict[str, Any], tag: str, root: Path, rate: float,
+            seconds: float, keep: Path) -> Path:
+    """`linkgrad paths` at `rate` over the app's pages, its trace and truth kept in a
+    directory of this rate's (the truth logs are emptied first: their writers append)."""
+    spec = APPS[app]
+    directory = root / f"linkgrad-testbed-{tag}"
+    out = keep / f"rate-{rate:g}"
+    out.mkdir(parents=True, exist_ok=True)
     experiment = root / f"accuracy-{rate:g}.yaml"
-    transactions = "\n".join(f"  {name}: '{regex}'" for name, regex in app.pages.items())
-    experiment.write_text(EXPERIMENT.format(tag=tag, rate=rate, mix=app.mix,
+    transactions = "\n".join(f"  {name}: '{regex}'" for name, regex in spec.pages.items())
+    experiment.write_text(EXPERIMENT.format(tag=tag, rate=rate, mix=spec.mix,
                                             transactions=transactions, output=root / "runs"))
-    trace_file = keep / f"trace-{rate:g}.jsonl"
-    truth_log.write_text("")
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
-    linkgrad("paths_app_accuracy", env, "paths", str(experiment), "--duration", str(seconds),
-             "--save-trace", str(trace_file), "--json")
-    truth_file = keep / f"truth-{rate:g}.log"
-    shutil.copy(truth_log, truth_file)
-    return trace_file, truth_file
+    argv = ("paths", str(experiment), "--duration", str(seconds), "--save-trace",
+            str(out / "trace.jsonl"), "--json")
+    if app == "redmine":
+        truth_log = directory / "redmine" / "instance" / "log" / redmine.TRUTH_LOG
+        truth_log.write_text("")
+        linkgrad("paths_app_accuracy", env, *argv)
+        shutil.copy(truth_log, out / "truth.log")
+        return out
+    truth_log = directory / apache.TRUTH_LOG
+    truth_log.write_text("")
+    general = mariadb.paths(directory)["general_log"]
+    general.unlink(missing_ok=True)
+    mariadb.general_log(directory, True)
+    db = next(h for h in info["hosts"] if h["name"] == "db")
+    sniffer = Greetings(db["namespace"])
+    try:
+        linkgrad("paths_app_accuracy", env, *argv)
+    finally:
+        lines = sniffer.stop()
+        mariadb.general_log(directory, False)
+    (out / "greetings.jsonl").write_text("".join(lines))
+    shutil.copy(general, out / "general.log")
+    shutil.copy(truth_log, out / apache.TRUTH_LOG)
+    return out
 
 
 def wilson(k: int, n: int) -> str:
@@ -190,22 +333,31 @@ def wilson(k: int, n: int) -> str:
     return f"{k / n:.3f} ({ci.low:.2f}-{ci.high:.2f}; {n})"
 
 
-def markdown(rows: list[dict[str, Any]], seconds: float) -> str:
+DESCRIBE = {
+    "redmine": "Debian's Redmine 5.0 on Apache + Passenger (4 Ruby processes, each with a "
+               "persistent PostgreSQL connection; the processes hidden behind Unix sockets "
+               "and folded into Apache's node), the truth from a Rack middleware's log",
+    "mediawiki": "Debian's MediaWiki 1.39 on Apache prefork + mod_php, a MariaDB connection "
+                 "per request (two per page view), the truth from Apache's request ids in "
+                 "MariaDB's general log (on during the capture) and the greetings' thread ids",
+}
+
+
+def markdown(app: str, rows: list[dict[str, Any]], seconds: float) -> str:
     rates = sorted({r["rate_per_s"] for r in rows})
     names = {"wap5": "WAP5 §5.1", "fcfs": "FCFS", "context": "context (ours, default budget)",
              "context-unbudgeted": "context (ours, no budget)"}
     lines = [
-        "## Causal paths on Redmine against a per-request truth "
-        "(`benchmarks/paths_app_accuracy.py`)", "",
-        f"{datetime.now(UTC):%Y-%m-%d} on {platform.node()}, 2 cores: Debian's Redmine 5.0 "
-        "on Apache + Passenger (4 Ruby processes, each with a persistent PostgreSQL "
-        f"connection), every host traced for {seconds:g} s per rate (`linkgrad paths`, one "
-        "capture per rate, one run), the load generator at Poisson times over the issue "
-        "list, an issue, search, a project's activity and login. Accuracy: the requests "
-        "whose inferred tree is exactly the true one (messages and parents), over every "
-        "request Redmine's truth middleware logged inside the captured window (a request the "
-        "trace lacks counts as wrong), with a 95% Wilson interval and the count. Goal: ours "
-        "≥ 0.95 at 20 requests/s, or at the highest rate the 2 cores sustain.", "",
+        f"## Causal paths on {APPS[app].title} against a per-request truth "
+        f"(`benchmarks/paths_app_accuracy.py --app {app}`)", "",
+        f"{datetime.now(UTC):%Y-%m-%d} on {platform.node()}, 2 cores: {DESCRIBE[app]}. "
+        f"Every host traced for {seconds:g} s per rate (`linkgrad paths`, one capture per "
+        "rate, one run, taken after the linker and the truth were fixed), the load generator "
+        f"at Poisson times over {', '.join(APPS[app].pages)}. Accuracy: the requests whose "
+        "inferred tree is exactly the true one (messages and parents), over every request "
+        "the truth logged inside the captured window (one the trace lacks counts as wrong), "
+        "with a 95% Wilson interval and the count. Goal: ours ≥ 0.95 at 20 requests/s, or "
+        "at the highest rate the 2 cores sustain.", "",
         "| linker | " + " | ".join(f"{r:g} req/s" for r in rates) + " |",
         "|---|" + "---|" * len(rates)]
     for linker in LINKERS:
@@ -215,12 +367,12 @@ def markdown(rows: list[dict[str, Any]], seconds: float) -> str:
             cells.append(wilson(sum(got[0]["right"].values()), got[0]["requests"])
                          if got else "-")
         lines.append(f"| {names[linker]} | " + " | ".join(cells) + " |")
-    lines += ["", "Per page, ours with the default budget (right / logged), and linking time:",
-              ""]
+    lines += ["", "Per page, ours with the default budget (right / logged), and its linking "
+              "time:", ""]
     for r in rows:
         if r["linker"] == "context":
             lines.append(f"- {r['rate_per_s']:g} req/s: " + ", ".join(
-                f"{p} {r['right'][p]}/{n}" for p, n in r["logged"].items())
+                f"{p} {r['right'][p]}/{n}" for p, n in sorted(r["logged"].items()))
                 + f"; {r['found']} of {r['requests']} found in the trace; linked in "
                 f"{r['link_s']:.1f} s for {r['duration_s']:.0f} s of capture")
     return "\n".join(lines) + "\n"
@@ -229,33 +381,35 @@ def markdown(rows: list[dict[str, Any]], seconds: float) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 2)[2])
-    p.add_argument("--rates", default="5,10,14")
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--app", choices=sorted(RATES), default="redmine")
+    p.add_argument("--rates", help="requests/s, comma-separated (default: per app)")
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--reanalyse", action="store_true",
                    help="the captures of the last run again (benchmarks/out)")
+    p.add_argument("--greetings", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
-    keep = OUT.with_suffix("")
-    keep.mkdir(parents=True, exist_ok=True)
-    rates = [float(x) for x in args.rates.split(",")]
+    if args.greetings:  # a child process in the db host's namespace
+        greetings(mariadb.PORT)
+        return
+    keep = OUT / f"paths_{args.app}_accuracy"
+    rates = [float(x) for x in (args.rates or RATES[args.app]).split(",")]
     if not args.reanalyse:
         root = scratch_root("paths_app_accuracy")
         tag = f"a{int(time.time()) % 1000:03d}"
         try:
-            up(APPS["redmine"].topology, tag, root)
-            truth_log = next(root.glob(f"*/redmine/instance/log/{redmine.TRUTH_LOG}"))
+            info = up(APPS[args.app].topology, tag, root)
             for rate in rates:
-                capture(tag, root, rate, args.seconds, truth_log, keep)
+                capture(args.app, info, tag, root, rate, args.seconds, keep)
         finally:
             down(tag, root=root)
             shutil.rmtree(root, ignore_errors=True)
-    rows = [row for rate in rates
-            for row in analyse(keep / f"trace-{rate:g}.jsonl", keep / f"truth-{rate:g}.log",
-                               rate)]
-    OUT.write_text(json.dumps({"at": datetime.now(UTC).isoformat(), "rows": rows}, indent=1))
-    section = markdown(rows, args.seconds)
+    rows = [row for rate in rates for row in analyse(args.app, keep / f"rate-{rate:g}", rate)]
+    (OUT / f"paths_{args.app}_accuracy.json").write_text(
+        json.dumps({"at": datetime.now(UTC).isoformat(), "rows": rows}, indent=1))
+    section = markdown(args.app, rows, args.seconds)
     print(section)
-    update_section(SECTION, section)
+    update_section(f"paths-{args.app}-accuracy", section)
 
 
 if __name__ == "__main__":

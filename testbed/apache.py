@@ -17,8 +17,13 @@ from testbed.private_dir import create_empty, ensure_dir, write_file
 APACHE = "/usr/sbin/apache2"
 MODULES = Path("/usr/lib/apache2/modules")
 LOG_FORMAT = '%h %l %u %{msec}t "%r" %>s %b %D'
+# The path benchmark's ground truth (never read by linkgrad itself): each request's id
+# (mod_unique_id's, which MediaWiki puts in every query's comment: testbed/mediawiki.py), the
+# client's port, when it arrived (µs) and took (µs), its status and URL
+TRUTH_LOG = "truth-web.log"
+TRUTH_FORMAT = "%{UNIQUE_ID}e %{remote}p %{usec}t %D %>s %U%q"
 # Loaded explicitly (Debian compiles in only core, so, log_config, logio, unixd, version).
-_MODULES = ("mpm_prefork", "authz_core", "dir", "mime", "env", "alias")
+_MODULES = ("mpm_prefork", "authz_core", "dir", "mime", "env", "alias", "unique_id")
 PHP_MODULE = "libphp8.2.so"
 _PASSENGER_MODULES = ("mpm_event", "authz_core", "mime", "env", "passenger")
 PASSENGER_LOCATIONS = Path("/usr/lib/ruby/vendor_ruby/phusion_passenger/locations.ini")
@@ -80,6 +85,8 @@ DocumentRoot {docroot}
     SetHandler application/x-httpd-php
 </FilesMatch>
 SetEnv MW_CONFIG_FILE {config_file}
+LogFormat "{TRUTH_FORMAT}" truth
+CustomLog {directory}/{TRUTH_LOG} truth
 """
 
 
@@ -119,7 +126,9 @@ PassengerAppEnv production
 
 
 def write_conf(web: HostPlan, directory: Path, docroot: Path, config_file: Path) -> Path:
-    return write_text_conf(directory, apache_conf(web, directory, docroot, config_file))
+    conf = write_text_conf(directory, apache_conf(web, directory, docroot, config_file))
+    create_empty(directory / TRUTH_LOG)
+    return conf
 
 
 def write_text_conf(directory: Path, text: str) -> Path:

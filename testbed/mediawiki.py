@@ -93,6 +93,10 @@ $wgPingback = false;
 $wgDiff3 = "";
 $wgShowExceptionDetails = true;
 $wgDebugLogFile = "";
+# The path benchmark's ground truth: MediaWiki comments every query with its database
+# agent; Apache's mod_unique_id request id as that names each query's request in MariaDB's
+# general log (benchmarks/paths_app_accuracy.py)
+$wgLBFactoryConf['agent'] = $_SERVER['UNIQUE_ID'] ?? '';
 
 wfLoadSkin( 'Vector' );
 $wgDefaultSkin = "vector";

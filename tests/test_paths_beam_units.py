@@ -19,7 +19,7 @@ from coordinator.paths.structural import context_probabilities
 from coordinator.paths.wap5 import LinkingSettings
 from testbed.synthetic_paths import generate, three_tier
 
-REQUEST_A, REQUEST_B, CALL_1, CALL_2, REPLY_A, REPLY_B = range(6)
+REQUEST_A, REQUEST_B, CALL_1, CALL_2, REPLY_A, REPLY_B, REQUEST_C, CALL_3 = range(8)
 
 
 def two_requests() -> NodeBeam:
@@ -92,7 +92,8 @@ def test_a_clear_choice_is_decided_at_once_and_a_greedy_beam_keeps_one_hypothesi
 
 def test_hypotheses_alike_from_here_on_are_merged() -> None:
     """A call put in A or B; both contexts are then answered and gone: the two hypotheses'
-    futures are the same, and the beam keeps the better one only."""
+    futures are the same, and the beam keeps the better one only, once a call splits them
+    (a call each hypothesis puts in one place leaves the beam as it is)."""
     beam = two_requests()
     beam.branch(options(beam, {REQUEST_A: 1.0, REQUEST_B: 0.5}), CALL_1, 10, 0.0003)
     assert len(beam.hypotheses) == 2
@@ -105,8 +106,17 @@ def test_hypotheses_alike_from_here_on_are_merged() -> None:
         h.walker.ready(0.01)
     assert beam.hypotheses[0].walker.signature() == beam.hypotheses[1].walker.signature()
     beam.branch([[(None, 1.0, Placement.ROOT)]] * 2, CALL_2, 11, 0.01)
-    assert len(beam.hypotheses) == 1
-    assert dict(beam.decisions[CALL_1][0])[REQUEST_A] == pytest.approx(1.0)
+    assert len(beam.hypotheses) == 2  # not split: not compared
+    for h in beam.hypotheses:
+        h.walker.request_arrived(3, REQUEST_C, 0.011)
+    beam.branch([[(None, 1e-3, Placement.ROOT), (REQUEST_C, 1.0, Placement.OPEN)]] * 2,
+                CALL_3, 12, 0.0112)
+    assert len(beam.hypotheses) == 2  # of four: C or spontaneous, after A's only
+    for h in beam.hypotheses:
+        c = h.choices
+        while c.msg != CALL_1:
+            c = c.before
+        assert c.parent == REQUEST_A
 
 
 def test_sizes_weigh_a_parent_by_what_it_was_and_fall_back_to_the_pair() -> None:

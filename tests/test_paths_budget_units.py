@@ -27,8 +27,10 @@ def test_a_busy_server_over_its_budget_falls_back_and_says_so():
     s = generate(replace(busy_server(20, 20), threaded=frozenset()), 20, 8, seed=3)
     budget = Budget(1.0, clock=_ticking(0.02), node_names=s.trace.nodes)
     probs = context_probabilities(s.trace, SETTINGS, budget=budget)
-    assert [(f.node, f.linker) for f in budget.fallbacks] == [("web", "greedy"),
-                                                              ("web", "wap5")]
+    # narrower, then one hypothesis, then §5.1 (the clock's steps may skip the first)
+    assert {f.node for f in budget.fallbacks} == {"web"}
+    assert [f.linker for f in budget.fallbacks] in (["narrow", "greedy", "wap5"],
+                                                    ["greedy", "wap5"])
     assert budget.passes_cut == 3  # the fitting passes would not fit in their share
     # every message still has §5.1's candidates or a decided parent: nothing is dropped
     wap5 = wap5_probabilities(s.trace, SETTINGS)
@@ -52,7 +54,7 @@ def test_paths_json_keeps_the_budget_and_the_fallbacks():
     assert result["budget"]["fraction"] == 1e-9
     assert result["budget"]["seconds"] < 1e-8
     assert {f["node"] for f in result["fallbacks"]} == {"web"}
-    assert {f["linker"] for f in result["fallbacks"]} <= {"greedy", "wap5"}
+    assert {f["linker"] for f in result["fallbacks"]} <= {"narrow", "greedy", "wap5"}
     lines = linking_lines(result)
     assert lines[0].startswith("linked by context in ")
     assert any(line.startswith("  web: §5.1 for the rest") for line in lines)

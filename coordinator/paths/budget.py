@@ -23,6 +23,7 @@ from coordinator.paths.node_beam import NodeBeam
 FIT_SHARE = 0.6  # of the budget, for the passes that fit the model (the first one included)
 FINAL_SHARE = 0.9  # the last pass ends by then: the links' table is built after it
 FIRST_PASS_SHARE = 0.25  # of the budget, for the first (greedy) pass
+NARROW_WIDTH = 4  # hypotheses a node's beam keeps once half its share of a pass is gone
 CHECK_EVERY = 256  # events between looks at the clock
 PROGRESS_EVERY_S = 1.0
 
@@ -30,7 +31,7 @@ PROGRESS_EVERY_S = 1.0
 @dataclass(frozen=True)
 class Fallback:
     node: str
-    linker: str  # what linked the rest of its messages: "greedy" or "wap5"
+    linker: str  # what linked the rest of its messages: "narrow", "greedy" or "wap5"
     why: str
 
 
@@ -102,8 +103,9 @@ class Pace:
 
 
 class NodeShare:
-    """A node's share of its pass's time: past half of it, the beam goes greedy; past all
-    of it, the rest of the node is left (to §5.1 if this is the last pass)."""
+    """A node's share of its pass's time: past half of it, the beam narrows to
+    NARROW_WIDTH hypotheses; past three quarters, to one (greedy); past all of it, the rest
+    of the node is left (to §5.1 if this is the last pass)."""
 
     def __init__(self, pace: Pace, start_s: float, share_s: float, walked_before: int
                  ) -> None:
@@ -119,12 +121,21 @@ class NodeShare:
         if spent <= self.share_s / 2:
             return True
         name = budget.node_names[node] if budget.node_names else str(node)
+        if spent <= self.share_s * 3 / 4:
+            if beam.width > NARROW_WIDTH:
+                beam.settle()
+                beam.width = NARROW_WIDTH
+                if pace.final:
+                    budget.fallbacks.append(Fallback(name, "narrow", (
+                        f"half its {self.share_s:.2f} s of the budget gone after {k} "
+                        "events")))
+            return True
         if beam.width > 1:
             beam.settle()
             beam.width = 1
             if pace.final:
                 budget.fallbacks.append(Fallback(name, "greedy", (
-                    f"half its {self.share_s:.2f} s of the budget gone after {k} events")))
+                    f"3/4 of its {self.share_s:.2f} s of the budget gone after {k} events")))
         if spent <= self.share_s:
             return True
         if pace.final:
@@ -154,7 +165,8 @@ def linking_lines(result: dict[str, Any]) -> list[str]:
     if b["passes_cut"]:
         lines.append(f"  {b['passes_cut']} of the model's fitting passes left out")
     for f in result["fallbacks"]:
-        how = "one hypothesis" if f["linker"] == "greedy" else "§5.1 for the rest"
+        how = {"narrow": f"{NARROW_WIDTH} hypotheses",
+               "greedy": "one hypothesis"}.get(f["linker"], "§5.1 for the rest")
         lines.append(f"  {f['node']}: {how} ({f['why']})")
     if result["fallbacks"]:
         lines.append("  (a larger --budget, or paths.budget in the experiment, links more "

@@ -13,6 +13,9 @@
   reply, an event loop's next turn), or go on working once the answer is out (PHP's work
   after the response: queries in a row): a context that closed, or last heard back from
   such a call, less than `afterward_s` ago may still send one.
+- A call nothing answers (a connection's last message: MySQL's COM_QUIT) does not make its
+  context wait. On a node serving one request per thread, a thread with no request open is
+  still working on the last it answered, however long ago (within the window).
 - A spontaneous call roots a context that opens when its first answer arrives (a timer's
   chain of calls). Contexts with no message for longer than the window are forgotten.
 - A worker (a thread of a process the node hands its requests to, unseen: `hidden_workers`)
@@ -58,9 +61,21 @@ class Context:
     worker: int = NO_THREAD  # the worker thread serving it (module doc)
 
 
+def _waiting(c: Context) -> bool:
+    """A request that has sent nothing yet and no worker has taken."""
+    return c.worker == NO_THREAD and c.acted_s is None and c.latest_s == c.opened_s \
+        and not c.rooted and not c.closed
+
+
 class ContextWalker:
-    def __init__(self, window_s: float, fanout_s: float, afterward_s: float) -> None:
+    def __init__(self, window_s: float, fanout_s: float, afterward_s: float,
+                 thread_bound: bool = False, queues: bool = False) -> None:
         self.window_s, self.fanout_s, self.afterward_s = window_s, fanout_s, afterward_s
+        # a node serving one request per thread: an answered request stays its thread's
+        self.thread_bound = thread_bound
+        # a node handing requests to hidden workers: a request may wait for one longer than
+        # the window (an overloaded pool's queue); it is kept until a worker takes it
+        self.queues = queues
         self.open: dict[int, Context] = {}  # oldest first
         self.rooted: dict[int, float] = {}  # spontaneous calls' contexts, no answer yet
         self.context_of: dict[int, int] = {}  # latest message -> its open context
@@ -77,6 +92,7 @@ class ContextWalker:
         new = ContextWalker.__new__(ContextWalker)
         new.window_s, new.fanout_s, new.afterward_s = self.window_s, self.fanout_s, \
             self.afterward_s
+        new.thread_bound, new.queues = self.thread_bound, self.queues
         new.open = dict(self.open)
         new.rooted = dict(self.rooted)
         new.context_of = dict(self.context_of)
@@ -149,6 +165,14 @@ class ContextWalker:
             _, c = self.just_closed[ctx]
             self.just_closed[ctx] = (t, replace(c, latest_s=t, latest=msg, acted_s=None))
 
+    def answers_busy_worker(self, conn: int) -> bool:
+        """Whether the node's reply on `conn` would answer a request whose hidden worker
+        still waits for a call's answer (a worker serves its request sequentially: it
+        cannot be, unless this walker gave the worker's calls to the wrong request)."""
+        ctx = self.pending.get(conn)
+        c = self.open.get(ctx) if ctx is not None else None
+        return c is not None and c.worker != NO_THREAD and c.acted_s is not None
+
     def answer(self, conn: int, t: float) -> int | None:
         """The parent of this node's reply on `conn` (None: its request is not in the trace),
         closing that request's context."""
@@ -167,9 +191,11 @@ class ContextWalker:
         a walk over hundreds of open requests); with `worker`, the request it serves while
         that is open, else the requests no worker has started and its own chain (module
         doc)."""
-        if self.just_closed:  # one waiting on its own call waits as an open one would
+        if self.just_closed:  # one waiting on its own call waits as an open one would;
+            # one its thread answered is its thread's until that serves another (below)
             for ctx in [k for k, (at, c) in self.just_closed.items()
-                        if at < t - (self.afterward_s if c.acted_s is None else self.window_s)]:
+                        if at < t - (self.afterward_s if c.acted_s is None and not (
+                            self.thread_bound and c.thread != NO_THREAD) else self.window_s)]:
                 del self.just_closed[ctx]
         if t >= self.next_sweep_s:
             self._sweep(t)
@@ -183,13 +209,14 @@ class ContextWalker:
                 # a free worker takes a request no worker has started: one that has sent
                 # nothing yet; or goes on with the chain its spontaneous call began (a
                 # request that came before the trace)
-                waiting = [c for c in self.open.values() if c.worker == NO_THREAD
-                           and c.acted_s is None and c.latest_s == c.opened_s
-                           and not c.rooted and c.latest_s >= fresh]
+                waiting = [c for c in self.open.values() if _waiting(c)
+                           and (self.queues or c.latest_s >= fresh)]
                 waiting.sort(key=lambda c: c.opened_s)
                 candidates = waiting[:WAITING_OFFERED]
-                if own is not None:
+                if own is not None and own.latest_s >= fresh and (
+                        own.acted_s is None or t - own.acted_s <= fanout):
                     candidates.append(own)
+                return candidates + self._closed_ready(t, thread, worker, False)
         elif thread is None:
             candidates = self.open.values()
         else:
@@ -201,11 +228,28 @@ class ContextWalker:
             candidates = () if own is None else (own,)
         ready = [c for c in candidates if c.latest_s >= fresh and (
             c.acted_s is None or t - c.acted_s <= fanout)]
+        return ready + self._closed_ready(t, thread, worker, bool(candidates))
+
+    def _closed_ready(self, t: float, thread: int | None, worker: int | None,
+                      serving: bool) -> list[Context]:
+        """The answered contexts that may still send a call at `t` (module doc); `serving`:
+        the thread or worker has a request open."""
+        ready: list[Context] = []
+        fanout = self.fanout_s
         if self.just_closed:
-            ready += [c for _, c in self.just_closed.values()
+            soon = t - self.afterward_s
+            closed = [(at, c) for at, c in self.just_closed.values()
                       if (c.acted_s is None or t - c.acted_s <= fanout)
                       and (thread is None or c.thread == thread)
                       and (worker is None or c.worker == worker)]
+            ready += [c for at, c in closed if at >= soon or c.acted_s is not None]
+            if thread is not None and not serving and closed:
+                # a thread that serves one request at a time and has none open is still
+                # working on the last it answered (PHP's work after the response), however
+                # long after its answer
+                at, last = max(closed, key=lambda x: x[0])
+                if at < soon and last.acted_s is None:
+                    ready.append(last)
         return ready
 
     def _on_thread(self, thread: int, ctx: int) -> None:
@@ -217,7 +261,8 @@ class ContextWalker:
         and calls whose context is gone (the last call on a connection is often never
         answered: MySQL's COM_QUIT on a connection per request; kept, they would pile up
         and every signature would walk them)."""
-        for ctx in [k for k, c in self.open.items() if c.latest_s < t - self.window_s]:
+        for ctx in [k for k, c in self.open.items() if c.latest_s < t - self.window_s
+                    and not (self.queues and _waiting(c))]:
             self._close(ctx)
         for ctx in [k for k, at in self.rooted.items() if at < t - self.window_s]:
             del self.rooted[ctx]
@@ -227,15 +272,17 @@ class ContextWalker:
         self.next_sweep_s = t + self.window_s / SWEEPS_PER_WINDOW
 
     def call_sent(self, conn: int, parent: int | None, t: float,
-                  worker: int = NO_THREAD) -> None:
+                  worker: int = NO_THREAD, waits: bool = True) -> None:
         """Put the call in its parent's context, or in a new one it roots; a `worker`'s call
-        in a request's context makes the worker that context's (module doc)."""
+        in a request's context makes the worker that context's (module doc). A call that is
+        never answered (not `waits`) leaves its context as ready as it was."""
         ctx = self.context_of.get(parent) if parent is not None else None
         if ctx is None and parent is not None:
             ctx = next((k for k, (_, c) in self.just_closed.items() if c.latest == parent), None)
             if ctx is not None:  # after its answer: it waits for this call's, as an open one
                 at, c = self.just_closed[ctx]
-                self.just_closed[ctx] = (at, replace(c, acted_s=t))
+                if waits:
+                    self.just_closed[ctx] = (at, replace(c, acted_s=t))
                 self.calls[conn] = ctx
                 return
         if ctx is None:
@@ -249,6 +296,7 @@ class ContextWalker:
             if worker != NO_THREAD:
                 serving = worker
                 self.worker_of[worker] = ctx
-            self.open[ctx] = Context(c.opened_s, c.latest_s, c.latest, t, c.closed, c.rooted,
+            self.open[ctx] = Context(c.opened_s, c.latest_s, c.latest,
+                                     t if waits else c.acted_s, c.closed, c.rooted,
                                      c.served, c.thread, serving)
         self.calls[conn] = ctx

@@ -76,7 +76,8 @@ class NodeBeam:
         self.undecided = 0
 
     def decided_alone(self, links: list[tuple[int, float]], spontaneous: float, msg: int,
-                      conn: int, t: float, worker: int = NO_THREAD) -> bool:
+                      conn: int, t: float, worker: int = NO_THREAD, waits: bool = True
+                      ) -> bool:
         """With one hypothesis, a call whose likeliest option outweighs every other beyond
         the beam's ratio is decided at once (most calls; `branch` would do the same with
         lists and sorting). False: not so clear, `branch` it."""
@@ -97,13 +98,15 @@ class NodeBeam:
             self.decisions[msg] = ([(best, 1.0)], 0.0)
             self.placements[msg] = Placement.AFTERWARD if ctx is None else (
                 Placement.SIBLING if walker.open[ctx].acted_s is not None else Placement.OPEN)
-        walker.call_sent(conn, best, t, worker)
+        walker.call_sent(conn, best, t, worker, waits)
         return True
 
     def branch(self, options: list[list[Option]], msg: int, conn: int, t: float,
-               greeting: int | None = None, worker: int = NO_THREAD) -> None:
+               greeting: int | None = None, worker: int = NO_THREAD, waits: bool = True
+               ) -> None:
         """Each hypothesis's options for call `msg` (on `conn`, leaving at `t`, from `worker`
-        if a hidden worker's) taken as new hypotheses, then pruned. After a `greeting` (the
+        if a hidden worker's; `waits`: its context waits for an answer) taken as new
+        hypotheses, then pruned. After a `greeting` (the
         server spoke first: MySQL's handshake), the call answers it, and the greeting hangs
         from the option's parent: the context that opened the connection (its SYN carries no
         payload to see)."""
@@ -129,7 +132,7 @@ class NodeBeam:
                 self.decisions[msg] = ([(parent, 1.0)], 0.0) if parent is not None \
                     else ([], 1.0)
             self.placements[msg] = placement
-            self.hypotheses[0].walker.call_sent(conn, parent, t, worker)
+            self.hypotheses[0].walker.call_sent(conn, parent, t, worker, waits)
             return
         grown.sort(key=lambda g: -g[0])
         by_hypothesis: dict[int, list[tuple[float, int, int | None, Placement]]] = {}
@@ -147,10 +150,14 @@ class NodeBeam:
                     one.choices = Choice(msg, greeting, placement, one.choices)
                 else:
                     one.choices = Choice(msg, parent, placement, one.choices)
-                one.walker.call_sent(conn, parent, t, worker)
+                one.walker.call_sent(conn, parent, t, worker, waits)
                 survivors.append(one)
         survivors.sort(key=lambda h: -h.log_likelihood)
-        self.hypotheses = _distinct(survivors) if len(survivors) > 1 else survivors
+        # merged where a call split a hypothesis: hypotheses that came to be alike otherwise
+        # wait for the next split, not worth a signature each on every call (a worker going
+        # on with its request in every hypothesis)
+        split = len(survivors) > len(by_hypothesis)
+        self.hypotheses = _distinct(survivors) if split else survivors
         self.undecided += 1
         if len(self.hypotheses) == 1 or self.undecided > MAX_UNDECIDED:
             self.settle()

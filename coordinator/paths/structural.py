@@ -75,6 +75,11 @@ AFTERWARD_S = 0.005
 # A call bound to its thread's request keeps at least this weight (never underflows to 0).
 BOUND_FLOOR = 1e-300
 WORKER_ALONE = 1e-6  # how much less likely a hidden worker's call with no request is
+# a pool takes its queue in order: a waiting request with one ahead of it is so much less
+# likely a free worker's next (`contexts.WAITING_OFFERED` are offered at all)
+QUEUE_PRIOR = 0.1
+# how much less likely a reply is while its request's hidden worker awaits an answer
+LOG_BUSY_WORKER = math.log(1e-6)
 # A transition's delays are fitted once it has this many links.
 MIN_FIT_SAMPLES = 20
 # The passes that fit the model walk only the trace's first this many messages (in time):
@@ -145,6 +150,32 @@ def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINK
         return walk.result(decided)
 
 
+def _queue_priors(ready: list[Context]) -> list[float]:
+    """Each ready context's prior for a free worker: QUEUE_PRIOR to the power of the number
+    of waiting requests (not yet started) that arrived before it; 1 for the others."""
+    out, ahead = [], 0
+    for c in ready:
+        if c.worker == NO_THREAD and c.acted_s is None and not c.rooted and not c.closed \
+                and c.latest_s == c.opened_s:
+            out.append(QUEUE_PRIOR ** ahead)
+            ahead += 1
+        else:
+            out.append(1.0)
+    return out
+
+
+def unanswered_calls(trace: Trace, is_reply: list[bool], out_t: np.ndarray,
+                     in_t: np.ndarray) -> set[int]:
+    """The calls nothing answers: a connection's last message when its client sent it (a
+    connection's messages alternate). MySQL's COM_QUIT is one; its sender does not wait for
+    an answer, so its context goes on as if it had not called."""
+    m = trace.messages
+    t = np.where(np.isfinite(out_t), out_t, in_t)
+    order = np.lexsort((t, m.conn))
+    last = order[np.r_[m.conn[order][1:] != m.conn[order][:-1], True]] if len(order) else order
+    return {int(i) for i in last.tolist() if not is_reply[i]}
+
+
 class _Walk:
     """The trace's events by node, walked with a context chooser."""
 
@@ -162,6 +193,7 @@ class _Walk:
         self.send_thread, self.recv_thread = m.send_thread.tolist(), m.recv_thread.tolist()
         self.threaded = one_request_per_thread(trace).tolist()
         self.workers = worker_threads(trace, worker_nodes)
+        self.unanswered = unanswered_calls(trace, self.is_reply, self.out_t, self.in_t)
         first = np.fmin(self.out_t, self.in_t)
         self.first_s = np.sort(first[np.isfinite(first)])
 
@@ -230,7 +262,8 @@ class _Walk:
             # a node serving a request per thread has its calls bound: the few a thread
             # cannot say are not worth a beam (kept, every bound call would branch with it)
             width = BEAM_WIDTH if model is not None and not self.threaded[node] else 1
-            beam = NodeBeam(ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S),
+            beam = NodeBeam(ContextWalker(self.settings.window_s, FANOUT_S, AFTERWARD_S,
+                                          self.threaded[node], bool(self.workers[node])),
                             decisions, self.placements, width)
             self._walk_node(node, beam, zip(times, departures, messages, strict=True),
                             pace.node(calls, len(times)), choose, model, seen, decisions)
@@ -258,10 +291,13 @@ class _Walk:
                 for h in beam.hypotheses:
                     h.walker.reply_arrived(conn, msg, t, recv_thread[msg])
             elif is_reply[msg]:
+                busy = [len(beam.hypotheses) > 1 and h.walker.answers_busy_worker(conn)
+                        for h in beam.hypotheses]
                 parents = [h.walker.answer(conn, t) for h in beam.hypotheses]
                 weights = [0.0 if p is None or model is None or len(parents) == 1 else
                            self._reply_weight(model, seen, p, msg, t - in_t[p])
-                           for p in parents]
+                           + (LOG_BUSY_WORKER if b else 0.0)
+                           for p, b in zip(parents, busy, strict=True)]
                 beam.reply(msg, parents, weights)
             elif spontaneous:
                 for h in beam.hypotheses:
@@ -290,15 +326,19 @@ class _Walk:
             chosen = [([(p, max(w, BOUND_FLOOR)) for p, w in links], 0.0) if links else
                       (links, s) for links, s in chosen]
         elif worker != NO_THREAD:  # likewise; and a worker with no request to serve is
-            # what a hypothesis that gave its request to another worker comes to
-            chosen = [([(p, max(w, BOUND_FLOOR)) for p, w in links], 0.0) if links else
-                      (links, s * WORKER_ALONE) for links, s in chosen]
+            # what a hypothesis that gave its request to another worker comes to; a request
+            # waiting behind another is the less likely to be taken (`contexts` module doc)
+            chosen = [([(p, max(w, BOUND_FLOOR) * f) for (p, w), f in zip(
+                links, _queue_priors(ready), strict=True)], 0.0) if links else
+                (links, s * WORKER_ALONE) for (links, s), ready in zip(chosen, readies,
+                                                                       strict=True)]
         greeting = self._greeting(greeted.pop(conn, None), t, decisions)
         if greeting is not None:  # its parent arrived before it did
             chosen = [([(p, w) for p, w in links if in_t[p] <= in_t[greeting]], s)
                       for links, s in chosen]
+        waits = msg not in self.unanswered
         if len(chosen) == 1 and greeting is None and beam.decided_alone(
-                *chosen[0], msg, conn, t, worker):
+                *chosen[0], msg, conn, t, worker, waits):
             return
         options = [_options(h.walker, c) for h, c in zip(beam.hypotheses, chosen, strict=True)]
         if greeting is not None:
@@ -306,7 +346,7 @@ class _Walk:
             if model is None:  # §5.1's weights know no connect: a ready context opened it
                 # (a first pass calling it spontaneous would fit every later pass to that)
                 options = [[o for o in opts if o[0] is not None] or opts for opts in options]
-        beam.branch(options, msg, conn, t, greeting, worker)
+        beam.branch(options, msg, conn, t, greeting, worker, waits)
 
     def _greeting(self, seen: tuple[int, float] | None, t: float, decisions: Decided
                   ) -> int | None:
