@@ -69,6 +69,7 @@ OUT = Path(__file__).with_name("out")
 SETTINGS = LinkingSettings(window_s=2.0)
 LINKERS = ("wap5", "fcfs", "context", "context-unbudgeted")
 QUEUED_S = 60.0  # how long before the application began a request it may have arrived
+SLACK_S = 0.005  # how much later than that the capture may have seen it arrive
 GENERAL_LOG = re.compile(r"^(?:\d{6}\s+\d+:\d\d:\d\d)?\s+(\d+) (\w+)\t(.*)$")
 AGENT = re.compile(r"/\* .*? (\S+) \*/")  # MediaWiki's comment: /* method agent */
 RATES = {"redmine": "5,10,15", "mediawiki": "10,20,30"}
@@ -78,8 +79,7 @@ RATES = {"redmine": "5,10,15", "mediawiki": "10,20,30"}
 class TrueRequest:
     page: str
     client_port: int  # its connection to the web server
-    arrived_s: float  # its arrival at the web server, or (`queued`) a moment after it
-    queued: bool  # arrived_s is when the application began it: the last arrival before
+    began_s: float  # when the server (Apache) or the application (Rack) began it
     db: tuple[tuple[int, float, float], ...]  # (database client port, from, to)
 
 
@@ -102,7 +102,7 @@ def redmine_truth(directory: Path, window: tuple[float, float]) -> list[TrueRequ
         r = json.loads(line)
         page = page_of(r["path"] + (f"?{r['query']}" if r.get("query") else ""))
         if page and r["status"] == 200 and window[0] <= r["t_in"] and r["t_out"] <= window[1]:
-            out.append(TrueRequest(page, r["port"], r["t_in"], True,
+            out.append(TrueRequest(page, r["port"], r["t_in"],
                                    tuple((p, r["t_in"], r["t_out"]) for p in r["db_ports"])))
     return out
 
@@ -125,7 +125,7 @@ def mediawiki_truth(directory: Path, window: tuple[float, float]) -> list[TrueRe
         if page and status == "200" and window[0] <= start and end <= window[1]:
             db = tuple((port_of.get(t, -1), -math.inf, math.inf)
                        for t in sorted(threads.get(uid, ())))
-            out.append(TrueRequest(page, int(port), start, False, db))
+            out.append(TrueRequest(page, int(port), start, db))
     return out
 
 
@@ -149,11 +149,11 @@ def members_of(trace: Trace, requests: Sequence[TrueRequest]
     conv = Conversations(trace)
     members, name_of = [], {}
     for r in requests:
-        if r.queued:  # the loadgen sends no request on a connection before the last reply
-            front = conv.exchange(r.client_port, "web", r.arrived_s, sent=False,
-                                  within=(r.arrived_s - QUEUED_S, r.arrived_s))
-        else:
-            front = conv.exchange(r.client_port, "web", r.arrived_s, sent=False)
+        # the last request to arrive on its client connection before it was begun (it may
+        # have queued for a worker, or in the listen backlog; the load generator sends the
+        # next on a connection only after the reply), or just after (clocks read apart)
+        front = conv.exchange(r.client_port, "web", r.began_s, sent=False,
+                              within=(r.began_s - QUEUED_S, r.began_s + SLACK_S))
         calls = [on_connection(conv, port, "db", lo, hi) for port, lo, hi in r.db]
         if front is None or not r.db or any(not c for c in calls):
             continue
