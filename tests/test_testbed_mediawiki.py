@@ -194,8 +194,9 @@ def test_paths_follow_php_s_connection_per_request_to_mariadb(mediawiki, tmp_pat
     # PHP closes its MariaDB connection as the response's last bytes leave, in either order,
     # so one page shows as two trees that differ only in where COM_QUIT hangs; what must hold
     # is that nearly all of them cross the link as often as a packet capture counts
+    # (a pattern that does not cross a link has no entry for it: it crosses 0 times)
     near_truth = sum(p["count"] for p in paths
-                     if abs(p["crossings"]["web->db"] - ARTICLE_CROSSINGS) <= 1)
+                     if abs(p["crossings"].get("web->db", 0) - ARTICLE_CROSSINGS) <= 1)
     assert near_truth >= 0.8 * found, [(p["count"], p["crossings"]) for p in paths]
     # each way as a packet capture counts them (RESULTS.md, "MediaWiki: the truth per page
     # type"): two connections' set-ups, 40 turns, the last query between the page's parts
