@@ -61,7 +61,7 @@ class Context:
     worker: int = NO_THREAD  # the worker thread serving it (module doc)
 
 
-def _waiting(c: Context) -> bool:
+def is_waiting(c: Context) -> bool:
     """A request that has sent nothing yet and no worker has taken."""
     return c.worker == NO_THREAD and c.acted_s is None and c.latest_s == c.opened_s \
         and not c.rooted and not c.closed
@@ -209,7 +209,7 @@ class ContextWalker:
                 # a free worker takes a request no worker has started: one that has sent
                 # nothing yet; or goes on with the chain its spontaneous call began (a
                 # request that came before the trace)
-                waiting = [c for c in self.open.values() if _waiting(c)
+                waiting = [c for c in self.open.values() if is_waiting(c)
                            and (self.queues or c.latest_s >= fresh)]
                 waiting.sort(key=lambda c: c.opened_s)
                 candidates = waiting[:WAITING_OFFERED]
@@ -262,7 +262,7 @@ class ContextWalker:
         answered: MySQL's COM_QUIT on a connection per request; kept, they would pile up
         and every signature would walk them)."""
         for ctx in [k for k, c in self.open.items() if c.latest_s < t - self.window_s
-                    and not (self.queues and _waiting(c))]:
+                    and not (self.queues and is_waiting(c))]:
             self._close(ctx)
         for ctx in [k for k, at in self.rooted.items() if at < t - self.window_s]:
             del self.rooted[ctx]

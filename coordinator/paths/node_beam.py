@@ -106,8 +106,8 @@ class NodeBeam:
                ) -> None:
         """Each hypothesis's options for call `msg` (on `conn`, leaving at `t`, from `worker`
         if a hidden worker's; `waits`: its context waits for an answer) taken as new
-        hypotheses, then pruned. After a `greeting` (the
-        server spoke first: MySQL's handshake), the call answers it, and the greeting hangs
+        hypotheses, then pruned. After a `greeting` (the server spoke first: MySQL's
+        handshake), the call answers it, and the greeting hangs
         from the option's parent: the context that opened the connection (its SYN carries no
         payload to see)."""
         grown: list[tuple[float, int, int | None, Placement]] = []

@@ -49,7 +49,7 @@ from coordinator.paths.candidates import (
     departure_and_arrival,
     latest_parent_delay,
 )
-from coordinator.paths.contexts import Context, ContextWalker
+from coordinator.paths.contexts import Context, ContextWalker, is_waiting
 from coordinator.paths.delay_model import DelayModel, fit_lognormals
 from coordinator.paths.features import Observables
 from coordinator.paths.messages import NO_THREAD, Trace
@@ -155,8 +155,7 @@ def _queue_priors(ready: list[Context]) -> list[float]:
     of waiting requests (not yet started) that arrived before it; 1 for the others."""
     out, ahead = [], 0
     for c in ready:
-        if c.worker == NO_THREAD and c.acted_s is None and not c.rooted and not c.closed \
-                and c.latest_s == c.opened_s:
+        if is_waiting(c):
             out.append(QUEUE_PRIOR ** ahead)
             ahead += 1
         else:
