@@ -42,10 +42,7 @@ import json
 import shutil
 import signal
 import socket
-import struct
-import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -56,6 +53,7 @@ import numpy as np
 
 from benchmarks.background_load import KINDS, BackgroundLoad, steady_load
 from benchmarks.on_testbed import scratch_root
+from benchmarks.packet_socket import InNamespace, tcp_segments
 from benchmarks.results_md import update_section
 from benchmarks.slopes import applied_ms_of, link_spec, loaded_slopes, slope
 from coordinator.core.alternation import OFF, ON
@@ -77,29 +75,10 @@ LINKS = ("web->db", "db->web")
 def sniff(port: int) -> None:
     """In the db host's namespace: every TCP packet to or from `port` on any interface as a
     JSON line (t, src, dst, sport, dport, flags, payload bytes) until stdin closes."""
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))
-    sock.settimeout(0.2)
-    threading.Thread(target=lambda: (sys.stdin.read(), sock.close()), daemon=True).start()
-    print("ready", flush=True)
-    while True:
-        try:
-            frame = sock.recv(65535)
-        except TimeoutError:
-            continue
-        except OSError:
-            return
-        if len(frame) < 34 or frame[12:14] != b"\x08\x00" or frame[23] != 6:
-            continue
-        ihl = (frame[14] & 0x0F) * 4
-        total = struct.unpack("!H", frame[16:18])[0]
-        tcp = frame[14 + ihl:]
-        sport, dport = struct.unpack("!HH", tcp[:4])
-        if port not in (sport, dport):
-            continue
-        data_off = (tcp[12] >> 4) * 4
-        print(json.dumps({"t": time.time(), "src": socket.inet_ntoa(frame[26:30]),
-                          "sport": sport, "dport": dport, "flags": tcp[13],
-                          "len": total - ihl - data_off}), flush=True)
+    for seg in tcp_segments(port):
+        print(json.dumps({"t": time.time(), "src": seg.src, "sport": seg.sport,
+                          "dport": seg.dport, "flags": seg.flags, "len": len(seg.payload)}),
+              flush=True)
 
 
 def count_request(packets: list[dict[str, Any]], end_s: float, port: int = PORT
@@ -153,17 +132,9 @@ def _last_logged(path: Path, log_format: str) -> float:
 
 def crossings(info: dict[str, Any], directory: Path, requests: int) -> dict[str, Any]:
     db = next(h for h in info["hosts"] if h["name"] == "db")
-    sniffer = subprocess.Popen(["ip", "netns", "exec", db["namespace"], sys.executable, "-m",
-                                "benchmarks.mediawiki_truth", "--sniff"], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
-    packets: list[dict[str, Any]] = []
+    sniffer = InNamespace(db["namespace"], "benchmarks.mediawiki_truth", "--sniff")
+    packets = sniffer.records
     try:
-        assert sniffer.stdout is not None
-        if sniffer.stdout.readline().strip() != "ready":
-            sys.exit("mediawiki_truth: the packet capture did not start")
-        reader = threading.Thread(target=lambda: packets.extend(
-            json.loads(line) for line in sniffer.stdout), daemon=True)  # type: ignore[union-attr]
-        reader.start()
         log = mariadb.general_log(directory, True)
         result = {}
         for t in info["transactions"]:
@@ -195,9 +166,7 @@ def crossings(info: dict[str, Any], directory: Path, requests: int) -> dict[str,
         mariadb.general_log(directory, False)
         return result
     finally:
-        assert sniffer.stdin is not None
-        sniffer.stdin.close()
-        sniffer.wait(timeout=15)
+        sniffer.stop()
 
 
 def idle_slopes(info: dict[str, Any], link: str, delay_ms: float, blocks: int = 4,

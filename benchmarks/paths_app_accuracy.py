@@ -33,11 +33,7 @@ import os
 import platform
 import re
 import shutil
-import socket
 import struct
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,6 +45,7 @@ import numpy as np
 from scipy import stats
 
 from benchmarks.on_testbed import linkgrad, scratch_root
+from benchmarks.packet_socket import InNamespace, tcp_segments
 from benchmarks.paths_accuracy import Conversations
 from benchmarks.paths_app_speed import APPS, EXPERIMENT
 from benchmarks.results_md import update_section
@@ -239,52 +236,14 @@ def greetings(port: int) -> None:
     """In the db host's namespace: each MySQL connection's thread id, read from the server's
     greeting (protocol 10: the first packet, sequence 0, the version string, then the id), as a
     JSON line {port: the client's, thread}, until stdin closes."""
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))
-    sock.settimeout(0.2)
-    threading.Thread(target=lambda: (sys.stdin.read(), sock.close()), daemon=True).start()
-    print("ready", flush=True)
-    while True:
-        try:
-            frame = sock.recv(65535)
-        except TimeoutError:
+    for seg in tcp_segments(port):
+        p = seg.payload
+        if seg.sport != port or len(p) < 10 or p[3] != 0 or p[4] != 10:
             continue
-        except OSError:
-            return
-        if len(frame) < 34 or frame[12:14] != b"\x08\x00" or frame[23] != 6:
-            continue
-        tcp = frame[14 + (frame[14] & 0x0F) * 4:]
-        sport, dport = struct.unpack("!HH", tcp[:4])
-        payload = tcp[(tcp[12] >> 4) * 4:]
-        if sport != port or len(payload) < 10 or payload[3] != 0 or payload[4] != 10:
-            continue
-        end = payload.find(b"\0", 5)
-        if 0 < end <= len(payload) - 5:
-            thread = struct.unpack("<I", payload[end + 1:end + 5])[0]
-            print(json.dumps({"port": dport, "thread": thread}), flush=True)
-
-
-class Greetings:
-    """`greetings` running in the db host's namespace, its lines kept."""
-
-    def __init__(self, namespace: str) -> None:
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", namespace, sys.executable, "-m",
-             "benchmarks.paths_app_accuracy", "--greetings"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        if self.proc.stdout.readline().strip() != "ready":
-            sys.exit("paths_app_accuracy: the packet socket on db did not start")
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout),
-                                       daemon=True)  # type: ignore[arg-type]
-        self.reader.start()
-
-    def stop(self) -> list[str]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=15)
-        self.reader.join(timeout=5)
-        return self.lines
+        end = p.find(b"\0", 5)
+        if 0 < end <= len(p) - 5:
+            thread = struct.unpack("<I", p[end + 1:end + 5])[0]
+            print(json.dumps({"port": seg.dport, "thread": thread}), flush=True)
 
 
 def capture(app: str, info: dict[str, Any], tag: str, root: Path, rate: float,
@@ -314,13 +273,13 @@ def capture(app: str, info: dict[str, Any], tag: str, root: Path, rate: float,
     general.unlink(missing_ok=True)
     mariadb.general_log(directory, True)
     db = next(h for h in info["hosts"] if h["name"] == "db")
-    sniffer = Greetings(db["namespace"])
+    sniffer = InNamespace(db["namespace"], "benchmarks.paths_app_accuracy", "--greetings")
     try:
         linkgrad("paths_app_accuracy", env, *argv)
     finally:
-        lines = sniffer.stop()
+        found = sniffer.stop()
         mariadb.general_log(directory, False)
-    (out / "greetings.jsonl").write_text("".join(lines))
+    (out / "greetings.jsonl").write_text("".join(json.dumps(g) + "\n" for g in found))
     shutil.copy(general, out / "general.log")
     shutil.copy(truth_log, out / apache.TRUTH_LOG)
     return out
