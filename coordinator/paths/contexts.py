@@ -82,6 +82,11 @@ class ContextWalker:
         self.pending: dict[int, int] = {}  # connection (served) -> its request's context
         self.calls: dict[int, int] = {}  # connection (called) -> its last call's context
         self.just_closed: dict[int, tuple[float, Context]] = {}  # answered within afterward_s
+        # thread -> its answered contexts (a call on a thread looks at its own, not at every
+        # answered request of a node that keeps them for the window); may hold expired ones
+        self.closed_by_thread: dict[int, tuple[int, ...]] = {}
+        self.now_s = -math.inf  # the latest time asked about
+        self.next_expiry_s = -math.inf
         # thread -> its contexts, oldest first (tuples: shared between copies, replaced)
         self.by_thread: dict[int, tuple[int, ...]] = {}
         self.worker_of: dict[int, int] = {}  # worker thread -> the context it serves
@@ -99,6 +104,8 @@ class ContextWalker:
         new.pending = dict(self.pending)
         new.calls = dict(self.calls)
         new.just_closed = dict(self.just_closed)  # answered contexts: replaced, not changed
+        new.closed_by_thread = dict(self.closed_by_thread)
+        new.now_s, new.next_expiry_s = self.now_s, self.next_expiry_s
         new.by_thread = dict(self.by_thread)
         new.worker_of = dict(self.worker_of)
         new.next_id, new.next_sweep_s = self.next_id, self.next_sweep_s
@@ -121,7 +128,8 @@ class ContextWalker:
         return (frozenset((c.latest, c.acted_s, c.served, c.worker) for c in self.open.values()
                           if not c.rooted or c.acted_s is not None),
                 frozenset([*(("call", conn, name(ctx)) for conn, ctx in self.calls.items()),
-                           *(("closed", c.latest, t) for t, c in self.just_closed.values())]))
+                           *(("closed", c.latest, t) for t, c in self.just_closed.values()
+                             if not self._expired(t, c, self.now_s))]))
 
     def _new(self) -> int:
         self.next_id += 1
@@ -162,8 +170,9 @@ class ContextWalker:
         elif ctx in self.open:
             self._arrive(ctx, t, msg)
         elif ctx in self.just_closed:  # work after the answer goes on: a chain of calls
-            _, c = self.just_closed[ctx]
-            self.just_closed[ctx] = (t, replace(c, latest_s=t, latest=msg, acted_s=None))
+            at, c = self.just_closed[ctx]
+            if not self._expired(at, c, t):
+                self.just_closed[ctx] = (t, replace(c, latest_s=t, latest=msg, acted_s=None))
 
     def answers_busy_worker(self, conn: int) -> bool:
         """Whether the node's reply on `conn` would answer a request whose hidden worker
@@ -176,12 +185,16 @@ class ContextWalker:
     def answer(self, conn: int, t: float) -> int | None:
         """The parent of this node's reply on `conn` (None: its request is not in the trace),
         closing that request's context."""
+        if t >= self.next_expiry_s:  # a node that never calls is never asked `ready`
+            self._expire(t)
         ctx = self.pending.pop(conn, None)
         c = self.open.get(ctx) if ctx is not None else None
         if c is None:
             return None
         self._close(ctx)
         self.just_closed[ctx] = (t, replace(c, closed=True))
+        if c.thread != NO_THREAD:
+            self.closed_by_thread[c.thread] = (*self.closed_by_thread.get(c.thread, ()), ctx)
         return c.latest
 
     def ready(self, t: float, thread: int | None = None, worker: int | None = None
@@ -191,12 +204,9 @@ class ContextWalker:
         a walk over hundreds of open requests); with `worker`, the request it serves while
         that is open, else the requests no worker has started and its own chain (module
         doc)."""
-        if self.just_closed:  # one waiting on its own call waits as an open one would;
-            # one its thread answered is its thread's until that serves another (below)
-            for ctx in [k for k, (at, c) in self.just_closed.items()
-                        if at < t - (self.afterward_s if c.acted_s is None and not (
-                            self.thread_bound and c.thread != NO_THREAD) else self.window_s)]:
-                del self.just_closed[ctx]
+        self.now_s = t
+        if self.just_closed and t >= self.next_expiry_s:
+            self._expire(t)
         if t >= self.next_sweep_s:
             self._sweep(t)
         fresh, fanout = t - self.window_s, self.fanout_s
@@ -238,8 +248,11 @@ class ContextWalker:
         fanout = self.fanout_s
         if self.just_closed:
             soon = t - self.afterward_s
-            closed = [(at, c) for at, c in self.just_closed.values()
-                      if (c.acted_s is None or t - c.acted_s <= fanout)
+            answered = self.just_closed.values() if thread is None else [
+                self.just_closed[k] for k in self.closed_by_thread.get(thread, ())
+                if k in self.just_closed]
+            closed = [(at, c) for at, c in answered if not self._expired(at, c, t)
+                      and (c.acted_s is None or t - c.acted_s <= fanout)
                       and (thread is None or c.thread == thread)
                       and (worker is None or c.worker == worker)]
             ready += [c for at, c in closed if at >= soon or c.acted_s is not None]
@@ -251,6 +264,23 @@ class ContextWalker:
                 if at < soon and last.acted_s is None:
                     ready.append(last)
         return ready
+
+    def _expired(self, at: float, c: Context, t: float) -> bool:
+        """Whether an answered context may no longer send a call at `t`: one waiting on its
+        own call waits as an open one would; one its thread answered is its thread's until
+        that serves another (`_closed_ready`)."""
+        return at < t - (self.afterward_s if c.acted_s is None and not (
+            self.thread_bound and c.thread != NO_THREAD) else self.window_s)
+
+    def _expire(self, t: float) -> None:
+        """Let go of the answered contexts expired at `t` (between two passes, `_expired`
+        keeps them from being offered: a pass per call would walk them all each time)."""
+        for ctx in [k for k, (at, c) in self.just_closed.items() if self._expired(at, c, t)]:
+            del self.just_closed[ctx]
+        self.closed_by_thread = {
+            thread: kept for thread, ctxs in self.closed_by_thread.items()
+            if (kept := tuple(k for k in ctxs if k in self.just_closed))}
+        self.next_expiry_s = t + self.window_s / SWEEPS_PER_WINDOW
 
     def _on_thread(self, thread: int, ctx: int) -> None:
         self.by_thread[thread] = (*(k for k in self.by_thread.get(thread, ())
