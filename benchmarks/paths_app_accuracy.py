@@ -21,7 +21,8 @@ Every request the truth logs inside the window all hosts captured counts; one wh
 the trace lacks is wrong for every linker, not dropped.
 
     nice -n 5 .venv/bin/python -m benchmarks.paths_app_accuracy [--app redmine]
-        [--rates 5,10,15] [--seconds 30]    (root: brings its own testbed up and down)
+        [--rates 5,10,15] [--seconds 30] [--repeats 3]    (root: brings its own testbed up
+        and down; --reanalyse with the same --rates and --repeats)
 """
 
 from __future__ import annotations
@@ -211,7 +212,7 @@ def accuracy(trace: Trace, members: list[list[int]], name_of: dict[int, str],
             "accuracy": sum(right.values()) / max(sum(logged.values()), 1)}
 
 
-def analyse(app: str, directory: Path, rate: float) -> list[dict[str, Any]]:
+def analyse(app: str, directory: Path, rate: float, run: int) -> list[dict[str, Any]]:
     trace_file = directory / "trace.jsonl"
     trace, folds = fold_hidden_workers(reconcile(list(read_trace(trace_file))))
     workers = {trace.nodes.index(f.into) for f in folds}
@@ -223,7 +224,7 @@ def analyse(app: str, directory: Path, rate: float) -> list[dict[str, Any]]:
     members, name_of = members_of(trace, requests)
     rows = []
     for linker in LINKERS:
-        row = {"app": app, "rate_per_s": rate, "messages": len(trace.messages),
+        row = {"app": app, "rate_per_s": rate, "run": run, "messages": len(trace.messages),
                "duration_s": trace_duration_s(trace), "found": len(name_of),
                "folded": [f.into for f in folds],
                **accuracy(trace, members, name_of, logged, linker, workers)}
@@ -246,13 +247,16 @@ def greetings(port: int) -> None:
             print(json.dumps({"port": seg.dport, "thread": thread}), flush=True)
 
 
+def capture_dir(keep: Path, rate: float, run: int) -> Path:
+    return keep / f"rate-{rate:g}-run{run}"
+
+
 def capture(app: str, info: dict[str, Any], tag: str, root: Path, rate: float,
-            seconds: float, keep: Path) -> Path:
-    """`linkgrad paths` at `rate` over the app's pages, its trace and truth kept in a
-    directory of this rate's (the truth logs are emptied first: their writers append)."""
+            seconds: float, out: Path) -> Path:
+    """`linkgrad paths` at `rate` over the app's pages, its trace and truth kept in `out`
+    (the truth logs are emptied first: their writers append)."""
     spec = APPS[app]
     directory = root / f"linkgrad-testbed-{tag}"
-    out = keep / f"rate-{rate:g}"
     out.mkdir(parents=True, exist_ok=True)
     experiment = root / f"accuracy-{rate:g}.yaml"
     transactions = "\n".join(f"  {name}: '{regex}'" for name, regex in spec.pages.items())
@@ -304,14 +308,18 @@ DESCRIBE = {
 
 def markdown(app: str, rows: list[dict[str, Any]], seconds: float) -> str:
     rates = sorted({r["rate_per_s"] for r in rows})
+    runs = len({r["run"] for r in rows})
+    taken = "one capture per rate, one run" if runs == 1 else \
+        f"{runs} captures per rate, each a run of its own, taken in turn across the rates; " \
+        "pooled, each run's figure after it"
     names = {"wap5": "WAP5 §5.1", "fcfs": "FCFS", "context": "context (ours, default budget)",
              "context-unbudgeted": "context (ours, no budget)"}
     lines = [
         f"## Causal paths on {APPS[app].title} against a per-request truth "
         f"(`benchmarks/paths_app_accuracy.py --app {app}`)", "",
         f"{datetime.now(UTC):%Y-%m-%d} on {platform.node()}, 2 cores: {DESCRIBE[app]}. "
-        f"Every host traced for {seconds:g} s per rate (`linkgrad paths`, one capture per "
-        "rate, one run, taken after the linker and the truth were fixed), the load generator "
+        f"Every host traced for {seconds:g} s per capture (`linkgrad paths`, {taken}; taken "
+        "after the linker and the truth were fixed), the load generator "
         f"at Poisson times over {', '.join(APPS[app].pages)}. Accuracy: the requests whose "
         "inferred tree is exactly the true one (messages and parents), over every request "
         "the truth logged inside the captured window (one the trace lacks counts as wrong), "
@@ -323,14 +331,18 @@ def markdown(app: str, rows: list[dict[str, Any]], seconds: float) -> str:
         cells = []
         for rate in rates:
             got = [r for r in rows if r["rate_per_s"] == rate and r["linker"] == linker]
-            cells.append(wilson(sum(got[0]["right"].values()), got[0]["requests"])
-                         if got else "-")
+            cell = wilson(sum(sum(r["right"].values()) for r in got),
+                          sum(r["requests"] for r in got))
+            if len(got) > 1:
+                cell += " [" + ", ".join(f"{r['accuracy']:.2f}" for r in got) + "]"
+            cells.append(cell)
         lines.append(f"| {names[linker]} | " + " | ".join(cells) + " |")
     lines += ["", "Per page, ours with the default budget (right / logged), and its linking "
               "time:", ""]
     for r in rows:
         if r["linker"] == "context":
-            lines.append(f"- {r['rate_per_s']:g} req/s: " + ", ".join(
+            lines.append(f"- {r['rate_per_s']:g} req/s" + (
+                f", run {r['run']}" if runs > 1 else "") + ": " + ", ".join(
                 f"{p} {r['right'][p]}/{n}" for p, n in sorted(r["logged"].items()))
                 + f"; {r['found']} of {r['requests']} found in the trace; linked in "
                 f"{r['link_s']:.1f} s for {r['duration_s']:.0f} s of capture")
@@ -344,6 +356,7 @@ def main() -> None:
     p.add_argument("--app", choices=sorted(RATES), default="redmine")
     p.add_argument("--rates", help="requests/s, comma-separated (default: per app)")
     p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--repeats", type=int, default=1, help="captures per rate (default 1)")
     p.add_argument("--reanalyse", action="store_true",
                    help="the captures of the last run again (benchmarks/out)")
     p.add_argument("--greetings", action="store_true", help=argparse.SUPPRESS)
@@ -358,12 +371,16 @@ def main() -> None:
         tag = f"a{int(time.time()) % 1000:03d}"
         try:
             info = up(APPS[args.app].topology, tag, root)
-            for rate in rates:
-                capture(args.app, info, tag, root, rate, args.seconds, keep)
+            for run in range(1, args.repeats + 1):  # in turn: a slow drift hits every rate
+                for rate in rates:
+                    out = capture_dir(keep, rate, run)
+                    shutil.rmtree(out, ignore_errors=True)
+                    capture(args.app, info, tag, root, rate, args.seconds, out)
         finally:
             down(tag, root=root)
             shutil.rmtree(root, ignore_errors=True)
-    rows = [row for rate in rates for row in analyse(args.app, keep / f"rate-{rate:g}", rate)]
+    rows = [row for rate in rates for run in range(1, args.repeats + 1)
+            for row in analyse(args.app, capture_dir(keep, rate, run), rate, run)]
     (OUT / f"paths_{args.app}_accuracy.json").write_text(
         json.dumps({"at": datetime.now(UTC).isoformat(), "rows": rows}, indent=1))
     section = markdown(args.app, rows, args.seconds)
