@@ -247,6 +247,22 @@ def greetings(port: int) -> None:
             print(json.dumps({"port": seg.dport, "thread": thread}), flush=True)
 
 
+def wait_until_idle(log: Path, quiet_s: float = 5.0, limit_s: float = 300.0) -> float:
+    """Wait until the application has written nothing to `log` for `quiet_s` (an overloaded
+    capture's backlog drains after its load stops: the next capture must not start on it);
+    the seconds waited."""
+    t0 = time.monotonic()
+    size, since = -1, t0
+    while time.monotonic() - t0 < limit_s:
+        now = log.stat().st_size if log.exists() else 0
+        if now != size:
+            size, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            break
+        time.sleep(0.5)
+    return time.monotonic() - t0
+
+
 def capture_dir(keep: Path, rate: float, run: int) -> Path:
     return keep / f"rate-{rate:g}-run{run}"
 
@@ -267,11 +283,14 @@ def capture(app: str, info: dict[str, Any], tag: str, root: Path, rate: float,
             str(out / "trace.jsonl"), "--json")
     if app == "redmine":
         truth_log = directory / "redmine" / "instance" / "log" / redmine.TRUTH_LOG
+        print(f"waited {wait_until_idle(truth_log):.0f} s for the server to be idle",
+              flush=True)
         truth_log.write_text("")
         linkgrad("paths_app_accuracy", env, *argv)
         shutil.copy(truth_log, out / "truth.log")
         return out
     truth_log = directory / apache.TRUTH_LOG
+    print(f"waited {wait_until_idle(truth_log):.0f} s for the server to be idle", flush=True)
     truth_log.write_text("")
     general = mariadb.paths(directory)["general_log"]
     general.unlink(missing_ok=True)
@@ -371,7 +390,9 @@ def main() -> None:
         tag = f"a{int(time.time()) % 1000:03d}"
         try:
             info = up(APPS[args.app].topology, tag, root)
-            for run in range(1, args.repeats + 1):  # in turn: a slow drift hits every rate
+            # in turn, so a slow drift hits every rate; each capture starts once the last
+            # one's backlog has drained
+            for run in range(1, args.repeats + 1):
                 for rate in rates:
                     out = capture_dir(keep, rate, run)
                     shutil.rmtree(out, ignore_errors=True)
