@@ -91,8 +91,11 @@ class Conversations:
         for i in np.argsort(t, kind="stable").tolist():
             self.on.setdefault(int(m.conn[i]), []).append(i)
         host = [trace.hosts[h] for h in trace.node_host]
-        self.conn_of = {(int(cp), host[int(sn)]): k for k, (cp, sn) in enumerate(
-            zip(c.client_port.tolist(), c.server_node.tolist(), strict=True))}
+        # several connections where a client port was reused (reconcile splits at SYNs)
+        self.conns_of: dict[tuple[int, str], list[int]] = {}
+        for k, (cp, sn) in enumerate(zip(c.client_port.tolist(), c.server_node.tolist(),
+                                         strict=True)):
+            self.conns_of.setdefault((int(cp), host[int(sn)]), []).append(k)
 
     def exchange(self, port: int, server_host: str, at_s: float, sent: bool,
                  within: tuple[float, float] | None = None, first: bool = False
@@ -102,23 +105,26 @@ class Conversations:
         With `within` (earliest, latest): the latest such time in it (the `first` if asked),
         not the nearest: a handler's clock reading comes after its request arrived, a query
         leaves after the reading before it, and the nearest may be the connection's next."""
-        k = self.conn_of.get((port, server_host))
-        if k is None:
-            return None
         m = self.trace.messages
-        client = self.trace.connections.client_node[k]
-        msgs = self.on[k]
-        best, gap = None, TOLERANCE_S
-        for pos, i in enumerate(msgs):
-            t = m.send_s[i] if sent else m.recv_s[i]
-            if m.src[i] != client or not np.isfinite(t):
-                continue
-            if within is not None:
-                if within[0] <= t <= within[1] and not (first and best is not None):
-                    best = pos
-            elif abs(t - at_s) <= gap:
-                best, gap = pos, abs(t - at_s)
-        if best is None or best + 1 >= len(msgs):
+        found: list[tuple[float, list[int], int]] = []  # (time, its connection's, position)
+        for k in self.conns_of.get((port, server_host), ()):
+            client = self.trace.connections.client_node[k]
+            msgs = self.on.get(k, [])
+            for pos, i in enumerate(msgs):
+                t = m.send_s[i] if sent else m.recv_s[i]
+                if m.src[i] != client or not np.isfinite(t):
+                    continue
+                near = within[0] <= t <= within[1] if within is not None \
+                    else abs(t - at_s) <= TOLERANCE_S
+                if near:
+                    found.append((t, msgs, pos))
+        if not found:
+            return None
+        if within is not None:
+            _, msgs, best = (min if first else max)(found, key=lambda f: f[0])
+        else:
+            _, msgs, best = min(found, key=lambda f: abs(f[0] - at_s))
+        if best + 1 >= len(msgs):
             return None
         return msgs[best], msgs[best + 1]
 

@@ -16,7 +16,8 @@ hanging from its caller's last message as the linker places it):
   (its database agent, `testbed/mediawiki.py`), so MariaDB's general log names each
   connection's request by its thread id; a packet socket on db reads each connection's thread
   id from the server's greeting. A connection per request: a request's tree is its request
-  and reply and every message on its connections.
+  and reply and every message on its connections (where PHP reused a client port at once,
+  the one whose greeting came when the sniffer read it).
 Every request the truth logs inside the window all hosts captured counts; one whose messages
 the trace lacks is wrong for every linker, not dropped.
 
@@ -78,7 +79,9 @@ class TrueRequest:
     page: str
     client_port: int  # its connection to the web server
     began_s: float  # when the server (Apache) or the application (Rack) began it
-    db: tuple[tuple[int, float, float], ...]  # (database client port, from, to)
+    # (database client port, from, to); or (port, its greeting's time, NaN): the connection
+    # that port opened then, whole (a connection per request reuses ports ms apart)
+    db: tuple[tuple[int, float, float], ...]
 
 
 def captured_window(trace_file: Path) -> tuple[float, float]:
@@ -107,7 +110,8 @@ def redmine_truth(directory: Path, window: tuple[float, float]) -> list[TrueRequ
 
 def mediawiki_truth(directory: Path, window: tuple[float, float]) -> list[TrueRequest]:
     page_of = page_matcher("mediawiki")
-    port_of = {g["thread"]: g["port"] for g in map(
+    # thread -> (client port, when the greeting was read; NaN in captures before it was kept)
+    port_of = {g["thread"]: (g["port"], g.get("t", math.nan)) for g in map(
         json.loads, (directory / "greetings.jsonl").read_text().splitlines())}
     threads: dict[str, set[int]] = {}
     text = (directory / "general.log").read_text(errors="replace")
@@ -121,7 +125,9 @@ def mediawiki_truth(directory: Path, window: tuple[float, float]) -> list[TrueRe
         start, end = int(start_us) / 1e6, (int(start_us) + int(took_us)) / 1e6
         page = page_of(url)
         if page and status == "200" and window[0] <= start and end <= window[1]:
-            db = tuple((port_of.get(t, -1), -math.inf, math.inf)
+            db = tuple((port_of[t][0], port_of[t][1], math.nan) if t in port_of and
+                       math.isfinite(port_of[t][1]) else
+                       (port_of.get(t, (-1,))[0], -math.inf, math.inf)
                        for t in sorted(threads.get(uid, ())))
             out.append(TrueRequest(page, int(port), start, db))
     return out
@@ -130,14 +136,25 @@ def mediawiki_truth(directory: Path, window: tuple[float, float]) -> list[TrueRe
 def on_connection(conv: Conversations, port: int, server_host: str, lo: float, hi: float
                   ) -> list[int] | None:
     """The messages on the connection from `port` to `server_host` that its client sent or
-    received between `lo` and `hi` (None: no such connection in the trace)."""
-    k = conv.conn_of.get((port, server_host))
-    if k is None:
-        return None
+    received between `lo` and `hi`; with `hi` NaN, every message of the connection from that
+    port whose first message (the server's greeting) came nearest `lo`, within a second
+    (None: no such connection in the trace)."""
+    conns = conv.conns_of.get((port, server_host), [])
     m = conv.trace.messages
-    client = conv.trace.connections.client_node[k]
-    return [i for i in conv.on.get(k, [])
-            if lo <= (m.send_s[i] if m.src[i] == client else m.recv_s[i]) <= hi]
+    if math.isnan(hi):
+        near = [(abs(_first_time(conv, k) - lo), k) for k in conns if conv.on.get(k)]
+        near = [x for x in near if x[0] <= 1.0]
+        return list(conv.on[min(near)[1]]) if near else None
+    found = [i for k in conns for i in conv.on.get(k, [])
+             if lo <= (m.send_s[i] if m.src[i] == conv.trace.connections.client_node[k]
+                       else m.recv_s[i]) <= hi]
+    return found if conns else None
+
+
+def _first_time(conv: Conversations, k: int) -> float:
+    m = conv.trace.messages
+    i = conv.on[k][0]
+    return float(m.recv_s[i] if np.isfinite(m.recv_s[i]) else m.send_s[i])
 
 
 def members_of(trace: Trace, requests: Sequence[TrueRequest]
@@ -244,7 +261,8 @@ def greetings(port: int) -> None:
         end = p.find(b"\0", 5)
         if 0 < end <= len(p) - 5:
             thread = struct.unpack("<I", p[end + 1:end + 5])[0]
-            print(json.dumps({"port": seg.dport, "thread": thread}), flush=True)
+            print(json.dumps({"port": seg.dport, "thread": thread, "t": time.time()}),
+                  flush=True)
 
 
 def wait_until_idle(log: Path, quiet_s: float = 5.0, limit_s: float = 300.0) -> float:

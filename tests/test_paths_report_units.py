@@ -3,6 +3,8 @@ gradients, and a bad trace named by file and line."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -52,10 +54,16 @@ def test_a_saved_trace_reads_back_and_a_bad_line_is_named(tmp_path: Path) -> Non
         HostRecord(("10.0.0.2", 80), ("10.0.0.1", 40000), False, 1, 51, 10.0, 10.1, False,
                    "nginx")])
     opened = HostTrace("db", frozenset({"10.0.0.3"}), frozenset(), [],
-                       ((("10.0.0.2", 40001), ("10.0.0.3", 3306)),))
+                       ((("10.0.0.2", 40001), ("10.0.0.3", 3306), 9.5),
+                        (("10.0.0.2", 40002), ("10.0.0.3", 3306), math.nan)))
     path = tmp_path / "t.jsonl"
     write_trace(path, [host, opened])
-    assert list(read_trace(path)) == [host, opened]
+    back = list(read_trace(path))
+    assert back[0] == host
+    assert dataclasses.replace(back[1], openings=()) == dataclasses.replace(opened, openings=())
+    [(c1, s1, t1), (c2, s2, t2)] = back[1].openings  # a SYN's time, or not known
+    assert (c1, s1, t1, c2, s2) == (*opened.openings[0], *opened.openings[1][:2])
+    assert math.isnan(t2)
     path.write_text(path.read_text() + '{"host": "db", "addresses": []}\n')
     with pytest.raises(InputError, match=r"t.jsonl:4: a host entry needs"):
         list(read_trace(path))

@@ -298,11 +298,36 @@ def test_a_connection_is_opened_where_either_end_saw_its_syn() -> None:
                HostRecord(pooled, db, True, 1, 11, T0 + 1, T0 + 1, False, "php")]
     client = HostTrace("web", frozenset({"10.0.0.1"}), frozenset(), records)
     server = HostTrace("db", frozenset({"10.0.0.2"}), frozenset({("0.0.0.0", 3306)}), [],
-                       ((web, db),))
+                       ((web, db, math.nan),))  # a trace saved before SYNs had times
     trace = reconcile([client, server])
     opened = {int(trace.connections.client_port[i]): bool(o)
               for i, o in enumerate(trace.connections.opened)}
     assert opened == {40000: True, 40001: False}
+
+
+def test_a_client_port_reused_at_once_is_a_new_connection_from_its_syn() -> None:
+    """PHP's connection per request to MariaDB: the server closes first and holds the
+    TIME_WAIT, so the client may open the same endpoint pair again ms later. Each SYN starts
+    a connection of its own; what came before the first is the one open when tracing began,
+    on the client's clock and the server's (0.5 s apart) alike."""
+    web, db = ("10.0.0.1", 40000), ("10.0.0.2", 3306)
+    skew = 0.5
+    syn_at = (T0 + 0.010, T0 + 0.020)
+    seqs = ((1, 11), (5_000, 5_010), (90_000, 90_010))  # the ISN moves on with the clock
+    at = (T0, T0 + 0.015, T0 + 0.025)
+    client = HostTrace("web", frozenset({"10.0.0.1"}), frozenset(), [
+        HostRecord(web, db, True, a, b, t, t, False, "php") for (a, b), t in zip(seqs, at)],
+        [(web, db, t) for t in syn_at])
+    server = HostTrace("db", frozenset({"10.0.0.2"}), frozenset({("0.0.0.0", 3306)}), [
+        HostRecord(db, web, False, a, b, t + skew + 1e-4, t + skew + 1e-4, False, "mariadbd")
+        for (a, b), t in zip(seqs, at)], [(web, db, t + skew) for t in syn_at])
+    trace = reconcile([client, server])
+    m, c = trace.messages, trace.connections
+    assert len(c.opened) == 3
+    assert [bool(c.opened[k]) for k in m.conn] == [False, True, True]
+    assert len(set(m.conn.tolist())) == 3
+    assert set(c.client_port.tolist()) == {40000}
+    assert np.all(np.isfinite(m.send_s)) and np.all(np.isfinite(m.recv_s))  # matched
 
 
 def test_connections_too_short_to_name_take_the_process_of_their_host_s_other_calls() -> None:

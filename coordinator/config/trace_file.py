@@ -5,6 +5,7 @@ it saw opened, after a format line; read back for `linkgrad paths --trace`."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ def write_trace(path: Path, hosts: list[HostTrace]) -> None:
                                  "records": [[*r.local, *r.remote, r.sent, r.seq_first,
                                               r.seq_end, r.first_s, r.last_s, r.loopback,
                                               r.process, r.thread] for r in h.records],
-                                 "openings": [[*c, *s] for c, s in h.openings]}))
+                                 "openings": [[*c, *s, None if math.isnan(t) else t]
+                                              for c, s, t in h.openings]}))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")  # whole or not at all, as a run's files
     tmp.write_text("\n".join(lines) + "\n")
@@ -51,15 +53,17 @@ def read_trace(path: Path) -> Iterator[HostTrace]:
                                   int(r[6]), float(r[7]), float(r[8]), bool(r[9]), str(r[10]),
                                   int(r[11]) if len(r) > 11 else NO_THREAD)
                        for r in entry["records"]]
-            # the connections opened (SYNs) came later too: none in a trace saved before
-            openings = tuple(((str(o[0]), int(o[1])), (str(o[2]), int(o[3])))
+            # the connections opened (SYNs) came later too: none in a trace saved before,
+            # and their times later still (NaN: not known)
+            openings = tuple(((str(o[0]), int(o[1])), (str(o[2]), int(o[3])),
+                              float(o[4]) if len(o) > 4 and o[4] is not None else math.nan)
                              for o in entry.get("openings", []))
             yield HostTrace(str(entry["host"]), frozenset(entry["addresses"]),
                             frozenset((a, int(p)) for a, p in entry["listening"]), records,
                             openings)
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise InputError(Problem(f"a host entry needs host, addresses, listening and "
-                                     f"records of 11 or 12 fields (and openings of 4) "
+                                     f"records of 11 or 12 fields (and openings of 4 or 5) "
                                      f"({type(e).__name__}: {e})",
                                      file=str(path), line=n)) from e
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from common.protocol.trace import TraceReportEvent
 from coordinator.paths.messages import NO_THREAD
-from coordinator.paths.reconcile import HostRecord, HostTrace
+from coordinator.paths.reconcile import HostRecord, HostTrace, Opening
 
 
 def host_trace(name: str, addresses: Iterable[str], events: Iterable[TraceReportEvent]
@@ -15,10 +15,10 @@ def host_trace(name: str, addresses: Iterable[str], events: Iterable[TraceReport
     connections it saw opened."""
     records: list[HostRecord] = []
     listening: set[tuple[str, int]] = set()
-    openings: list[tuple[tuple[str, int], tuple[str, int]]] = []
+    openings: list[Opening] = []
     for e in events:
         listening |= {(a, p) for a, p in e.listening}
-        openings += [(e.endpoints[c], e.endpoints[s]) for c, s, _ in e.openings]
+        openings += [(e.endpoints[c], e.endpoints[s], t) for c, s, t in e.openings]
         threads = e.threads or (NO_THREAD,) * len(e.messages)
         for (local, remote, sent, first, end, first_s, last_s, loop, proc), thread in zip(
                 e.messages, threads, strict=True):

@@ -11,6 +11,11 @@ takes its send time from the sender's message holding its first byte. A message 
 end was not traced keeps a nil (NaN) time there (§5.1 handles it). A connection whose SYN a
 host saw is `opened` (its set-up is on its first message's path).
 
+A connection is its two endpoints from one SYN to the next: a client that opens a connection
+per request reuses its ports, at once where the server closed first and holds the TIME_WAIT
+(MySQL's clients send COM_QUIT and the server closes), so one endpoint pair carries many
+connections, ms apart. A host's SYNs split its messages of that pair, on its own clock.
+
 Times: the send time is the first byte leaving the sender, the receive time the last byte
 reaching the receiver (the node can act on a whole message only). Which end of a connection
 is its server: the end listening on that port at its host (the hosts' listening sockets), else
@@ -19,7 +24,9 @@ WAP5's fixed port (the end that appears in more connections), else the lower por
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +37,8 @@ import numpy as np
 from coordinator.paths.messages import NO_THREAD, Connections, Messages, Trace
 
 Endpoint = tuple[str, int]
+# a connection opened: (client, server, when its SYN was seen; NaN: not known)
+Opening = tuple[Endpoint, Endpoint, float]
 # first, end, first_s, host, process, thread, last_s
 _Sent = tuple[int, int, float, str, str, int, float]
 SEQ_MOD = 1 << 32
@@ -58,7 +67,7 @@ class HostTrace:
     addresses: frozenset[str]
     listening: frozenset[Endpoint]  # (address or 0.0.0.0, port)
     records: Sequence[HostRecord]
-    openings: Sequence[tuple[Endpoint, Endpoint]] = ()  # (client, server): SYN seen here
+    openings: Sequence[Opening] = ()  # SYNs seen here
 
 
 @dataclass
@@ -91,9 +100,36 @@ def reconcile(hosts: Sequence[HostTrace]) -> Trace:
                 receives.append((src, dst, r.seq_first, r.seq_end, r.last_s, h.name,
                                  r.process, r.thread))
     messages = _match(sends, receives)
-    opened = {frozenset(((_scoped(c[0], h.name), c[1]), (_scoped(s[0], h.name), s[1])))
-              for h in hosts for c, s in h.openings}
-    return _build(messages, host_of_address, listens, opened)
+    opened: set[frozenset[Endpoint]] = set()
+    syns: dict[tuple[frozenset[Endpoint], str], list[float]] = {}
+    for h in hosts:
+        for c, srv, t in h.openings:
+            pair = frozenset(((_scoped(c[0], h.name), c[1]), (_scoped(srv[0], h.name), srv[1])))
+            opened.add(pair)
+            if not math.isnan(t):
+                syns.setdefault((pair, h.name), []).append(t)
+    for times in syns.values():
+        times.sort()
+    timed = {pair for pair, _ in syns}
+    # (endpoints, SYNs before it): 0 is the connection open when the trace began
+    keys = []
+    for src, dst, _, s, r in messages:
+        pair = frozenset((src, dst))
+        keys.append((pair, _incarnation(syns, pair, s, r) if pair in timed else 0))
+    return _build(messages, keys, host_of_address, listens,
+                  {k for k in set(keys) if k[1] > 0 or (k[0] in opened and k[0] not in timed)})
+
+
+def _incarnation(syns: Mapping[tuple[frozenset[Endpoint], str], list[float]],
+                 pair: frozenset[Endpoint], sender: _Side, receiver: _Side) -> int:
+    """How many SYNs of `pair` came before this message, by a host that saw them and the
+    message, on that host's clock (both ends see every SYN of a connection whose ends are both
+    traced: either says the same)."""
+    for side in (sender, receiver):
+        times = syns.get((pair, side.host))
+        if times is not None and not math.isnan(side.time_s):
+            return bisect.bisect_right(times, side.time_s)
+    return 0
 
 
 def _scoped(address: str, host: str) -> str:
@@ -149,17 +185,20 @@ def _holding(ranges: list[_Sent], seq: int) -> _Sent | None:
 
 
 def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
-           host_of_address: Mapping[str, str], listens: set[tuple[str, int, str]],
-           opened: set[frozenset[Endpoint]]) -> Trace:
-    # a connection is its two endpoints, unordered; its server is found below
-    conn_of: dict[frozenset[Endpoint], int] = {}
+           keys: list[tuple[frozenset[Endpoint], int]], host_of_address: Mapping[str, str],
+           listens: set[tuple[str, int, str]], opened: set[tuple[frozenset[Endpoint], int]]
+           ) -> Trace:
+    # a connection is its two endpoints, unordered, and its SYNs before (`keys`, one per
+    # message); its server is found below
+    conn_of: dict[tuple[frozenset[Endpoint], int], int] = {}
     ends: list[tuple[Endpoint, Endpoint]] = []
+    conn_keys: list[tuple[frozenset[Endpoint], int]] = []
     procs: dict[Endpoint, str] = {}
-    for src, dst, _, s, r in messages:
-        key = frozenset((src, dst))
+    for (src, dst, _, s, r), key in zip(messages, keys, strict=True):
         if key not in conn_of:
             conn_of[key] = len(ends)
             ends.append((src, dst))
+            conn_keys.append(key)
         for ep, side in ((src, s), (dst, r)):
             if side.process:
                 procs.setdefault(ep, side.process)
@@ -187,12 +226,12 @@ def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
     cols: dict[str, list[float | int]] = {k: [] for k in ("send", "recv", "src", "dst", "conn",
                                                            "size", "send_thread",
                                                            "recv_thread", "send_end")}
-    for src, dst, size, s, r in messages:
+    for (src, dst, size, s, r), key in zip(messages, keys, strict=True):
         cols["send"].append(s.time_s)
         cols["recv"].append(r.time_s)
         cols["src"].append(node(src))
         cols["dst"].append(node(dst))
-        cols["conn"].append(conn_of[frozenset((src, dst))])
+        cols["conn"].append(conn_of[key])
         cols["size"].append(size)
         cols["send_thread"].append(s.thread)
         cols["recv_thread"].append(r.thread)
@@ -200,7 +239,7 @@ def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
     m = Messages(cols["send"], cols["recv"], cols["src"], cols["dst"], cols["conn"],
                  cols["size"], cols["send_thread"], cols["recv_thread"], cols["send_end"])
     c = Connections(client_node, server_node, client_port, server_port,
-                    [frozenset(e) in opened for e in ends])
+                    [k in opened for k in conn_keys])
     return Trace.sorted(m, c, tuple(nodes), np.asarray(node_host, dtype=np.int32),
                         tuple(hosts))
 
