@@ -60,11 +60,12 @@ _DECIMAL_FLOAT = re.compile(r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)
                             r"|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
 
 
-class _AmbiguousNumber(yaml.constructor.ConstructorError):
-    """Valid YAML that means different numbers to different readers."""
+class _BadValue(yaml.constructor.ConstructorError):
+    """Valid YAML whose value is refused (numbers that differ by reader, a tag the value
+    is not): named by its field."""
 
 
-def _ambiguous_number(node: yaml.Node, value: float) -> _AmbiguousNumber:
+def _ambiguous_number(node: yaml.Node, value: float) -> _BadValue:
     """YAML 1.1 reads `022` as 18, `1:30` as 90 and `0x16` as 22, where YAML 1.2 and people
     read other things (22, a time, text): refused, with both readings, rather than guessed."""
     full = node.value
@@ -79,20 +80,31 @@ def _ambiguous_number(node: yaml.Node, value: float) -> _AmbiguousNumber:
             "a base-60 number" if ":" in full else
             "a hexadecimal number" if "x" in full else
             "a binary number" if "b" in full else "a number with underscores")
-    return _AmbiguousNumber(
+    return _BadValue(
         None, None, f"{text!r} is {kind} in YAML 1.1 (it would read as {shown}): write the "
         "number in plain decimal, or quote it if text is meant", node.start_mark)
+
+
+def _not_a(node: yaml.Node, what: str) -> _BadValue:
+    """An explicit tag on a value that is not one (`!!float "abc"`)."""
+    full = str(node.value)
+    text = full if len(full) <= 40 else full[:37] + "..."
+    return _BadValue(
+        None, None, f"{text!r} is not {what}, as its tag {node.tag.rsplit(':', 1)[-1]!r} "
+        "says", node.start_mark)
 
 
 def _int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
     try:
         value = yaml.SafeLoader.construct_yaml_int(loader, node)  # type: ignore[arg-type]
-        if not _DECIMAL_INT.fullmatch(node.value):
-            raise _ambiguous_number(node, value)
-        return value
-    except ValueError:  # Python refuses ints of more than 4300 digits
-        raise yaml.constructor.ConstructorError(
-            None, None, "an integer of more than 4300 digits", node.start_mark) from None
+    except (ValueError, IndexError):  # IndexError: PyYAML reads "" past its end
+        if re.fullmatch(r"[-+]?[0-9_]{4300,}", node.value):  # Python's limit on int()
+            raise _BadValue(None, None, "an integer of more than 4300 digits",
+                            node.start_mark) from None
+        raise _not_a(node, "an integer") from None
+    if not _DECIMAL_INT.fullmatch(node.value):
+        raise _ambiguous_number(node, value)
+    return value
 
 
 def _float(loader: yaml.SafeLoader, node: yaml.Node) -> float:
@@ -100,15 +112,32 @@ def _float(loader: yaml.SafeLoader, node: yaml.Node) -> float:
         value = yaml.SafeLoader.construct_yaml_float(loader, node)  # type: ignore[arg-type]
     except OverflowError:  # PyYAML sums a long base-60 float as an int first
         value = math.inf
+    except (ValueError, IndexError):
+        raise _not_a(node, "a number") from None
     if not _DECIMAL_FLOAT.fullmatch(node.value):  # 1:30.5 (base 60), 1_000.5
         raise _ambiguous_number(node, value)
     return value
+
+
+def _bool(loader: yaml.SafeLoader, node: yaml.Node) -> bool:
+    try:
+        return yaml.SafeLoader.construct_yaml_bool(loader, node)  # type: ignore[arg-type]
+    except KeyError:
+        raise _not_a(node, "true or false") from None
+
+
+def _null(loader: yaml.SafeLoader, node: yaml.Node) -> None:
+    value = loader.construct_scalar(node)  # type: ignore[arg-type]
+    if value not in ("", "~", "null", "Null", "NULL"):
+        raise _not_a(node, "null")
 
 
 for _tag in _REFUSED_TAGS:
     _StrictLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _refuse_tag)
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _int)
 _StrictLoader.add_constructor("tag:yaml.org,2002:float", _float)
+_StrictLoader.add_constructor("tag:yaml.org,2002:bool", _bool)
+_StrictLoader.add_constructor("tag:yaml.org,2002:null", _null)
 
 
 def _line_of(node: yaml.Node | None, path: tuple[int | str, ...]) -> int | None:
@@ -229,7 +258,7 @@ def compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
                 raise InputError(problems)
             try:
                 data = loader.construct_document(root) if root is not None else None
-            except _AmbiguousNumber as e:
+            except _BadValue as e:
                 where = _path_of(root, e.problem_mark)
                 raise InputError(Problem(str(e.problem), source, e.problem_mark.line + 1,
                                          ".".join(map(str, where)) if where else None)) from e

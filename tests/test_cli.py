@@ -1,6 +1,7 @@
 """`linkgrad gradient` and `linkgrad plan` end to end on real log files."""
 
 import argparse
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -111,6 +112,19 @@ def test_help_lists_the_subcommands():
                             capture_output=True, text=True, timeout=60, check=True)
     assert "gradient" in result.stdout
     assert "plan" in result.stdout
+
+
+def test_bare_linkgrad_lists_its_commands_and_version_says_the_installed_one():
+    linkgrad = Path(sys.executable).parent / "linkgrad"
+    bare = subprocess.run([str(linkgrad)], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert bare.returncode == 0, bare.stderr
+    assert bare.stdout.startswith("usage: linkgrad [-h] [--version]")
+    for name in ("gradient", "run", "paths", "place", "regress"):
+        assert f"\n    {name} " in bare.stdout, name
+    version = subprocess.run([str(linkgrad), "--version"], capture_output=True, text=True,
+                             timeout=60, check=True)
+    assert version.stdout == f"linkgrad {importlib.metadata.version('linkgrad')}\n"
 
 
 @pytest.fixture(scope="module")

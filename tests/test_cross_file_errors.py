@@ -258,6 +258,27 @@ def test_a_missing_ssh_config_and_key_name_the_experiment_lines(tmp_path, capsys
             "(the key of host web): No such file or directory") in err
 
 
+@pytest.mark.parametrize("address", ["a" * 100_000, "web host", "root@web", "a" * 254])
+def test_an_address_no_host_can_have_is_exit_2_at_its_field(tmp_path, capsys, address):
+    """Before it is ever printed: a 100,000-character address made `run` hang in the
+    terminal's highlighter, printing the failure to connect."""
+    path = _experiment(tmp_path, "ssh: {known_hosts: kh}\n", f"{{name: web, address: '{address}'}}")
+    code, _, err = _run(capsys, "run", str(path))
+    assert code == 2
+    assert err.startswith(f"linkgrad: error: {path}:3: field 'hosts.0.address' an address is a "
+                          "host name of at most 253 characters or an IP address")
+    assert len(err) < 400
+
+
+def test_a_long_value_in_an_error_prints_as_given(capsys):
+    """rich's highlighter is quadratic in a long word: the CLI's consoles do without it."""
+    from coordinator.cli.terminal import terminal
+    word = "x" * 200_000 + ":22"
+    terminal(stderr=True).print(f"failed: {word}", markup=False, soft_wrap=True)
+    assert capsys.readouterr().err == f"failed: {word}\n"
+    assert terminal().render_str(f"failed: {word} 12 ms", markup=False).spans == []
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file of mode 000")
 def test_an_unreadable_known_hosts_gives_the_os_reason(tmp_path, capsys):
     path = _experiment(tmp_path, "ssh: {known_hosts: kh}\n")

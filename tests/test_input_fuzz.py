@@ -299,6 +299,29 @@ def test_a_huge_number_in_a_yaml_1_1_form_is_refused_not_a_crash(text):
     assert len(problem.message) < 300
 
 
+@pytest.mark.parametrize(("tagged", "said"), [
+    ('!!float "abc"', "'abc' is not a number, as its tag 'float' says"),
+    ('!!float ""', "'' is not a number"),
+    ('!!int "abc"', "'abc' is not an integer, as its tag 'int' says"),
+    ('!!int ""', "'' is not an integer"),
+    ('!!bool "abc"', "'abc' is not true or false"),
+    ('!!null "abc"', "'abc' is not null"),
+])
+def test_a_tag_on_a_value_that_is_not_one_is_refused_at_its_field(tagged, said):
+    """An explicit YAML tag is a claim about the value: one that is false is the user's
+    error, at its line and field, in an experiment or a latencies file alike."""
+    experiment = yaml.safe_dump(BASE_EXPERIMENT).replace("port: 22", f"port: {tagged}", 1)
+    latencies = f"latency_ms:\n  a<->b: {tagged}\n"
+    for text, model, field in ((experiment, Experiment, "hosts.0.port"),
+                               (latencies, Latencies, "latency_ms.a<->b")):
+        _, error = attempt(parse_yaml, text, model, "x.yaml")
+        assert error is not None
+        [problem] = error.problems
+        assert said in problem.message
+        assert problem.field == field
+        assert text.splitlines()[problem.line - 1].strip().endswith(tagged)
+
+
 def test_plain_decimal_numbers_still_read_as_numbers():
     text = (yaml.safe_dump(BASE_EXPERIMENT).replace("port: 22", "port: 2", 1)
             .replace("period_s: 8", "period_s: 1e1")

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -22,6 +21,7 @@ from common.command import Command
 from common.errors import InputError, Problem
 from common.protocol.record import InjectionRecord, load_injection_record
 from common.square_wave import SquareWave
+from coordinator.cli.terminal import terminal
 from coordinator.config.bounds import FIRST_LOG_S, LAST_LOG_S
 from coordinator.config.experiment import MAX_DELAY_MS, MAX_HALF_WIDTH, MAX_K, MAX_SCALE_D
 from coordinator.core.estimate import (
@@ -260,7 +260,7 @@ def _print_gradients(
     log: RequestLog, record: InjectionRecord, results: dict[str, TransactionGradient],
     unused: dict[str, int],
 ) -> None:
-    console = Console()
+    console = terminal()
     console.print(
         f"[bold]{len(log)}[/] requests from {escape(log.source)}; injection: "
         f"{record.cycles} cycles of {record.period_s:g} s, {record.magnitude_ms:g} ms from "
@@ -372,7 +372,7 @@ def _print_plans(plans: dict[str, Any], half_width: float) -> None:
                       _shown(lk["magnitude_ms_for_half_width"], ".2f"),
                       str(lk["cycles_for_half_width"]),
                       _shown(lk["duration_s_for_half_width"], ".0f"))
-    Console().print(table)
+    terminal().print(table)
 
 
 def _shown(value: float | None, spec: str) -> str:

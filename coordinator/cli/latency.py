@@ -16,11 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from common.command import Command
 from common.errors import InputError, Problem, RuntimeFailure
+from coordinator.cli.terminal import terminal
 from coordinator.config.experiment import Experiment
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.strict_json import dumps
@@ -118,7 +118,7 @@ def latency_command(args: argparse.Namespace) -> int:
         table = Table("hosts", "one-way ms", "se ms")
         for (a, b), e in sorted(measured.items()):
             table.add_row(f"{a} <-> {b}", f"{e.mean:.4f}", f"{e.se:.4f}")
-        Console().print(table)
+        terminal().print(table)
     return 0
 
 

@@ -10,6 +10,7 @@ Exit codes (DESIGN.md): 0 success, 2 bad input (file, line, field named), 1 runt
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import re
 import select
@@ -91,9 +92,17 @@ def add_commands(sub: Any, commands: Sequence[Command | CommandGroup]) -> None:
             p.set_defaults(run=c.run)
 
 
+def version() -> str:
+    try:
+        return importlib.metadata.version("linkgrad")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="linkgrad", description=DESCRIPTION, epilog=gradient.LOG_HELP,
                      formatter_class=_Help)
+    parser.add_argument("--version", action="version", version=f"linkgrad {version()}")
     add_commands(parser.add_subparsers(dest="command", required=True, parser_class=_Parser),
                  COMMANDS)
     return parser
@@ -119,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(argv: list[str]) -> int:
     as_json = "--json" in argv
     try:
+        if not argv:  # what there is to do, rather than a usage error
+            build_parser().print_help()
+            return 0
         args = build_parser().parse_args(argv)
         command: Callable[[argparse.Namespace], int] = args.run
         return command(args)

@@ -17,6 +17,7 @@ from common.command import Command
 from common.errors import InputError, Problem
 from common.protocol.trace import TraceRequest
 from coordinator.cli.profile import check_between
+from coordinator.cli.terminal import terminal
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.run_dir import RunDir
 from coordinator.config.strict_json import dumps
@@ -72,7 +73,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def paths_command(args: argparse.Namespace) -> int:
     _check(args)
-    console = Console(stderr=True)
+    console = terminal(stderr=True)
     problems: list[str] = []
     session = None
     if args.trace is not None:

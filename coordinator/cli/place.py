@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
 from common.command import Command
 from common.errors import InputError, Problem
+from coordinator.cli.terminal import terminal
 from coordinator.config.candidates import check_candidates, load_candidates
 from coordinator.config.latencies import Latencies, latency_sites, load_latencies, one_way
 from coordinator.config.run_dir import RunInputs, load_run, unmeasured
@@ -224,7 +224,7 @@ def _extrapolated(app: App, deltas: dict[tuple[str, str], float]) -> list[str]:
 
 
 def _print(out: dict[str, Any]) -> None:
-    console = Console()
+    console = terminal()
     apps = list(out["apps_now_ms"])
     table = Table("rank", "moves", "weighted change ms", *[f"{a} mean ms" for a in apps],
                   title=f"{out['method']}, {out['placements_evaluated']} placements scored in "

@@ -9,11 +9,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.table import Table
 
 from common.command import Command
 from common.errors import InputError, Problem
+from coordinator.cli.terminal import terminal
 from coordinator.config.latencies import Placement, latency_sites, load_latencies
 from coordinator.config.run_dir import Pair, RunInputs, load_run
 from coordinator.config.strict_json import dumps
@@ -121,12 +121,12 @@ def predict_command(args: argparse.Namespace) -> int:
 
 
 def _say(quiet: bool) -> Any:
-    console = Console(stderr=True)
+    console = terminal(stderr=True)
     return lambda message: console.print(message) if not quiet else None
 
 
 def _print(results: list[dict[str, Any]]) -> None:
-    console = Console()
+    console = terminal()
     for r in results:
         moves = ", ".join(f"{h} → {s}" for h, s in r["move"].items())
         table = Table("transaction", "current ms", "predicted ms", "95% interval", "change ms",

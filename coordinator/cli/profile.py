@@ -15,6 +15,7 @@ from common.command import Command
 from common.errors import InputError, Problem
 from common.protocol.snap import Profile
 from coordinator.cli import snap_report
+from coordinator.cli.terminal import terminal
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.run_dir import RunDir
 from coordinator.config.snap_file import SnapFile
@@ -55,7 +56,7 @@ def _check(args: argparse.Namespace) -> None:
 def profile_command(args: argparse.Namespace) -> int:
     _check(args)
     experiment = load_experiment(args.experiment)
-    console = Console(stderr=True)
+    console = terminal(stderr=True)
     session = Session(experiment, endpoints=check_local_files(experiment))
     request = Profile(report_interval_s=min(args.report_interval, args.duration),
                       cpu_upper_pct=args.cpu_upper, cpu_lower_pct=0.4 * args.cpu_upper)

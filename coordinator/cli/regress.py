@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 
 from common.command import Command
@@ -22,6 +21,7 @@ from coordinator.cli.internal_error import internal_error_details
 from coordinator.cli.regress_junit import junit_xml, write_junit
 from coordinator.cli.regress_outcome import RESULT, Outcome, compare_night, run_and_compare
 from coordinator.cli.regress_trend import write_trend
+from coordinator.cli.terminal import terminal
 from coordinator.config.strict_json import dumps
 from coordinator.config.suite import LoadedSuite, load_suite
 from coordinator.regress.check import Check
@@ -91,8 +91,8 @@ def regress_command(args: argparse.Namespace) -> int:
     else:
         _print(result, outcome.checks)
     if outcome.status == "bad suite":
-        Console(stderr=True).print(f"linkgrad: error: {outcome.reason}", markup=False,
-                                   soft_wrap=True)
+        terminal(stderr=True).print(f"linkgrad: error: {outcome.reason}", markup=False,
+                                    soft_wrap=True)
     return EXIT[outcome.status]
 
 
@@ -110,7 +110,7 @@ def _write_result(path: Path, result: dict[str, Any]) -> None:
     try:
         write_whole(path, dumps(result) + "\n")
     except OSError as e:
-        Console(stderr=True).print(f"no {path}: {_os_error(e)}", markup=False, soft_wrap=True)
+        terminal(stderr=True).print(f"no {path}: {_os_error(e)}", markup=False, soft_wrap=True)
 
 
 def _mininet(suite: LoadedSuite, netns: bool) -> bool:
@@ -190,7 +190,7 @@ def _result_json(suite: LoadedSuite, outcome: Outcome, files: dict[str, str], ac
 
 
 def _say(quiet: bool) -> Any:
-    console = Console(stderr=True)
+    console = terminal(stderr=True)
     started = time.monotonic()
 
     def say(message: str) -> None:
@@ -203,7 +203,7 @@ def _say(quiet: bool) -> Any:
 
 
 def _print(result: dict[str, Any], checks: list[Check]) -> None:
-    console = Console()
+    console = terminal()
     status = result["status"]
     colour = {"pass": "green", "accepted": "green", "regression": "red"}.get(status, "yellow")
     console.print(f"[bold {colour}]{escape(status.upper())}[/] {escape(result['night'])}"

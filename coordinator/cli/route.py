@@ -6,11 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from common.command import Command
 from common.errors import InputError, Problem
+from coordinator.cli.terminal import terminal
 from coordinator.config.latencies import (
     Latencies,
     Placement,
@@ -130,11 +130,11 @@ def _print(out: dict[str, Any]) -> None:
     for name, t in out["transactions"].items():
         table.add_row(name, f"{t['share']:.2f}", f"{t['predicted_ms'][a]:.1f}",
                       f"{t['predicted_ms'][b]:.1f}", t["to"])
-    Console().print(table)
-    Console().print(f"mix mean: {out['per_transaction_ms']:.1f} ms routed per transaction, "
-                    f"{out['best_fixed']['mean_ms']:.1f} ms at the best fixed ratio "
-                    f"({out['best_fixed']['to_first']:.0%} to {a}): "
-                    f"{out['gain_ms']:.1f} ms better")
+    terminal().print(table)
+    terminal().print(f"mix mean: {out['per_transaction_ms']:.1f} ms routed per transaction, "
+                     f"{out['best_fixed']['mean_ms']:.1f} ms at the best fixed ratio "
+                     f"({out['best_fixed']['to_first']:.0%} to {a}): "
+                     f"{out['gain_ms']:.1f} ms better")
 
 
 COMMANDS = (

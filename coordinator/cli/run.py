@@ -13,6 +13,7 @@ from rich.markup import escape
 from common.command import Command
 from common.errors import InputError, LinkgradError, Problem, RuntimeFailure
 from common.yamlconf import line_of
+from coordinator.cli.terminal import terminal
 from coordinator.config.coordinator_process import interrupted_reason, still_running
 from coordinator.config.experiment import Experiment
 from coordinator.config.experiment_file import load_experiment
@@ -42,8 +43,8 @@ def report_command(args: argparse.Namespace) -> int:
     journal = read_record(args.run_dir / "run.json", RunJournal, "how the run went")
     interrupted = interrupted_reason(journal)
     if interrupted:
-        Console(stderr=True).print(f"run.json says running, but {interrupted}: the run was "
-                                   "interrupted", markup=False, soft_wrap=True)
+        terminal(stderr=True).print(f"run.json says running, but {interrupted}: the run was "
+                                    "interrupted", markup=False, soft_wrap=True)
     target = write_report(args.run_dir, interrupted)
     print(dumps({"report": str(target), "status": "interrupted" if interrupted
                  else journal.status, **({"reason": interrupted} if interrupted else {})},
@@ -87,7 +88,7 @@ def _make_run_dir(experiment: Experiment, path: Path, resume: Path | None) -> Pa
 
 def run_command(args: argparse.Namespace) -> int:
     experiment = load_experiment(args.experiment)
-    console = Console(stderr=True)
+    console = terminal(stderr=True)
     if args.resume is not None:
         _resume_dir(args.resume, console)
     # before the run directory is made or rewritten: a missing known_hosts or key found only
@@ -209,7 +210,7 @@ def _report_if_measured(run_dir: Path) -> Path | None:
         try:
             return write_report(run_dir)
         except (LinkgradError, OSError) as e:
-            Console(stderr=True).print(f"no report.html: {e}", markup=False, soft_wrap=True)
+            terminal(stderr=True).print(f"no report.html: {e}", markup=False, soft_wrap=True)
     return None
 
 

@@ -22,6 +22,7 @@ from common.protocol.record import MIN_MAGNITUDE_MS
 from coordinator.config.fields import (
     Bool,
     Float,
+    HostAddress,
     InputModel,
     Int,
     Port,
@@ -81,7 +82,7 @@ class Host(_Strict):
     override that entry)."""
 
     name: Str  # as in the ssh_config (Host NAME), if there is one
-    address: Str | None = None  # default: the ssh_config's HostName
+    address: HostAddress | None = None  # default: the ssh_config's HostName
     port: Port | None = None  # SSH port (default: ssh_config's, or 22)
     user: Str | None = None  # default: ssh_config's, or root
     key: Path | None = None  # identity file (default: ssh_config's)

@@ -20,6 +20,8 @@ Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
 
 # A run's directory is `output/NAME-TIME`: a name is one path component, never `..`
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# A DNS name has at most 253 characters (RFC 1035); an IP address fewer (IPv6 with a zone)
+HOST_ADDRESS = re.compile(r"^[^\s/@]{1,253}$")
 # `linkgrad testbed`'s tags (testbed.netns.TAG): 1-4 lowercase letters or digits
 TESTBED_TAG = re.compile(r"^[a-z0-9]{1,4}$")
 
@@ -29,6 +31,15 @@ def _run_name(name: str) -> str:
         raise ValueError("a name is 1-64 letters, digits, '.', '_' or '-', starting with a "
                          f"letter or digit (it names the run's directory), got {name!r}")
     return name
+
+
+def _host_address(address: str) -> str:
+    if not HOST_ADDRESS.match(address):
+        shown = address if len(address) <= 40 else f"{address[:37]}... ({len(address):,} " \
+            "characters)"
+        raise ValueError("an address is a host name of at most 253 characters or an IP "
+                         f"address, with no spaces, '/' or '@', got {shown!r}")
+    return address
 
 
 def _testbed_tag(tag: str) -> str:
@@ -47,6 +58,7 @@ def compile_regex(pattern: str, what: str) -> re.Pattern[str]:
 
 
 RunName = Annotated[str, Strict(), AfterValidator(_run_name)]
+HostAddress = Annotated[str, Strict(), AfterValidator(_host_address)]
 TestbedTag = Annotated[str, Strict(), AfterValidator(_testbed_tag)]
 
 
