@@ -316,18 +316,20 @@ def test_a_client_port_reused_at_once_is_a_new_connection_from_its_syn() -> None
     seqs = ((1, 11), (5_000, 5_010), (90_000, 90_010))  # the ISN moves on with the clock
     at = (T0, T0 + 0.015, T0 + 0.025)
     client = HostTrace("web", frozenset({"10.0.0.1"}), frozenset(), [
-        HostRecord(web, db, True, a, b, t, t, False, "php") for (a, b), t in zip(seqs, at)],
+        HostRecord(web, db, True, a, b, t, t, False, "php")
+        for (a, b), t in zip(seqs, at, strict=True)],
         [(web, db, t) for t in syn_at])
     server = HostTrace("db", frozenset({"10.0.0.2"}), frozenset({("0.0.0.0", 3306)}), [
         HostRecord(db, web, False, a, b, t + skew + 1e-4, t + skew + 1e-4, False, "mariadbd")
-        for (a, b), t in zip(seqs, at)], [(web, db, t + skew) for t in syn_at])
+        for (a, b), t in zip(seqs, at, strict=True)], [(web, db, t + skew) for t in syn_at])
     trace = reconcile([client, server])
     m, c = trace.messages, trace.connections
     assert len(c.opened) == 3
     assert [bool(c.opened[k]) for k in m.conn] == [False, True, True]
     assert len(set(m.conn.tolist())) == 3
     assert set(c.client_port.tolist()) == {40000}
-    assert np.all(np.isfinite(m.send_s)) and np.all(np.isfinite(m.recv_s))  # matched
+    assert np.all(np.isfinite(m.send_s))  # every message matched at both ends
+    assert np.all(np.isfinite(m.recv_s))
 
 
 def test_connections_too_short_to_name_take_the_process_of_their_host_s_other_calls() -> None:
