@@ -13,7 +13,10 @@ the thread that takes it is known from its first read, after it has answered the
 before; but a thread answers them first come, first served. An event loop interleaves
 requests of different lengths and answers a short one that came later first. (One that
 only ever serves requests of one length in turn looks like a prefork server, and then
-serving the oldest open request first is what it does.) And its calls must leave on the
+serving the oldest open request first is what it does.) A loaded prefork server breaks that
+order now and then (MediaWiki's Apache at 20 requests/s: 14 of 584 requests, 2.4%): a
+few exceptions cost those requests their trees, where a node not believed loses them all.
+An event loop breaks it for a large share. And its calls must leave on the
 threads that received its requests: a server that hands requests to a pool of other threads
 or processes (Passenger's Ruby processes behind Apache's threads, folded into one node by
 `hidden_workers`) calls from threads that never held a request.
@@ -29,6 +32,7 @@ from coordinator.paths.messages import NO_THREAD, Trace
 
 MIN_REQUESTS = 10  # a node's requests with known threads before its threads are believed
 MAX_EXCEPTIONS = 0.01  # the share of them that may break the pattern
+MAX_OUT_OF_ORDER = 0.05  # the share a thread may answer before one that came earlier
 
 
 def one_request_per_thread(trace: Trace) -> np.ndarray:
@@ -55,15 +59,16 @@ def one_request_per_thread(trace: Trace) -> np.ndarray:
     overlaps = np.zeros(len(by), dtype=bool)
     overlaps[1:] = same & (end_s[1:] < end_s[:-1])  # answered before one that came earlier
     requests = np.bincount(node, minlength=n_nodes)
-    exceptions = (np.bincount(node, answered_by_other.astype(float), minlength=n_nodes)
-                  + np.bincount(node_s, overlaps.astype(float), minlength=n_nodes))
+    by_other = np.bincount(node, answered_by_other.astype(float), minlength=n_nodes)
+    out_of_order = np.bincount(node_s, overlaps.astype(float), minlength=n_nodes)
     serving = np.unique(key)
     calls = np.flatnonzero(~is_reply & (m.send_thread != NO_THREAD))
     call_key = m.src[calls].astype(np.int64) * (1 << 32) + m.send_thread[calls]
     strays = np.bincount(m.src[calls], (~np.isin(call_key, serving)).astype(float),
                          minlength=n_nodes)
     called = np.bincount(m.src[calls], minlength=n_nodes)
-    return ((requests >= MIN_REQUESTS) & (exceptions <= MAX_EXCEPTIONS * requests)
+    return ((requests >= MIN_REQUESTS) & (by_other <= MAX_EXCEPTIONS * requests)
+            & (out_of_order <= MAX_OUT_OF_ORDER * requests)
             & (strays <= MAX_EXCEPTIONS * np.maximum(called, 1)))
 
 
