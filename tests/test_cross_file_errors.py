@@ -270,6 +270,17 @@ def test_an_address_no_host_can_have_is_exit_2_at_its_field(tmp_path, capsys, ad
     assert len(err) < 400
 
 
+@pytest.mark.parametrize("value", ["web\n", "run\n"])
+def test_a_trailing_newline_is_no_address_nor_run_name(value):
+    """A YAML block scalar (`address: |`) ends in a newline, which `$` would let through."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from coordinator.config.fields import HostAddress, RunName
+    for field in (HostAddress, RunName):
+        with pytest.raises(ValidationError):
+            TypeAdapter(field).validate_python(value)
+
+
 def test_a_long_value_in_an_error_prints_as_given(capsys):
     """rich's highlighter is quadratic in a long word: the CLI's consoles do without it."""
     from coordinator.cli.terminal import terminal

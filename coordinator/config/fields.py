@@ -27,14 +27,14 @@ TESTBED_TAG = re.compile(r"^[a-z0-9]{1,4}$")
 
 
 def _run_name(name: str) -> str:
-    if not RUN_NAME.match(name):
+    if not RUN_NAME.fullmatch(name):
         raise ValueError("a name is 1-64 letters, digits, '.', '_' or '-', starting with a "
                          f"letter or digit (it names the run's directory), got {name!r}")
     return name
 
 
 def _host_address(address: str) -> str:
-    if not HOST_ADDRESS.match(address):
+    if not HOST_ADDRESS.fullmatch(address):
         shown = address if len(address) <= 40 else f"{address[:37]}... ({len(address):,} " \
             "characters)"
         raise ValueError("an address is a host name of at most 253 characters or an IP "
@@ -43,7 +43,7 @@ def _host_address(address: str) -> str:
 
 
 def _testbed_tag(tag: str) -> str:
-    if not TESTBED_TAG.match(tag):
+    if not TESTBED_TAG.fullmatch(tag):
         raise ValueError(f"a testbed tag is 1-4 lowercase letters or digits, got {tag!r}")
     return tag
 
