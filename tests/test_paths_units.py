@@ -332,6 +332,34 @@ def test_a_client_port_reused_at_once_is_a_new_connection_from_its_syn() -> None
     assert np.all(np.isfinite(m.recv_s))
 
 
+def test_a_retransmitted_syn_or_one_a_host_missed_splits_no_connection() -> None:
+    """The client's SYN sent twice (the first unanswered), and the server's host tracing
+    only from after the first connection's SYN: a request and its answer still fall in one
+    connection, and a port reused later in the next."""
+    web, db = ("10.0.0.1", 40000), ("10.0.0.2", 3306)
+    request_at, answer_at, again_at = T0 + 0.5, T0 + 0.6, T0 + 2.0
+    client = HostTrace("web", frozenset({"10.0.0.1"}), frozenset(), [
+        HostRecord(web, db, True, 1, 11, request_at, request_at, False, "php"),
+        HostRecord(web, db, False, 1, 21, answer_at, answer_at, False, "php"),
+        HostRecord(web, db, True, 900, 910, again_at + 0.01, again_at + 0.01, False, "php"),
+        HostRecord(web, db, False, 700, 720, again_at + 0.02, again_at + 0.02, False, "php")],
+        [(web, db, T0), (web, db, T0 + 0.3), (web, db, again_at)])  # T0 + 0.3: a resend
+    server = HostTrace("db", frozenset({"10.0.0.2"}), frozenset({("0.0.0.0", 3306)}), [
+        HostRecord(db, web, False, 1, 11, request_at, request_at, False, "mariadbd"),
+        HostRecord(db, web, True, 1, 21, answer_at, answer_at, False, "mariadbd"),
+        HostRecord(db, web, False, 900, 910, again_at + 0.01, again_at + 0.01, False,
+                   "mariadbd"),
+        HostRecord(db, web, True, 700, 720, again_at + 0.02, again_at + 0.02, False,
+                   "mariadbd")],
+        [(web, db, again_at)])  # began tracing after the first SYN
+    trace = reconcile([client, server])
+    m = trace.messages
+    by_time = np.argsort(m.send_s)
+    conns = m.conn[by_time].tolist()
+    assert conns[0] == conns[1] != conns[2] == conns[3]
+    assert trace.connections.opened.all()
+
+
 def test_connections_too_short_to_name_take_the_process_of_their_host_s_other_calls() -> None:
     """A PHP worker's connection per request to MySQL: the sniffer named one (it lived long
     enough), not the other two; they are the same process's, not a node of their own. On a

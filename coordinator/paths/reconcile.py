@@ -108,25 +108,56 @@ def reconcile(hosts: Sequence[HostTrace]) -> Trace:
             opened.add(pair)
             if not math.isnan(t):
                 syns.setdefault((pair, h.name), []).append(t)
-    for times in syns.values():
-        times.sort()
-    timed = {pair for pair, _ in syns}
-    # (endpoints, SYNs before it): 0 is the connection open when the trace began
+    starts = _connection_starts(syns, messages)
+    # each pair's connections counted on one host's clock, the one that saw most of them
+    # (the other may have begun tracing after a SYN, or lost one): both directions of a
+    # connection then fall in the same one
+    counter: dict[frozenset[Endpoint], str] = {}
+    for pair, host in sorted(starts, key=lambda k: (len(starts[k]), k[1])):
+        counter[pair] = host
+    # (endpoints, connections begun before it): 0 is the one open when the trace began
     keys = []
     for src, dst, _, s, r in messages:
         pair = frozenset((src, dst))
-        keys.append((pair, _incarnation(syns, pair, s, r) if pair in timed else 0))
+        keys.append((pair, _incarnation(starts, counter[pair], pair, s, r)
+                     if pair in counter else 0))
     return _build(messages, keys, host_of_address, listens,
-                  {k for k in set(keys) if k[1] > 0 or (k[0] in opened and k[0] not in timed)})
+                  {k for k in set(keys) if k[1] > 0 or (k[0] in opened and k[0] not in counter)})
 
 
-def _incarnation(syns: Mapping[tuple[frozenset[Endpoint], str], list[float]],
+def _connection_starts(syns: Mapping[tuple[frozenset[Endpoint], str], list[float]],
+                       messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]]
+                       ) -> dict[tuple[frozenset[Endpoint], str], list[float]]:
+    """Per endpoint pair and host, when each of its connections began there: its SYNs,
+    a SYN with none of the pair's messages since the one before merged into it (a
+    retransmission: the client's first went unanswered, or the server's host did not see
+    it)."""
+    seen: dict[tuple[frozenset[Endpoint], str], list[float]] = {}
+    for src, dst, _, s, r in messages:
+        for side in (s, r):
+            if (frozenset((src, dst)), side.host) in syns and not math.isnan(side.time_s):
+                seen.setdefault((frozenset((src, dst)), side.host), []).append(side.time_s)
+    starts = {}
+    for key, times in syns.items():
+        between = sorted(seen.get(key, []))
+        kept: list[float] = []
+        for t in sorted(times):
+            if kept and bisect.bisect_right(between, t) == bisect.bisect_right(between,
+                                                                               kept[-1]):
+                continue
+            kept.append(t)
+        starts[key] = kept
+    return starts
+
+
+def _incarnation(starts: Mapping[tuple[frozenset[Endpoint], str], list[float]], counter: str,
                  pair: frozenset[Endpoint], sender: _Side, receiver: _Side) -> int:
-    """How many SYNs of `pair` came before this message, by a host that saw them and the
-    message, on that host's clock (both ends see every SYN of a connection whose ends are both
-    traced: either says the same)."""
-    for side in (sender, receiver):
-        times = syns.get((pair, side.host))
+    """How many connections of `pair` began before this message, on the clock of the host
+    that counts them (`counter`), else of the message's other end (a message the counting
+    host did not see: as that host counts, which it may not quite)."""
+    by_counter = [side for side in (sender, receiver) if side.host == counter]
+    for side in (*by_counter, sender, receiver):
+        times = starts.get((pair, side.host))
         if times is not None and not math.isnan(side.time_s):
             return bisect.bisect_right(times, side.time_s)
     return 0
