@@ -68,7 +68,12 @@ def test_a_default_run_completes_and_holds_the_truth(mediawiki, tmp_path):
     assert len(links) == 2
     for link in links:
         label = f"{link['link']['src_host']}->{link['link']['dst_host']}"
-        assert link["adaptive"]["record"]["magnitude_ms"] <= 4.5  # 1 ms, grown ×4 at most once
+        asked = link["adaptive"]["requested_ms"]
+        assert asked <= 4.0 + 1e-9  # 1 ms, grown ×4 at most once
+        # the delay applied, measured: what was asked plus a busy machine's wake-ups (4.55
+        # for 4 in one CI run), and not a unit off
+        applied = link["adaptive"]["record"]["magnitude_ms"]
+        assert asked - 0.5 <= applied < asked + 2, (label, asked, applied)
         # the delay held under every page's effect cap (its training spread, wider on a busy
         # machine: CI's allowed 2.3 ms where a quiet one allows about 1)
         for name, t in link["transactions"].items():
