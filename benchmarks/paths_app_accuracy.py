@@ -299,17 +299,14 @@ def capture(app: str, info: dict[str, Any], tag: str, root: Path, rate: float,
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
     argv = ("paths", str(experiment), "--duration", str(seconds), "--save-trace",
             str(out / "trace.jsonl"), "--json")
+    truth_log = directory / "redmine" / "instance" / "log" / redmine.TRUTH_LOG \
+        if app == "redmine" else directory / apache.TRUTH_LOG
+    print(f"waited {wait_until_idle(truth_log):.0f} s for the server to be idle", flush=True)
+    truth_log.write_text("")
     if app == "redmine":
-        truth_log = directory / "redmine" / "instance" / "log" / redmine.TRUTH_LOG
-        print(f"waited {wait_until_idle(truth_log):.0f} s for the server to be idle",
-              flush=True)
-        truth_log.write_text("")
         linkgrad("paths_app_accuracy", env, *argv)
         shutil.copy(truth_log, out / "truth.log")
         return out
-    truth_log = directory / apache.TRUTH_LOG
-    print(f"waited {wait_until_idle(truth_log):.0f} s for the server to be idle", flush=True)
-    truth_log.write_text("")
     general = mariadb.paths(directory)["general_log"]
     general.unlink(missing_ok=True)
     mariadb.general_log(directory, True)

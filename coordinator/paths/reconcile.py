@@ -134,9 +134,10 @@ def _connection_starts(syns: Mapping[tuple[frozenset[Endpoint], str], list[float
     it)."""
     seen: dict[tuple[frozenset[Endpoint], str], list[float]] = {}
     for src, dst, _, s, r in messages:
+        pair = frozenset((src, dst))
         for side in (s, r):
-            if (frozenset((src, dst)), side.host) in syns and not math.isnan(side.time_s):
-                seen.setdefault((frozenset((src, dst)), side.host), []).append(side.time_s)
+            if (pair, side.host) in syns and not math.isnan(side.time_s):
+                seen.setdefault((pair, side.host), []).append(side.time_s)
     starts = {}
     for key, times in syns.items():
         between = sorted(seen.get(key, []))
