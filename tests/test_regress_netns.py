@@ -103,20 +103,21 @@ def test_a_planted_database_round_trip_fails_the_night_naming_it(tmp_path: Path,
     assert "PutBid on placement db-east (experiment db)" in found
     gradient_regressions = [c for c in night["checks"]
                             if c["kind"] == "gradient" and c["verdict"] == "regression"]
-    assert {c["transaction"] for c in gradient_regressions} == {"PutBid"}  # no false alarm
-    # the query crosses both ways; with 3 cycles a busy machine can leave one direction's
-    # change short of Holm's 0.01 over twelve gradients (CI has seen each named alone):
-    # one must be named, and each must read about +1 within its own error
+    assert {c["transaction"] for c in gradient_regressions} <= {"PutBid"}  # no false alarm
+    # the query crosses both ways; with 3 cycles a busy machine can leave either direction's
+    # change short of Holm's 0.01 over twelve gradients (CI has seen each named alone, and
+    # once neither): each must read about +1 within its own error, and be named exactly when
+    # its verdict says so (the night fails on the placement check above either way)
     for link in ("tcp app1:0 -> db:5432", "tcp db:5432 -> app1:0"):
         check = next(c for c in night["checks"] if c["kind"] == "gradient"
                      and c["transaction"] == "PutBid" and c["link"] == link)
         se = math.hypot(*((c["ci95"][1] - c["ci95"][0]) / 2 / 1.96
                           for c in (check["baseline"], check["current"])))
         assert abs(check["change"] - 1) < max(0.4, 3.3 * se), check
+        if check["change"] > 5 * se:  # past Holm's bar over twelve (z about 3.5) by a margin
+            assert check["verdict"] == "regression", check
         named = f"PutBid on {link} (experiment db)" in found
         assert named == (check["verdict"] == "regression"), (check, found)
-    assert any(f"PutBid on {link} (experiment db)" in found
-               for link in ("tcp app1:0 -> db:5432", "tcp db:5432 -> app1:0")), found
     failures = [f.get("message") or "" for f in ET.parse(junit).getroot().iter("failure")]
     assert any("PutBid" in case for case in
                [c.get("name") for c in ET.parse(junit).getroot().iter("testcase")
