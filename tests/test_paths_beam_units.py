@@ -77,6 +77,31 @@ def test_a_reply_s_delay_decides_which_context_made_a_call() -> None:
     assert dict(beam.decisions[REPLY_A][0])[answer] == pytest.approx(50 / 51, rel=1e-3)
 
 
+def test_a_call_every_hypothesis_puts_in_one_place_is_decided_alike_at_once() -> None:
+    """A call in A or B (2 to 1), its answer back: the next call follows that answer in
+    either hypothesis. Forced, it is decided at once, each walker waits on it, and the odds
+    of the first call are what branching on it would have left them."""
+    decided = {}
+    for way in ("forced", "branch"):
+        beam = two_requests()
+        beam.branch(options(beam, {REQUEST_A: 2.0, REQUEST_B: 1.0}), CALL_1, 10, 0.0003)
+        for h in beam.hypotheses:
+            h.walker.reply_arrived(10, 99, 0.0008)
+        if way == "forced":
+            beam.forced(CALL_2, 99, 10, 0.0009)
+            assert beam.decisions[CALL_2] == ([(99, 1.0)], 0.0)
+        else:
+            beam.branch([[(99, 0.5, Placement.OPEN)]] * 2, CALL_2, 10, 0.0009)
+        assert len(beam.hypotheses) == 2
+        assert all(not h.walker.ready(0.002) or h.walker.ready(0.002)[0].latest != 99
+                   for h in beam.hypotheses)  # waiting on its call
+        beam.settle()
+        decided[way] = (beam.decisions[CALL_1], beam.decisions[CALL_2],
+                        beam.placements[CALL_2])
+    assert decided["forced"] == decided["branch"]
+    assert dict(decided["forced"][0][0])[REQUEST_A] == pytest.approx(2 / 3)
+
+
 def test_a_clear_choice_is_decided_at_once_and_a_greedy_beam_keeps_one_hypothesis() -> None:
     beam = two_requests()
     beam.branch(options(beam, {REQUEST_A: 1.0, REQUEST_B: 1e-6}), CALL_1, 10, 0.0003)

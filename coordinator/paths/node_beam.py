@@ -101,6 +101,18 @@ class NodeBeam:
         walker.call_sent(conn, best, t, worker, waits)
         return True
 
+    def forced(self, msg: int, parent: int, conn: int, t: float, worker: int = NO_THREAD,
+               waits: bool = True) -> None:
+        """A call every hypothesis puts after `parent`, with nothing else to choose: decided
+        at once, each walker following it and the odds between them as they were."""
+        walker = self.hypotheses[0].walker
+        ctx = walker.context_of.get(parent)
+        self.decisions[msg] = ([(parent, 1.0)], 0.0)
+        self.placements[msg] = Placement.AFTERWARD if ctx is None else (
+            Placement.SIBLING if walker.open[ctx].acted_s is not None else Placement.OPEN)
+        for h in self.hypotheses:
+            h.walker.call_sent(conn, parent, t, worker, waits)
+
     def branch(self, options: list[list[Option]], msg: int, conn: int, t: float,
                greeting: int | None = None, worker: int = NO_THREAD, waits: bool = True
                ) -> None:

@@ -150,6 +150,25 @@ def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINK
         return walk.result(decided)
 
 
+def _offered_alike(readies: list[list[Context]]) -> int | None:
+    """The latest message of the one context every hypothesis offers a call, alike in all
+    that weighs it (answered or not, waiting on a sibling or not); None if any differs.
+    Only for a call that cannot be spontaneous while a context is ready (a bound thread's,
+    a worker's), so that one context is its only option."""
+    first = readies[0]
+    if len(first) != 1:
+        return None
+    c = first[0]
+    acted = c.acted_s is not None
+    for ready in readies[1:]:
+        if len(ready) != 1:
+            return None
+        d = ready[0]
+        if d.latest != c.latest or d.closed != c.closed or (d.acted_s is not None) != acted:
+            return None
+    return c.latest
+
+
 def _queue_priors(ready: list[Context]) -> list[float]:
     """Each ready context's prior for a free worker: QUEUE_PRIOR to the power of the number
     of waiting requests (not yet started) that arrived before it; 1 for the others."""
@@ -320,6 +339,13 @@ class _Walk:
                    for h in beam.hypotheses]
         if not readies[0]:  # the likeliest hypothesis has no context for it
             self.unexplained.append(msg)
+        greeting = self._greeting(greeted.pop(conn, None), t, decisions)
+        if (bound or worker != NO_THREAD) and greeting is None and len(readies) > 1 and (
+                (forced := _offered_alike(readies)) is not None):
+            # a busy worker's next call, in every hypothesis its own request's: weighed
+            # alike in all, it changes none of their odds (most of a worker's calls)
+            beam.forced(msg, forced, conn, t, worker, msg not in self.unanswered)
+            return
         chosen = choose(readies, t, node, msg)
         if bound:
             chosen = [([(p, max(w, BOUND_FLOOR)) for p, w in links], 0.0) if links else
@@ -331,7 +357,6 @@ class _Walk:
                 links, _queue_priors(ready), strict=True)], 0.0) if links else
                 (links, s * WORKER_ALONE) for (links, s), ready in zip(chosen, readies,
                                                                        strict=True)]
-        greeting = self._greeting(greeted.pop(conn, None), t, decisions)
         if greeting is not None:  # its parent arrived before it did
             chosen = [([(p, w) for p, w in links if in_t[p] <= in_t[greeting]], s)
                       for links, s in chosen]
