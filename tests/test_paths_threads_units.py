@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from coordinator.paths.accuracy import best_instances, tree_accuracy
+from coordinator.paths.contexts import ContextWalker
 from coordinator.paths.instances import path_instances
 from coordinator.paths.messages import NO_THREAD, Messages, Trace
 from coordinator.paths.structural import context_probabilities
@@ -102,3 +103,38 @@ def test_a_busy_prefork_server_is_linked_exactly_by_its_threads():
     right, total = _right(generate(busy_server(200, 40), 40, 8, seed=5))
     assert total > 250
     assert right == total
+
+
+def _prefork_walker() -> ContextWalker:
+    return ContextWalker(window_s=2.0, fanout_s=0.0005, afterward_s=0.005, thread_bound=True)
+
+
+def test_a_thread_that_answers_a_request_is_done_with_its_chain_from_before_the_trace():
+    """Thread 7 was serving a request from before the trace (its calls root a chain); then it
+    takes request 10 and answers it. Its work after that answer is request 10's, not the
+    old chain's (which, left open, was the thread's own and took it)."""
+    walker = _prefork_walker()
+    walker.call_sent(conn=1, parent=None, t=0.0)  # the old request's query
+    walker.reply_arrived(1, msg=2, t=0.001, thread=7)  # its rows: a chain rooted on 7
+    walker.request_arrived(conn=3, msg=10, t=0.010, thread=7)
+    assert [c.latest for c in walker.ready(0.011, thread=7)] == [10]
+    walker.call_sent(conn=4, parent=10, t=0.011)
+    walker.reply_arrived(4, msg=12, t=0.012, thread=7)
+    assert walker.answer(3, 0.020) == 12
+    assert [c.latest for c in walker.ready(0.100, thread=7)] == [12]
+
+
+def test_a_request_queued_behind_its_thread_s_work_after_an_answer_shares_the_call():
+    """Request 20 reached thread 7 while it served request 10 (the listen backlog); request
+    10 is answered and the thread goes on working for it (MediaWiki's jobs): its next call
+    may be either's, and is offered both, the queued one first."""
+    walker = _prefork_walker()
+    walker.request_arrived(conn=3, msg=10, t=0.0, thread=7)
+    walker.call_sent(conn=4, parent=10, t=0.001)
+    walker.reply_arrived(4, msg=12, t=0.002, thread=7)
+    walker.request_arrived(conn=5, msg=20, t=0.003, thread=7)
+    assert walker.answer(3, 0.010) == 12
+    assert [c.latest for c in walker.ready(0.050, thread=7)] == [20, 12]
+    walker.call_sent(conn=6, parent=20, t=0.050)  # once the queued one has begun, it alone
+    walker.reply_arrived(6, msg=22, t=0.051, thread=7)
+    assert [c.latest for c in walker.ready(0.100, thread=7)] == [22]

@@ -149,6 +149,43 @@ def test_a_server_s_greeting_hangs_from_the_request_that_opened_the_connection()
     assert all(len(inst.messages) == 7 for inst in best.values())
 
 
+def test_a_reply_to_a_request_from_before_the_trace_joins_no_other_tree() -> None:
+    """web answers, on connection 0 (open before the trace), a request it took before the
+    trace began, while serving others that each open a connection to db (MySQL greets
+    first): that reply is a root of its own, not a child of another request's rows (where
+    §5.1 put it); each greeting, the first words on a connection opened in the trace, still
+    hangs from its caller's request."""
+    rows = [(0.0042, 0.0043, "web", "client", 0)]  # the reply to a request before the trace
+    conns, opened = [("client", "web", 40000, 80), ("client", "web", 40001, 80)], [False, True]
+    for k in range(30):
+        t, c = 0.05 * k, len(conns)
+        conns.append(("web", "db", 41000 + k, 3306))
+        opened.append(True)
+        rows += [(t, t + 0.0001, "client", "web", 1),
+                 (t + 0.003, t + 0.0031, "db", "web", c),        # greeting
+                 (t + 0.00315, t + 0.00325, "web", "db", c),     # authentication
+                 (t + 0.0034, t + 0.0035, "db", "web", c),       # OK
+                 (t + 0.0045, t + 0.0046, "web", "client", 1)]
+    index = {"client": 0, "web": 1, "db": 2}
+    m = Messages([T0 + r[0] for r in rows], [T0 + r[1] for r in rows],
+                 [index[r[2]] for r in rows], [index[r[3]] for r in rows],
+                 [r[4] for r in rows], [10] * len(rows))
+    c = Connections([index[x[0]] for x in conns], [index[x[1]] for x in conns],
+                    [x[2] for x in conns], [x[3] for x in conns], opened)
+    nodes = ("client", "web", "db")
+    trace = Trace.sorted(m, c, nodes, np.arange(3), nodes)
+    settings = LinkingSettings(window_s=1.0)
+    parent = context_probabilities(trace, settings).most_likely_parent()
+    order = np.argsort(trace.messages.send_s, kind="stable").tolist()
+    request, greeting, auth, ok, old_reply, reply = order[:6]
+    assert trace.messages.conn[old_reply] == 0
+    assert parent[old_reply] == -1
+    assert wap5_probabilities(trace, settings).most_likely_parent()[old_reply] == ok
+    assert parent[greeting] == request
+    assert parent[auth] == greeting
+    assert parent[reply] == ok
+
+
 def test_try_both_builds_the_two_instances_of_figure_4_with_their_probabilities() -> None:
     """Figure 4: links of p 0.8, 0.9 (taken), 0.2, 0.1 (left), 0.48 (try-both): p1 ≈ 0.270
     without the last, p2 ≈ 0.249 with it."""

@@ -195,7 +195,19 @@ class ContextWalker:
         self.just_closed[ctx] = (t, replace(c, closed=True))
         if c.thread != NO_THREAD:
             self.closed_by_thread[c.thread] = (*self.closed_by_thread.get(c.thread, ()), ctx)
+            if self.thread_bound:
+                self._over_on_thread(c)
         return c.latest
+
+    def _over_on_thread(self, answered: Context) -> None:
+        """A thread serving its requests one at a time that answers one is done with a chain
+        its calls rooted (a request from before the trace, unseen): left open, that would
+        stay the thread's own and take the calls of its next requests. (An earlier request
+        still open is not: a few are answered out of order, `threads`.)"""
+        for k in self.by_thread.get(answered.thread, ()):
+            c = self.open.get(k)
+            if c is not None and c.rooted:
+                self._close(k)
 
     def ready(self, t: float, thread: int | None = None, worker: int | None = None
               ) -> list[Context]:
@@ -235,7 +247,12 @@ class ContextWalker:
             # chain its spontaneous calls rooted only when it serves none
             mine = [c for k in self.by_thread.get(thread, ()) if (c := self.open.get(k))]
             own = next((c for c in mine if not c.rooted), mine[0] if mine else None)
-            candidates = () if own is None else (own,)
+            ready = [] if own is None or own.latest_s < fresh or (
+                own.acted_s is not None and t - own.acted_s > fanout) else [own]
+            # a request that has done nothing yet may wait behind the work its thread goes
+            # on with after answering the last one (PHP's deferred updates, MediaWiki's jobs)
+            return ready + self._closed_ready(t, thread, worker,
+                                              own is not None and not is_waiting(own))
         ready = [c for c in candidates if c.latest_s >= fresh and (
             c.acted_s is None or t - c.acted_s <= fanout)]
         return ready + self._closed_ready(t, thread, worker, bool(candidates))
@@ -243,7 +260,7 @@ class ContextWalker:
     def _closed_ready(self, t: float, thread: int | None, worker: int | None,
                       serving: bool) -> list[Context]:
         """The answered contexts that may still send a call at `t` (module doc); `serving`:
-        the thread or worker has a request open."""
+        the thread or worker has a request open (a thread's: and begun)."""
         ready: list[Context] = []
         fanout = self.fanout_s
         if self.just_closed:
@@ -257,9 +274,9 @@ class ContextWalker:
                       and (worker is None or c.worker == worker)]
             ready += [c for at, c in closed if at >= soon or c.acted_s is not None]
             if thread is not None and not serving and closed:
-                # a thread that serves one request at a time and has none open is still
-                # working on the last it answered (PHP's work after the response), however
-                # long after its answer
+                # a thread that serves one request at a time and has none open, or one
+                # that has not begun, may still be working on the last it answered (PHP's
+                # work after the response), however long after its answer
                 at, last = max(closed, key=lambda x: x[0])
                 if at < soon and last.acted_s is None:
                     ready.append(last)

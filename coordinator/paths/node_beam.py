@@ -174,12 +174,19 @@ class NodeBeam:
         if len(self.hypotheses) == 1 or self.undecided > MAX_UNDECIDED:
             self.settle()
 
-    def reply(self, msg: int, parents: list[int | None], log_weights: list[float]) -> None:
+    def reply(self, msg: int, parents: list[int | None], log_weights: list[float],
+              greets: bool = True) -> None:
         """Each hypothesis's parent for the node's reply `msg` (None: its request is not in
-        the trace) and the log weight of its delay."""
+        the trace) and the log weight of its delay. A reply to no request in any hypothesis
+        that is no greeting (`greets`: it may be a server's first words, which the caller's
+        walk links) is a root: it answers its connection's request from before the trace,
+        and no other message is its parent (left to §5.1 it joined another's tree)."""
+        if all(p is None for p in parents):
+            if not greets:
+                self.decisions[msg] = ([], 1.0)
+            return
         if len(self.hypotheses) == 1:
-            if parents[0] is not None:
-                self.decisions[msg] = ([(parents[0], 1.0)], 0.0)
+            self.decisions[msg] = ([(parents[0], 1.0)], 0.0)
             return
         for h, parent, lw in zip(self.hypotheses, parents, log_weights, strict=True):
             h.log_likelihood += lw

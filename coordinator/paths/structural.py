@@ -150,6 +150,17 @@ def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINK
         return walk.result(decided)
 
 
+def _may_greet(trace: Trace) -> np.ndarray:
+    """Per message, whether it may be a server's greeting: the first on a connection whose
+    set-up the trace saw (any connection's first, in a trace that kept no set-ups)."""
+    m = trace.messages
+    out = np.zeros(len(m), dtype=bool)
+    _, first = np.unique(m.conn, return_index=True)  # messages are in time order
+    opened = trace.connections.opened
+    out[first[opened[m.conn[first]]] if opened.any() else first] = True
+    return out
+
+
 def _offered_alike(readies: list[list[Context]]) -> int | None:
     """The latest message of the one context every hypothesis offers a call, alike in all
     that weighs it (answered or not, waiting on a sibling or not); None if any differs.
@@ -212,6 +223,7 @@ class _Walk:
         self.threaded = one_request_per_thread(trace).tolist()
         self.workers = worker_threads(trace, worker_nodes)
         self.unanswered = unanswered_calls(trace, self.is_reply, self.out_t, self.in_t)
+        self.may_greet = _may_greet(trace).tolist()
         first = np.fmin(self.out_t, self.in_t)
         self.first_s = np.sort(first[np.isfinite(first)])
 
@@ -316,7 +328,7 @@ class _Walk:
                            self._reply_weight(model, seen, p, msg, t - in_t[p])
                            + (LOG_BUSY_WORKER if b else 0.0)
                            for p, b in zip(parents, busy, strict=True)]
-                beam.reply(msg, parents, weights)
+                beam.reply(msg, parents, weights, self.may_greet[msg])
             elif spontaneous:
                 for h in beam.hypotheses:
                     h.walker.call_sent(conn, None, t)
