@@ -138,3 +138,18 @@ def test_a_request_queued_behind_its_thread_s_work_after_an_answer_shares_the_ca
     walker.call_sent(conn=6, parent=20, t=0.050)  # once the queued one has begun, it alone
     walker.reply_arrived(6, msg=22, t=0.051, thread=7)
     assert [c.latest for c in walker.ready(0.100, thread=7)] == [22]
+
+
+def test_a_request_waiting_in_the_backlog_past_the_window_is_kept_for_its_thread():
+    """Request 10 reaches thread 7 and waits 3 s (the window is 2) while the thread serves
+    request 20 on a kept-alive connection, which came later but began first: the thread's
+    calls are 20's while it runs, then the waiting one's, not a root's."""
+    walker = _prefork_walker()
+    walker.request_arrived(conn=3, msg=10, t=0.0, thread=7)
+    walker.request_arrived(conn=5, msg=20, t=0.001, thread=7)
+    assert [c.latest for c in walker.ready(0.002, thread=7)] == [10, 20]
+    walker.call_sent(conn=6, parent=20, t=0.002)
+    walker.reply_arrived(6, msg=22, t=1.5, thread=7)  # a slow query
+    assert [c.latest for c in walker.ready(2.9, thread=7)] == [22]  # the one begun
+    assert walker.answer(5, 2.95) == 22
+    assert [c.latest for c in walker.ready(3.0, thread=7)] == [10, 22]  # or 20 goes on

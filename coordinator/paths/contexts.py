@@ -242,17 +242,24 @@ class ContextWalker:
         elif thread is None:
             candidates = self.open.values()
         else:
-            # a thread serves one request at a time, in order: a request that arrived
-            # while its thread was busy (queued in the listen backlog) waits its turn; a
-            # chain its spontaneous calls rooted only when it serves none
+            # a thread serves one request at a time: the one it has begun; or, if none,
+            # one of those that reached it and wait their turn (in the listen backlog,
+            # however long: not swept) -- mostly the oldest, but a kept-alive connection's
+            # next request can come first, so each is offered; a chain its spontaneous
+            # calls rooted only when it has no request
             mine = [c for k in self.by_thread.get(thread, ()) if (c := self.open.get(k))]
-            own = next((c for c in mine if not c.rooted), mine[0] if mine else None)
-            ready = [] if own is None or own.latest_s < fresh or (
-                own.acted_s is not None and t - own.acted_s > fanout) else [own]
-            # a request that has done nothing yet may wait behind the work its thread goes
-            # on with after answering the last one (PHP's deferred updates, MediaWiki's jobs)
-            return ready + self._closed_ready(t, thread, worker,
-                                              own is not None and not is_waiting(own))
+            begun = next((c for c in mine if not c.rooted and not is_waiting(c)), None)
+            waiting = [c for c in mine if is_waiting(c)]
+            serving = begun is not None or (bool(mine) and not waiting)
+            if begun is None and waiting:
+                # a request that has done nothing yet may also wait behind the work its
+                # thread goes on with after answering the last one (PHP's deferred updates,
+                # MediaWiki's jobs)
+                return waiting + self._closed_ready(t, thread, worker, False)
+            candidates = (begun,) if begun is not None else mine[:1]  # or a rooted chain
+            ready = [c for c in candidates if c.latest_s >= fresh and (
+                c.acted_s is None or t - c.acted_s <= fanout)]
+            return ready + self._closed_ready(t, thread, worker, serving)
         ready = [c for c in candidates if c.latest_s >= fresh and (
             c.acted_s is None or t - c.acted_s <= fanout)]
         return ready + self._closed_ready(t, thread, worker, bool(candidates))
@@ -309,7 +316,8 @@ class ContextWalker:
         answered: MySQL's COM_QUIT on a connection per request; kept, they would pile up
         and every signature would walk them)."""
         for ctx in [k for k, c in self.open.items() if c.latest_s < t - self.window_s
-                    and not (self.queues and is_waiting(c))]:
+                    and not (is_waiting(c) and (self.queues or (self.thread_bound
+                                                and c.thread != NO_THREAD)))]:
             self._close(ctx)
         for ctx in [k for k, at in self.rooted.items() if at < t - self.window_s]:
             del self.rooted[ctx]
