@@ -87,6 +87,7 @@ def test_a_call_every_hypothesis_puts_in_one_place_is_decided_alike_at_once() ->
         beam.branch(options(beam, {REQUEST_A: 2.0, REQUEST_B: 1.0}), CALL_1, 10, 0.0003)
         for h in beam.hypotheses:
             h.walker.reply_arrived(10, 99, 0.0008)
+        beam.reply(REPLY_B, [None, None], [0.0, 0.0])  # a reply that says nothing
         if way == "forced":
             beam.forced(CALL_2, 99, 10, 0.0009)
             assert beam.decisions[CALL_2] == ([(99, 1.0)], 0.0)
@@ -100,6 +101,23 @@ def test_a_call_every_hypothesis_puts_in_one_place_is_decided_alike_at_once() ->
                         beam.placements[CALL_2])
     assert decided["forced"] == decided["branch"]
     assert dict(decided["forced"][0][0])[REQUEST_A] == pytest.approx(2 / 3)
+
+
+def test_a_forced_call_drops_what_a_reply_sank_past_the_ratio_as_branching_does() -> None:
+    """After a reply that makes one of two hypotheses 10⁹ times less likely, the next call,
+    forced or branched, leaves the other alone and settles the first call on it."""
+    for way in ("forced", "branch"):
+        beam = two_requests()
+        beam.branch(options(beam, {REQUEST_A: 2.0, REQUEST_B: 1.0}), CALL_1, 10, 0.0003)
+        for h in beam.hypotheses:
+            h.walker.reply_arrived(10, 99, 0.0008)
+        beam.reply(REPLY_B, [REQUEST_B, REQUEST_B], [math.log(1e-9), 0.0])
+        if way == "forced":
+            beam.forced(CALL_2, 99, 10, 0.0009)
+        else:
+            beam.branch([[(99, 0.5, Placement.OPEN)]] * 2, CALL_2, 10, 0.0009)
+        assert len(beam.hypotheses) == 1, way
+        assert dict(beam.decisions[CALL_1][0])[REQUEST_B] == pytest.approx(1.0), way
 
 
 def test_a_clear_choice_is_decided_at_once_and_a_greedy_beam_keeps_one_hypothesis() -> None:

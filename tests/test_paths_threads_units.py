@@ -153,3 +153,13 @@ def test_a_request_waiting_in_the_backlog_past_the_window_is_kept_for_its_thread
     assert [c.latest for c in walker.ready(2.9, thread=7)] == [22]  # the one begun
     assert walker.answer(5, 2.95) == 22
     assert [c.latest for c in walker.ready(3.0, thread=7)] == [10, 22]  # or 20 goes on
+
+
+def test_a_waiting_request_whose_connection_carries_the_next_is_let_go():
+    """Request 10's reply was lost (it never began as the trace saw it); the next request on
+    its connection means it is over, so it is not kept waiting for ever, offered first."""
+    walker = _prefork_walker()
+    walker.request_arrived(conn=3, msg=10, t=0.0, thread=7)
+    walker.request_arrived(conn=3, msg=20, t=5.0, thread=7)
+    assert [c.latest for c in walker.ready(5.001, thread=7)] == [20]
+    assert [c.latest for c in walker.ready(100.0, thread=7)] == []  # a minute: let go too

@@ -186,6 +186,30 @@ def test_a_reply_to_a_request_from_before_the_trace_joins_no_other_tree() -> Non
     assert parent[reply] == ok
 
 
+def test_the_reply_to_a_request_silent_past_the_window_is_left_to_wap5() -> None:
+    """A request whose one query takes 3 s (the window is 1): its context is let go while
+    it waits, but the request is in the trace, so its reply is no root: §5.1 hangs it from
+    the query's answer, the latest message into web."""
+    rows = [(0.0, 0.0001, "client", "web", 0),
+            (0.001, 0.0011, "web", "db", 1),
+            (2.5, 2.5001, "client", "web", 2),      # another request, whose query lets
+            (2.501, 2.5011, "web", "db", 3),        # web's walk forget the silent one
+            (2.502, 2.5021, "db", "web", 3),
+            (2.503, 2.5031, "web", "client", 2),
+            (3.0, 3.0001, "db", "web", 1),
+            (3.001, 3.0011, "web", "client", 0)]
+    c = Connections([0, 1, 0, 1], [1, 2, 1, 2], [40000, 41000, 40001, 41001],
+                    [80, 5432, 80, 5432], [True, False, True, False])
+    m = Messages([T0 + r[0] for r in rows], [T0 + r[1] for r in rows],
+                 [{"client": 0, "web": 1, "db": 2}[r[2]] for r in rows],
+                 [{"client": 0, "web": 1, "db": 2}[r[3]] for r in rows],
+                 [r[4] for r in rows], [10] * len(rows))
+    nodes = ("client", "web", "db")
+    trace = Trace.sorted(m, c, nodes, np.arange(3), nodes)
+    parent = context_probabilities(trace, LinkingSettings(window_s=1.0)).most_likely_parent()
+    assert parent[7] == 6
+
+
 def test_try_both_builds_the_two_instances_of_figure_4_with_their_probabilities() -> None:
     """Figure 4: links of p 0.8, 0.9 (taken), 0.2, 0.1 (left), 0.48 (try-both): p1 ≈ 0.270
     without the last, p2 ≈ 0.249 with it."""

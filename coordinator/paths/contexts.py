@@ -44,6 +44,9 @@ SWEEPS_PER_WINDOW = 8  # how often forgotten contexts are let go (they are never
 # a listen backlog, PHP-FPM's): a free worker's first call belongs to one of the oldest
 # few not yet started (two workers taking the two oldest may call first in either order)
 WAITING_OFFERED = 2
+# A request waiting for its worker or thread longer than this is let go: no client waits
+# so long (its reply was lost, or it was given up); kept, it would be offered for ever
+WAITING_LIMIT_S = 60.0
 
 
 @dataclass(slots=True)
@@ -150,6 +153,11 @@ class ContextWalker:
                 del self.pending[c.served]
 
     def request_arrived(self, conn: int, msg: int, t: float, thread: int = NO_THREAD) -> None:
+        earlier = self.pending.get(conn)
+        if earlier is not None and is_waiting(self.open[earlier]):
+            # a connection carries one request at a time: one still waiting when the next
+            # comes was answered unseen (or never will be), and must not wait on for ever
+            self._close(earlier)
         ctx = self._new()
         self.open[ctx] = Context(t, t, msg, served=conn, thread=thread)
         if thread != NO_THREAD:
@@ -203,7 +211,9 @@ class ContextWalker:
         """A thread serving its requests one at a time that answers one is done with a chain
         its calls rooted (a request from before the trace, unseen): left open, that would
         stay the thread's own and take the calls of its next requests. (An earlier request
-        still open is not: a few are answered out of order, `threads`.)"""
+        still open is not: a few are answered out of order, `threads`. The chain's own
+        reply, to a request the trace did not see, answers nothing here: the chain ends at
+        the thread's next answer.)"""
         for k in self.by_thread.get(answered.thread, ()):
             c = self.open.get(k)
             if c is not None and c.rooted:
@@ -267,7 +277,8 @@ class ContextWalker:
     def _closed_ready(self, t: float, thread: int | None, worker: int | None,
                       serving: bool) -> list[Context]:
         """The answered contexts that may still send a call at `t` (module doc); `serving`:
-        the thread or worker has a request open (a thread's: and begun)."""
+        the thread or worker has a request open (a thread's: one it has begun, or a chain
+        its calls rooted with no request waiting)."""
         ready: list[Context] = []
         fanout = self.fanout_s
         if self.just_closed:
@@ -316,8 +327,8 @@ class ContextWalker:
         answered: MySQL's COM_QUIT on a connection per request; kept, they would pile up
         and every signature would walk them)."""
         for ctx in [k for k, c in self.open.items() if c.latest_s < t - self.window_s
-                    and not (is_waiting(c) and (self.queues or (self.thread_bound
-                                                and c.thread != NO_THREAD)))]:
+                    and not (is_waiting(c) and c.opened_s >= t - WAITING_LIMIT_S and (
+                        self.queues or (self.thread_bound and c.thread != NO_THREAD)))]:
             self._close(ctx)
         for ctx in [k for k, at in self.rooted.items() if at < t - self.window_s]:
             del self.rooted[ctx]

@@ -112,6 +112,13 @@ class NodeBeam:
             Placement.SIBLING if walker.open[ctx].acted_s is not None else Placement.OPEN)
         for h in self.hypotheses:
             h.walker.call_sent(conn, parent, t, worker, waits)
+        # pruned and settled as `branch` would: a reply since may have sunk some too far
+        best = self.hypotheses[0].log_likelihood  # the likeliest first, always
+        self.hypotheses = [h for h in self.hypotheses
+                           if h.log_likelihood >= best - MAX_LOG_RATIO]
+        self.undecided += 1
+        if len(self.hypotheses) == 1 or self.undecided > MAX_UNDECIDED:
+            self.settle()
 
     def branch(self, options: list[list[Option]], msg: int, conn: int, t: float,
                greeting: int | None = None, worker: int = NO_THREAD, waits: bool = True
@@ -175,14 +182,14 @@ class NodeBeam:
             self.settle()
 
     def reply(self, msg: int, parents: list[int | None], log_weights: list[float],
-              greets: bool = True) -> None:
+              before_trace: bool = False) -> None:
         """Each hypothesis's parent for the node's reply `msg` (None: its request is not in
-        the trace) and the log weight of its delay. A reply to no request in any hypothesis
-        that is no greeting (`greets`: it may be a server's first words, which the caller's
-        walk links) is a root: it answers its connection's request from before the trace,
-        and no other message is its parent (left to §5.1 it joined another's tree)."""
+        the trace) and the log weight of its delay. `before_trace`: it answers a request
+        from before the trace (`structural._answers_before_trace`); then, where no
+        hypothesis has a request for it, it is a root, no other message its parent (left to
+        §5.1 it joined another request's tree)."""
         if all(p is None for p in parents):
-            if not greets:
+            if before_trace:
                 self.decisions[msg] = ([], 1.0)
             return
         if len(self.hypotheses) == 1:

@@ -150,22 +150,31 @@ def context_probabilities(trace: Trace, settings: LinkingSettings = DEFAULT_LINK
         return walk.result(decided)
 
 
-def _may_greet(trace: Trace) -> np.ndarray:
-    """Per message, whether it may be a server's greeting: the first on a connection whose
-    set-up the trace saw (any connection's first, in a trace that kept no set-ups)."""
+def _first_words(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Per message, whether it may be a server's greeting (the first on a connection whose
+    set-up the trace saw; any connection's first, in a trace that kept no set-ups), and
+    whether it answers a request from before the trace (the first on a connection whose
+    set-up came before the trace, in one that kept set-ups: a reply then). One rule for
+    both walks, the caller's and the server's."""
     m = trace.messages
-    out = np.zeros(len(m), dtype=bool)
+    greets, before = np.zeros(len(m), dtype=bool), np.zeros(len(m), dtype=bool)
     _, first = np.unique(m.conn, return_index=True)  # messages are in time order
     opened = trace.connections.opened
-    out[first[opened[m.conn[first]]] if opened.any() else first] = True
-    return out
+    if opened.any():
+        seen_open = opened[m.conn[first]]
+        greets[first[seen_open]] = True
+        before[first[~seen_open]] = True
+    else:
+        greets[first] = True
+    return greets, before & trace.is_reply()
 
 
 def _offered_alike(readies: list[list[Context]]) -> int | None:
     """The latest message of the one context every hypothesis offers a call, alike in all
     that weighs it (answered or not, waiting on a sibling or not); None if any differs.
-    Only for a call that cannot be spontaneous while a context is ready (a bound thread's,
-    a worker's), so that one context is its only option."""
+    Only for a call that cannot be spontaneous while a context is ready (a hidden
+    worker's: a bound thread's node keeps one hypothesis), so that one context is its only
+    option."""
     first = readies[0]
     if len(first) != 1:
         return None
@@ -223,7 +232,7 @@ class _Walk:
         self.threaded = one_request_per_thread(trace).tolist()
         self.workers = worker_threads(trace, worker_nodes)
         self.unanswered = unanswered_calls(trace, self.is_reply, self.out_t, self.in_t)
-        self.may_greet = _may_greet(trace).tolist()
+        self.may_greet, self.before_trace = (x.tolist() for x in _first_words(trace))
         first = np.fmin(self.out_t, self.in_t)
         self.first_s = np.sort(first[np.isfinite(first)])
 
@@ -328,7 +337,7 @@ class _Walk:
                            self._reply_weight(model, seen, p, msg, t - in_t[p])
                            + (LOG_BUSY_WORKER if b else 0.0)
                            for p, b in zip(parents, busy, strict=True)]
-                beam.reply(msg, parents, weights, self.may_greet[msg])
+                beam.reply(msg, parents, weights, self.before_trace[msg])
             elif spontaneous:
                 for h in beam.hypotheses:
                     h.walker.call_sent(conn, None, t)
@@ -352,7 +361,7 @@ class _Walk:
         if not readies[0]:  # the likeliest hypothesis has no context for it
             self.unexplained.append(msg)
         greeting = self._greeting(greeted.pop(conn, None), t, decisions)
-        if (bound or worker != NO_THREAD) and greeting is None and len(readies) > 1 and (
+        if worker != NO_THREAD and greeting is None and len(readies) > 1 and (
                 (forced := _offered_alike(readies)) is not None):
             # a busy worker's next call, in every hypothesis its own request's: weighed
             # alike in all, it changes none of their odds (most of a worker's calls)
@@ -387,10 +396,12 @@ class _Walk:
     def _greeting(self, seen: tuple[int, float] | None, t: float, decisions: Decided
                   ) -> int | None:
         """The server's first words a call on their connection answers: only if they came
-        within the window before it, and no other node's walk has linked them (a reply to a
-        call that left before the trace, or whose packet the caller's ring lost, is no
-        greeting: the server's walk links it to the request it saw)."""
-        if seen is None or t - seen[1] > self.settings.window_s or seen[0] in decisions:
+        within the window before it, the first on their connection (`_first_words`), and no
+        other node's walk has linked them (a reply to a call that left before the trace, or
+        whose packet the caller's ring lost, is no greeting: the server's walk links it to
+        the request it saw)."""
+        if seen is None or t - seen[1] > self.settings.window_s or seen[0] in decisions \
+                or not self.may_greet[seen[0]]:
             return None
         return seen[0]
 
