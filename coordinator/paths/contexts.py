@@ -233,10 +233,11 @@ class ContextWalker:
             self._sweep(t)
         fresh, fanout = t - self.window_s, self.fanout_s
         if worker is not None:
-            serving = self.worker_of.get(worker)
-            own = self.open.get(serving) if serving is not None else None
+            taken = self.worker_of.get(worker)
+            own = self.open.get(taken) if taken is not None else None
             if own is not None and not own.rooted:
                 candidates: Iterable[Context] = (own,)
+                serving = True
             else:
                 # a free worker takes a request no worker has started: one that has sent
                 # nothing yet; or goes on with the chain its spontaneous call began (a
@@ -251,6 +252,7 @@ class ContextWalker:
                 return candidates + self._closed_ready(t, thread, worker, False)
         elif thread is None:
             candidates = self.open.values()
+            serving = bool(candidates)
         else:
             # a thread serves one request at a time: the one it has begun; or, if none,
             # one of those that reached it and wait their turn (in the listen backlog,
@@ -267,12 +269,9 @@ class ContextWalker:
                 # MediaWiki's jobs)
                 return waiting + self._closed_ready(t, thread, worker, False)
             candidates = (begun,) if begun is not None else mine[:1]  # or a rooted chain
-            ready = [c for c in candidates if c.latest_s >= fresh and (
-                c.acted_s is None or t - c.acted_s <= fanout)]
-            return ready + self._closed_ready(t, thread, worker, serving)
         ready = [c for c in candidates if c.latest_s >= fresh and (
             c.acted_s is None or t - c.acted_s <= fanout)]
-        return ready + self._closed_ready(t, thread, worker, bool(candidates))
+        return ready + self._closed_ready(t, thread, worker, serving)
 
     def _closed_ready(self, t: float, thread: int | None, worker: int | None,
                       serving: bool) -> list[Context]:

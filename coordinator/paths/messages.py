@@ -171,6 +171,11 @@ class Trace:
     def src_host(self) -> np.ndarray:
         return self.node_host[self.messages.src]
 
+    def first_of_connections(self) -> np.ndarray:
+        """Each connection's first message (by index: the messages are in time order)."""
+        _, first = np.unique(self.messages.conn, return_index=True)
+        return first
+
     def set_up_crossings(self) -> tuple[np.ndarray, np.ndarray]:
         """Per message, the crossings of its connection's set-up on its path, in its own
         direction and in the other: on the first message of a connection opened in the
@@ -178,7 +183,7 @@ class Trace:
         when the server does (MySQL's greeting), it waits for the client's ACK too, (1, 2)."""
         m = self.messages
         same, other = np.zeros(len(m), dtype=np.int64), np.zeros(len(m), dtype=np.int64)
-        _, first = np.unique(m.conn, return_index=True)  # sorted by time: the first
+        first = self.first_of_connections()
         first = first[self.connections.opened[m.conn[first]]]
         same[first] = 1
         other[first] = np.where(self.is_reply()[first], 2, 1)

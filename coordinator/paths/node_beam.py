@@ -94,10 +94,8 @@ class NodeBeam:
         if best is None:
             self.decisions[msg], self.placements[msg] = ([], 1.0), Placement.ROOT
         else:
-            ctx = walker.context_of.get(best)
             self.decisions[msg] = ([(best, 1.0)], 0.0)
-            self.placements[msg] = Placement.AFTERWARD if ctx is None else (
-                Placement.SIBLING if walker.open[ctx].acted_s is not None else Placement.OPEN)
+            self.placements[msg] = placement_after(walker, best)
         walker.call_sent(conn, best, t, worker, waits)
         return True
 
@@ -105,11 +103,8 @@ class NodeBeam:
                waits: bool = True) -> None:
         """A call every hypothesis puts after `parent`, with nothing else to choose: decided
         at once, each walker following it and the odds between them as they were."""
-        walker = self.hypotheses[0].walker
-        ctx = walker.context_of.get(parent)
         self.decisions[msg] = ([(parent, 1.0)], 0.0)
-        self.placements[msg] = Placement.AFTERWARD if ctx is None else (
-            Placement.SIBLING if walker.open[ctx].acted_s is not None else Placement.OPEN)
+        self.placements[msg] = placement_after(self.hypotheses[0].walker, parent)
         for h in self.hypotheses:
             h.walker.call_sent(conn, parent, t, worker, waits)
         # pruned and settled as `branch` would: a reply since may have sunk some too far
@@ -185,7 +180,7 @@ class NodeBeam:
               before_trace: bool = False) -> None:
         """Each hypothesis's parent for the node's reply `msg` (None: its request is not in
         the trace) and the log weight of its delay. `before_trace`: it answers a request
-        from before the trace (`structural._answers_before_trace`); then, where no
+        from before the trace (`structural._first_words`); then, where no
         hypothesis has a request for it, it is a root, no other message its parent (left to
         §5.1 it joined another request's tree)."""
         if all(p is None for p in parents):
@@ -223,6 +218,15 @@ class NodeBeam:
                                    parents.get(None, 0.0))
         self.hypotheses = [Hypothesis(0.0, self.hypotheses[best].walker)]
         self.undecided = 0
+
+
+def placement_after(walker: ContextWalker, parent: int) -> Placement:
+    """Where a call after `parent` goes in `walker`: after an answer if `parent` is no open
+    context's latest, beside a call that context just sent, or in it, waiting on nothing."""
+    ctx = walker.context_of.get(parent)
+    if ctx is None:
+        return Placement.AFTERWARD
+    return Placement.SIBLING if walker.open[ctx].acted_s is not None else Placement.OPEN
 
 
 def _distinct(hypotheses: list[Hypothesis]) -> list[Hypothesis]:

@@ -54,7 +54,13 @@ from coordinator.paths.delay_model import DelayModel, fit_lognormals
 from coordinator.paths.features import Observables
 from coordinator.paths.messages import NO_THREAD, Trace
 from coordinator.paths.no_gc import no_cycle_collection
-from coordinator.paths.node_beam import BEAM_WIDTH, Decided, NodeBeam, Placement
+from coordinator.paths.node_beam import (
+    BEAM_WIDTH,
+    Decided,
+    NodeBeam,
+    Placement,
+    placement_after,
+)
 from coordinator.paths.threads import one_request_per_thread, worker_threads
 from coordinator.paths.wap5 import (
     DEFAULT_LINKING,
@@ -158,7 +164,7 @@ def _first_words(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     both walks, the caller's and the server's."""
     m = trace.messages
     greets, before = np.zeros(len(m), dtype=bool), np.zeros(len(m), dtype=bool)
-    _, first = np.unique(m.conn, return_index=True)  # messages are in time order
+    first = trace.first_of_connections()
     opened = trace.connections.opened
     if opened.any():
         seen_open = opened[m.conn[first]]
@@ -496,11 +502,7 @@ def _options(walker: ContextWalker, chosen: tuple[list[tuple[int, float]], float
     it would put the call, and being spontaneous."""
     links, spontaneous = chosen
     options: list[tuple[int | None, float, Placement]] = [(None, spontaneous, Placement.ROOT)]
-    for parent, weight in links:
-        ctx = walker.context_of.get(parent)
-        placement = Placement.AFTERWARD if ctx is None else (
-            Placement.SIBLING if walker.open[ctx].acted_s is not None else Placement.OPEN)
-        options.append((parent, weight, placement))
+    options += [(parent, weight, placement_after(walker, parent)) for parent, weight in links]
     return options
 
 
