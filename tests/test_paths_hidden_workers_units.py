@@ -137,3 +137,57 @@ def test_a_free_worker_is_offered_the_oldest_waiting_requests_only():
     assert [c.latest for c in offered] == list(range(WAITING_OFFERED))
     walker.call_sent(conn=100, parent=0, t=1.5, worker=7)  # worker 7 takes the oldest
     assert [c.latest for c in walker.ready(1.501, worker=8)] == [1, 2][:WAITING_OFFERED]
+
+
+def _pool_begun_busy(gap_s: float) -> tuple[Trace, list[int], list[int]]:
+    """One Passenger worker (thread 500 of the folded node 0) with a persistent database
+    connection, captured while it served a request from before the trace (on connection
+    0, whose set-up the trace did not see) with a request R of the trace (connection 1)
+    waiting behind it; then ten more requests served in turn. The backlog's second query
+    leaves `gap_s` after R arrived. Returns the trace, R's messages (request, its two
+    queries and their answers, its reply) and the backlog's two queries."""
+    rows: list[tuple[float, float, int, int, int, int, int]] = []  # ..., send/recv thread
+
+    def query(t: float) -> int:
+        rows.append((t, t + 0.0005, 0, 1, 2, 500, -1))
+        rows.append((t + 0.001, t + 0.0015, 1, 0, 2, -1, 500))
+        return len(rows) - 2
+    backlog = [query(0.0)]
+    rows.append((0.010, 0.010, 2, 0, 1, -1, 7))  # R arrives, waits for the worker
+    backlog.append(query(0.010 + gap_s))
+    rows.append((0.040, 0.040, 0, 2, 0, 8, -1))  # the backlog's reply: the worker is free
+    r = [2]
+    r += [q := query(0.045), q + 1, (q := query(0.050)), q + 1]
+    rows.append((0.060, 0.060, 0, 2, 1, 7, -1))
+    r.append(len(rows) - 1)
+    conns = [(2, 0, 40000, 80, False), (2, 0, 40001, 80, True), (0, 1, 50000, 5432, False)]
+    for k in range(10):  # requests served in turn, each on a connection of its own
+        t = 0.2 + 0.1 * k
+        conn = len(conns)
+        conns.append((2, 0, 40002 + k, 80, True))
+        rows.append((t, t, 2, 0, conn, -1, 7))
+        query(t + 0.004)
+        query(t + 0.009)
+        rows.append((t + 0.015, t + 0.015, 0, 2, conn, 7, -1))
+    send, recv = (np.array([row[k] for row in rows]) for k in (0, 1))
+    src, dst, conn, send_thread, recv_thread = (
+        np.array([row[k] for row in rows], dtype=np.int64) for k in range(2, 7))
+    c = Connections(*(np.array([row[k] for row in conns]) for k in range(5)))
+    trace = Trace(Messages(send, recv, src, dst, conn, np.full(len(rows), 100), send_thread,
+                           recv_thread), c, ("a/apache2+ruby", "b/postgres", "c/client"),
+                  np.array([0, 1, 2]), ("a", "b", "c"))
+    return trace, r, backlog
+
+
+@pytest.mark.parametrize("gap_s", [0.002, 0.012])
+def test_a_pool_captured_busy_serves_its_backlog_before_the_trace_s_requests(gap_s):
+    """The request a worker serves when the capture begins is unseen but for its reply: the
+    worker's calls until that reply are not the waiting request's, however soon after its
+    arrival they leave, and its calls after it are, however long it waited."""
+    trace, r, backlog = _pool_begun_busy(gap_s)
+    assert worker_threads(trace, {0})[0] == frozenset({500})
+    probs = context_probabilities(trace, SETTINGS, worker_nodes={0})
+    best = best_instances(path_instances(probs, SETTINGS))
+    assert sorted(best[r[0]].messages) == sorted(r)
+    parent = probs.most_likely_parent()
+    assert all(parent[q] == -1 or parent[q] not in r for q in backlog)

@@ -190,6 +190,19 @@ class ContextWalker:
         c = self.open.get(ctx) if ctx is not None else None
         return c is not None and c.worker != NO_THREAD and c.acted_s is not None
 
+    def chain_of(self, worker: int) -> Context | None:
+        """The open chain `worker`'s own call began (a request from before the trace), if it
+        is on one."""
+        ctx = self.worker_of.get(worker)
+        c = self.open.get(ctx) if ctx is not None else None
+        return c if c is not None and c.rooted else None
+
+    def workers_on_chains(self) -> int:
+        """How many hidden workers are on a chain their own call began (a request from
+        before the trace, unseen)."""
+        return sum(1 for ctx in self.worker_of.values() if ctx in self.rooted or (
+            (c := self.open.get(ctx)) is not None and c.rooted))
+
     def answer(self, conn: int, t: float) -> int | None:
         """The parent of this node's reply on `conn` (None: its request is not in the trace),
         closing that request's context."""

@@ -28,8 +28,9 @@ scores are built the same way for every linker.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import replace
 from operator import itemgetter
 
 import numpy as np
@@ -84,6 +85,9 @@ WORKER_ALONE = 1e-6  # how much less likely a hidden worker's call with no reque
 # a pool takes its queue in order: a waiting request with one ahead of it is so much less
 # likely a free worker's next (`contexts.WAITING_OFFERED` are offered at all)
 QUEUE_PRIOR = 0.1
+# how likely a hidden worker on a chain from before the trace is done with it when one of the
+# node's replies to such requests left since the chain's latest answer (it may be another's)
+CHAIN_OVER = 0.5
 # how much less likely a reply is while its request's hidden worker awaits an answer
 LOG_BUSY_WORKER = math.log(1e-6)
 # A transition's delays are fitted once it has this many links.
@@ -195,10 +199,11 @@ def _offered_alike(readies: list[list[Context]]) -> int | None:
     return c.latest
 
 
-def _queue_priors(ready: list[Context]) -> list[float]:
+def _queue_priors(ready: list[Context], unseen_ahead: int = 0) -> list[float]:
     """Each ready context's prior for a free worker: QUEUE_PRIOR to the power of the number
-    of waiting requests (not yet started) that arrived before it; 1 for the others."""
-    out, ahead = [], 0
+    of waiting requests (not yet started) that arrived before it, `unseen_ahead` of them
+    before the trace; 1 for the others."""
+    out, ahead = [], unseen_ahead
     for c in ready:
         if is_waiting(c):
             out.append(QUEUE_PRIOR ** ahead)
@@ -238,7 +243,15 @@ class _Walk:
         self.threaded = one_request_per_thread(trace).tolist()
         self.workers = worker_threads(trace, worker_nodes)
         self.unanswered = unanswered_calls(trace, self.is_reply, self.out_t, self.in_t)
-        self.may_greet, self.before_trace = (x.tolist() for x in _first_words(trace))
+        greets, before_trace = _first_words(trace)
+        self.may_greet, self.before_trace = greets.tolist(), before_trace.tolist()
+        # per node, when it answered each request from before the trace: the queue a pool
+        # of hidden workers had when the trace began is worked off first (`_worker_options`)
+        self.unseen_answers: dict[int, list[float]] = {}
+        for k in np.flatnonzero(before_trace).tolist():
+            self.unseen_answers.setdefault(self.src[k], []).append(float(self.out_t[k]))
+        for times in self.unseen_answers.values():
+            times.sort()
         first = np.fmin(self.out_t, self.in_t)
         self.first_s = np.sort(first[np.isfinite(first)])
 
@@ -258,13 +271,13 @@ class _Walk:
             if seen is not None:
                 spontaneous *= seen.spontaneous(msg)
             # the hypotheses share most contexts: each one weighed once per call, by what
-            # its weight depends on (its latest message, answered, waiting on a sibling)
-            weight_of: dict[tuple[int, bool, bool], float] = {}
+            # its weight depends on (its latest message, answered, waiting on a sibling, since when)
+            weight_of: dict[tuple[int, bool, bool, float], float] = {}
             out = []
             for ready in readies:  # one loop: the walk's hottest code
                 links = []
                 for c in ready:
-                    key = (c.latest, c.closed, c.acted_s is not None)
+                    key = (c.latest, c.closed, c.acted_s is not None, c.latest_s)
                     w = weight_of.get(key)
                     if w is None:
                         w = model.weight(src[c.latest], node, callee, t - c.latest_s)
@@ -367,6 +380,9 @@ class _Walk:
         if not readies[0]:  # the likeliest hypothesis has no context for it
             self.unexplained.append(msg)
         greeting = self._greeting(greeted.pop(conn, None), t, decisions)
+        if worker != NO_THREAD:
+            readies = [self._taken_when_free(node, t, ready, h.walker, worker)
+                       for ready, h in zip(readies, beam.hypotheses, strict=True)]
         if worker != NO_THREAD and greeting is None and len(readies) > 1 and (
                 (forced := _offered_alike(readies)) is not None):
             # a busy worker's next call, in every hypothesis its own request's: weighed
@@ -380,10 +396,9 @@ class _Walk:
         elif worker != NO_THREAD:  # likewise; and a worker with no request to serve is
             # what a hypothesis that gave its request to another worker comes to; a request
             # waiting behind another is the less likely to be taken (`contexts` module doc)
-            chosen = [([(p, max(w, BOUND_FLOOR) * f) for (p, w), f in zip(
-                links, _queue_priors(ready), strict=True)], 0.0) if links else
-                (links, s * WORKER_ALONE) for (links, s), ready in zip(chosen, readies,
-                                                                       strict=True)]
+            chosen = [self._worker_options(node, t, links, s, ready, h.walker, worker)
+                      for (links, s), ready, h in zip(chosen, readies, beam.hypotheses,
+                                                      strict=True)]
         if greeting is not None:  # its parent arrived before it did
             chosen = [([(p, w) for p, w in links if in_t[p] <= in_t[greeting]], s)
                       for links, s in chosen]
@@ -398,6 +413,63 @@ class _Walk:
                 # (a first pass calling it spontaneous would fit every later pass to that)
                 options = [[o for o in opts if o[0] is not None] or opts for opts in options]
         beam.branch(options, msg, conn, t, greeting, worker, waits)
+
+    def _taken_when_free(self, node: int, t: float, ready: list[Context],
+                         walker: ContextWalker, worker: int) -> list[Context]:
+        """`ready` with each waiting request timed from when `worker`, on a chain from
+        before the trace, became free to take it: when the latest of the node's replies to
+        such requests left, if since its chain's latest answer. A request queued behind the
+        backlog waited for that, not for the worker's call: weighed from its arrival, it
+        would lose to any other explanation. (Timed so after a worker's answer to a request
+        of the trace, the linking is worse: it may take its next before the reply leaves.)"""
+        chain = walker.chain_of(worker)
+        answers = self.unseen_answers.get(node)
+        if chain is None or not answers:
+            return ready
+        k = bisect_left(answers, t)
+        if not k or answers[k - 1] <= chain.latest_s:
+            return ready
+        freed = answers[k - 1]
+        return [replace(c, opened_s=freed, latest_s=freed)
+                if c.latest_s < freed and is_waiting(c) else c for c in ready]
+
+    def _worker_options(self, node: int, t: float, links: list[tuple[int, float]],
+                        spontaneous: float, ready: list[Context], walker: ContextWalker,
+                        worker: int) -> tuple[list[tuple[int, float]], float]:
+        """A hidden worker's call weighed as a pool takes its queue: in order, behind the
+        requests from before the trace that no worker has begun yet; spontaneous --
+        beginning one of those -- only while there are some."""
+        answers = self.unseen_answers.get(node)
+        if not answers:  # none to wait behind, or the trace kept no connection set-ups
+            priors = _queue_priors(ready)
+            weighed = [(p, max(w, BOUND_FLOOR) * f) for (p, w), f in zip(links, priors,
+                                                                           strict=True)]
+            return (weighed, 0.0) if links else (links, spontaneous * WORKER_ALONE)
+        # A capture begun on a busy pool sees its queue's replies, not its requests: the
+        # requests answered after `t` that no worker is on (a chain its call began) still
+        # wait, ahead of every request the trace saw. A worker on such a chain may be done
+        # with it only if one of those replies left since the chain's latest answer came
+        # back, or fewer are left than workers on chains; with none left, it is. (Taking
+        # the trace's first requests first, or keeping a chain on after the worker answered
+        # it, puts the workers' calls in the wrong trees.)
+        chain = walker.chain_of(worker)
+        left = len(answers) - bisect_right(answers, t)
+        on_chains = walker.workers_on_chains()
+        over = 1.0  # how likely the worker is free to take another request
+        if chain is not None and left:
+            over = CHAIN_OVER if left < on_chains or bisect_right(
+                answers, chain.latest_s) < bisect_left(answers, t) else WORKER_ALONE
+        elif chain is not None:
+            over = 1.0 - WORKER_ALONE
+        # free, it takes one of those the other workers are not on, if any are left
+        unseen = max(0, left - (on_chains - (chain is not None)))
+        weighed = [(p, max(w, BOUND_FLOOR) * f * (1.0 - over if c is chain else over))
+                   for (p, w), f, c in zip(links, _queue_priors(ready, unseen), ready,
+                                           strict=True)]
+        if not unseen:
+            return (weighed, 0.0) if links else (links, spontaneous * WORKER_ALONE)
+        # one of those first in the queue: as likely by its timing as the likeliest seen
+        return weighed, over * max([spontaneous, *(w for _, w in links)])
 
     def _greeting(self, seen: tuple[int, float] | None, t: float, decisions: Decided
                   ) -> int | None:
