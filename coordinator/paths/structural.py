@@ -380,7 +380,9 @@ class _Walk:
         if not readies[0]:  # the likeliest hypothesis has no context for it
             self.unexplained.append(msg)
         greeting = self._greeting(greeted.pop(conn, None), t, decisions)
-        if worker != NO_THREAD:
+        answers = self.unseen_answers.get(node)
+        if worker != NO_THREAD and answers and answers[0] <= t <= answers[-1] + \
+                self.settings.window_s:  # a chain outlives the last of them by the window
             readies = [self._taken_when_free(node, t, ready, h.walker, worker)
                        for ready, h in zip(readies, beam.hypotheses, strict=True)]
         if worker != NO_THREAD and greeting is None and len(readies) > 1 and (
