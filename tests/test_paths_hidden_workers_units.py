@@ -139,14 +139,17 @@ def test_a_free_worker_is_offered_the_oldest_waiting_requests_only():
     assert [c.latest for c in walker.ready(1.501, worker=8)] == [1, 2][:WAITING_OFFERED]
 
 
-def _pool_begun_busy(gap_s: float) -> tuple[Trace, list[int], list[int]]:
+def _pool_begun_busy(gap_s: float, seen_leaving: bool) -> tuple[Trace, list[int], list[int]]:
     """One Passenger worker (thread 500 of the folded node 0) with a persistent database
     connection, captured while it served a request from before the trace (on connection
-    0, whose set-up the trace did not see) with a request R of the trace (connection 1)
-    waiting behind it; then ten more requests served in turn. The backlog's second query
-    leaves `gap_s` after R arrived. Returns the trace, R's messages (request, its two
-    queries and their answers, its reply) and the backlog's two queries."""
+    0, whose set-up the trace did not see; `seen_leaving`: the client's capture, begun
+    first, saw it leave) with a request R of the trace (connection 1) waiting behind it;
+    then ten more requests served in turn. The backlog's second query leaves `gap_s` after
+    R arrived. Returns the trace, R's messages (request, its two queries and their answers,
+    its reply) and the backlog's two queries."""
     rows: list[tuple[float, float, int, int, int, int, int]] = []  # ..., send/recv thread
+    if seen_leaving:
+        rows.append((-0.05, np.nan, 2, 0, 0, -1, -1))
 
     def query(t: float) -> int:
         rows.append((t, t + 0.0005, 0, 1, 2, 500, -1))
@@ -154,9 +157,9 @@ def _pool_begun_busy(gap_s: float) -> tuple[Trace, list[int], list[int]]:
         return len(rows) - 2
     backlog = [query(0.0)]
     rows.append((0.010, 0.010, 2, 0, 1, -1, 7))  # R arrives, waits for the worker
+    r = [len(rows) - 1]
     backlog.append(query(0.010 + gap_s))
     rows.append((0.040, 0.040, 0, 2, 0, 8, -1))  # the backlog's reply: the worker is free
-    r = [2]
     r += [q := query(0.045), q + 1, (q := query(0.050)), q + 1]
     rows.append((0.060, 0.060, 0, 2, 1, 7, -1))
     r.append(len(rows) - 1)
@@ -179,12 +182,15 @@ def _pool_begun_busy(gap_s: float) -> tuple[Trace, list[int], list[int]]:
     return trace, r, backlog
 
 
+@pytest.mark.parametrize("seen_leaving", [False, True])
 @pytest.mark.parametrize("gap_s", [0.002, 0.012])
-def test_a_pool_captured_busy_serves_its_backlog_before_the_trace_s_requests(gap_s):
-    """The request a worker serves when the capture begins is unseen but for its reply: the
-    worker's calls until that reply are not the waiting request's, however soon after its
-    arrival they leave, and its calls after it are, however long it waited."""
-    trace, r, backlog = _pool_begun_busy(gap_s)
+def test_a_pool_captured_busy_serves_its_backlog_before_the_trace_s_requests(gap_s,
+                                                                             seen_leaving):
+    """The request a worker serves when the capture begins is unseen by its server but for
+    its reply: the worker's calls until that reply are not the waiting request's, however
+    soon after its arrival they leave, and its calls after it are, however long it
+    waited."""
+    trace, r, backlog = _pool_begun_busy(gap_s, seen_leaving)
     assert worker_threads(trace, {0})[0] == frozenset({500})
     probs = context_probabilities(trace, SETTINGS, worker_nodes={0})
     best = best_instances(path_instances(probs, SETTINGS))

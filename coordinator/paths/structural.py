@@ -179,6 +179,20 @@ def _first_words(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return greets, before & trace.is_reply()
 
 
+def _answers_to_unseen(trace: Trace, before_trace: np.ndarray) -> np.ndarray:
+    """Per message, whether it is a reply to a request its sender did not see arrive: one
+    from before the trace (`_first_words`), or one that reached it before its capture began
+    (the client's capture saw it leave, the server's did not see it come)."""
+    m = trace.messages
+    by_conn = np.argsort(m.conn, kind="stable")  # each connection's messages in time order
+    prev, cur = by_conn[:-1], by_conn[1:]
+    unseen = before_trace.copy()
+    after_unseen = (m.conn[prev] == m.conn[cur]) & trace.is_reply()[cur] & \
+        ~trace.is_reply()[prev] & np.isnan(m.recv_s[prev])
+    unseen[cur[after_unseen]] = True
+    return unseen
+
+
 def _offered_alike(readies: list[list[Context]]) -> int | None:
     """The latest message of the one context every hypothesis offers a call, alike in all
     that weighs it (answered or not, waiting on a sibling or not); None if any differs.
@@ -245,10 +259,10 @@ class _Walk:
         self.unanswered = unanswered_calls(trace, self.is_reply, self.out_t, self.in_t)
         greets, before_trace = _first_words(trace)
         self.may_greet, self.before_trace = greets.tolist(), before_trace.tolist()
-        # per node, when it answered each request from before the trace: the queue a pool
+        # per node, when it answered each request it did not see arrive: the queue a pool
         # of hidden workers had when the trace began is worked off first (`_worker_options`)
         self.unseen_answers: dict[int, list[float]] = {}
-        for k in np.flatnonzero(before_trace).tolist():
+        for k in np.flatnonzero(_answers_to_unseen(trace, before_trace)).tolist():
             self.unseen_answers.setdefault(self.src[k], []).append(float(self.out_t[k]))
         for times in self.unseen_answers.values():
             times.sort()
