@@ -186,9 +186,10 @@ def _answers_to_unseen(trace: Trace, before_trace: np.ndarray) -> np.ndarray:
     m = trace.messages
     by_conn = np.argsort(m.conn, kind="stable")  # each connection's messages in time order
     prev, cur = by_conn[:-1], by_conn[1:]
+    is_reply = trace.is_reply()
     unseen = before_trace.copy()
-    after_unseen = (m.conn[prev] == m.conn[cur]) & trace.is_reply()[cur] & \
-        ~trace.is_reply()[prev] & np.isnan(m.recv_s[prev])
+    after_unseen = (m.conn[prev] == m.conn[cur]) & is_reply[cur] & ~is_reply[prev] & \
+        np.isnan(m.recv_s[prev])
     unseen[cur[after_unseen]] = True
     return unseen
 
@@ -225,6 +226,60 @@ def _queue_priors(ready: list[Context], unseen_ahead: int = 0) -> list[float]:
         else:
             out.append(1.0)
     return out
+
+
+def _taken_when_free(answers: list[float], t: float, ready: list[Context],
+                     walker: ContextWalker, worker: int) -> list[Context]:
+    """`ready` with each waiting request timed from when `worker`, on a chain from before
+    the trace, became free to take it: when the latest of its node's `answers` to such
+    requests (sorted) left, if since its chain's latest answer. A request queued behind the
+    backlog waited for that, not for the worker's call: weighed from its arrival, it would
+    lose to any other explanation. (Timed so after a worker's answer to a request of the
+    trace, the linking is worse: it may take its next before the reply leaves.)"""
+    chain = walker.chain_of(worker)
+    if chain is None:
+        return ready
+    k = bisect_left(answers, t)
+    if not k or answers[k - 1] <= chain.latest_s:
+        return ready
+    freed = answers[k - 1]
+    return [replace(c, opened_s=freed, latest_s=freed)
+            if c.latest_s < freed and is_waiting(c) else c for c in ready]
+
+
+def _worker_options(answers: list[float], t: float, links: list[tuple[int, float]],
+                    spontaneous: float, ready: list[Context], walker: ContextWalker,
+                    worker: int) -> tuple[list[tuple[int, float]], float]:
+    """A hidden worker's call weighed as a pool takes its queue: in order, behind the
+    requests its node answers (`answers`, sorted) but never saw arrive that no worker has
+    begun yet; spontaneous -- beginning one of those -- only while there are some.
+
+    A capture begun on a busy pool sees its queue's replies, not its requests: the requests
+    answered after `t` that no worker is on (a chain its call began) still wait, ahead of
+    every request the trace saw. A worker on such a chain may be done with it only if one
+    of those replies left since the chain's latest answer came back, or fewer are left than
+    workers on chains; with none left, it is. (Taking the trace's first requests first, or
+    keeping a chain on after the worker answered it, puts the workers' calls in the wrong
+    trees.) With no such replies (none, or a trace that kept no connection set-ups) a
+    chain goes on as any request would."""
+    chain, over, unseen = None, 1.0, 0  # over: how likely the worker is free to take another
+    if answers:
+        chain = walker.chain_of(worker)
+        left = len(answers) - bisect_right(answers, t)
+        on_chains = walker.workers_on_chains()
+        if chain is not None and left:
+            over = CHAIN_OVER if left < on_chains or bisect_right(
+                answers, chain.latest_s) < bisect_left(answers, t) else WORKER_ALONE
+        elif chain is not None:
+            over = 1.0 - WORKER_ALONE
+        # free, it takes one of those the other workers are not on, if any are left
+        unseen = max(0, left - (on_chains - (chain is not None)))
+    weighed = [(p, max(w, BOUND_FLOOR) * f * (1.0 - over if c is chain else over))
+               for (p, w), f, c in zip(links, _queue_priors(ready, unseen), ready, strict=True)]
+    if not unseen:
+        return (weighed, 0.0) if links else (links, spontaneous * WORKER_ALONE)
+    # one of those first in the queue: as likely by its timing as the likeliest seen
+    return weighed, over * max([spontaneous, *(w for _, w in links)])
 
 
 def unanswered_calls(trace: Trace, is_reply: list[bool], out_t: np.ndarray,
@@ -394,10 +449,10 @@ class _Walk:
         if not readies[0]:  # the likeliest hypothesis has no context for it
             self.unexplained.append(msg)
         greeting = self._greeting(greeted.pop(conn, None), t, decisions)
-        answers = self.unseen_answers.get(node)
+        answers = self.unseen_answers.get(node, [])
         if worker != NO_THREAD and answers and answers[0] <= t <= answers[-1] + \
                 self.settings.window_s:  # a chain outlives the last of them by the window
-            readies = [self._taken_when_free(node, t, ready, h.walker, worker)
+            readies = [_taken_when_free(answers, t, ready, h.walker, worker)
                        for ready, h in zip(readies, beam.hypotheses, strict=True)]
         if worker != NO_THREAD and greeting is None and len(readies) > 1 and (
                 (forced := _offered_alike(readies)) is not None):
@@ -412,7 +467,7 @@ class _Walk:
         elif worker != NO_THREAD:  # likewise; and a worker with no request to serve is
             # what a hypothesis that gave its request to another worker comes to; a request
             # waiting behind another is the less likely to be taken (`contexts` module doc)
-            chosen = [self._worker_options(node, t, links, s, ready, h.walker, worker)
+            chosen = [_worker_options(answers, t, links, s, ready, h.walker, worker)
                       for (links, s), ready, h in zip(chosen, readies, beam.hypotheses,
                                                       strict=True)]
         if greeting is not None:  # its parent arrived before it did
@@ -429,63 +484,6 @@ class _Walk:
                 # (a first pass calling it spontaneous would fit every later pass to that)
                 options = [[o for o in opts if o[0] is not None] or opts for opts in options]
         beam.branch(options, msg, conn, t, greeting, worker, waits)
-
-    def _taken_when_free(self, node: int, t: float, ready: list[Context],
-                         walker: ContextWalker, worker: int) -> list[Context]:
-        """`ready` with each waiting request timed from when `worker`, on a chain from
-        before the trace, became free to take it: when the latest of the node's replies to
-        such requests left, if since its chain's latest answer. A request queued behind the
-        backlog waited for that, not for the worker's call: weighed from its arrival, it
-        would lose to any other explanation. (Timed so after a worker's answer to a request
-        of the trace, the linking is worse: it may take its next before the reply leaves.)"""
-        chain = walker.chain_of(worker)
-        answers = self.unseen_answers.get(node)
-        if chain is None or not answers:
-            return ready
-        k = bisect_left(answers, t)
-        if not k or answers[k - 1] <= chain.latest_s:
-            return ready
-        freed = answers[k - 1]
-        return [replace(c, opened_s=freed, latest_s=freed)
-                if c.latest_s < freed and is_waiting(c) else c for c in ready]
-
-    def _worker_options(self, node: int, t: float, links: list[tuple[int, float]],
-                        spontaneous: float, ready: list[Context], walker: ContextWalker,
-                        worker: int) -> tuple[list[tuple[int, float]], float]:
-        """A hidden worker's call weighed as a pool takes its queue: in order, behind the
-        requests from before the trace that no worker has begun yet; spontaneous --
-        beginning one of those -- only while there are some."""
-        answers = self.unseen_answers.get(node)
-        if not answers:  # none to wait behind, or the trace kept no connection set-ups
-            priors = _queue_priors(ready)
-            weighed = [(p, max(w, BOUND_FLOOR) * f) for (p, w), f in zip(links, priors,
-                                                                           strict=True)]
-            return (weighed, 0.0) if links else (links, spontaneous * WORKER_ALONE)
-        # A capture begun on a busy pool sees its queue's replies, not its requests: the
-        # requests answered after `t` that no worker is on (a chain its call began) still
-        # wait, ahead of every request the trace saw. A worker on such a chain may be done
-        # with it only if one of those replies left since the chain's latest answer came
-        # back, or fewer are left than workers on chains; with none left, it is. (Taking
-        # the trace's first requests first, or keeping a chain on after the worker answered
-        # it, puts the workers' calls in the wrong trees.)
-        chain = walker.chain_of(worker)
-        left = len(answers) - bisect_right(answers, t)
-        on_chains = walker.workers_on_chains()
-        over = 1.0  # how likely the worker is free to take another request
-        if chain is not None and left:
-            over = CHAIN_OVER if left < on_chains or bisect_right(
-                answers, chain.latest_s) < bisect_left(answers, t) else WORKER_ALONE
-        elif chain is not None:
-            over = 1.0 - WORKER_ALONE
-        # free, it takes one of those the other workers are not on, if any are left
-        unseen = max(0, left - (on_chains - (chain is not None)))
-        weighed = [(p, max(w, BOUND_FLOOR) * f * (1.0 - over if c is chain else over))
-                   for (p, w), f, c in zip(links, _queue_priors(ready, unseen), ready,
-                                           strict=True)]
-        if not unseen:
-            return (weighed, 0.0) if links else (links, spontaneous * WORKER_ALONE)
-        # one of those first in the queue: as likely by its timing as the likeliest seen
-        return weighed, over * max([spontaneous, *(w for _, w in links)])
 
     def _greeting(self, seen: tuple[int, float] | None, t: float, decisions: Decided
                   ) -> int | None:
