@@ -139,14 +139,18 @@ def test_a_free_worker_is_offered_the_oldest_waiting_requests_only():
     assert [c.latest for c in walker.ready(1.501, worker=8)] == [1, 2][:WAITING_OFFERED]
 
 
-def _pool_begun_busy(gap_s: float, seen_leaving: bool) -> tuple[Trace, list[int], list[int]]:
+def _pool_begun_busy(gap_s: float, seen_leaving: bool, backlog_answered: bool = True,
+                     late_unseen_s: float | None = None
+                     ) -> tuple[Trace, list[int], list[int]]:
     """One Passenger worker (thread 500 of the folded node 0) with a persistent database
     connection, captured while it served a request from before the trace (on connection
     0, whose set-up the trace did not see; `seen_leaving`: the client's capture, begun
-    first, saw it leave) with a request R of the trace (connection 1) waiting behind it;
-    then ten more requests served in turn. The backlog's second query leaves `gap_s` after
-    R arrived. Returns the trace, R's messages (request, its two queries and their answers,
-    its reply) and the backlog's two queries."""
+    first, saw it leave; `backlog_answered`: its reply is in the trace) with a request R of
+    the trace (connection 1) waiting behind it; then ten more requests served in turn. The
+    backlog's second query leaves `gap_s` after R arrived. `late_unseen_s`: then, a request
+    the server's capture missed (the client's saw it leave) answered at that time. Returns
+    the trace, R's messages (request, its two queries and their answers, its reply) and the
+    backlog's two queries."""
     rows: list[tuple[float, float, int, int, int, int, int]] = []  # ..., send/recv thread
     if seen_leaving:
         rows.append((-0.05, np.nan, 2, 0, 0, -1, -1))
@@ -159,7 +163,8 @@ def _pool_begun_busy(gap_s: float, seen_leaving: bool) -> tuple[Trace, list[int]
     rows.append((0.010, 0.010, 2, 0, 1, -1, 7))  # R arrives, waits for the worker
     r = [len(rows) - 1]
     backlog.append(query(0.010 + gap_s))
-    rows.append((0.040, 0.040, 0, 2, 0, 8, -1))  # the backlog's reply: the worker is free
+    if backlog_answered:  # the backlog's reply: the worker is free
+        rows.append((0.040, 0.040, 0, 2, 0, 8, -1))
     r += [q := query(0.045), q + 1, (q := query(0.050)), q + 1]
     rows.append((0.060, 0.060, 0, 2, 1, 7, -1))
     r.append(len(rows) - 1)
@@ -172,6 +177,10 @@ def _pool_begun_busy(gap_s: float, seen_leaving: bool) -> tuple[Trace, list[int]
         query(t + 0.004)
         query(t + 0.009)
         rows.append((t + 0.015, t + 0.015, 0, 2, conn, 7, -1))
+    if late_unseen_s is not None:
+        conns.append((2, 0, 40100, 80, True))
+        rows.append((late_unseen_s - 0.1, np.nan, 2, 0, len(conns) - 1, -1, -1))
+        rows.append((late_unseen_s, late_unseen_s, 0, 2, len(conns) - 1, 7, -1))
     send, recv = (np.array([row[k] for row in rows]) for k in (0, 1))
     src, dst, conn, send_thread, recv_thread = (
         np.array([row[k] for row in rows], dtype=np.int64) for k in range(2, 7))
@@ -197,3 +206,16 @@ def test_a_pool_captured_busy_serves_its_backlog_before_the_trace_s_requests(gap
     assert sorted(best[r[0]].messages) == sorted(r)
     parent = probs.most_likely_parent()
     assert all(parent[q] == -1 or parent[q] not in r for q in backlog)
+
+
+def test_a_late_reply_to_a_request_the_server_missed_keeps_no_chain_from_the_start_going():
+    """A reply whose request the server's capture lost, seconds after the trace began, is
+    no sign that the chain a worker was on when it began is still going: each request after
+    the backlog gets its own worker's calls."""
+    trace, _, _ = _pool_begun_busy(0.002, False, backlog_answered=False, late_unseen_s=4.0)
+    probs = context_probabilities(trace, SETTINGS, worker_nodes={0})
+    best = best_instances(path_instances(probs, SETTINGS))
+    m = trace.messages
+    requests = [k for k in range(len(m)) if m.src[k] == 2 and np.isfinite(m.recv_s[k])]
+    assert len(requests) == 11
+    assert all(len(best[k].messages) == 6 for k in requests[1:])  # request, 2 calls, reply

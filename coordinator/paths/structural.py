@@ -247,9 +247,10 @@ def _taken_when_free(answers: list[float], t: float, ready: list[Context],
             if c.latest_s < freed and is_waiting(c) else c for c in ready]
 
 
-def _worker_options(answers: list[float], t: float, links: list[tuple[int, float]],
-                    spontaneous: float, ready: list[Context], walker: ContextWalker,
-                    worker: int) -> tuple[list[tuple[int, float]], float]:
+def _worker_options(answers: list[float], t: float, window_s: float,
+                    links: list[tuple[int, float]], spontaneous: float, ready: list[Context],
+                    walker: ContextWalker, worker: int
+                    ) -> tuple[list[tuple[int, float]], float]:
     """A hidden worker's call weighed as a pool takes its queue: in order, behind the
     requests its node answers (`answers`, sorted) but never saw arrive that no worker has
     begun yet; spontaneous -- beginning one of those -- only while there are some.
@@ -260,12 +261,15 @@ def _worker_options(answers: list[float], t: float, links: list[tuple[int, float
     of those replies left since the chain's latest answer came back, or fewer are left than
     workers on chains; with none left, it is. (Taking the trace's first requests first, or
     keeping a chain on after the worker answered it, puts the workers' calls in the wrong
-    trees.) With no such replies (none, or a trace that kept no connection set-ups) a
-    chain goes on as any request would."""
+    trees.) Only the replies within `window_s` of `t` count: a request a worker is on, or
+    takes now, is answered within the window (one reply whose request the server's capture
+    lost, late in the trace, would otherwise keep every chain from its start going for the
+    whole trace, swallowing the jobs after it). With no such replies (none, or a trace that
+    kept no connection set-ups) a chain goes on as any request would."""
     chain, over, unseen = None, 1.0, 0  # over: how likely the worker is free to take another
     if answers:
         chain = walker.chain_of(worker)
-        left = len(answers) - bisect_right(answers, t)
+        left = bisect_right(answers, t + window_s) - bisect_right(answers, t)
         on_chains = walker.workers_on_chains()
         if chain is not None and left:
             over = CHAIN_OVER if left < on_chains or bisect_right(
@@ -467,7 +471,8 @@ class _Walk:
         elif worker != NO_THREAD:  # likewise; and a worker with no request to serve is
             # what a hypothesis that gave its request to another worker comes to; a request
             # waiting behind another is the less likely to be taken (`contexts` module doc)
-            chosen = [_worker_options(answers, t, links, s, ready, h.walker, worker)
+            window_s = self.settings.window_s
+            chosen = [_worker_options(answers, t, window_s, links, s, ready, h.walker, worker)
                       for (links, s), ready, h in zip(chosen, readies, beam.hypotheses,
                                                       strict=True)]
         if greeting is not None:  # its parent arrived before it did
