@@ -140,7 +140,7 @@ def test_a_free_worker_is_offered_the_oldest_waiting_requests_only():
 
 
 def _pool_begun_busy(gap_s: float, seen_leaving: bool, backlog_answered: bool = True,
-                     late_unseen_s: float | None = None
+                     late_unseen_s: float | None = None, late_seen_leaving: bool = True
                      ) -> tuple[Trace, list[int], list[int]]:
     """One Passenger worker (thread 500 of the folded node 0) with a persistent database
     connection, captured while it served a request from before the trace (on connection
@@ -148,7 +148,8 @@ def _pool_begun_busy(gap_s: float, seen_leaving: bool, backlog_answered: bool = 
     first, saw it leave; `backlog_answered`: its reply is in the trace) with a request R of
     the trace (connection 1) waiting behind it; then ten more requests served in turn. The
     backlog's second query leaves `gap_s` after R arrived. `late_unseen_s`: then, a request
-    the server's capture missed (the client's saw it leave) answered at that time. Returns
+    the server's capture missed (the client's saw it leave) answered at that time (seen
+    leaving by the server's capture if `late_seen_leaving`, else only arriving). Returns
     the trace, R's messages (request, its two queries and their answers, its reply) and the
     backlog's two queries."""
     rows: list[tuple[float, float, int, int, int, int, int]] = []  # ..., send/recv thread
@@ -180,7 +181,8 @@ def _pool_begun_busy(gap_s: float, seen_leaving: bool, backlog_answered: bool = 
     if late_unseen_s is not None:
         conns.append((2, 0, 40100, 80, True))
         rows.append((late_unseen_s - 0.1, np.nan, 2, 0, len(conns) - 1, -1, -1))
-        rows.append((late_unseen_s, late_unseen_s, 0, 2, len(conns) - 1, 7, -1))
+        rows.append((late_unseen_s if late_seen_leaving else np.nan, late_unseen_s, 0, 2,
+                     len(conns) - 1, 7, -1))
     send, recv = (np.array([row[k] for row in rows]) for k in (0, 1))
     src, dst, conn, send_thread, recv_thread = (
         np.array([row[k] for row in rows], dtype=np.int64) for k in range(2, 7))
@@ -208,14 +210,40 @@ def test_a_pool_captured_busy_serves_its_backlog_before_the_trace_s_requests(gap
     assert all(parent[q] == -1 or parent[q] not in r for q in backlog)
 
 
-def test_a_late_reply_to_a_request_the_server_missed_keeps_no_chain_from_the_start_going():
-    """A reply whose request the server's capture lost, seconds after the trace began, is
-    no sign that the chain a worker was on when it began is still going: each request after
+@pytest.mark.parametrize(("late_s", "server_saw_it"), [(4.0, True), (1.25, False)])
+def test_a_late_reply_to_a_request_the_server_missed_keeps_no_chain_from_the_start_going(
+        late_s, server_saw_it):
+    """A reply whose request the server's capture lost, more than the window after the trace
+    began, or one the server's capture did not see leave either (it had stopped), is no sign
+    that the chain a worker was on when the trace began is still going: each request after
     the backlog gets its own worker's calls."""
-    trace, _, _ = _pool_begun_busy(0.002, False, backlog_answered=False, late_unseen_s=4.0)
+    trace, _, _ = _pool_begun_busy(0.002, False, backlog_answered=False, late_unseen_s=late_s,
+                                   late_seen_leaving=server_saw_it)
     probs = context_probabilities(trace, SETTINGS, worker_nodes={0})
     best = best_instances(path_instances(probs, SETTINGS))
     m = trace.messages
     requests = [k for k in range(len(m)) if m.src[k] == 2 and np.isfinite(m.recv_s[k])]
     assert len(requests) == 11
     assert all(len(best[k].messages) == 6 for k in requests[1:])  # request, 2 calls, reply
+
+
+def test_a_worker_on_a_request_begins_none_of_the_requests_its_server_never_saw():
+    """While a request of the trace is open on it, a hidden worker's call is that request's,
+    not the start of one of the replies its server owes to requests it never saw."""
+    from coordinator.paths.contexts import ContextWalker
+    from coordinator.paths.structural import _worker_options
+
+    walker = ContextWalker(window_s=2.0, fanout_s=0.001, afterward_s=0.001, queues=True)
+    walker.request_arrived(conn=0, msg=0, t=1.0)
+    walker.call_sent(conn=100, parent=0, t=1.01, worker=7)
+    walker.reply_arrived(conn=100, msg=2, t=1.02)
+    ready = walker.ready(1.03, worker=7)
+    assert [c.latest for c in ready] == [2]
+    links = [(2, 1.0)]
+    _, spontaneous = _worker_options([1.5], 1.03, 2.0, links, 0.5, ready, walker, 7)
+    assert spontaneous == 0.0
+    free = ContextWalker(window_s=2.0, fanout_s=0.001, afterward_s=0.001, queues=True)
+    free.request_arrived(conn=0, msg=0, t=1.0)
+    ready = free.ready(1.03, worker=7)
+    _, spontaneous = _worker_options([1.5], 1.03, 2.0, [(0, 1.0)], 0.5, ready, free, 7)
+    assert spontaneous > 0.0  # free, it may begin the one its server owes first

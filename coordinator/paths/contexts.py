@@ -197,6 +197,13 @@ class ContextWalker:
         c = self.open.get(ctx) if ctx is not None else None
         return c if c is not None and c.rooted else None
 
+    def serves_request(self, worker: int) -> bool:
+        """Whether hidden `worker` is on a request of the trace not yet answered (it takes
+        no other until it answers that one)."""
+        ctx = self.worker_of.get(worker)
+        c = self.open.get(ctx) if ctx is not None else None
+        return c is not None and not c.rooted
+
     def workers_on_chains(self) -> int:
         """How many hidden workers are on a chain their own call began (a request from
         before the trace, unseen)."""

@@ -182,7 +182,9 @@ def _first_words(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 def _answers_to_unseen(trace: Trace, before_trace: np.ndarray) -> np.ndarray:
     """Per message, whether it is a reply to a request its sender did not see arrive: one
     from before the trace (`_first_words`), or one that reached it before its capture began
-    (the client's capture saw it leave, the server's did not see it come)."""
+    (the client's capture saw it leave, the server's did not see it come). Only replies the
+    sender's capture saw leave: one only its client saw (the server's capture had stopped,
+    or not begun) says nothing of the calls the server's capture holds."""
     m = trace.messages
     by_conn = np.argsort(m.conn, kind="stable")  # each connection's messages in time order
     prev, cur = by_conn[:-1], by_conn[1:]
@@ -191,7 +193,7 @@ def _answers_to_unseen(trace: Trace, before_trace: np.ndarray) -> np.ndarray:
     after_unseen = (m.conn[prev] == m.conn[cur]) & is_reply[cur] & ~is_reply[prev] & \
         np.isnan(m.recv_s[prev])
     unseen[cur[after_unseen]] = True
-    return unseen
+    return unseen & np.isfinite(m.send_s)
 
 
 def _offered_alike(readies: list[list[Context]]) -> int | None:
@@ -267,7 +269,7 @@ def _worker_options(answers: list[float], t: float, window_s: float,
     whole trace, swallowing the jobs after it). With no such replies (none, or a trace that
     kept no connection set-ups) a chain goes on as any request would."""
     chain, over, unseen = None, 1.0, 0  # over: how likely the worker is free to take another
-    if answers:
+    if answers and not walker.serves_request(worker):  # busy, it begins none of them
         chain = walker.chain_of(worker)
         left = bisect_right(answers, t + window_s) - bisect_right(answers, t)
         on_chains = walker.workers_on_chains()
