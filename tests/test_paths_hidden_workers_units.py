@@ -247,3 +247,74 @@ def test_a_worker_on_a_request_begins_none_of_the_requests_its_server_never_saw(
     ready = free.ready(1.03, worker=7)
     _, spontaneous = _worker_options([1.5], 1.03, 2.0, [(0, 1.0)], 0.5, ready, free, 7)
     assert spontaneous > 0.0  # free, it may begin the one its server owes first
+
+
+def _two_workers_queue() -> tuple[Trace, list[tuple[float, float]],
+                                  list[tuple[float, float]]]:
+    """Two Passenger workers (threads 500 and 501 of the folded node 0, each a persistent
+    database connection) serving 30 requests as they come, each with its first query 2-5 ms
+    after it arrives and its reply 1-2.6 ms after its last answer; then A1 and A2 keep
+    both busy, B arrives while they are, and C just before they are done; worker 500 takes
+    B, 501 C, a millisecond apart; the trace ends before their replies. Returns the trace
+    and B's and C's messages, each as (sent, received)."""
+    rows: list[tuple[float, float, int, int, int, int, int]] = []
+    conns: list[tuple[int, int, int, int, bool]] = [(0, 1, 50000, 5432, False),
+                                                    (0, 1, 50001, 5432, False)]
+
+    def request(t: float) -> tuple[int, list[int]]:
+        conns.append((2, 0, 40000 + len(conns), 80, True))
+        rows.append((t, t, 2, 0, len(conns) - 1, -1, 7))
+        return len(conns) - 1, [len(rows) - 1]
+
+    def query(t: float, worker: int, mine: list[int]) -> None:
+        rows.append((t, t + 0.0005, 0, 1, worker, 500 + worker, -1))
+        rows.append((t + 0.001, t + 0.0015, 1, 0, worker, -1, 500 + worker))
+        mine += [len(rows) - 2, len(rows) - 1]
+
+    def reply(t: float, conn: int, mine: list[int]) -> None:
+        rows.append((t, t, 0, 2, conn, 7, -1))
+        mine.append(len(rows) - 1)
+    for k in range(30):
+        t = 0.1 * k
+        conn, mine = request(t)
+        query(t + 0.002 + 0.0005 * (k % 7), k % 2, mine)
+        query(t + 0.007, k % 2, mine)
+        reply(t + 0.0095 + 0.0004 * (k % 5), conn, mine)
+    busy = [request(3.0), request(3.0005)]
+    for w, (_, mine) in enumerate(busy):
+        query(3.002 + 0.0005 * w, w, mine)
+    _, b = request(3.005)
+    for w, (_, mine) in enumerate(busy):
+        query(3.006 + 0.0005 * w, w, mine)
+    _, c = request(3.096)
+    for w, (conn, mine) in enumerate(busy):
+        query(3.100 + 0.0005 * w, w, mine)
+        reply(3.103 + 0.0005 * w, conn, mine)
+    for w, mine in enumerate([b, c]):  # the trace ends before their replies
+        query(3.107 + 0.001 * w, w, mine)
+        query(3.111 + 0.001 * w, w, mine)
+    send, recv = (np.array([row[k] for row in rows]) for k in (0, 1))
+    src, dst, conn, send_thread, recv_thread = (
+        np.array([row[k] for row in rows], dtype=np.int64) for k in range(2, 7))
+    connections = Connections(*(np.array([row[k] for row in conns]) for k in range(5)))
+    trace = Trace.sorted(Messages(send, recv, src, dst, conn, np.full(len(rows), 100),
+                                  send_thread, recv_thread), connections,
+                         ("a/apache2+ruby", "b/postgres", "c/client"), np.array([0, 1, 2]),
+                         ("a", "b", "c"))
+    def keys(mine: list[int]) -> list[tuple[float, float]]:
+        return sorted((rows[k][0], rows[k][1]) for k in mine)
+    return trace, keys(b), keys(c)
+
+
+def test_a_request_that_waited_for_a_busy_worker_is_timed_from_when_the_worker_was_free():
+    """B waited 100 ms for a worker, C 11 ms: timed from their arrivals, the first worker's
+    first call after its last request looks like C's (the pool's first calls come 2-5 ms
+    after arrival); timed from that worker's last answer, both waited alike, and the pool
+    takes B first."""
+    trace, b, c = _two_workers_queue()
+    probs = context_probabilities(trace, SETTINGS, worker_nodes={0})
+    parent = probs.most_likely_parent()
+    m = trace.messages
+    at = {(float(m.send_s[k]), float(m.recv_s[k])): k for k in range(len(m))}
+    for truth in (b, c):  # each request's first query hangs from it
+        assert parent[at[truth[1]]] == at[truth[0]]

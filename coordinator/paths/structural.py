@@ -249,6 +249,16 @@ def _taken_when_free(answers: list[float], t: float, ready: list[Context],
             if c.latest_s < freed and is_waiting(c) else c for c in ready]
 
 
+def _waited_for(ready: list[Context], free_s: float) -> list[Context]:
+    """`ready` with each waiting request that arrived before `free_s`, when its hidden
+    worker heard its last answer, timed from then: a request queued for a busy pool waited
+    for a worker, and weighed from its arrival it loses to one that came later, however
+    the pool takes its queue. (Not from the server's reply: Passenger may take the next
+    request before Apache's reply leaves; never before the worker's last answer came.)"""
+    return [replace(c, opened_s=free_s, latest_s=free_s)
+            if c.latest_s < free_s and is_waiting(c) else c for c in ready]
+
+
 def _worker_options(answers: list[float], t: float, window_s: float,
                     links: list[tuple[int, float]], spontaneous: float, ready: list[Context],
                     walker: ContextWalker, worker: int
@@ -378,6 +388,7 @@ class _Walk:
         decisions: Decided = {}
         self.placements: dict[int, Placement] = {}
         self.unexplained: list[int] = []  # calls made with no context ready
+        self.heard: dict[int, float] = {}  # per hidden worker of the node walked
         self.greeted_calls: dict[int, int] = {}  # call -> the server's greeting it answers
         nodes = []
         for node, (times, departures, messages) in self.events:
@@ -410,6 +421,8 @@ class _Walk:
         recv_thread = self.recv_thread
         spontaneous = self.clients[node] and self.settings.clients_spontaneous
         greeted: dict[int, tuple[int, float]] = {}  # connection -> server's first words
+        workers = self.workers[node]
+        self.heard = {}  # hidden worker -> when its last answer came
         for k, (t, departing, msg) in enumerate(events):
             if k % CHECK_EVERY == 0 and k and not share.keep_up(k, beam, node):
                 return  # the rest of the node's messages are left to §5.1
@@ -423,6 +436,8 @@ class _Walk:
                     greeted[conn] = (msg, t)  # a reply to no call (alike in every one)
                 for h in beam.hypotheses:
                     h.walker.reply_arrived(conn, msg, t, recv_thread[msg])
+                if recv_thread[msg] in workers:
+                    self.heard[recv_thread[msg]] = t
             elif is_reply[msg]:
                 busy = [len(beam.hypotheses) > 1 and h.walker.answers_busy_worker(conn)
                         for h in beam.hypotheses]
@@ -460,6 +475,8 @@ class _Walk:
                 self.settings.window_s:  # a chain outlives the last of them by the window
             readies = [_taken_when_free(answers, t, ready, h.walker, worker)
                        for ready, h in zip(readies, beam.hypotheses, strict=True)]
+        if worker != NO_THREAD and worker in self.heard:
+            readies = [_waited_for(ready, self.heard[worker]) for ready in readies]
         if worker != NO_THREAD and greeting is None and len(readies) > 1 and (
                 (forced := _offered_alike(readies)) is not None):
             # a busy worker's next call, in every hypothesis its own request's: weighed
