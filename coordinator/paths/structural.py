@@ -244,9 +244,7 @@ def _taken_when_free(answers: list[float], t: float, ready: list[Context],
     k = bisect_left(answers, t)
     if not k or answers[k - 1] <= chain.latest_s:
         return ready
-    freed = answers[k - 1]
-    return [replace(c, opened_s=freed, latest_s=freed)
-            if c.latest_s < freed and is_waiting(c) else c for c in ready]
+    return _waited_for(ready, answers[k - 1])
 
 
 def _waited_for(ready: list[Context], free_s: float) -> list[Context]:
