@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.results_md import update_section
-from common.square_wave import SquareWave
-from coordinator.core.estimate import GradientSettings, log_gradients
-from coordinator.core.spectral.binning import sampling_interval_s
-from coordinator.core.spectral.training import baseline_spectrum, choose_injection
+from linkgrad.spectral.binning import sampling_interval_s
+from linkgrad.spectral.estimate import GradientSettings, log_gradients
+from linkgrad.spectral.training import baseline_spectrum, choose_injection
+from linkgrad.square_wave import SquareWave
 from testbed.synthetic import (
     NoiseSpec,
     SyntheticRequests,

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from common.square_wave import SquareWave
+from linkgrad.square_wave import SquareWave
 from testbed.synthetic import NoiseSpec, generate, standard_workload
 from testbed.synthetic_log import EXAMPLE_LOG_FORMAT, injection_record, write_nginx_log
 

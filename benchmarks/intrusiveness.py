@@ -3,7 +3,7 @@ during link-gradient measurement; Table 5.2: the increase in response time), on 
 
 For each workload, the load generator runs throughout and the square wave linkgrad would inject
 on app1->db (held at the receiver, period 8 s) is switched off and on in turn, one wave cycle
-per sub-window: off, on, off, ..., off (`coordinator.core.alternation`), so drift weighs both
+per sub-window: off, on, off, ..., off (`linkgrad.alternation`), so drift weighs both
 sides alike. Off means the link is not in the injector at all (normal operation); on means it is,
 with the wave running, as during a measurement. Throughput (completed requests/s) and mean
 response come from the load generator's own CSV, per side, with standard errors from batch
@@ -38,12 +38,13 @@ import numpy as np
 
 from benchmarks.on_testbed import scratch_root
 from benchmarks.results_md import update_section
-from common.jsonlines import DaemonClient, ProcessChannel
-from common.protocol.injector import Add, InjectorReady, LinkSpec, Remove, SquareSchedule
-from coordinator.core.alternation import OFF, ON, Alternation
-from coordinator.core.prediction import Estimate, batch_mean
+from linkgrad.alternation import OFF, ON, Alternation
+from linkgrad.prediction import Estimate, batch_mean
+from linkgrad.protocol.injector import Add, InjectorReady, LinkSpec, Remove, SquareSchedule
+from linkgrad.protocol.jsonlines import DaemonClient
 from testbed.lifecycle import down, up
 from testbed.loadgen import arrival_times
+from testbed.process_channel import ProcessChannel
 from testbed.topology import DEFAULT
 from testbed.transactions import transactions_of
 

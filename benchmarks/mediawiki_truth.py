@@ -13,7 +13,7 @@ The gradient's expectation (what a delay on the link waits for):
 both counted only before the response ended (Apache's %D).
 (b) Slopes. Under the load generator's open-loop load (every page type, equal weights), a
 constant delay on one direction (the injector daemon on the receiving host, as `linkgrad run`
-injects by default) is switched off and on in turn (coordinator.core.alternation: off, on, ...,
+injects by default) is switched off and on in turn (linkgrad.alternation: off, on, ...,
 off), and each page type's mean response time (the access log, Apache's %D) on minus off,
 divided by the delay the injector actually applied, is the slope; its standard error is
 Welch's.
@@ -56,10 +56,10 @@ from benchmarks.on_testbed import scratch_root
 from benchmarks.packet_socket import InNamespace, tcp_segments
 from benchmarks.results_md import update_section
 from benchmarks.slopes import applied_ms_of, link_spec, loaded_slopes, slope
-from coordinator.core.alternation import OFF, ON
-from coordinator.core.weblog import read_log
-from coordinator.core.weblog.apache_format import compile_apache
-from coordinator.core.weblog.textlog import parse_lines
+from linkgrad.alternation import OFF, ON
+from linkgrad.weblog import read_log
+from linkgrad.weblog.apache_format import compile_apache
+from linkgrad.weblog.textlog import parse_lines
 from testbed import mariadb
 from testbed.lifecycle import down, up
 from testbed.pairs.hosts import InjectorProcess

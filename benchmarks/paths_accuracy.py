@@ -34,13 +34,13 @@ import numpy as np
 
 from benchmarks.results_md import update_section
 from coordinator.config.trace_file import read_trace
-from coordinator.paths.accuracy import best_instances
-from coordinator.paths.analysis import LINKERS
-from coordinator.paths.clocks import clock_offsets
-from coordinator.paths.instances import path_instances
-from coordinator.paths.messages import Trace
-from coordinator.paths.reconcile import HostTrace, reconcile
-from coordinator.paths.wap5 import LinkingSettings
+from linkgrad.paths.accuracy import best_instances
+from linkgrad.paths.analysis import LINKERS
+from linkgrad.paths.clocks import clock_offsets
+from linkgrad.paths.instances import path_instances
+from linkgrad.paths.messages import Trace
+from linkgrad.paths.reconcile import HostTrace, reconcile
+from linkgrad.paths.wap5 import LinkingSettings
 
 ROOT = Path(__file__).parents[1]
 OUT = Path(__file__).with_name("out") / "paths_accuracy.json"

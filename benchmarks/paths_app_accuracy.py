@@ -52,15 +52,15 @@ from benchmarks.paths_accuracy import Conversations
 from benchmarks.paths_app_speed import APPS, EXPERIMENT
 from benchmarks.results_md import update_section
 from coordinator.config.trace_file import read_trace
-from coordinator.paths.accuracy import best_instances
-from coordinator.paths.analysis import DEFAULT_BUDGET, trace_duration_s
-from coordinator.paths.budget import Budget
-from coordinator.paths.hidden_workers import fold_hidden_workers
-from coordinator.paths.instances import path_instances
-from coordinator.paths.messages import Trace
-from coordinator.paths.reconcile import reconcile
-from coordinator.paths.structural import context_probabilities, fcfs_probabilities
-from coordinator.paths.wap5 import LinkingSettings, LinkProbabilities, wap5_probabilities
+from linkgrad.paths.accuracy import best_instances
+from linkgrad.paths.analysis import DEFAULT_BUDGET, trace_duration_s
+from linkgrad.paths.budget import Budget
+from linkgrad.paths.hidden_workers import fold_hidden_workers
+from linkgrad.paths.instances import path_instances
+from linkgrad.paths.messages import Trace
+from linkgrad.paths.reconcile import reconcile
+from linkgrad.paths.structural import context_probabilities, fcfs_probabilities
+from linkgrad.paths.wap5 import LinkingSettings, LinkProbabilities, wap5_probabilities
 from testbed import apache, mariadb, redmine
 from testbed.lifecycle import down, up
 

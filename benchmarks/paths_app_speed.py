@@ -38,14 +38,14 @@ from scipy import stats
 from benchmarks.on_testbed import linkgrad, scratch_root
 from benchmarks.results_md import update_section
 from coordinator.config.trace_file import read_trace
-from coordinator.paths.analysis import trace_duration_s
-from coordinator.paths.budget import Budget
-from coordinator.paths.hidden_workers import fold_hidden_workers
-from coordinator.paths.messages import Messages, Trace
-from coordinator.paths.reconcile import reconcile
-from coordinator.paths.structural import context_probabilities
-from coordinator.paths.threads import one_request_per_thread
-from coordinator.paths.wap5 import LinkingSettings
+from linkgrad.paths.analysis import trace_duration_s
+from linkgrad.paths.budget import Budget
+from linkgrad.paths.hidden_workers import fold_hidden_workers
+from linkgrad.paths.messages import Messages, Trace
+from linkgrad.paths.reconcile import reconcile
+from linkgrad.paths.structural import context_probabilities
+from linkgrad.paths.threads import one_request_per_thread
+from linkgrad.paths.wap5 import LinkingSettings
 from testbed.lifecycle import down, up
 from testbed.topology import MEDIAWIKI, REDMINE, Topology
 

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.results_md import update_section
-from coordinator.paths.accuracy import best_instances, tree_accuracy
-from coordinator.paths.budget import Budget
-from coordinator.paths.instances import path_instances
-from coordinator.paths.structural import context_probabilities
-from coordinator.paths.wap5 import LinkingSettings, wap5_probabilities
+from linkgrad.paths.accuracy import best_instances, tree_accuracy
+from linkgrad.paths.budget import Budget
+from linkgrad.paths.instances import path_instances
+from linkgrad.paths.structural import context_probabilities
+from linkgrad.paths.wap5 import LinkingSettings, wap5_probabilities
 from testbed.synthetic_paths import busy_server, generate
 
 OUT = Path(__file__).with_name("out") / "paths_busy_server.json"

@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks.results_md import update_section
-from coordinator.paths.accuracy import best_instances, tree_accuracy
-from coordinator.paths.analysis import LINKERS
-from coordinator.paths.clocks import clock_offsets
-from coordinator.paths.instances import path_instances
-from coordinator.paths.patterns import aggregate
-from coordinator.paths.wap5 import LinkingSettings
+from linkgrad.paths.accuracy import best_instances, tree_accuracy
+from linkgrad.paths.analysis import LINKERS
+from linkgrad.paths.clocks import clock_offsets
+from linkgrad.paths.instances import path_instances
+from linkgrad.paths.patterns import aggregate
+from linkgrad.paths.wap5 import LinkingSettings
 from testbed.synthetic_paths import Application, Behaviour, SyntheticTrace, generate
 
 OUT = Path(__file__).with_name("out") / "paths_linking_speed.json"

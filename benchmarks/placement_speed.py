@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.results_md import update_section
-from coordinator.core.placement import PlacementProblem, exhaustive, local_search
+from linkgrad.placement import PlacementProblem, exhaustive, local_search
 
 OUT = Path(__file__).with_name("out")
 CASES = ((10, 4), (100, 20), (1000, 100))  # (components, sites)

@@ -31,14 +31,14 @@ from typing import Any
 from benchmarks.on_testbed import linkgrad, scratch_root
 from benchmarks.prediction_accuracy import SPLIT_SITES, experiment
 from benchmarks.results_md import update_section
-from common.protocol.injector import CONSTANT, ConstantSchedule, Remove, SetSchedule
 from coordinator.config.experiment import Experiment
 from coordinator.config.run_dir import Pair, load_run
-from coordinator.core.prediction import Z95, Curve, Estimate, predict
-from coordinator.core.routing import nginx_fixed_ratio
 from coordinator.live.clock import SYSTEM, sleep_checking
 from coordinator.live.session import Session
 from coordinator.live.validate import add_links, applied_changes, measure_window
+from linkgrad.prediction import Z95, Curve, Estimate, predict
+from linkgrad.protocol.injector import CONSTANT, ConstantSchedule, Remove, SetSchedule
+from linkgrad.routing import nginx_fixed_ratio
 from testbed import nginx
 from testbed.lifecycle import down, up
 from testbed.topology import DEFAULT

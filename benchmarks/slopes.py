@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from common.protocol.injector import ON as PHASE_ON
-from common.protocol.injector import SquareSchedule
-from coordinator.core.alternation import NEITHER, OFF, ON, Alternation
-from coordinator.core.weblog import read_log
+from linkgrad.alternation import NEITHER, OFF, ON, Alternation
+from linkgrad.protocol.injector import ON as PHASE_ON
+from linkgrad.protocol.injector import SquareSchedule
+from linkgrad.weblog import read_log
 from testbed import mariadb
 from testbed.pairs.hosts import Hosts, InjectorProcess
 
@@ -75,7 +75,7 @@ def loaded_slopes(info: dict[str, Any], link: str, delay_ms: float, window_s: fl
                   rate_per_s: float, cycles: int = 4, port: int = mariadb.PORT,
                   transactions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Under open-loop load of `transactions` (default: every one of the testbed's, equal
-    weights): the delay off and on in turn (coordinator.core.alternation), a square schedule
+    weights): the delay off and on in turn (linkgrad.alternation), a square schedule
     whose on phase is the constant delay, as `predict --validate` does; each transaction's
     mean response on minus off over the delay the injector applied."""
     transactions = transactions or info["transactions"]

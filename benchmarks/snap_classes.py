@@ -82,8 +82,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.results_md import update_section
-from common.protocol.snap import Profile, Profiling, SnapReportEvent
-from coordinator.snap.classify import DEFAULTS, PROBLEMS, TCP_RTO_MIN_MS
+from linkgrad.protocol.snap import Profile, Profiling, SnapReportEvent
+from linkgrad.snap.classify import DEFAULTS, PROBLEMS, TCP_RTO_MIN_MS
 from testbed.snap_validation import (
     ENDS,
     NO_PROBLEM,

@@ -44,8 +44,7 @@ import numpy as np
 
 from benchmarks.results_md import update_section
 from benchmarks.snap_correlation_analysis import SLOW_S, analyse, markdown
-from common.jsonlines import DaemonClient, ProcessChannel
-from common.protocol.injector import (
+from linkgrad.protocol.injector import (
     Add,
     ConstantSchedule,
     InjectorReady,
@@ -53,10 +52,12 @@ from common.protocol.injector import (
     SquareSchedule,
     StatsRequest,
 )
-from common.protocol.snap import Profile, Unprofile
-from common.protocol.sniffer import SnifferReady
+from linkgrad.protocol.jsonlines import DaemonClient
+from linkgrad.protocol.snap import Profile, Unprofile
+from linkgrad.protocol.sniffer import SnifferReady
 from testbed.addressing import free_subnet, networks_in_use
 from testbed.netns import HostPlan, TestbedPlan, network_steps
+from testbed.process_channel import ProcessChannel
 
 OUT = Path(__file__).parent / "out" / "snap_correlation.json"
 ROOT = Path(__file__).parents[1]

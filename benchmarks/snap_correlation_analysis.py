@@ -1,6 +1,6 @@
 """The analysis of benchmarks/snap_correlation.py's runs (pure: the saved reports in, tables out).
 
-Every socket each host reported in a run's window, as coordinator.snap.evidence's
+Every socket each host reported in a run's window, as linkgrad.snap.evidence's
 `correlated_resources` counts them, gets one performance vector (§2.3, t = 2 s); the vectors are
 ranked by ACC under two groupings of the sockets:
 
@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coordinator.snap.correlate import (
+from linkgrad.snap.correlate import (
     ResourceScore,
     average_correlation,
     performance_vectors,
     rank_resources,
     shared_resources,
 )
-from coordinator.snap.evidence import _classes, correlated_resources
+from linkgrad.snap.evidence import _classes, correlated_resources
 
 ALPHA, AGGREGATION_S = 0.4, 2.0  # §3.2, §4.1
 PAPER_INCAST_ACC, PAPER_RWND_ACC, PAPER_SHARE_ABOVE = 0.45, 0.8, 0.027  # §4.1, Figure 2

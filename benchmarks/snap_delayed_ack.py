@@ -66,7 +66,7 @@ from benchmarks.snap_delayed_ack_trace import (
     read_pcap,
     truth,
 )
-from coordinator.snap.classify import SnapThresholds
+from linkgrad.snap.classify import SnapThresholds
 from testbed.pairs.hosts import make_pair
 
 OUT = Path(__file__).parent / "out" / "snap_delayed_ack.json"

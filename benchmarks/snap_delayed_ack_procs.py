@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.snap_delayed_ack_trace import quantiles
-from coordinator.snap.classify import SnapThresholds, delayed_ack_count
-from coordinator.snap.intervals import IntervalStats
+from linkgrad.snap.classify import SnapThresholds, delayed_ack_count
+from linkgrad.snap.intervals import IntervalStats
 from testbed.pairs.hosts import Hosts
 from testbed.pairs.snap_problems import recv_exactly
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.snap_delayed_ack_procs import BUDGET
-from coordinator.snap.classify import SnapThresholds
+from linkgrad.snap.classify import SnapThresholds
 
 PAPER_ERROR_100 = 0.006  # §4.2: mean error of the application delayed on 100% of packets
 PAPER_ERROR_75 = 0.2  # §4.2: |error| within this over 0.5-10 s for the 75% one

@@ -11,8 +11,8 @@ import numpy as np
 from scapy.layers.inet import IP, TCP
 from scapy.utils import PcapReader
 
-from coordinator.snap.classify import SnapThresholds, delayed_ack_count
-from coordinator.snap.intervals import IntervalStats
+from linkgrad.snap.classify import SnapThresholds, delayed_ack_count
+from linkgrad.snap.intervals import IntervalStats
 
 # the ACK-delay histogram's bin edges, ms
 HISTOGRAM_MS = (0, 0.1, 0.3, 1, 3, 10, 20, 30, 36, 40, 44, 48, 60, 100, 200, 1e9)

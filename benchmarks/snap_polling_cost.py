@@ -53,7 +53,7 @@ import pyroute2
 from pyroute2.netlink.diag import DiagSocket
 
 from benchmarks.results_md import update_section
-from coordinator.snap.classify import CLASS_NAMES, PROBLEMS, SnapThresholds
+from linkgrad.snap.classify import CLASS_NAMES, PROBLEMS, SnapThresholds
 from sniffer.poll_budget import BudgetSettings
 from sniffer.snap_poller import SnapPoller
 from sniffer.snap_sample import samples
@@ -271,8 +271,8 @@ def _child_cpu_s(pid: int) -> float:
 def run_child(duration_s: float) -> None:
     """The child's side: the sniffer's `Profiler` for `duration_s`, its events on stdout;
     waits for a line on stdin before starting and before exiting (the parent reads /proc)."""
-    from common.jsonlines import LineWriter
-    from common.protocol.snap import Profile
+    from linkgrad.protocol.jsonlines import LineWriter
+    from linkgrad.protocol.snap import Profile
     from sniffer.profiling import Profiler
 
     out = LineWriter(sys.stdout)

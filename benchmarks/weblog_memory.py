@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from benchmarks.results_md import update_section
-from common.square_wave import SquareWave
+from linkgrad.square_wave import SquareWave
 from testbed.synthetic import NoiseSpec, generate, standard_workload
 from testbed.synthetic_log import EXAMPLE_LOG_FORMAT, injection_record, nginx_lines
 

@@ -20,9 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.results_md import update_section
-from coordinator.core.weblog import read_log
-from coordinator.core.weblog.apache_format import DEFAULT_LOG_FORMAT as APACHE_FORMAT
-from coordinator.core.weblog.nginx_format import DEFAULT_LOG_FORMAT as NGINX_FORMAT
+from linkgrad.weblog import read_log
+from linkgrad.weblog.apache_format import DEFAULT_LOG_FORMAT as APACHE_FORMAT
+from linkgrad.weblog.nginx_format import DEFAULT_LOG_FORMAT as NGINX_FORMAT
 
 OUT = Path(__file__).parent / "out" / "weblog_parse_speed.json"
 NGINX_MSEC_FORMAT = NGINX_FORMAT.replace("[$time_local]", "$msec")

@@ -1,9 +1,9 @@
 """The delay daemon: holds the packets of chosen links for a scheduled time (thesis §3.1.2).
 
 One module per kernel feature (rules, nfq, netem), the schedule and the holding line pure,
-the daemon a thin shell serving `common.protocol.injector` over `common.jsonlines`.
+the daemon a thin shell serving `linkgrad.protocol.injector` over `linkgrad.protocol.jsonlines`.
 
-Layer: above `common`, beside `sniffer`. Imports only `common` of ours: it runs on every host
-of an experiment, and the coordinator drives it by argv and the protocol, never by import.
-(`injector.cli` is the `linkgrad inject` command, registered by the coordinator's CLI.)
+Layer: above `linkgrad`, beside `sniffer`. Imports only `linkgrad` of ours: it runs on every
+host of an experiment, and the coordinator drives it by argv and the protocol. The coordinator's
+CLI imports its engine for `linkgrad inject` (`coordinator.cli.inject`).
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from common.protocol import injector as protocol
+from linkgrad.protocol import injector as protocol
 
 
 @dataclass

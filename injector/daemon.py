@@ -1,14 +1,13 @@
 """`python -m injector`: the delay daemon, driven by JSON lines on stdin, answering on stdout.
 
-Requests and replies are `common.protocol.injector`'s, served by `common.jsonlines`: `{"id": 1,
-"cmd": "health"|"add"|"schedule"|"remove"|"stats"|"stop", ...}`; every
-answer carries the request's id and `ok`, with `result` or `error` ({"kind": "input" or
-"runtime", "message"}). The channel is the lease: when stdin closes (coordinator gone, SSH
-cut), every injection stops and every rule is removed. So do SIGTERM and SIGINT. A watchdog
-process (`injector.watchdog`) lets the held packets pass and removes the rules if the daemon
-is killed outright, or stalls (stopped, or a thread stuck) for half a second while packets
-wait; a stalled daemon then stops, saying so, when it runs again.
-"""
+Requests and replies are `linkgrad.protocol.injector`'s, served by
+`linkgrad.protocol.jsonlines`: `{"id": 1, "cmd": "health"|"add"|"schedule"|"remove"|"stats"|
+"stop", ...}`; every answer carries the request's id and `ok`, with `result` or `error`
+({"kind": "input" or "runtime", "message"}). The channel is the lease: when stdin closes
+(coordinator gone, SSH cut), every injection stops and every rule is removed. So do SIGTERM and
+SIGINT. A watchdog process (`injector.watchdog`) lets the held packets pass and removes the
+rules if the daemon is killed outright, or stalls (stopped, or a thread stuck) for half a second
+while packets wait; a stalled daemon then stops, saying so, when it runs again. """
 
 from __future__ import annotations
 
@@ -20,17 +19,17 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from common import jsonlines
-from common.errors import InputError, LinkgradError, Problem
-from common.jsonlines import LineWriter, StopServing
-from common.protocol import injector as protocol
-from common.protocol.base import Empty, Failed, Request, Result, Stopped
-from common.protocol.fields import LIMIT_DURATION_S, LIMIT_MAGNITUDE_MS
-from common.protocol.injector import LinkSpec
 from injector.engine import Engine
 from injector.link import Endpoint, Link, parse_endpoint
 from injector.schedule import Caps, build_schedule
 from injector.watchdog import Watchdog
+from linkgrad.errors import InputError, LinkgradError, Problem
+from linkgrad.protocol import injector as protocol
+from linkgrad.protocol import jsonlines
+from linkgrad.protocol.base import Empty, Failed, Request, Result, Stopped
+from linkgrad.protocol.fields import LIMIT_DURATION_S, LIMIT_MAGNITUDE_MS
+from linkgrad.protocol.injector import LinkSpec
+from linkgrad.protocol.jsonlines import LineWriter, StopServing
 
 
 def link_from_spec(spec: LinkSpec) -> Link:

@@ -26,15 +26,15 @@ from collections.abc import MutableSequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from common.errors import InputError, Problem, RuntimeFailure
-from common.jsonlines import leave_signals_to_main_thread
-from common.protocol.injector import LinkStats
 from injector.holding import HoldingLine
 from injector.link import Link
 from injector.nfq import bind_queue
 from injector.rules import Firewall, chain_name, queue_rule
 from injector.schedule import Schedule
 from injector.stall import BEAT_S
+from linkgrad.errors import InputError, Problem, RuntimeFailure
+from linkgrad.protocol.injector import LinkStats
+from linkgrad.protocol.jsonlines import leave_signals_to_main_thread
 
 if TYPE_CHECKING:
     from injector.watchdog import Watchdog

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from common.protocol import injector as protocol
 from injector.calipers import Calipers
 from injector.link import Link
 from injector.schedule import OFF, Schedule
+from linkgrad.protocol import injector as protocol
 
 
 class Verdict(Protocol):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.errors import InputError, Problem
-from common.protocol.fields import family, parse_endpoint_text
+from linkgrad.errors import InputError, Problem
+from linkgrad.protocol.fields import family, parse_endpoint_text
 
 PROTOCOLS = ("tcp", "udp", "icmp")
 

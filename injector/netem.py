@@ -12,9 +12,9 @@ import threading
 import time
 from typing import Any
 
-from common.errors import InputError, Problem, RuntimeFailure
 from injector.calipers import Calipers
 from injector.schedule import OFF, Schedule
+from linkgrad.errors import InputError, Problem, RuntimeFailure
 
 DEFAULT_ROOT_QDISCS = {"noqueue", "pfifo_fast", "fq_codel", "mq", "fq", "pfifo", None}
 

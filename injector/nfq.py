@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 
 NFNL_SUBSYS_QUEUE = 3
 NFQNL_MSG_CONFIG = 2

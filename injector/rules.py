@@ -19,8 +19,8 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from common.errors import RuntimeFailure
 from injector.link import Link
+from linkgrad.errors import RuntimeFailure
 
 JUMPS = (("OUTPUT",), ("FORWARD",), ("INPUT", "!", "-i", "lo"))  # hook, then its match
 

@@ -12,10 +12,10 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
-from common.errors import InputError, Problem
-from common.protocol.base import validation_problems
-from common.protocol.fields import LIMIT_DURATION_S, LIMIT_MAGNITUDE_MS
-from common.protocol.injector import (
+from linkgrad.errors import InputError, Problem
+from linkgrad.protocol.base import validation_problems
+from linkgrad.protocol.fields import LIMIT_DURATION_S, LIMIT_MAGNITUDE_MS
+from linkgrad.protocol.injector import (
     CONSTANT,
     OFF,
     ON,

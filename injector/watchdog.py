@@ -30,7 +30,6 @@ import sys
 import time
 from pathlib import Path
 
-from common.errors import RuntimeFailure
 from injector.nfq import accept_batch_message
 from injector.rules import Firewall
 from injector.stall import (
@@ -41,6 +40,7 @@ from injector.stall import (
     parse_queue_table,
     stalled,
 )
+from linkgrad.errors import RuntimeFailure
 
 SLOTS = 2  # heartbeat slots: 0 the receiver thread, 1 the releaser thread
 RECEIVER, RELEASER = 0, 1

@@ -1,6 +1,8 @@
 """The sniffer daemon: which links carry traffic and how many messages (thesis §3.1.1), read
-from the kernel's sock_diag; served as `common.protocol.sniffer` over `common.jsonlines`.
+from the kernel's sock_diag, SNAP's poller and the message tracer; served as
+`linkgrad.protocol.sniffer` over `linkgrad.protocol.jsonlines`.
 
-Layer: above `common`, beside `injector`. Imports only `common` of ours: it runs on every
-host, driven by argv and the protocol.
+Layer: above `linkgrad`, beside `injector`. Imports only `linkgrad` of ours (the protocol, and
+SNAP's classifier and the trace format of `linkgrad.snap` and `linkgrad.paths`): it runs on
+every host, driven by argv and the protocol.
 """

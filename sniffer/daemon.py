@@ -1,14 +1,14 @@
 """`python -m sniffer`: reports the links that carried traffic, over JSON lines on stdio.
 
-Requests (`common.protocol.sniffer`, served by `common.jsonlines`): `{"id": 1, "cmd": "health"
-| "poll" | "watch" | "unwatch" | "profile" | "unprofile" | "trace" | "untrace" | "stop",
-...}`.
+Requests (`linkgrad.protocol.sniffer`, served by `linkgrad.protocol.jsonlines`): `{"id": 1,
+"cmd": "health" | "poll" | "watch" | "unwatch" | "profile" | "unprofile" | "trace" | "untrace" |
+"stop", ...}`.
 `poll` answers with every link that carried at least `threshold` messages since the previous
 poll; `watch` with `interval_s` emits such a report as an event (`{"event": "report", ...}`)
 every interval until `unwatch`, which first emits a last report up to that moment. `profile`
-runs SNAP (`common.protocol.snap`: `{"event": "snap", ...}` every report interval) until
+runs SNAP (`linkgrad.protocol.snap`: `{"event": "snap", ...}` every report interval) until
 `unprofile`, likewise with a last report. `trace` captures the host's TCP messages for causal
-paths (`common.protocol.trace`: `{"event": "trace", ...}` every report interval) until
+paths (`linkgrad.protocol.trace`: `{"event": "trace", ...}` every report interval) until
 `untrace`, likewise. Closing
 stdin (the SSH channel) ends the daemon.
 """
@@ -24,14 +24,14 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from common import jsonlines
-from common.errors import InputError, Problem
-from common.jsonlines import LineWriter, StopServing, leave_signals_to_main_thread
-from common.protocol import sniffer as protocol
-from common.protocol.base import Empty, Request, Result, Stopped
-from common.protocol.snap import Profile, Unprofile
-from common.protocol.sniffer import LinkCount, Report, ReportEvent
-from common.protocol.trace import TraceRequest, Untrace
+from linkgrad.errors import InputError, Problem
+from linkgrad.protocol import jsonlines
+from linkgrad.protocol import sniffer as protocol
+from linkgrad.protocol.base import Empty, Request, Result, Stopped
+from linkgrad.protocol.jsonlines import LineWriter, StopServing, leave_signals_to_main_thread
+from linkgrad.protocol.snap import Profile, Unprofile
+from linkgrad.protocol.sniffer import LinkCount, Report, ReportEvent
+from linkgrad.protocol.trace import TraceRequest, Untrace
 from sniffer.kernel import (
     ClosedSockets,
     dump_sockets,

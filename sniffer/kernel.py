@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.jsonlines import leave_signals_to_main_thread
+from linkgrad.protocol.jsonlines import leave_signals_to_main_thread
 from sniffer import tcp_info
 from sniffer.links import Process, SocketRecord, is_ipv6, plain_address
 from sniffer.sockdiag import (

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from common.jsonlines import leave_signals_to_main_thread
+from linkgrad.protocol.jsonlines import leave_signals_to_main_thread
 from sniffer.kernel import dump_sockets, socket_owners
 from sniffer.links import Process, SocketRecord, plain_address
 from sniffer.message_assembly import HostMessage, MessageAssembler

@@ -7,10 +7,10 @@ import threading
 import time
 from typing import Any
 
-from common.errors import RuntimeFailure
-from common.jsonlines import LineWriter, leave_signals_to_main_thread
-from common.protocol.snap import Profile, Profiling
-from coordinator.snap.classify import SnapThresholds
+from linkgrad.errors import RuntimeFailure
+from linkgrad.protocol.jsonlines import LineWriter, leave_signals_to_main_thread
+from linkgrad.protocol.snap import Profile, Profiling
+from linkgrad.snap.classify import SnapThresholds
 from sniffer.kernel import ClosedSockets
 from sniffer.poll_budget import BudgetSettings
 from sniffer.snap_poller import SnapPoller

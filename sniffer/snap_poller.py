@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.snap.classify import CLASS_NAMES, SnapThresholds
+from linkgrad.snap.classify import CLASS_NAMES, SnapThresholds
 from sniffer import tcp_info
 from sniffer.kernel import socket_owners
 from sniffer.links import Process
@@ -220,7 +220,7 @@ class SnapPoller:
                 for field, cost in NEEDED.items() if field not in have]
 
     def report(self, with_sums: bool = True) -> dict[str, Any]:
-        """A `snap` event (`common.protocol.snap.SnapReportEvent`) of the time since the last:
+        """A `snap` event (`linkgrad.protocol.snap.SnapReportEvent`) of the time since the last:
         the problem records, and (`with_sums`) the connections' sums since they were last
         reported. Sums are the bulk of the log (a line per connection that moved data), so they
         may be sent less often than the records."""

@@ -1,7 +1,7 @@
 """SNAP on one host, without I/O: polls in, classified intervals and a report out (§2.1-2.2).
 
 Each poll (a table read of every socket, or a lookup of some) becomes intervals against each
-socket's previous sample, classified by Table 2 (`coordinator.snap.classify`, the same pure code
+socket's previous sample, classified by Table 2 (`linkgrad.snap.classify`, the same pure code
 the coordinator uses offline). Log volume as SNAP's: a full record (the classes, the Table 1
 statistics, the socket calls) only for an interval with a problem; otherwise per-connection
 sums, reported only for connections that moved data or had a problem since the last report.
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coordinator.snap.classify import CLASS_NAMES, Classes, SnapThresholds, classify
-from coordinator.snap.intervals import COLUMNS, IntervalStats
+from linkgrad.snap.classify import CLASS_NAMES, Classes, SnapThresholds, classify
+from linkgrad.snap.intervals import COLUMNS, IntervalStats
 from sniffer.snap_sample import NAMES, Intervals, Samples, empty_samples, intervals, merged
 
 MAX_DROPPED = 100_000  # last samples kept of sockets gone from the dumps, awaiting a notice

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from common.errors import RuntimeFailure
-from common.jsonlines import leave_signals_to_main_thread
+from linkgrad.errors import RuntimeFailure
+from linkgrad.protocol.jsonlines import leave_signals_to_main_thread
 from sniffer.socket_call_summary import (
     SummaryParser,
     TraceSettings,

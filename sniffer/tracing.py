@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from common.errors import RuntimeFailure
-from common.jsonlines import LineWriter, leave_signals_to_main_thread
-from common.protocol.trace import TraceReportEvent, TraceRequest, Tracing
+from linkgrad.errors import RuntimeFailure
+from linkgrad.protocol.jsonlines import LineWriter, leave_signals_to_main_thread
+from linkgrad.protocol.trace import TraceReportEvent, TraceRequest, Tracing
 from sniffer.links import plain_address
 from sniffer.message_assembly import HostMessage
 from sniffer.message_capture import CaptureSettings, Endpoint, MessageCapture, Opening
@@ -158,7 +158,7 @@ def report_event(from_s: float, to_s: float, messages: list[HostMessage],
                  stats: dict[str, int], error: str | None,
                  thread_of: Callable[[Endpoint, Endpoint, float], int] | None = None,
                  openings: Sequence[Opening] = ()) -> dict[str, Any]:
-    """A `trace` event (common.protocol.trace), endpoints and process names listed once;
+    """A `trace` event (linkgrad.protocol.trace), endpoints and process names listed once;
     with `thread_of`, the thread at this end of each message; the connections opened."""
     endpoints: dict[Endpoint, int] = {}
     names: dict[str, int] = {}

@@ -2,6 +2,7 @@
 application (`lifecycle`, `build`, `netns`, the servers), seeded synthetic workloads
 (`synthetic`), and small namespace pairs for the daemons' tests (`pairs`).
 
-Layer: above `common`, `injector` and `sniffer`; below `coordinator`, which drives it (the
-`linkgrad testbed` command, an experiment's `testbed:` tag). Never imports `coordinator`.
+Layer: above `linkgrad`, `injector` and `sniffer`; below `coordinator`, which drives it (the
+`linkgrad testbed` command, `coordinator.cli.testbed`; an experiment's `testbed:` tag). Never
+imports `coordinator`.
 """

@@ -7,7 +7,7 @@ import json
 import subprocess
 from collections.abc import Iterable
 
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 
 CANDIDATES = [ipaddress.IPv4Network(f"10.201.{i}.0/24") for i in range(256)]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 from testbed.netns import HostPlan
 from testbed.private_dir import create_empty, ensure_dir, write_file
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 from testbed.netns import HostPlan, Step, TestbedPlan
 from testbed.private_dir import ensure_dir
 from testbed.state import State

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 from testbed import apache, mediawiki, nginx, postgres, redmine, sshd
 from testbed.addressing import free_subnet, networks_in_use
 from testbed.build import Builder, listening, namespace_pids, port_open, teardown, wait_until

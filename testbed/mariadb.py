@@ -17,7 +17,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 from testbed.build import sh
 from testbed.netns import HostPlan
 from testbed.private_dir import ensure_dir

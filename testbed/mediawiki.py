@@ -17,7 +17,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 from testbed import apache, mariadb, wiki_content
 from testbed.build import Builder, port_open, sh, wait_until
 from testbed.netns import HostPlan, TestbedPlan

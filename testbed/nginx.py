@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from common.errors import InputError, Problem, RuntimeFailure
+from linkgrad.errors import InputError, Problem, RuntimeFailure
 from testbed.netns import TestbedPlan
 from testbed.private_dir import create_empty, ensure_dir, write_file
 
@@ -27,7 +27,7 @@ TRUTH_FORMAT = "$msec $request_time $remote_addr $remote_port $request_id"
 TRUTH_LOG = "truth-web.log"
 APP_PORT = 8000
 ROUTES = "routes.conf"
-# The variable `linkgrad route --nginx` sets (coordinator.core.routing.VARIABLE; a test holds
+# The variable `linkgrad route --nginx` sets (linkgrad.routing.VARIABLE; a test holds
 # the two equal: the testbed sits below the coordinator and cannot import it).
 VARIABLE = "linkgrad_upstream"
 DEFAULT_ROUTES = f"map $request_uri ${VARIABLE} {{ default app_first; }}\n"  # all to app_first

@@ -13,7 +13,7 @@ import glob
 from collections.abc import Iterable
 from pathlib import Path
 
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 from testbed.build import sh
 from testbed.netns import HostPlan
 from testbed.private_dir import ensure_dir, write_file

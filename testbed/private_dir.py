@@ -23,7 +23,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 
 TESTBED_MODE = 0o711  # traversable by the servers' users, listable and writable by root only
 ROOT_UID = 0

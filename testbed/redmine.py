@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http.cookiejar import CookieJar
 from pathlib import Path
 
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 from testbed import apache, postgres
 from testbed.build import Builder, port_open, sh, wait_until
 from testbed.netns import HostPlan, TestbedPlan

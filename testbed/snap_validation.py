@@ -24,11 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from common import jsonlines
-from common.errors import RuntimeFailure
-from common.protocol.snap import Profile, Profiling, SnapRecord, SnapReportEvent, Unprofile
-from common.protocol.sniffer import SnifferReady
+from linkgrad.errors import RuntimeFailure
+from linkgrad.protocol import jsonlines
+from linkgrad.protocol.snap import Profile, Profiling, SnapRecord, SnapReportEvent, Unprofile
+from linkgrad.protocol.sniffer import SnifferReady
 from testbed.pairs.hosts import TOOLS, Hosts, InjectorProcess, make_pair
+from testbed.process_channel import ProcessChannel
 from testbed.snap_workload import (
     KINDS,
     LOSSY_INJECTION,
@@ -132,7 +133,7 @@ class Profiler:
         proc = hosts.popen(host, sys.executable, "-m", "sniffer", stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=False)
         self.reports: list[SnapReportEvent] = []
-        self.client = jsonlines.DaemonClient(jsonlines.ProcessChannel(proc),
+        self.client = jsonlines.DaemonClient(ProcessChannel(proc),
                                              f"sniffer on {host}", SnifferReady,
                                              on_event=self._take)
         self.profiling = self.client.call(request)

@@ -61,7 +61,7 @@ class WorkloadSettings:
 class Problem:
     """A Table 2 class and how the workload makes it.
 
-    kind: the class's name (coordinator.snap.classify.CLASS_NAMES; "healthy" is app_limited)
+    kind: the class's name (linkgrad.snap.classify.CLASS_NAMES; "healthy" is app_limited)
         and snap_problems.py's KIND.
     expected: the class the profiler must find, on the socket of each end in `seen_at` (the
         ends that send the data the problem holds up).

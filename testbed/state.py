@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 from testbed.private_dir import check_testbed_dir, read_trusted, trusted_parent, write_file
 
 DEFAULT_ROOT = Path("/var/tmp")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.square_wave import SquareWave
+from linkgrad.square_wave import SquareWave
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.square_wave import SquareWave
+from linkgrad.square_wave import SquareWave
 from testbed.synthetic import NoiseSpec, SyntheticRequests, generate, standard_workload
 
 # nginx "combined" + $request_time + $msec (millisecond end stamps: $time_local has 1 s).

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from coordinator.paths.messages import NO_THREAD, Connections, Messages, Trace
+from linkgrad.paths.messages import NO_THREAD, Connections, Messages, Trace
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,14 @@
 """A testbed topology is a description: hosts, their roles, and the application's parameters.
 
-Validated from YAML (file:line: field errors) or a built-in one: the default (`app: rubis`:
-client, web, app1, app2, db, cache), MediaWiki's (`app: mediawiki`: client, web, db) or Redmine's
-(`app: redmine`: client, web, db). A
-separate builder (`testbed.netns`) turns it into live namespaces.
+Validated from YAML (`coordinator.config.topology_file`) or a built-in one: the default
+(`app: rubis`: client, web, app1, app2, db, cache), MediaWiki's (`app: mediawiki`: client, web,
+db) or Redmine's (`app: redmine`: client, web, db). A separate builder (`testbed.netns`) turns
+it into live namespaces.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Literal
 
 from pydantic import (
@@ -21,8 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from common.errors import InputError, Problem
-from common.yamlconf import load_yaml
+from linkgrad.errors import InputError, Problem
 
 Role = Literal["client", "web", "app", "db", "cache"]
 App = Literal["rubis", "mediawiki", "redmine"]
@@ -142,13 +140,6 @@ REDMINE = Topology(name="redmine", app="redmine", hosts=(
 ))
 
 BUILT_IN: dict[str, Topology] = {"rubis": DEFAULT, "mediawiki": MEDIAWIKI, "redmine": REDMINE}
-
-
-def load_topology(path: str | Path | None, app: str | None = None) -> Topology:
-    """The topology in `path`, else the built-in one of `app` (default: rubis)."""
-    if path is None:
-        return BUILT_IN[app or "rubis"]
-    return load_yaml(path, Topology)
 
 
 def with_extra_query(topology: Topology, transactions: tuple[str, ...]) -> Topology:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.protocol.injector import SquareSchedule
-from coordinator.core.alternation import NEITHER, OFF, ON, Alternation
 from injector.schedule import Caps, build_schedule
+from linkgrad.alternation import NEITHER, OFF, ON, Alternation
+from linkgrad.protocol.injector import SquareSchedule
 
 ALT = Alternation.for_window(1000.0, 30.0, cycles=3, guard_s=2.0)  # sub-windows of 14 s
 

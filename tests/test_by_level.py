@@ -3,9 +3,9 @@ slower but equally sensitive state is not mistaken for one, and one state is lef
 
 import numpy as np
 
-from common.square_wave import SquareWave
-from coordinator.core.estimate import GradientSettings, gradient_json, transaction_gradient
-from coordinator.core.spectral.by_level import cycle_of, split_by_level
+from linkgrad.spectral.by_level import cycle_of, split_by_level
+from linkgrad.spectral.estimate import GradientSettings, gradient_json, transaction_gradient
+from linkgrad.square_wave import SquareWave
 
 WAVE = SquareWave(start_s=1000.0, period_s=10.0, cycles=40, magnitude_s=0.002)
 

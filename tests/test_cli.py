@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.command import CommandGroup
-from common.square_wave import SquareWave
+from coordinator.cli.command import CommandGroup
 from coordinator.cli.main import COMMANDS, main
+from linkgrad.square_wave import SquareWave
 from testbed.synthetic import NoiseSpec, generate, standard_workload
 from testbed.synthetic_log import EXAMPLE_LOG_FORMAT, injection_record, write_nginx_log
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import InputError, RuntimeFailure
 from coordinator.cli import latency as latency_cli
 from coordinator.cli.main import main
 from coordinator.config.experiment_files import field_problem
+from linkgrad.errors import InputError, RuntimeFailure
 from tests.test_prediction import _run_dir
 
 SITES = ("sites: {web: here, app1: here, db: here}\n"
@@ -458,8 +458,8 @@ def test_a_resumed_run_of_another_experiment_names_both_experiment_files(tmp_pat
 
 def test_a_later_check_of_a_limit_is_at_the_experiment_line(tmp_path):
     from coordinator.config.experiment_file import load_experiment
-    from coordinator.core.prediction import Estimate
     from coordinator.live.validate import PlacementChanges, _check_applicable
+    from linkgrad.prediction import Estimate
 
     path = _experiment(tmp_path, "ssh: {known_hosts: kh}\n")
     path.write_text(path.read_text() + "parameters:\n  max_delay_ms: 5\n"

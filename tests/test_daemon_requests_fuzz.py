@@ -21,12 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from common.jsonlines import BadLine, request_lines
-from common.protocol.fields import valid_id
-from common.protocol.injector import INJECTOR_REQUEST
-from common.protocol.sniffer import SNIFFER_REQUEST
 from injector.daemon import serve as serve_injector
 from injector.schedule import Caps
+from linkgrad.protocol.fields import valid_id
+from linkgrad.protocol.injector import INJECTOR_REQUEST
+from linkgrad.protocol.jsonlines import BadLine, request_lines
+from linkgrad.protocol.sniffer import SNIFFER_REQUEST
 from sniffer.daemon import Service, Sniffer
 from sniffer.daemon import run as run_sniffer
 from tests.fakes.remote import FakeEngine

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from common.errors import InputError
-from common.protocol.record import load_injection_record, parse_injection_record
+from linkgrad.errors import InputError
+from linkgrad.protocol.record import load_injection_record, parse_injection_record
 
 GOOD = {"start": 1795000000.5, "period_s": 40, "cycles": 6, "magnitude_ms": 30.2}
 

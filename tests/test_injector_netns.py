@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from common.jsonlines import DidNotStart
+from linkgrad.protocol.jsonlines import DidNotStart
 from testbed.pairs.hosts import Hosts, InjectorProcess, make_routed
 from tests.marks import IPTABLES
 from tests.netns_tools.pairs import echo_pair

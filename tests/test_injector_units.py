@@ -5,12 +5,12 @@ import struct
 
 import pytest
 
-from common.errors import InputError
 from injector.holding import HoldingLine
 from injector.link import Endpoint, Link, parse_endpoint
 from injector.nfq import fail_open_message
 from injector.rules import chain_name, queue_rule
 from injector.schedule import OFF, ON, Caps, Constant, Square, schedule_from_json
+from linkgrad.errors import InputError
 
 
 def test_endpoints_parse_hosts_networks_and_ports():
@@ -157,8 +157,8 @@ def test_fail_open_config_message_layout():
 
 
 def test_engine_refuses_to_start_without_root(monkeypatch):
-    from common.errors import RuntimeFailure
     from injector import engine
+    from linkgrad.errors import RuntimeFailure
 
     monkeypatch.setattr(engine.os, "geteuid", lambda: 1000)
     eng = engine.Engine.__new__(engine.Engine)  # start() checks root before touching anything
@@ -167,8 +167,8 @@ def test_engine_refuses_to_start_without_root(monkeypatch):
 
 
 def test_missing_iptables_is_a_clear_error():
-    from common.errors import RuntimeFailure
     from injector.rules import Firewall
+    from linkgrad.errors import RuntimeFailure
 
     with pytest.raises(RuntimeFailure, match="iptables-nonexistent not found"):
         Firewall("LINKGRAD-Q1", iptables="iptables-nonexistent")

@@ -22,13 +22,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.errors import InputError
-from common.yamlconf import loads_json, parse_yaml
 from coordinator.cli.main import main
 from coordinator.config.experiment import Experiment
 from coordinator.config.latencies import Latencies, Placement
 from coordinator.config.run_dir import LinkMeasurement, read_measurements
 from coordinator.config.strict_json import NOTE_KEY, dumps
+from coordinator.config.yamlconf import parse_yaml
+from linkgrad.errors import InputError
+from linkgrad.reading import loads_json
 
 CORPUS = sorted((Path(__file__).parent / "fuzz_corpus").iterdir())
 FAST = settings(max_examples=60, deadline=None,

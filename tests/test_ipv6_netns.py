@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from common.protocol.injector import SquareSchedule
-from common.protocol.sniffer import ReportEvent
-from common.square_wave import SquareWave
-from coordinator.core.estimate import gradient_json, log_gradients, settings_for_log
-from coordinator.core.graph import GraphLink, build_graph
+from linkgrad.graph import GraphLink, build_graph
+from linkgrad.protocol.injector import SquareSchedule
+from linkgrad.protocol.sniffer import ReportEvent
+from linkgrad.spectral.estimate import gradient_json, log_gradients, settings_for_log
+from linkgrad.square_wave import SquareWave
 from testbed.pairs.hosts import Hosts, make_pair
 from tests.marks import NETNS
 
@@ -203,7 +203,7 @@ def test_a_square_wave_on_an_ipv6_link_is_measured(dual):
 
 
 NO_IP6TABLES = """
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 from injector.engine import Engine
 from injector.link import Link, parse_endpoint
 from injector.schedule import Constant

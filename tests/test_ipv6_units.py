@@ -18,18 +18,18 @@ from typing import IO
 import pytest
 from pydantic import ValidationError
 
-from common.errors import InputError
-from common.protocol.fields import parse_endpoint_text
-from common.protocol.injector import LinkSpec
-from common.protocol.sniffer import LinkCount, Report, SnifferReady
 from coordinator.config.run_dir import RunDir, load_run
-from coordinator.core.graph import build_graph, select
-from coordinator.core.prediction import Estimate
 from coordinator.live.run import run_experiment
 from coordinator.live.session import ipv6_hosts
 from coordinator.live.validate import PlacementChanges, validate_placements
 from injector.link import Endpoint, Link, parse_endpoint
 from injector.rules import match_args
+from linkgrad.errors import InputError
+from linkgrad.graph import build_graph, select
+from linkgrad.prediction import Estimate
+from linkgrad.protocol.fields import parse_endpoint_text
+from linkgrad.protocol.injector import LinkSpec
+from linkgrad.protocol.sniffer import LinkCount, Report, SnifferReady
 from sniffer.daemon import Service, Sniffer
 from sniffer.daemon import run as run_sniffer
 from sniffer.kernel import dump_sockets, socket_records

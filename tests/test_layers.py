@@ -14,35 +14,35 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # Top-level packages, bottom first; a package imports only itself and those of a lower rank.
-RANK = {"common": 0, "injector": 1, "sniffer": 1, "testbed": 2, "coordinator": 3,
+RANK = {"linkgrad": 0, "injector": 1, "sniffer": 1, "testbed": 2, "coordinator": 3,
         "benchmarks": 4, "tests": 5}
 
 # Below-rank imports allowed all the same: the fake remote is a tool as much as a test (the
-# fuzz campaign makes a real run directory with it, in virtual time, without root); SNAP's
-# classifier is one pure code for the sniffer on each host (which classifies every interval to
-# decide what to log and what to poll faster) and the coordinator offline; the causal-path
-# model is the trace format the testbed's generator of known paths writes.
-ALLOWED_UPWARD = ("tests.fakes", "coordinator.snap", "coordinator.paths")
+# fuzz campaign makes a real run directory with it, in virtual time, without root).
+ALLOWED_UPWARD = ("tests.fakes",)
 
 PRESENTATION = ("rich", "argparse", "matplotlib")
+REMOTE = ("paramiko", "fabric", "asyncssh")
 # sub-package -> what it must never import (prefixes of module names)
 FORBIDDEN = {
-    "coordinator.core": ("coordinator.config", "coordinator.live", "coordinator.cli", "yaml",
-                         "paramiko", "testbed", "injector", "sniffer", *PRESENTATION),
-    "coordinator.config": ("coordinator.live", "coordinator.cli", "paramiko", *PRESENTATION),
+    # the library: numpy, scipy, pydantic and the standard library; no process started
+    "linkgrad": ("yaml", "subprocess", "multiprocessing", "pyroute2", "netfilterqueue", "scapy",
+                 *REMOTE, *PRESENTATION),
+    # used by the sniffer on every host at its polling rate: numpy and the standard library
+    "linkgrad.snap": ("pydantic", "scipy", "linkgrad.spectral", "linkgrad.weblog",
+                      "linkgrad.protocol", "linkgrad.paths"),
+    "linkgrad.paths": ("pydantic", "scipy", "linkgrad.spectral", "linkgrad.weblog",
+                       "linkgrad.protocol", "linkgrad.snap"),
+    # the daemons on every host: driven by argv and the protocol
+    "injector": ("yaml", "rich", "matplotlib", *REMOTE),
+    "sniffer": ("yaml", "rich", "matplotlib", *REMOTE),
+    # the testbed reads no user file of its own: its topology file is the coordinator's to read
+    "testbed": ("yaml", *REMOTE),
+    "coordinator.config": ("coordinator.live", "coordinator.cli", *REMOTE, *PRESENTATION),
     "coordinator.live": ("coordinator.cli", "injector", "sniffer", *PRESENTATION),
     # the nights' comparison: run directories in, checks out; no SSH, testbed or presentation
-    "coordinator.regress": ("coordinator.live", "coordinator.cli", "paramiko", "testbed",
+    "coordinator.regress": ("coordinator.live", "coordinator.cli", *REMOTE, "testbed",
                             "injector", "sniffer", *PRESENTATION),
-    "common": ("rich", "argparse", "matplotlib", "paramiko"),
-    # imported by the sniffer on every host: numpy and the standard library only
-    "coordinator.snap": ("coordinator.core", "coordinator.config", "coordinator.live",
-                         "coordinator.cli", "pydantic", "yaml", "paramiko", "scipy", "common",
-                         "sniffer", "injector", "testbed", *PRESENTATION),
-    "coordinator.paths": ("coordinator.core", "coordinator.config", "coordinator.live",
-                          "coordinator.cli", "coordinator.snap", "pydantic", "yaml",
-                          "paramiko", "scipy", "common", "sniffer", "injector", "testbed",
-                          *PRESENTATION),
 }
 
 
@@ -72,7 +72,7 @@ def _within(name: str, prefix: str) -> bool:
 
 def test_the_sources_are_found() -> None:
     names = {_module(p) for p in _sources()}
-    assert {"common.errors", "coordinator.core.prediction", "coordinator.live.run",
+    assert {"linkgrad.errors", "linkgrad.prediction", "coordinator.live.run",
             "coordinator.cli.main", "injector.daemon", "testbed.lifecycle"} <= names
 
 

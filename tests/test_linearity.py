@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from coordinator.config.run_dir import LinkMeasurement, RunDir
-from coordinator.core.linearity import Z95, DelayPoint, fit, linearity
+from linkgrad.linearity import Z95, DelayPoint, fit, linearity
 
 
 def test_two_points_give_the_difference_and_its_propagated_interval() -> None:

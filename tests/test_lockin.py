@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from common.square_wave import SquareWave
-from coordinator.core.spectral.lockin import LockinSettings, lockin_gradient, outlier_fence
+from linkgrad.spectral.lockin import LockinSettings, lockin_gradient, outlier_fence
+from linkgrad.square_wave import SquareWave
 from testbed.synthetic import NoiseSpec, TransactionSpec, Workload, generate, standard_workload
 
 WAVE = SquareWave(start_s=1000.0, period_s=20.0, cycles=4, magnitude_s=0.02)

@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import InputError
-from coordinator.core.weblog.apache_format import compile_apache
-from coordinator.core.weblog.textlog import parse_lines
+from coordinator.cli.testbed import _topology
+from coordinator.config.topology_file import load_topology
+from linkgrad.errors import InputError
+from linkgrad.weblog.apache_format import compile_apache
+from linkgrad.weblog.textlog import parse_lines
 from testbed import apache, mariadb, wiki_content
-from testbed.cli import _topology
 from testbed.lifecycle import describe
 from testbed.mediawiki import WikiSettings, local_settings
 from testbed.netns import plan_testbed
-from testbed.topology import DEFAULT, MEDIAWIKI, load_topology
+from testbed.topology import DEFAULT, MEDIAWIKI
 from testbed.transactions import MEDIAWIKI_PAGES, transactions_of
 
 DIRECTORY = Path("/var/tmp/linkgrad-testbed-mw")

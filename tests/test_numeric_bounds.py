@@ -14,23 +14,23 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from common.protocol.injector import Calipers, Caps
-from common.protocol.record import InjectionRecord, recorded_delay_ms
-from common.protocol.sniffer import Report
-from common.square_wave import SquareWave
 from coordinator.cli.main import main
 from coordinator.config.bounds import MAX_EFFECT_MS, MAX_GRADIENT
 from coordinator.config.experiment import MAX_K, MAX_SCALE_D, Parameters
 from coordinator.config.run_dir import LinkMeasurement, RunDir
-from coordinator.core import estimate
-from coordinator.core.estimate import gradient_json, log_gradients, settings_for_log
-from coordinator.core.graph import GraphLink
-from coordinator.core.linearity import DelayPoint, fit
-from coordinator.core.prediction import Estimate, fit_curve, predict
-from coordinator.core.spectral.binning import bin_series
-from coordinator.core.watch import Baseline
-from coordinator.core.weblog.model import RequestLog
 from coordinator.live.run import _estimate
+from linkgrad.graph import GraphLink
+from linkgrad.linearity import DelayPoint, fit
+from linkgrad.prediction import Estimate, fit_curve, predict
+from linkgrad.protocol.injector import Calipers, Caps
+from linkgrad.protocol.record import InjectionRecord, recorded_delay_ms
+from linkgrad.protocol.sniffer import Report
+from linkgrad.spectral import estimate
+from linkgrad.spectral.binning import bin_series
+from linkgrad.spectral.estimate import gradient_json, log_gradients, settings_for_log
+from linkgrad.square_wave import SquareWave
+from linkgrad.watch import Baseline
+from linkgrad.weblog.model import RequestLog
 from tests.test_input_fuzz import link_entry, strict_loads, write_experiment, write_run
 
 

@@ -1,4 +1,4 @@
-"""Context linking's joint decisions (coordinator.paths.node_beam), what sizes and connections
+"""Context linking's joint decisions (linkgrad.paths.node_beam), what sizes and connections
 say about a parent (features), the vectorised fits, and linking with the fit on a prefix."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ import math
 import numpy as np
 import pytest
 
-from coordinator.paths import structural
-from coordinator.paths.accuracy import best_instances, tree_accuracy
-from coordinator.paths.contexts import ContextWalker
-from coordinator.paths.delay_model import MIN_SIGMA, fit_lognormals
-from coordinator.paths.features import ReuseModel, SizeModel
-from coordinator.paths.instances import path_instances
-from coordinator.paths.node_beam import NodeBeam, Placement
-from coordinator.paths.structural import context_probabilities
-from coordinator.paths.wap5 import LinkingSettings
+from linkgrad.paths import structural
+from linkgrad.paths.accuracy import best_instances, tree_accuracy
+from linkgrad.paths.contexts import ContextWalker
+from linkgrad.paths.delay_model import MIN_SIGMA, fit_lognormals
+from linkgrad.paths.features import ReuseModel, SizeModel
+from linkgrad.paths.instances import path_instances
+from linkgrad.paths.node_beam import NodeBeam, Placement
+from linkgrad.paths.structural import context_probabilities
+from linkgrad.paths.wap5 import LinkingSettings
 from testbed.synthetic_paths import generate, three_tier
 
 REQUEST_A, REQUEST_B, CALL_1, CALL_2, REPLY_A, REPLY_B, REQUEST_C, CALL_3 = range(8)
@@ -232,8 +232,8 @@ def test_an_answered_context_waiting_on_its_own_call_is_not_forgotten_meanwhile(
 
 
 def test_an_empty_trace_links_to_nothing() -> None:
-    from coordinator.paths.analysis import analyse
-    from coordinator.paths.messages import Connections, Messages, Trace
+    from linkgrad.paths.analysis import analyse
+    from linkgrad.paths.messages import Connections, Messages, Trace
     empty = Trace.sorted(Messages([], [], [], [], [], []), Connections([], [], [], []),
                          (), np.zeros(0, dtype=np.int32), ())
     for linker in ("context", "fcfs", "wap5"):

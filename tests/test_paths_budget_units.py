@@ -6,10 +6,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from coordinator.paths.analysis import analyse
-from coordinator.paths.budget import Budget, linking_lines, progress_line
-from coordinator.paths.structural import context_probabilities
-from coordinator.paths.wap5 import LinkingSettings, wap5_probabilities
+from linkgrad.paths.analysis import analyse
+from linkgrad.paths.budget import Budget, linking_lines, progress_line
+from linkgrad.paths.structural import context_probabilities
+from linkgrad.paths.wap5 import LinkingSettings, wap5_probabilities
 from testbed.synthetic_paths import busy_server, generate
 
 SETTINGS = LinkingSettings(window_s=2.0)

@@ -7,19 +7,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coordinator.paths.accuracy import best_instances, tree_accuracy
-from coordinator.paths.analysis import analyse, client_requests
-from coordinator.paths.hidden_workers import (
+from linkgrad.paths.accuracy import best_instances, tree_accuracy
+from linkgrad.paths.analysis import analyse, client_requests
+from linkgrad.paths.hidden_workers import (
     covered_share,
     find_hidden_workers,
     fold_hidden_workers,
     open_spans,
 )
-from coordinator.paths.instances import path_instances
-from coordinator.paths.messages import Connections, Messages, Trace
-from coordinator.paths.structural import context_probabilities
-from coordinator.paths.threads import one_request_per_thread, worker_threads
-from coordinator.paths.wap5 import LinkingSettings
+from linkgrad.paths.instances import path_instances
+from linkgrad.paths.messages import Connections, Messages, Trace
+from linkgrad.paths.structural import context_probabilities
+from linkgrad.paths.threads import one_request_per_thread, worker_threads
+from linkgrad.paths.wap5 import LinkingSettings
 from testbed.synthetic_paths import busy_server, generate, handed_to_workers
 
 SETTINGS = LinkingSettings(window_s=2.0)
@@ -128,7 +128,7 @@ def test_spans_join_overlapping_requests():
 
 
 def test_a_free_worker_is_offered_the_oldest_waiting_requests_only():
-    from coordinator.paths.contexts import WAITING_OFFERED, ContextWalker
+    from linkgrad.paths.contexts import WAITING_OFFERED, ContextWalker
 
     walker = ContextWalker(window_s=2.0, fanout_s=0.001, afterward_s=0.001)
     for k in range(5):  # five requests queued for the pool, none started
@@ -230,8 +230,8 @@ def test_a_late_reply_to_a_request_the_server_missed_keeps_no_chain_from_the_sta
 def test_a_worker_on_a_request_begins_none_of_the_requests_its_server_never_saw():
     """While a request of the trace is open on it, a hidden worker's call is that request's,
     not the start of one of the replies its server owes to requests it never saw."""
-    from coordinator.paths.contexts import ContextWalker
-    from coordinator.paths.structural import _worker_options
+    from linkgrad.paths.contexts import ContextWalker
+    from linkgrad.paths.structural import _worker_options
 
     walker = ContextWalker(window_s=2.0, fanout_s=0.001, afterward_s=0.001, queues=True)
     walker.request_arrived(conn=0, msg=0, t=1.0)

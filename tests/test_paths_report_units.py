@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import InputError
 from coordinator.cli.paths_report import crossing_rows, svg_timeline, timeline
 from coordinator.config.run_dir import LinkMeasurement
 from coordinator.config.trace_file import read_trace, write_trace
-from coordinator.paths.reconcile import HostRecord, HostTrace
+from linkgrad.errors import InputError
+from linkgrad.paths.reconcile import HostRecord, HostTrace
 
 HOPS = [
     {"label": "CLIENT->web:80", "parent": -1, "link": "client->web", "node_delay_s": None,

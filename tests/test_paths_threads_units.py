@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from coordinator.paths.accuracy import best_instances, tree_accuracy
-from coordinator.paths.contexts import ContextWalker
-from coordinator.paths.instances import path_instances
-from coordinator.paths.messages import NO_THREAD, Messages, Trace
-from coordinator.paths.structural import context_probabilities
-from coordinator.paths.threads import one_request_per_thread
-from coordinator.paths.wap5 import LinkingSettings
+from linkgrad.paths.accuracy import best_instances, tree_accuracy
+from linkgrad.paths.contexts import ContextWalker
+from linkgrad.paths.instances import path_instances
+from linkgrad.paths.messages import NO_THREAD, Messages, Trace
+from linkgrad.paths.structural import context_probabilities
+from linkgrad.paths.threads import one_request_per_thread
+from linkgrad.paths.wap5 import LinkingSettings
 from testbed.synthetic_paths import busy_server, generate
 
 SETTINGS = LinkingSettings(window_s=2.0)

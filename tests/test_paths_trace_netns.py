@@ -10,15 +10,15 @@ import sys
 
 import pytest
 
-from common.protocol.trace import TraceReportEvent
 from coordinator.live.trace_events import host_trace
-from coordinator.paths.clocks import clock_offsets
-from coordinator.paths.instances import path_instances
-from coordinator.paths.patterns import aggregate
-from coordinator.paths.reconcile import reconcile
-from coordinator.paths.structural import context_probabilities
-from coordinator.paths.threads import one_request_per_thread
-from coordinator.paths.wap5 import LinkingSettings
+from linkgrad.paths.clocks import clock_offsets
+from linkgrad.paths.instances import path_instances
+from linkgrad.paths.patterns import aggregate
+from linkgrad.paths.reconcile import reconcile
+from linkgrad.paths.structural import context_probabilities
+from linkgrad.paths.threads import one_request_per_thread
+from linkgrad.paths.wap5 import LinkingSettings
+from linkgrad.protocol.trace import TraceReportEvent
 from tests.marks import NETNS
 from tests.netns_tools.pairs import echo_pair
 from tests.netns_tools.sniffer_daemon import SnifferDaemon

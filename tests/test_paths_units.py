@@ -1,4 +1,4 @@
-"""Causal-path analysis (coordinator.paths) on hand-made and generated traces: WAP5 §5.1's
+"""Causal-path analysis (linkgrad.paths) on hand-made and generated traces: WAP5 §5.1's
 numbers, the structural linkers, instances and patterns, clock offsets."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from coordinator.paths.accuracy import best_instances, tree_accuracy
-from coordinator.paths.candidates import Candidates, candidates, latest_parent_delay
-from coordinator.paths.clocks import clock_offsets
-from coordinator.paths.instances import ChildIndex, instances_from, path_instances
-from coordinator.paths.messages import Connections, Messages, Trace
-from coordinator.paths.patterns import aggregate
-from coordinator.paths.reconcile import HostRecord, HostTrace, reconcile
-from coordinator.paths.structural import context_probabilities, fcfs_probabilities
-from coordinator.paths.wap5 import (
+from linkgrad.paths.accuracy import best_instances, tree_accuracy
+from linkgrad.paths.candidates import Candidates, candidates, latest_parent_delay
+from linkgrad.paths.clocks import clock_offsets
+from linkgrad.paths.instances import ChildIndex, instances_from, path_instances
+from linkgrad.paths.messages import Connections, Messages, Trace
+from linkgrad.paths.patterns import aggregate
+from linkgrad.paths.reconcile import HostRecord, HostTrace, reconcile
+from linkgrad.paths.structural import context_probabilities, fcfs_probabilities
+from linkgrad.paths.wap5 import (
     LinkingSettings,
     LinkProbabilities,
     causal_delay_means,
@@ -340,7 +340,7 @@ def test_a_response_written_in_parts_waits_for_the_query_between_them() -> None:
 def test_a_request_that_waited_in_the_backlog_matches_its_log_line_by_its_end() -> None:
     """The second request arrives 1 ms after the first, but the one worker starts it (the
     log's start) only at 50 ms: its answer's end still names its log line."""
-    from coordinator.paths.analysis import match_requests
+    from linkgrad.paths.analysis import match_requests
     rows = [(0.000, 0.0001, "C", "W", 0), (0.001, 0.0011, "C", "W", 1),
             (0.010, 0.0101, "W", "C", 0), (0.070, 0.0701, "W", "C", 1)]
     trace = trace_of(rows, [("C", "W", 40000, 80), ("C", "W", 40001, 80)], ("C", "W"))

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from common.square_wave import SquareWave
-from coordinator.core.spectral.lockin import lockin_gradient
-from coordinator.core.spectral.periodic import periodic_noise_hz, spectral_peaks
-from coordinator.core.spectral.planner import probe_noise
-from coordinator.core.spectral.training import baseline_spectrum
+from linkgrad.spectral.lockin import lockin_gradient
+from linkgrad.spectral.periodic import periodic_noise_hz, spectral_peaks
+from linkgrad.spectral.planner import probe_noise
+from linkgrad.spectral.training import baseline_spectrum
+from linkgrad.square_wave import SquareWave
 
 
 def test_spectral_peaks_find_a_line_and_nothing_in_white_noise():

@@ -6,7 +6,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from coordinator.core.placement import (
+from linkgrad.placement import (
     PlacementProblem,
     exhaustive,
     local_search,
@@ -164,7 +164,7 @@ def test_place_uses_the_curvature_of_links_measured_at_two_delays(tmp_path, caps
 
 
 def test_routing_sends_each_transaction_to_its_better_copy():
-    from coordinator.core.routing import advise
+    from linkgrad.routing import advise
 
     advice = advise({"db_heavy": 0.6, "web_heavy": 0.4},
                     ({"db_heavy": 100.0, "web_heavy": 20.0},  # copy near the web server
@@ -179,7 +179,7 @@ def test_routing_sends_each_transaction_to_its_better_copy():
 
 @needs_tool("nginx")
 def test_routing_advice_and_fixed_ratios_become_nginx_config_nginx_accepts(tmp_path):
-    from coordinator.core.routing import advise, nginx_fixed_ratio, nginx_map
+    from linkgrad.routing import advise, nginx_fixed_ratio, nginx_map
 
     advice = advise({"db_heavy": 0.6, "web_heavy": 0.4},
                     ({"db_heavy": 100.0, "web_heavy": 20.0}, {"db_heavy": 30.0, "web_heavy": 60.0}))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.core.prediction import Z95
+from linkgrad.prediction import Z95
 from tests.marks import TESTBED
 from tests.netns_tools.testbeds import (
     LINKGRAD,

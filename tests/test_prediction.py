@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from common.errors import InputError
 from coordinator.config.latencies import Latencies, Placement, latency_changes, one_way
 from coordinator.config.run_dir import LinkMeasurement, RunInputs, pair_gradients, unmeasured
-from coordinator.core.prediction import Curve, Estimate, batch_mean, predict
+from linkgrad.errors import InputError
+from linkgrad.prediction import Curve, Estimate, batch_mean, predict
 
 HOSTS = ["web", "app1", "db"]
 NOW = Latencies.model_validate({
@@ -210,7 +210,7 @@ def test_the_shipped_placement_examples_load_and_predict(tmp_path, capsys):
 
 
 def test_a_link_measured_at_two_delays_gives_its_curvature_and_the_prediction_uses_it():
-    from coordinator.core.prediction import fit_curve
+    from linkgrad.prediction import fit_curve
 
     # queueing: 1 ms per ms at small delays, growing: effect = d + 0.02 d^2
     points = [(m, (m + 0.02 * m * m) / m, 0.001) for m in (5.0, 20.0)]

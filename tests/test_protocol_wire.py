@@ -13,11 +13,11 @@ import json
 
 import pytest
 
-from common.jsonlines import DaemonClient, DidNotStart
-from common.protocol.injector import Add, ConstantSchedule, LinkSpec, StatsRequest
-from common.protocol.sniffer import SnifferReady
 from injector.daemon import serve as serve_injector
 from injector.schedule import Caps
+from linkgrad.protocol.injector import Add, ConstantSchedule, LinkSpec, StatsRequest
+from linkgrad.protocol.jsonlines import DaemonClient, DidNotStart
+from linkgrad.protocol.sniffer import SnifferReady
 from sniffer.daemon import Service, Sniffer
 from sniffer.daemon import run as run_sniffer
 from sniffer.links import Process, SocketRecord
@@ -119,7 +119,7 @@ def test_the_client_sends_no_nulls_and_passes_over_a_stale_reply():
         stdout.write('{"event": "stopped", "reason": "stdin closed"}\n')
         return 0
 
-    from common.protocol.injector import InjectorReady
+    from linkgrad.protocol.injector import InjectorReady
 
     client = DaemonClient(ThreadChannel(daemon, "echo"), "echo", InjectorReady)
     client._ids = iter([2, 3])  # as if request 1 had been sent and then given up on

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import InputError
 from coordinator.cli.regress_junit import junit_xml
 from coordinator.cli.regress_trend import trend_html
 from coordinator.config.suite import Checks, GradientCheck, load_suite
@@ -31,6 +30,7 @@ from coordinator.regress.measures import (
     SnapMeasure,
 )
 from coordinator.regress.stats import drop_p, holm, se_from_ci95, welch_p
+from linkgrad.errors import InputError
 
 LINK = "tcp app1:0 -> db:5432"
 BACK = "tcp db:5432 -> app1:0"
@@ -382,8 +382,8 @@ def test_two_placements_of_one_name_are_refused(tmp_path: Path) -> None:
 
 
 def test_a_second_night_on_the_same_lock_fails_at_once(tmp_path: Path) -> None:
-    from common.errors import RuntimeFailure
     from coordinator.live.night import _lock
+    from linkgrad.errors import RuntimeFailure
 
     with _lock(tmp_path / "x.lock", "suite n1's output"), \
             pytest.raises(RuntimeFailure, match="another night is running on suite n1"), \

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.core.wave_plan import FIRST_DELAY_S, MIN_DELAY_S
+from linkgrad.spectral.wave_plan import FIRST_DELAY_S, MIN_DELAY_S
 from testbed.topology import MEDIAWIKI
 from tests.marks import NETNS, needs_tool
 from tests.netns_tools.testbeds import linkgrad_run, private_testbed, unique_tag, wait_until_gone

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import InputError, RuntimeFailure
 from coordinator.config.experiment import Experiment, Snap
 from coordinator.config.run_dir import RunDir, load_run
 from coordinator.config.snap_file import read_snap
-from coordinator.core.prediction import Estimate
 from coordinator.live.run import run_experiment
 from coordinator.live.validate import PlacementChanges, validate_placements
+from linkgrad.errors import InputError, RuntimeFailure
+from linkgrad.prediction import Estimate
 from tests.fakes.remote import (
     START_S,
     FakeApplication,

@@ -5,11 +5,11 @@ import re
 import numpy as np
 import pytest
 
-from common.protocol.injector import LinkSpec
-from common.protocol.sniffer import Report
-from coordinator.core.graph import build_graph, select
-from coordinator.core.wave_plan import WavePlan
 from coordinator.live.run import group_waves
+from linkgrad.graph import build_graph, select
+from linkgrad.protocol.injector import LinkSpec
+from linkgrad.protocol.sniffer import Report
+from linkgrad.spectral.wave_plan import WavePlan
 
 
 def test_concurrent_waves_are_orthogonal_and_share_no_harmonic():
@@ -56,7 +56,7 @@ def test_graph_counts_each_link_once_from_its_sender():
 
 
 def _links(*pairs: str) -> list:
-    from coordinator.core.graph import GraphLink
+    from linkgrad.graph import GraphLink
 
     out = []
     for pair in pairs:
@@ -66,7 +66,7 @@ def _links(*pairs: str) -> list:
 
 
 def test_host_selectors_match_exact_host_names_and_regexes_only_when_asked():
-    from coordinator.core.graph import parse_selector
+    from linkgrad.graph import parse_selector
 
     graph = _links("app1:0->db:5432", "app1:0->db2:5432", "db:5432->app1:0",
                    "app1:0->webcache:11211", "db:0->web:80", "app1:0->web:80")
@@ -94,7 +94,7 @@ def test_host_selectors_match_exact_host_names_and_regexes_only_when_asked():
 
 
 def test_explain_selection_says_what_each_selector_matched():
-    from coordinator.core.graph import explain_selection
+    from linkgrad.graph import explain_selection
 
     graph = _links("app1:0->db:5432", "db:5432->app1:0", "db:0->web:80", "app1:0->web:80")
     assert explain_selection(graph, ["app1->db", "app2->db"], ["->web"]) == [
@@ -112,7 +112,7 @@ def test_the_limits_judge_requests_by_start_once_all_of_them_can_have_been_logge
     """Servers log a request when it ends: while responses slow down, fewer lines arrive
     although requests keep starting. The judged window ends a lag ago (the slowest response
     lately, at least 10 s), so a slowdown is no throughput drop; requests that never end are."""
-    from coordinator.core.watch import judged_window
+    from linkgrad.watch import judged_window
 
     now, rate = 1000.0, 12.0
     starts = np.arange(900.0, now, 1 / rate)
@@ -150,7 +150,7 @@ def test_log_follower_judges_the_requests_it_was_sent():
 
 
 def _log(starts, responses):
-    from coordinator.core.weblog.model import RequestLog
+    from linkgrad.weblog.model import RequestLog
 
     url = np.empty(len(starts), dtype=object)
     url[:] = "/x"
@@ -181,7 +181,7 @@ def test_session_close_tries_every_host_and_reports_each_failure():
 
 
 def _requests(status: list[int]):
-    from coordinator.core.weblog.model import RequestLog
+    from linkgrad.weblog.model import RequestLog
 
     n = len(status)
     url = np.empty(n, dtype=object)
@@ -192,7 +192,7 @@ def _requests(status: list[int]):
 
 def test_limits_abort_on_a_throughput_drop_or_an_error_rise_against_training():
     from coordinator.config.experiment import Parameters
-    from coordinator.core.watch import Aborted, Baseline, check_limits, failed_fraction
+    from linkgrad.watch import Aborted, Baseline, check_limits, failed_fraction
 
     p = Parameters(throughput_drop_limit=0.3, error_rate_limit=0.05)
     base = Baseline(end_s=0.0, rate_per_s=10.0, mean_response_ms=10.0, failed_fraction=0.02)
@@ -212,8 +212,8 @@ def test_limits_abort_on_a_throughput_drop_or_an_error_rise_against_training():
 
 
 def test_an_error_limit_without_a_status_in_the_log_format_is_bad_input(tmp_path):
-    from common.errors import InputError
     from coordinator.config.experiment_file import load_experiment
+    from linkgrad.errors import InputError
 
     (tmp_path / "ssh_config").write_text("Host a\n  HostName 192.0.2.1\n")
     path = tmp_path / "x.yaml"
@@ -230,8 +230,8 @@ def test_an_error_limit_without_a_status_in_the_log_format_is_bad_input(tmp_path
 
 def test_jobs_measure_every_link_at_every_fixed_delay_and_skip_what_is_done():
     from coordinator.config.experiment import Parameters
-    from coordinator.core.graph import GraphLink
     from coordinator.live.run import jobs, measurement_key
+    from linkgrad.graph import GraphLink
 
     links = [GraphLink("tcp", a, "10.0.0.1", 0, b, "10.0.0.2", 80, 100)
              for a, b in (("x", "y"), ("y", "x"), ("x", "z"))]
@@ -248,9 +248,9 @@ def test_jobs_measure_every_link_at_every_fixed_delay_and_skip_what_is_done():
 
 
 def test_hosts_by_address_port_user_and_key_without_an_ssh_config(tmp_path):
-    from common.errors import InputError
     from coordinator.config.experiment_file import load_experiment
     from coordinator.live.ssh import endpoint_for
+    from linkgrad.errors import InputError
 
     path = tmp_path / "x.yaml"
     body = ("name: x\nhosts:\n  - {name: web, address: 192.0.2.10, port: 2222, user: ops,"
@@ -280,7 +280,7 @@ def test_hosts_by_address_port_user_and_key_without_an_ssh_config(tmp_path):
 
 
 def test_the_application_is_the_links_between_its_processes_or_ports():
-    from coordinator.core.graph import GraphLink, application
+    from linkgrad.graph import GraphLink, application
 
     def link(src, sp, sproc, dst, dp, dproc):
         return GraphLink("tcp", src, "10.0.0.1", sp, dst, "10.0.0.2", dp, 50, sproc, dproc)
@@ -296,7 +296,7 @@ def test_the_application_is_the_links_between_its_processes_or_ports():
 
 
 def test_gradients_at_two_delays_that_disagree_beyond_their_intervals_are_noted():
-    from coordinator.core.estimate import delay_disagreement
+    from linkgrad.spectral.estimate import delay_disagreement
 
     small = {"gradient": 36.0, "ci95": [34.0, 38.0]}
     large = {"gradient": 30.0, "ci95": [29.0, 31.0]}
@@ -331,9 +331,9 @@ def test_ssh_files_that_are_wrong_are_exit_2_naming_file_and_line(tmp_path):
     is no port, a known_hosts line that is no entry (paramiko would skip it silently)."""
     from pathlib import Path
 
-    from common.errors import InputError
     from coordinator.config.experiment import Host, Ssh
     from coordinator.live.ssh import check_endpoints, check_known_hosts, resolve
+    from linkgrad.errors import InputError
 
     with pytest.raises(InputError, match=r"nope: cannot read \(the ssh_config\)"):
         resolve("db", tmp_path / "nope")

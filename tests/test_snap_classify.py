@@ -1,4 +1,4 @@
-"""SNAP Table 2 on Linux counters (coordinator.snap.classify) and its input columns."""
+"""SNAP Table 2 on Linux counters (linkgrad.snap.classify) and its input columns."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from coordinator.snap import COLUMNS, IntervalStats, SnapThresholds, classify, delayed_ack_count
+from linkgrad.snap import COLUMNS, IntervalStats, SnapThresholds, classify, delayed_ack_count
 
 # A healthy interval on a modern kernel with an RTT tracer: 10 segments out and in, 5 RTT
 # samples all at the 1 ms propagation delay, buffers far from full.

@@ -1,4 +1,4 @@
-"""SNAP §2.3 correlation (coordinator.snap.correlate): performance vectors, ACC, ranking."""
+"""SNAP §2.3 correlation (linkgrad.snap.correlate): performance vectors, ACC, ranking."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from numpy.testing import assert_allclose
 from scipy import stats as scipy_stats
 
-from coordinator.snap import (
+from linkgrad.snap import (
     PROBLEMS,
     IntervalStats,
     average_correlation,
@@ -19,7 +19,7 @@ from coordinator.snap import (
     rank_resources,
     shared_resources,
 )
-from coordinator.snap.correlate import MAX_CELLS
+from linkgrad.snap.correlate import MAX_CELLS
 
 FAST, TIMEOUT = PROBLEMS.index("fast_retransmit"), PROBLEMS.index("timeout")
 

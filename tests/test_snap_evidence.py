@@ -1,11 +1,11 @@
-"""SNAP's evidence beside the gradients (coordinator.snap.evidence): which connections are a
+"""SNAP's evidence beside the gradients (linkgrad.snap.evidence): which connections are a
 link's, the classes in a window, the resources ranked by ACC, the links a profile saw."""
 
 from __future__ import annotations
 
 import pytest
 
-from coordinator.snap.evidence import (
+from linkgrad.snap.evidence import (
     LinkKey,
     correlated_resources,
     link_classes,

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import pytest
 
-from common.protocol.snap import Profile
-from coordinator.snap.classify import DEFAULTS
-from coordinator.snap.classify import PROBLEMS as CLASSES
+from linkgrad.protocol.snap import Profile
+from linkgrad.snap.classify import DEFAULTS
+from linkgrad.snap.classify import PROBLEMS as CLASSES
 from testbed.snap_validation import CLOSING_S, ENDS, Observed, Run, run_workload
 from testbed.snap_workload import PROBLEMS, WorkloadSettings, port
 from tests.marks import IPTABLES, needs_tool

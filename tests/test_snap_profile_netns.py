@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from common.protocol.snap import SnapReportEvent
-from coordinator.snap.classify import PROBLEMS
+from linkgrad.protocol.snap import SnapReportEvent
+from linkgrad.snap.classify import PROBLEMS
 from tests.marks import NETNS
 from tests.netns_tools.pairs import echo_pair
 from tests.netns_tools.sniffer_daemon import SnifferDaemon

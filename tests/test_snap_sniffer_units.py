@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from common.jsonlines import LineWriter
-from common.protocol.snap import Profile, SnapReportEvent
-from coordinator.snap.classify import CLASS_NAMES, SnapThresholds
+from linkgrad.protocol.jsonlines import LineWriter
+from linkgrad.protocol.snap import Profile, SnapReportEvent
+from linkgrad.snap.classify import CLASS_NAMES, SnapThresholds
 from sniffer import snap_poller, tcp_info
 from sniffer.links import Process
 from sniffer.poll_budget import BudgetSettings, PollBudget

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 from sniffer.socket_call_summary import SocketCallSummary, TraceSettings
 from sniffer.socket_calls import SocketCallTracer, TracerConfig, probe
 from testbed.pairs.hosts import make_pair

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from common.errors import RuntimeFailure
+from linkgrad.errors import RuntimeFailure
 from sniffer import socket_calls
 from sniffer.socket_call_summary import (
     SocketCallSummary,

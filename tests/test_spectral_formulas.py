@@ -4,15 +4,15 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from coordinator.core.spectral.binning import (
+from linkgrad.spectral.binning import (
     MAX_BINS,
     bin_series,
     bins_for_window,
     fill_empty,
     sampling_interval_s,
 )
-from coordinator.core.spectral.thesis import square_wave_fft_magnitude, thesis_gradient
-from coordinator.core.spectral.training import (
+from linkgrad.spectral.thesis import square_wave_fft_magnitude, thesis_gradient
+from linkgrad.spectral.training import (
     baseline_spectrum,
     choose_injection,
     injection_magnitude_s,

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coordinator.core.weblog import read_log
+from linkgrad.weblog import read_log
 from testbed.lifecycle import down, status, up
 from testbed.topology import MEDIAWIKI
 from tests.marks import NETNS, needs_tool

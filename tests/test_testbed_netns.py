@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from scipy.stats import trim_mean
 
-from common.protocol.injector import SquareSchedule
-from common.square_wave import SquareWave
-from coordinator.core.weblog import read_log
+from linkgrad.protocol.injector import SquareSchedule
+from linkgrad.square_wave import SquareWave
+from linkgrad.weblog import read_log
 from testbed.lifecycle import down, status, up
 from testbed.pairs.hosts import sh
 from testbed.postgres import psql_argv
@@ -156,7 +156,7 @@ def _served_by(info: dict, paths: list[str]) -> list[str]:
 
 def test_routes_send_each_transaction_or_a_share_to_an_app_server(testbed, tag):
     from coordinator.cli.main import main
-    from coordinator.core.routing import advise, nginx_fixed_ratio, nginx_map
+    from linkgrad.routing import advise, nginx_fixed_ratio, nginx_map
 
     info, root = testbed
     directory = Path(info["directory"])

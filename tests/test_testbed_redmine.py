@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.core.weblog import read_log
+from linkgrad.weblog import read_log
 from testbed.lifecycle import down, status, up
 from testbed.redmine import INSTANCE_PATH, PROCESSES, TRUTH_LOG
 from testbed.topology import REDMINE

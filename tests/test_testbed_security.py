@@ -23,9 +23,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.errors import RuntimeFailure
-from coordinator.core.routing import advise, nginx_fixed_ratio, nginx_map, upstream_problem
 from coordinator.live.logfollow import follow_argv
+from linkgrad.errors import RuntimeFailure
+from linkgrad.routing import advise, nginx_fixed_ratio, nginx_map, upstream_problem
 from testbed import mariadb, mediawiki, postgres, sshd
 from testbed.lifecycle import _app_argv, down, status, up
 from testbed.netns import only_from, plan_testbed

@@ -4,11 +4,12 @@ import ipaddress
 
 import pytest
 
-from common.errors import InputError
+from coordinator.config.topology_file import load_topology
+from linkgrad.errors import InputError
 from testbed.addressing import free_subnet
 from testbed.loadgen import arrival_times, parse_mix
 from testbed.netns import network_steps, plan_testbed
-from testbed.topology import DEFAULT, load_topology
+from testbed.topology import DEFAULT
 from testbed.transactions import prob_slower, transactions_of
 
 
@@ -114,7 +115,7 @@ def test_the_reference_experiment_is_valid_and_errors_point_at_lines(tmp_path):
 
 
 def test_the_testbed_front_end_routes_by_the_variable_linkgrad_route_sets():
-    from coordinator.core import routing
+    from linkgrad import routing
     from testbed import nginx
 
     assert nginx.VARIABLE == routing.VARIABLE

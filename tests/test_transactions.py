@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from common.errors import InputError
-from coordinator.core.transactions import group_by_transaction, parse_transaction_option
+from linkgrad.errors import InputError
+from linkgrad.transactions import group_by_transaction, parse_transaction_option
 
 URLS = np.array(["/item?id=1", "/bid", "/item?id=2", "/bid?x=1", "/"], dtype=object)
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from coordinator.config.experiment import Parameters
-from coordinator.core.wave_plan import (
+from linkgrad.spectral.wave_plan import (
     FIRST_DELAY_S,
     Precision,
     RoughGradient,

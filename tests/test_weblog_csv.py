@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-from common.errors import InputError
-from coordinator.core.weblog.csvlog import parse_csv
+from linkgrad.errors import InputError
+from linkgrad.weblog.csvlog import parse_csv
 
 
 def parse(*lines: str):

@@ -26,23 +26,23 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.errors import InputError
-from common.square_wave import SquareWave
 from coordinator.cli.main import main
-from coordinator.core.estimate import (
+from linkgrad.errors import InputError
+from linkgrad.spectral.estimate import (
     GradientSettings,
     gradient_json,
     log_gradients,
     shared_periodic_noise_hz,
 )
-from coordinator.core.spectral.lockin import lockin_gradient
-from coordinator.core.spectral.planner import probe_noise
-from coordinator.core.weblog import RequestLog, read_log
-from coordinator.core.weblog.apache_format import compile_apache
-from coordinator.core.weblog.csvlog import parse_csv
-from coordinator.core.weblog.model import MAX_RESPONSE_S, MAX_START_S, MIN_START_S
-from coordinator.core.weblog.nginx_format import compile_nginx
-from coordinator.core.weblog.textlog import parse_lines
+from linkgrad.spectral.lockin import lockin_gradient
+from linkgrad.spectral.planner import probe_noise
+from linkgrad.square_wave import SquareWave
+from linkgrad.weblog import RequestLog, read_log
+from linkgrad.weblog.apache_format import compile_apache
+from linkgrad.weblog.csvlog import parse_csv
+from linkgrad.weblog.model import MAX_RESPONSE_S, MAX_START_S, MIN_START_S
+from linkgrad.weblog.nginx_format import compile_nginx
+from linkgrad.weblog.textlog import parse_lines
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

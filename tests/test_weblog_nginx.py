@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-from common.errors import InputError
-from coordinator.core.weblog.nginx_format import DEFAULT_LOG_FORMAT, compile_nginx
-from coordinator.core.weblog.textlog import parse_lines
+from linkgrad.errors import InputError
+from linkgrad.weblog.nginx_format import DEFAULT_LOG_FORMAT, compile_nginx
+from linkgrad.weblog.textlog import parse_lines
 
 T0 = 1_795_341_601  # 22/Nov/2026:10:00:01 +0000
 

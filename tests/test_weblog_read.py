@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-from common.errors import InputError
-from coordinator.core.weblog import read_log
+from linkgrad.errors import InputError
+from linkgrad.weblog import read_log
 
 T0 = 1_795_341_601  # 22/Nov/2026:10:00:01 +0000
 MSEC = '$msec $request_time "$request"'
@@ -273,7 +273,7 @@ def test_an_endless_line_is_input_error_naming_its_line(tmp_path: Path, monkeypa
     """Found by benchmarks/fuzz_cli.py (issue 13): a log that is /dev/zero (or a core dump)
     is one endless line, read whole until MemoryError; past the cap it is an error at its
     line, and lines up to the cap are read as before."""
-    monkeypatch.setattr("coordinator.core.weblog.read.MAX_LINE_CHARS", 1000)
+    monkeypatch.setattr("linkgrad.weblog.read.MAX_LINE_CHARS", 1000)
     if suffix == ".csv":
         good, long = "1795341601.0,500,/x\n", "1795341602.0,500,/" + "y" * 1000 + "\n"
     else:

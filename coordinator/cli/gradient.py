@@ -17,14 +17,14 @@ import numpy as np
 from rich.markup import escape
 from rich.table import Table
 
-from common.command import Command
-from common.errors import InputError, Problem
-from common.protocol.record import InjectionRecord, load_injection_record
-from common.square_wave import SquareWave
+from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.bounds import FIRST_LOG_S, LAST_LOG_S
 from coordinator.config.experiment import MAX_DELAY_MS, MAX_HALF_WIDTH, MAX_K, MAX_SCALE_D
-from coordinator.core.estimate import (
+from linkgrad.errors import InputError, Problem
+from linkgrad.protocol.record import InjectionRecord, load_injection_record
+from linkgrad.spectral.binning import MAX_BINS, sampling_interval_s
+from linkgrad.spectral.estimate import (
     MAX_CHUNKS,
     TransactionGradient,
     gradient_json,
@@ -32,11 +32,11 @@ from coordinator.core.estimate import (
     rounded,
     settings_for_log,
 )
-from coordinator.core.spectral.binning import MAX_BINS, sampling_interval_s
-from coordinator.core.spectral.planner import probe_noise
-from coordinator.core.spectral.training import baseline_spectrum, choose_injection
-from coordinator.core.transactions import group_by_transaction, parse_transaction_option
-from coordinator.core.weblog import RequestLog, read_log
+from linkgrad.spectral.planner import probe_noise
+from linkgrad.spectral.training import baseline_spectrum, choose_injection
+from linkgrad.square_wave import SquareWave
+from linkgrad.transactions import group_by_transaction, parse_transaction_option
+from linkgrad.weblog import RequestLog, read_log
 
 LOG_HELP = """\
 web log formats: nginx (default; give your log_format with --log-format, it needs $request_time

@@ -18,15 +18,15 @@ from typing import Any
 
 from rich.table import Table
 
-from common.command import Command
-from common.errors import InputError, Problem, RuntimeFailure
+from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.experiment import Experiment
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.strict_json import dumps
-from coordinator.core.prediction import Estimate
 from coordinator.live.session import check_local_files
 from coordinator.live.ssh import Connection, Endpoint
+from linkgrad.errors import InputError, Problem, RuntimeFailure
+from linkgrad.prediction import Estimate
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
 """The `linkgrad` command line: every subcommand listed in one place, one parser built from
 them, the chosen one run, and errors turned into exit codes and messages (text or JSON).
 
-Each command module exports its subcommands as `COMMANDS` (common.command describes them);
+Each command module exports its subcommands as `COMMANDS` (coordinator.cli.command describes them);
 `add_commands` gives every one the same `--json`, help layout and usage-error handling.
 
 Exit codes (DESIGN.md): 0 success, 2 bad input (file, line, field named), 1 runtime failure.
@@ -19,8 +19,6 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from common.command import Command, CommandGroup
-from common.errors import InputError, LinkgradError, Problem
 from coordinator.cli import (
     gradient,
     latency,
@@ -32,10 +30,12 @@ from coordinator.cli import (
     route,
     run,
 )
+from coordinator.cli import inject as injector_cli
+from coordinator.cli import testbed as testbed_cli
+from coordinator.cli.command import Command, CommandGroup
 from coordinator.cli.internal_error import internal_error_details
 from coordinator.config.strict_json import dumps
-from injector import cli as injector_cli
-from testbed import cli as testbed_cli
+from linkgrad.errors import InputError, LinkgradError, Problem
 
 DESCRIPTION = """\
 linkgrad measures how much each transaction's mean response time depends on the latency of

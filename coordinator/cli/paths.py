@@ -13,9 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from common.command import Command
-from common.errors import InputError, Problem
-from common.protocol.trace import TraceRequest
+from coordinator.cli.command import Command
 from coordinator.cli.profile import check_between
 from coordinator.cli.terminal import terminal
 from coordinator.config.experiment_file import load_experiment
@@ -24,11 +22,13 @@ from coordinator.config.strict_json import dumps
 from coordinator.config.trace_file import read_trace, write_trace
 from coordinator.live.paths_evidence import host_traces, transactions_of
 from coordinator.live.session import Session, check_local_files, observe
-from coordinator.paths.analysis import DEFAULT_BUDGET, LINKERS, analyse
-from coordinator.paths.budget import linking_lines, progress_line
-from coordinator.paths.hidden_workers import fold_hidden_workers
-from coordinator.paths.reconcile import HostTrace, reconcile
-from coordinator.paths.wap5 import LinkingSettings
+from linkgrad.errors import InputError, Problem
+from linkgrad.paths.analysis import DEFAULT_BUDGET, LINKERS, analyse
+from linkgrad.paths.budget import linking_lines, progress_line
+from linkgrad.paths.hidden_workers import fold_hidden_workers
+from linkgrad.paths.reconcile import HostTrace, reconcile
+from linkgrad.paths.wap5 import LinkingSettings
+from linkgrad.protocol.trace import TraceRequest
 
 MAX_DURATION_S = 86400.0
 MAX_TRANSACTIONS_SHOWN = 10

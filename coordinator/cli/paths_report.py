@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from common.errors import InputError, Problem
 from coordinator.config.run_dir import LinkMeasurement
+from linkgrad.errors import InputError, Problem
 
 # A crossing count and a gradient disagree when the count lies this far outside the
 # gradient's 95% interval (gradients measure a little beside the ideal count: second-order

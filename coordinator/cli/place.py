@@ -13,14 +13,14 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
-from common.command import Command
-from common.errors import InputError, Problem
+from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.candidates import check_candidates, load_candidates
 from coordinator.config.latencies import Latencies, latency_sites, load_latencies, one_way
 from coordinator.config.run_dir import RunInputs, load_run, unmeasured
 from coordinator.config.strict_json import dumps
-from coordinator.core.placement import PlacementProblem, SearchResult, search
+from linkgrad.errors import InputError, Problem
+from linkgrad.placement import PlacementProblem, SearchResult, search
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from common.command import Command
-from common.errors import InputError, Problem
+from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.latencies import Placement, latency_sites, load_latencies
 from coordinator.config.run_dir import Pair, RunInputs, load_run
 from coordinator.config.strict_json import dumps
 from coordinator.config.what_if import placement_changes
-from coordinator.core.prediction import Estimate, Prediction, predict
+from linkgrad.errors import InputError, Problem
+from linkgrad.prediction import Estimate, Prediction, predict
 
 if TYPE_CHECKING:  # imported when validating: paramiko is slow to load
     from coordinator.live.validate import Validation

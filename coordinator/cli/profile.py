@@ -11,10 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from common.command import Command
-from common.errors import InputError, Problem
-from common.protocol.snap import Profile
 from coordinator.cli import snap_report
+from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.run_dir import RunDir
@@ -22,7 +20,9 @@ from coordinator.config.snap_file import SnapFile
 from coordinator.config.strict_json import dumps
 from coordinator.live.passive import snap_file
 from coordinator.live.session import Session, check_local_files, observe
-from coordinator.snap.evidence import links_seen
+from linkgrad.errors import InputError, Problem
+from linkgrad.protocol.snap import Profile
+from linkgrad.snap.evidence import links_seen
 
 MAX_DURATION_S = 7 * 86400.0
 

@@ -15,8 +15,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from common.command import Command
-from common.errors import InputError, Problem
+from coordinator.cli.command import Command
 from coordinator.cli.internal_error import internal_error_details
 from coordinator.cli.regress_junit import junit_xml, write_junit
 from coordinator.cli.regress_outcome import RESULT, Outcome, compare_night, run_and_compare
@@ -24,6 +23,7 @@ from coordinator.cli.regress_trend import write_trend
 from coordinator.cli.terminal import terminal
 from coordinator.config.strict_json import dumps
 from coordinator.config.suite import LoadedSuite, load_suite
+from coordinator.config.topology_file import load_topology
 from coordinator.regress.check import Check
 from coordinator.regress.files import (
     Baseline,
@@ -35,7 +35,7 @@ from coordinator.regress.files import (
     write_baseline,
     write_whole,
 )
-from testbed.topology import load_topology
+from linkgrad.errors import InputError, Problem
 
 EXIT = {"pass": 0, "accepted": 0, "regression": 1, "bad suite": 2, "failed": 3}
 HISTORY, TREND = "history.jsonl", "trend.html"

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.errors import InputError, Problem
 from coordinator.cli.internal_error import internal_error_details
 from coordinator.config.run_dir import RunJournal, read_record
 from coordinator.config.suite import LoadedSuite
@@ -19,6 +18,7 @@ from coordinator.regress.check import Check
 from coordinator.regress.compare import compare
 from coordinator.regress.files import Baseline, NightStatus
 from coordinator.regress.measures import NightMeasures, night_measures
+from linkgrad.errors import InputError, Problem
 from testbed.state import default_root
 
 

@@ -18,8 +18,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from common.errors import InputError, Problem, RuntimeFailure
-from common.protocol.record import InjectionRecord
 from coordinator.cli import paths_report, snap_report
 from coordinator.config.run_dir import (
     ExperimentAsRun,
@@ -31,10 +29,12 @@ from coordinator.config.run_dir import (
     read_record,
 )
 from coordinator.config.snap_file import read_snap
-from coordinator.core.spectral.binning import bin_series, fill_empty
-from coordinator.core.transactions import group_by_transaction, patterns_from
-from coordinator.core.weblog.model import RequestLog
-from coordinator.core.weblog.read import bounded_lines, choose_format, line_parser
+from linkgrad.errors import InputError, Problem, RuntimeFailure
+from linkgrad.protocol.record import InjectionRecord
+from linkgrad.spectral.binning import bin_series, fill_empty
+from linkgrad.transactions import group_by_transaction, patterns_from
+from linkgrad.weblog.model import RequestLog
+from linkgrad.weblog.read import bounded_lines, choose_format, line_parser
 
 
 def png_img(fig: Any) -> str:

@@ -8,8 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
-from common.command import Command
-from common.errors import InputError, Problem
+from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.latencies import (
     Latencies,
@@ -24,8 +23,9 @@ from coordinator.config.latencies import (
 )
 from coordinator.config.run_dir import RunInputs, load_run, require_measured
 from coordinator.config.strict_json import dumps
-from coordinator.core.prediction import predict
-from coordinator.core.routing import RoutingAdvice, advise, nginx_map, upstream_problem
+from linkgrad.errors import InputError, Problem
+from linkgrad.prediction import predict
+from linkgrad.routing import RoutingAdvice, advise, nginx_map, upstream_problem
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

@@ -10,17 +10,17 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from common.command import Command
-from common.errors import InputError, LinkgradError, Problem, RuntimeFailure
-from common.yamlconf import line_of
+from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.coordinator_process import interrupted_reason, still_running
 from coordinator.config.experiment import Experiment
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.run_dir import RunDir, RunJournal, read_record
 from coordinator.config.strict_json import dumps
+from coordinator.config.yamlconf import line_of
 from coordinator.live.run import run_experiment
 from coordinator.live.session import check_local_files
+from linkgrad.errors import InputError, LinkgradError, Problem, RuntimeFailure
 
 
 def _run_arguments(p: argparse.ArgumentParser) -> None:

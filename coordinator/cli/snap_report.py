@@ -9,8 +9,8 @@ from typing import Any
 
 from coordinator.config.run_dir import LinkMeasurement
 from coordinator.config.snap_file import SnapFile
-from coordinator.snap.correlate import ResourceScore
-from coordinator.snap.evidence import correlated_resources
+from linkgrad.snap.correlate import ResourceScore
+from linkgrad.snap.evidence import correlated_resources
 
 TOP = 8  # resources shown
 

@@ -2,6 +2,7 @@
 experiment, latencies and placements, injection records, and the run directory. Validated at
 the boundary, every problem named by file, line and field; inside, plain typed data.
 
-Layer: above the core. May import `coordinator.core`, `common`, pydantic, yaml, and `testbed`
-(to resolve an experiment's `testbed:` tag). Never `coordinator.live` or `coordinator.cli`.
+Layer: above the library. May import `linkgrad`, pydantic, yaml, and `testbed` (to resolve an
+experiment's `testbed:` tag and read a topology file). Never `coordinator.live` or
+`coordinator.cli`.
 """

@@ -26,10 +26,10 @@ from typing import Any
 
 from pydantic import ValidationInfo
 
-from common.protocol.fields import LIMIT_UNIX_S
-from common.protocol.record import MIN_MAGNITUDE_MS
-from coordinator.core.estimate import MAX_EFFECT_S
-from coordinator.core.weblog.model import MAX_RESPONSE_S, MAX_START_S, MIN_START_S
+from linkgrad.protocol.fields import LIMIT_UNIX_S
+from linkgrad.protocol.record import MIN_MAGNITUDE_MS
+from linkgrad.spectral.estimate import MAX_EFFECT_S
+from linkgrad.weblog.model import MAX_RESPONSE_S, MAX_START_S, MIN_START_S
 
 MAX_RESPONSE_MS = MAX_RESPONSE_S * 1e3  # the web log's: no request is open for 30 days
 MAX_EFFECT_MS = MAX_EFFECT_S * 1e3  # a lockin fit's effect and standard error (2.6e12)

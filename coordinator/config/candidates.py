@@ -11,10 +11,10 @@ from pathlib import Path
 
 from pydantic import Field
 
-from common.errors import InputError, Problem
-from common.yamlconf import line_of, load_yaml
 from coordinator.config.fields import InputModel, Str
 from coordinator.config.latencies import Site, unknown_site
+from coordinator.config.yamlconf import line_of, load_yaml
+from linkgrad.errors import InputError, Problem
 
 
 class Candidates(InputModel):

@@ -18,7 +18,6 @@ from pydantic import (
     model_validator,
 )
 
-from common.protocol.record import MIN_MAGNITUDE_MS
 from coordinator.config.fields import (
     Bool,
     Float,
@@ -31,8 +30,9 @@ from coordinator.config.fields import (
     TestbedTag,
     compile_regex,
 )
-from coordinator.core.graph import parse_selector
-from coordinator.core.wave_plan import Precision
+from linkgrad.graph import parse_selector
+from linkgrad.protocol.record import MIN_MAGNITUDE_MS
+from linkgrad.spectral.wave_plan import Precision
 
 
 def _precision(value: object) -> Precision:

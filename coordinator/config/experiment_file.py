@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.errors import InputError, Problem
-from common.yamlconf import line_of, load_yaml
 from coordinator.config.experiment import Experiment
 from coordinator.config.experiment_files import field_problem
 from coordinator.config.testbed_tag import from_testbed
-from coordinator.core.weblog.apache_format import compile_apache
-from coordinator.core.weblog.nginx_format import compile_nginx
+from coordinator.config.yamlconf import line_of, load_yaml
+from linkgrad.errors import InputError, Problem
+from linkgrad.weblog.apache_format import compile_apache
+from linkgrad.weblog.nginx_format import compile_nginx
 
 
 def load_experiment(path: str | Path, testbed_root: Path | None = None) -> Experiment:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from common.errors import InputError, Problem
-from common.yamlconf import line_of
 from coordinator.config.experiment import Experiment
+from coordinator.config.yamlconf import line_of
+from linkgrad.errors import InputError, Problem
 
 Loc = tuple[str | int, ...]
 

@@ -20,10 +20,10 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, field_validator
 
-from common.errors import InputError, Problem
-from common.yamlconf import line_of, load_yaml
 from coordinator.config.fields import Float, InputModel, Str
-from coordinator.core.prediction import Estimate
+from coordinator.config.yamlconf import line_of, load_yaml
+from linkgrad.errors import InputError, Problem
+from linkgrad.prediction import Estimate
 
 _PAIR = re.compile(r"^\s*([^\s<>-][^<>]*?)\s*(->|<->)\s*([^\s<>-][^<>]*?)\s*$")
 

@@ -24,16 +24,16 @@ from pydantic import (
     model_validator,
 )
 
-from common.errors import InputError, Problem
-from common.protocol.record import InjectionRecord
-from common.yamlconf import problems_of, read_json
 from coordinator.config import bounds
 from coordinator.config.experiment import DAY_S, MAX_DELAY_MS
 from coordinator.config.fields import Float, Int, Str, compile_regex
 from coordinator.config.run_hosts import Mention, check_run_hosts
 from coordinator.config.strict_json import dumps
-from coordinator.core.linearity import Linearity, linearity
-from coordinator.core.prediction import Curve, Estimate, fit_curve
+from linkgrad.errors import InputError, Problem
+from linkgrad.linearity import Linearity, linearity
+from linkgrad.prediction import Curve, Estimate, fit_curve
+from linkgrad.protocol.record import InjectionRecord
+from linkgrad.reading import problems_of, read_json
 
 Pair = tuple[str, str]
 Status = Literal["running", "completed", "aborted", "interrupted", "failed"]

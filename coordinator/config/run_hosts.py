@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from common.errors import InputError, Problem
+from linkgrad.errors import InputError, Problem
 
 # (the file, its field) where a host is named
 Mention = tuple[Path, str]

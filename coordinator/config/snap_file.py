@@ -1,5 +1,5 @@
 """`snap.json` read back: what each host's SNAP profiler could give, which host each address
-is, and every report (`common.protocol.snap.SnapReportEvent`, with its host)."""
+is, and every report (`linkgrad.protocol.snap.SnapReportEvent`, with its host)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.protocol.snap import Profiling, SnapReportEvent
 from coordinator.config.fields import Str
 from coordinator.config.run_dir import read_record
+from linkgrad.protocol.snap import Profiling, SnapReportEvent
 
 
 class HostSnapReport(SnapReportEvent):
@@ -25,7 +25,7 @@ class SnapFile(BaseModel):
     reports: list[HostSnapReport] = Field(default_factory=list)
 
     def report_dicts(self) -> list[dict[str, Any]]:
-        """The reports as `coordinator.snap.evidence` reads them (the wire's JSON)."""
+        """The reports as `linkgrad.snap.evidence` reads them (the wire's JSON)."""
         return [r.model_dump(mode="json", by_alias=True) for r in self.reports]
 
 

@@ -15,12 +15,13 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from common.errors import InputError, Problem
-from common.yamlconf import line_of, load_yaml
 from coordinator.config.experiment import Experiment
 from coordinator.config.fields import Bool, Float, InputModel, Int, RunName, TestbedTag
 from coordinator.config.latencies import load_latencies, load_placement
-from testbed.topology import BUILT_IN, Topology, load_topology
+from coordinator.config.topology_file import load_topology
+from coordinator.config.yamlconf import line_of, load_yaml
+from linkgrad.errors import InputError, Problem
+from testbed.topology import BUILT_IN, Topology
 
 
 class TestbedSpec(InputModel):

@@ -7,8 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from common.errors import InputError, Problem
 from coordinator.config.experiment import Experiment, Host, Ssh, WebLog
+from linkgrad.errors import InputError, Problem
 from testbed.lifecycle import status
 from testbed.state import DEFAULT_ROOT
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from common.errors import InputError, Problem
-from coordinator.paths.messages import NO_THREAD
-from coordinator.paths.reconcile import HostRecord, HostTrace
+from linkgrad.errors import InputError, Problem
+from linkgrad.paths.messages import NO_THREAD
+from linkgrad.paths.reconcile import HostRecord, HostTrace
 
 TRACE_FORMAT = "linkgrad-trace/1"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.errors import InputError
 from coordinator.config.latencies import (
     Latencies,
     Placement,
@@ -15,7 +14,8 @@ from coordinator.config.latencies import (
     placement_site_problems,
 )
 from coordinator.config.run_dir import Pair, RunInputs, require_measured
-from coordinator.core.prediction import Estimate
+from linkgrad.errors import InputError
+from linkgrad.prediction import Estimate
 
 
 def placement_changes(run: RunInputs, latencies: Latencies, latencies_path: Path,

@@ -10,11 +10,11 @@ import bisect
 import threading
 from pathlib import Path
 
-from common.jsonlines import Channel
-from coordinator.core.watch import FLUSH_S, LAG_S, WATCH_S, judged_window
-from coordinator.core.weblog.model import RequestLog
-from coordinator.core.weblog.read import choose_format, line_parser
 from coordinator.live.clock import SYSTEM, Clock
+from linkgrad.protocol.jsonlines import Channel
+from linkgrad.watch import FLUSH_S, LAG_S, WATCH_S, judged_window
+from linkgrad.weblog.model import RequestLog
+from linkgrad.weblog.read import choose_format, line_parser
 
 
 def follow_argv(python: str, path: str) -> list[str]:

@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.errors import InputError, LinkgradError, RuntimeFailure
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.suite import LoadedSuite, SuiteExperimentFile
 from coordinator.live.run import run_experiment
 from coordinator.live.session import check_local_files, sigterm_interrupts
 from coordinator.regress.measures import NightMeasures, night_measures
+from linkgrad.errors import InputError, LinkgradError, RuntimeFailure
 from testbed.lifecycle import down, up
 from testbed.state import directory_for
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.errors import InputError
 from coordinator.config.run_dir import LinkMeasurement, RunDir
-from coordinator.snap.evidence import LinkKey, link_classes
+from linkgrad.errors import InputError
+from linkgrad.snap.evidence import LinkKey, link_classes
 
 PHASES = ("passive", "measurement")
 

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from common.protocol.trace import TraceRequest
 from coordinator.config.run_dir import RunDir
 from coordinator.config.trace_file import write_trace
-from coordinator.core.transactions import group_by_transaction, patterns_from
 from coordinator.live.session import Session
 from coordinator.live.trace_events import host_trace
-from coordinator.paths.analysis import analyse, client_requests, match_requests
-from coordinator.paths.budget import linking_lines, progress_line
-from coordinator.paths.hidden_workers import fold_hidden_workers
-from coordinator.paths.messages import Trace
-from coordinator.paths.reconcile import HostTrace, reconcile
-from coordinator.paths.wap5 import LinkingSettings
+from linkgrad.paths.analysis import analyse, client_requests, match_requests
+from linkgrad.paths.budget import linking_lines, progress_line
+from linkgrad.paths.hidden_workers import fold_hidden_workers
+from linkgrad.paths.messages import Trace
+from linkgrad.paths.reconcile import HostTrace, reconcile
+from linkgrad.paths.wap5 import LinkingSettings
+from linkgrad.protocol.trace import TraceRequest
+from linkgrad.transactions import group_by_transaction, patterns_from
 
 TRACE_FILE = "paths-trace.jsonl"
 PATHS_FILE = "paths.json"

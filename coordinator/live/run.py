@@ -25,12 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import InputError, Problem
-from common.protocol.injector import Add, Remove, SquareSchedule
-from common.protocol.record import InjectionRecord, recorded_delay_ms
-from common.protocol.snap import Profile
-from common.protocol.sniffer import Unwatch, Watch
-from common.square_wave import SquareWave
 from coordinator.config.coordinator_process import this_coordinator
 from coordinator.config.experiment import Experiment, Parameters
 from coordinator.config.experiment_files import field_problem
@@ -44,30 +38,29 @@ from coordinator.config.run_dir import (
     measurement_key,
     read_record,
 )
-from coordinator.core.estimate import (
-    delay_disagreement,
-    gradient_json,
-    log_gradients,
-    settings_for_log,
-)
-from coordinator.core.graph import (
+from coordinator.live import passive, paths_evidence
+from coordinator.live.clock import SYSTEM, Clock, sleep_checking
+from coordinator.live.session import Connect, Session, sigterm_interrupts, ssh_connect
+from coordinator.live.ssh import Endpoint
+from linkgrad.errors import InputError, Problem
+from linkgrad.graph import (
     GraphLink,
     application,
     build_graph,
     explain_selection,
     select,
 )
-from coordinator.core.transactions import group_by_transaction, patterns_from
-from coordinator.core.watch import (
-    WATCH_S,
-    Aborted,
-    Baseline,
-    baseline_json,
-    check_limits,
-    failed_fraction,
-    training_requests,
+from linkgrad.protocol.injector import Add, Remove, SquareSchedule
+from linkgrad.protocol.record import InjectionRecord, recorded_delay_ms
+from linkgrad.protocol.snap import Profile
+from linkgrad.protocol.sniffer import Unwatch, Watch
+from linkgrad.spectral.estimate import (
+    delay_disagreement,
+    gradient_json,
+    log_gradients,
+    settings_for_log,
 )
-from coordinator.core.wave_plan import (
+from linkgrad.spectral.wave_plan import (
     TRAIN_BINS,
     TRAIN_CHUNKS,
     Precision,
@@ -78,11 +71,18 @@ from coordinator.core.wave_plan import (
     precision_shortfall,
     training_needed_s,
 )
-from coordinator.core.weblog.model import RequestLog
-from coordinator.live import passive, paths_evidence
-from coordinator.live.clock import SYSTEM, Clock, sleep_checking
-from coordinator.live.session import Connect, Session, sigterm_interrupts, ssh_connect
-from coordinator.live.ssh import Endpoint
+from linkgrad.square_wave import SquareWave
+from linkgrad.transactions import group_by_transaction, patterns_from
+from linkgrad.watch import (
+    WATCH_S,
+    Aborted,
+    Baseline,
+    baseline_json,
+    check_limits,
+    failed_fraction,
+    training_requests,
+)
+from linkgrad.weblog.model import RequestLog
 
 ADAPTIVE_S = 10.0  # an adaptive round lasts at least this long (or half the measurement)
 TAIL_S = 3.0  # after a wave ends, the requests that started in it are still being logged

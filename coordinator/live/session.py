@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
-from common.jsonlines import Channel, DaemonClient
-from common.protocol.injector import InjectorReady
-from common.protocol.snap import Profile, Profiling, SnapReportEvent, Unprofile
-from common.protocol.sniffer import Report, ReportEvent, SnifferReady
-from common.protocol.trace import TraceReportEvent, TraceRequest, Tracing, Untrace
 from coordinator.config.experiment import Experiment, Host, Ssh
 from coordinator.config.experiment_files import require_local_files
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
 from coordinator.live.logfollow import LogFollower, follow_argv
 from coordinator.live.ssh import Connection, Endpoint, check_endpoints, endpoint_for
+from linkgrad.protocol.injector import InjectorReady
+from linkgrad.protocol.jsonlines import Channel, DaemonClient
+from linkgrad.protocol.snap import Profile, Profiling, SnapReportEvent, Unprofile
+from linkgrad.protocol.sniffer import Report, ReportEvent, SnifferReady
+from linkgrad.protocol.trace import TraceReportEvent, TraceRequest, Tracing, Untrace
 
 QUEUE_BASE = 4700
 

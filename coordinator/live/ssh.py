@@ -17,9 +17,9 @@ from typing import Any
 import paramiko
 from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
 
-from common.errors import InputError, Problem, RuntimeFailure
-from common.yamlconf import read_text
 from coordinator.config.experiment_files import cannot_open
+from linkgrad.errors import InputError, Problem, RuntimeFailure
+from linkgrad.reading import read_text
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ class Connection:
 
 
 class SshChannel:
-    """A command's SSH channel as a `common.jsonlines.Channel`."""
+    """A command's SSH channel as a `linkgrad.protocol.jsonlines.Channel`."""
 
     def __init__(self, channel: paramiko.Channel) -> None:
         self.channel = channel

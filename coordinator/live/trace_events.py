@@ -1,12 +1,12 @@
-"""The sniffers' `trace` events (common.protocol.trace) as the path analysis's host traces."""
+"""The sniffers' `trace` events (linkgrad.protocol.trace) as the path analysis's host traces."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from common.protocol.trace import TraceReportEvent
-from coordinator.paths.messages import NO_THREAD
-from coordinator.paths.reconcile import HostRecord, HostTrace, Opening
+from linkgrad.paths.messages import NO_THREAD
+from linkgrad.paths.reconcile import HostRecord, HostTrace, Opening
+from linkgrad.protocol.trace import TraceReportEvent
 
 
 def host_trace(name: str, addresses: Iterable[str], events: Iterable[TraceReportEvent]

@@ -20,12 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from common.errors import InputError, Problem, RuntimeFailure
-from common.jsonlines import DaemonClient
-from common.protocol.injector import (
+from coordinator.config.experiment import Experiment
+from coordinator.config.run_dir import Pair, RunInputs, read_record
+from coordinator.live.clock import SYSTEM, Clock, sleep_checking
+from coordinator.live.session import Connect, Session, sigterm_interrupts, ssh_connect
+from linkgrad.alternation import OFF, ON, Alternation
+from linkgrad.errors import InputError, Problem, RuntimeFailure
+from linkgrad.prediction import Z95, Estimate, batch_mean, predict
+from linkgrad.protocol.injector import (
     ON as PHASE_ON,
 )
-from common.protocol.injector import (
+from linkgrad.protocol.injector import (
     Add,
     ConstantSchedule,
     LinkSpec,
@@ -34,15 +39,10 @@ from common.protocol.injector import (
     SetSchedule,
     SquareSchedule,
 )
-from coordinator.config.experiment import Experiment
-from coordinator.config.run_dir import Pair, RunInputs, read_record
-from coordinator.core.alternation import OFF, ON, Alternation
-from coordinator.core.prediction import Z95, Estimate, batch_mean, predict
-from coordinator.core.transactions import group_by_transaction, patterns_from
-from coordinator.core.watch import WATCH_S, Baseline, check_limits
-from coordinator.core.weblog import RequestLog
-from coordinator.live.clock import SYSTEM, Clock, sleep_checking
-from coordinator.live.session import Connect, Session, sigterm_interrupts, ssh_connect
+from linkgrad.protocol.jsonlines import DaemonClient
+from linkgrad.transactions import group_by_transaction, patterns_from
+from linkgrad.watch import WATCH_S, Baseline, check_limits
+from linkgrad.weblog import RequestLog
 
 WARMUP_S = 10.0  # the workload's first seconds, before anything is measured
 TAIL_S = 3.0  # requests that started in a window are still being logged

@@ -4,6 +4,6 @@ gradients and predictions, `evidence_checks` for the passive evidence, `check` f
 check is and how its verdict is reached, over `stats`).
 
 Layer: above config (it reads run directories through `coordinator.config`), below live and
-cli: no SSH, no daemons, no testbed, no presentation. May import `coordinator.core`,
-`coordinator.config`, `coordinator.snap`, `common`, numpy, scipy, pydantic.
+cli: no SSH, no daemons, no testbed, no presentation. May import `linkgrad`,
+`coordinator.config`, numpy, scipy, pydantic.
 """

@@ -13,13 +13,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from common.errors import InputError, Problem
-from common.yamlconf import loads_json, problems_of, read_json, read_text
 from coordinator.config import bounds
 from coordinator.config.fields import Float, Int, Str
 from coordinator.config.strict_json import dumps
 from coordinator.regress.check import Check
 from coordinator.regress.measures import GradientMeasure, NightMeasures
+from linkgrad.errors import InputError, Problem
+from linkgrad.reading import loads_json, problems_of, read_json, read_text
 
 BASELINE_FORMAT = "linkgrad regress baseline"
 NightStatus = Literal["pass", "regression", "failed", "bad suite", "accepted"]

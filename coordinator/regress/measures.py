@@ -11,8 +11,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from common.errors import InputError, Problem
-from common.yamlconf import problems_of, read_json
 from coordinator.config.fields import Float, Int, Str
 from coordinator.config.latencies import latency_sites, load_latencies
 from coordinator.config.run_dir import (
@@ -24,8 +22,10 @@ from coordinator.config.run_dir import (
 )
 from coordinator.config.snap_file import read_snap
 from coordinator.config.what_if import placement_changes
-from coordinator.core.prediction import predict
-from coordinator.snap.evidence import LinkKey, link_classes
+from linkgrad.errors import InputError, Problem
+from linkgrad.prediction import predict
+from linkgrad.reading import problems_of, read_json
+from linkgrad.snap.evidence import LinkKey, link_classes
 
 
 class _Measure(BaseModel):

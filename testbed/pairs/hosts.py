@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import jsonlines
-from common.protocol.injector import InjectorReady
+from linkgrad.protocol import jsonlines
+from linkgrad.protocol.injector import InjectorReady
+from testbed.process_channel import ProcessChannel
 
 TOOLS = Path(__file__).parent  # probe.py, echo_server.py, blast.py
 _counter = itertools.count()
@@ -132,14 +133,14 @@ def make_routed() -> Hosts:
 
 
 class InjectorProcess:
-    """`python -m injector` in a namespace, through `common.jsonlines`' client. `request`
+    """`python -m injector` in a namespace, through `linkgrad.protocol.jsonlines`' client. `request`
     sends any fields (the tests send bad ones on purpose) and gives the raw reply; `ok` its
     result, asserting it is one."""
 
     def __init__(self, hosts: Hosts, host: str, *args: str) -> None:
         self.proc = hosts.popen(host, sys.executable, "-m", "injector", *args,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=False)
-        self.client = jsonlines.DaemonClient(jsonlines.ProcessChannel(self.proc),
+        self.client = jsonlines.DaemonClient(ProcessChannel(self.proc),
                                              f"injector on {host}", InjectorReady,
                                              ready_timeout_s=15.0)
         self.ready = self.client.ready

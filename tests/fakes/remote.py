@@ -29,13 +29,13 @@ from typing import IO, Any
 
 import numpy as np
 
-from common.errors import RuntimeFailure
-from common.protocol import injector as protocol
 from coordinator.config.experiment import Experiment, Host, Ssh
 from injector.calipers import Calipers
 from injector.daemon import serve as serve_injector
 from injector.link import Link
 from injector.schedule import Caps, Schedule
+from linkgrad.errors import RuntimeFailure
+from linkgrad.protocol import injector as protocol
 from sniffer.daemon import Service, Sniffer
 from sniffer.daemon import run as run_sniffer
 from sniffer.links import Process, SocketRecord

@@ -1,0 +1,199 @@
+"""`linkgrad testbed up|down|status|load`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from coordinator.cli.command import Command, CommandGroup
+from coordinator.config.topology_file import load_topology
+from linkgrad.errors import InputError, Problem, RuntimeFailure
+from testbed import nginx
+from testbed.lifecycle import down, status, up
+from testbed.netns import TAG
+from testbed.state import default_root
+from testbed.topology import BUILT_IN, Topology, with_extra_query
+
+
+def _tag_arguments(p: argparse.ArgumentParser) -> None:
+    """Which testbed: every testbed subcommand takes these."""
+    p.add_argument("--tag", default="tb", help="testbed name, 1-4 letters/digits (default tb)")
+    # where testbeds live (default $LINKGRAD_TESTBED_ROOT or /var/tmp): root's alone, checked
+    p.add_argument("--root", type=Path, default=None, help=argparse.SUPPRESS)
+
+
+def _up_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topology", nargs="?", type=Path, help="topology YAML (default: the "
+                   "built-in one of --app)")
+    p.add_argument("--app", choices=sorted(BUILT_IN), help="the application: rubis (default; "
+                   "client, web, app1, app2, db, cache: nginx, Python app servers, PostgreSQL, "
+                   "memcached), mediawiki (client, web, db: Debian's MediaWiki 1.39 on Apache "
+                   "+ mod_php, MariaDB) or redmine (client, web, db: Debian's Redmine 5.0 on "
+                   "Apache + Passenger, PostgreSQL); their web log is Apache's. With a "
+                   "topology file, its "
+                   "`app:` decides and --app must agree")
+    p.add_argument("--mininet", action="store_true", help="build the network with Mininet "
+                   "(Debian's mininet; LinuxBridge switch, no controller) instead of plain "
+                   "namespaces; the application and SSH are the same")
+    p.add_argument("--extra-query", action="append", metavar="TRANSACTION",
+                   help="a planted regression, to check `linkgrad regress` catches it: "
+                   "TRANSACTION (ViewItem, PutBid, single, ...) makes one more database round "
+                   "trip (repeatable; the topology's service.extra_query otherwise)")
+    _tag_arguments(p)
+
+
+def _load_arguments(p: argparse.ArgumentParser) -> None:
+    loop = p.add_mutually_exclusive_group()
+    loop.add_argument("--rate", type=float, default=None,
+                      help="open loop: Poisson arrivals, requests/s (default 20)")
+    loop.add_argument("--clients", type=int, default=None,
+                      help="closed loop: N clients, each sending its next request after the "
+                           "previous one answered and a think time")
+    p.add_argument("--think-s", type=float, default=0.5,
+                   help="closed loop: mean exponential think time in s (default 0.5)")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds (default 30)")
+    p.add_argument("--mix", help="/PATH=WEIGHT,... (default: every transaction, equal weight)")
+    p.add_argument("--out", type=Path, help="CSV of the client-side latencies")
+    _tag_arguments(p)
+
+
+def _routes_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", nargs="?", type=Path, help="nginx snippet")
+    p.add_argument("--default", action="store_true")
+    _tag_arguments(p)
+
+
+def testbed_command(args: argparse.Namespace) -> int:
+    if not TAG.match(args.tag):
+        raise InputError(Problem("1-4 lowercase letters or digits", field="--tag"))
+    args.root = args.root or default_root()
+    if args.testbed_command == "up":
+        result = up(_topology(args), args.tag, args.root, mininet=args.mininet)
+    elif args.testbed_command == "down":
+        result = down(args.tag, root=args.root)
+    elif args.testbed_command == "status":
+        result = status(args.tag, args.root)
+    elif args.testbed_command == "routes":
+        result = _routes(args)
+    else:
+        result = _load(args)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print(args.testbed_command, result)
+    return 0
+
+
+def _topology(args: argparse.Namespace) -> Topology:
+    topology = load_topology(args.topology, args.app)
+    if args.app is not None and topology.app != args.app:
+        raise InputError(Problem(f"--app {args.app} but the topology file says app: "
+                                 f"{topology.app}", str(args.topology), field="app"))
+    if args.extra_query:
+        return with_extra_query(topology, tuple(args.extra_query))
+    return topology
+
+
+def _load(args: argparse.Namespace) -> dict[str, Any]:
+    state = status(args.tag, args.root)
+    if not state.get("up"):
+        raise RuntimeFailure(f"testbed {args.tag!r} is not up: linkgrad testbed up")
+    mix = args.mix or ",".join(f"{t['path']}=1" for t in state["transactions"])
+    client = next(h for h in state["hosts"] if "client" in h["roles"])
+    argv = ["ip", "netns", "exec", client["namespace"], sys.executable, "-m", "testbed.loadgen",
+            f"--url={state['frontend_url']}", f"--mix={mix}", f"--duration={args.duration}",
+            "--json"]
+    if args.clients is not None:
+        if args.clients < 1 or args.think_s < 0:
+            raise InputError(Problem("at least 1 client and a think time of 0 s or more",
+                                     field="--clients/--think-s"))
+        argv += ["--clients", str(args.clients), "--think-s", str(args.think_s)]
+    else:
+        argv += ["--rate", str(args.rate if args.rate is not None else 20.0)]
+    if args.out:
+        argv += [f"--out={args.out.resolve()}"]  # `=`: a value may start with `-`
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=args.duration + 120,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeFailure(f"load generator failed: {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def _routes(args: argparse.Namespace) -> dict[str, Any]:
+    if (args.file is None) == (not args.default):
+        raise InputError(Problem("give a routes FILE or --default", field="routes"))
+    state = status(args.tag, args.root)
+    if not state.get("up"):
+        raise RuntimeFailure(f"testbed {args.tag!r} is not up: linkgrad testbed up")
+    if state.get("app", "rubis") != "rubis":
+        raise InputError(Problem(f"testbed {args.tag!r} runs {state['app']}: routes are for the "
+                                 "default application's nginx front end", field="--tag"))
+    if args.default:
+        text, source = nginx.DEFAULT_ROUTES, "--default"
+    else:
+        try:
+            text, source = args.file.read_text(), str(args.file)
+        except OSError as e:
+            raise InputError(Problem(f"cannot read: {e.strerror}", str(args.file))) from e
+    web = next(h for h in state["hosts"] if "web" in h["roles"])
+    nginx.install_routes(Path(state["directory"]), web["namespace"], text, source)
+    return {"tag": args.tag, "routes": text}
+
+
+def _print(command: str, result: dict[str, Any]) -> None:
+    console = Console()
+    if command == "up" or (command == "status" and result.get("hosts")):
+        table = Table("host", "namespace", "address", "roles", title=f"testbed {result['tag']}")
+        for h in result["hosts"]:
+            table.add_row(h["name"], h["namespace"], h["address"], ", ".join(h["roles"]))
+        console.print(table)
+        console.print(f"front end: {result['frontend_url']}  web log: {result['web_log']['path']}"
+                      f"\nssh: ssh -F {result['ssh_config']} <host>")
+        if "services" in result:
+            down_ = [k for k, ok in result["services"].items() if not ok]
+            console.print("all services running" if not down_ else f"not running: {down_}")
+    elif command == "load":
+        console.print_json(data=result)
+    else:
+        console.print(result)
+
+
+COMMANDS = (
+    CommandGroup(
+        "testbed", "a real multi-tier application on local namespaces",
+        "Hosts as network namespaces on a bridge, each with sshd; nginx, app servers (uvicorn), "
+        "PostgreSQL and memcached started in them, or with --app mediawiki Apache + mod_php "
+        "running MediaWiki and MariaDB, or with --app redmine Apache + Passenger running "
+        "Redmine and PostgreSQL. Needs root.",
+        (Command("up", "build the hosts and start the application",
+                 "Build the testbed's hosts (network namespaces on a bridge, or Mininet with "
+                 "--mininet) and start the application in them.",
+                 _up_arguments, testbed_command),
+         Command("down", "remove everything the testbed made (safe twice)",
+                 "Remove everything the testbed TAG made (safe twice).",
+                 _tag_arguments, testbed_command),
+         Command("status", "what is up",
+                 "What is up: the hosts with their namespaces, addresses and roles, the front "
+                 "end, the web log, the SSH config and whether every service runs.",
+                 _tag_arguments, testbed_command),
+         Command("load", "load from the client host (open or closed loop)",
+                 "Load from the client host to the front end for --duration s, mixed by --mix: "
+                 "open-loop Poisson arrivals at --rate requests/s, or a closed loop of "
+                 "--clients users who each think --think-s on average between a response and "
+                 "their next request (throughput then falls when responses slow, as with real "
+                 "users); --out keeps the client-side latencies.",
+                 _load_arguments, testbed_command),
+         Command("routes", "install a routing policy in the front end (nginx)",
+                 "Replace nginx's routes.conf (which must define $linkgrad_upstream: a map or "
+                 "split_clients naming app hosts, e.g. `linkgrad route --nginx app1 app2`'s "
+                 "output) and reload gracefully. `--default` puts back the first app server for "
+                 "everything.",
+                 _routes_arguments, testbed_command))),
+)

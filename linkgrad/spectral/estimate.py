@@ -1,0 +1,335 @@
+"""Link gradient of every transaction of a web log under one square-wave injection.
+
+The glue between the pure pieces: the training phase on the requests before the injection
+(thesis §3.2: bin size, baseline spectrum, periodic noise), the thesis's eq. 2.6 as the
+reference, and our phase-locked estimate with its interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from linkgrad.spectral.binning import (
+    MAX_BINS,
+    bin_series,
+    bins_for_window,
+    fill_empty,
+    sampling_interval_s,
+)
+from linkgrad.spectral.by_level import LevelSplit, split_by_level
+from linkgrad.spectral.lockin import LockinEstimate, LockinSettings, lockin_gradient
+from linkgrad.spectral.periodic import periodic_noise_hz
+from linkgrad.spectral.thesis import thesis_gradient
+from linkgrad.spectral.training import BaselineSpectrum, baseline_spectrum
+from linkgrad.square_wave import SquareWave
+from linkgrad.weblog.model import MAX_RESPONSE_S
+
+MAX_CHUNKS = 1000  # training chunks (M): beyond, a log years long would be cut into a loop
+PERIODIC_MAX_BINS = 4096  # bins per chunk in the periodic-noise search: a longer training
+# log is searched in wider bins (a lower Nyquist frequency), not in more of them
+# The largest effect (and standard error, and interval end times the delay) an estimate may
+# have: the lockin effect is a regression coefficient of responses a web log holds (30 days at
+# most), which drift and periodic-noise terms lift above their range only as far as the fit is
+# ill-conditioned (a few times; 63x in a contrived design). Past a thousandfold the fit is
+# near singular, not a measurement; the bound also makes what a run writes a number that
+# reading its directory back accepts (`config.bounds`).
+MAX_EFFECT_S = 1e3 * MAX_RESPONSE_S
+
+
+@dataclass(frozen=True)
+class GradientSettings:
+    k: int = 8  # requests per bin for the thesis's sampling interval (§3.2 step 1)
+    chunks: int = 9  # M training chunks (§3.2 step 2)
+    n_bins: int | None = None  # N; by default from the record, else from k
+    periodic_terms: int = 4  # most periodic-noise frequencies to model (0: none)
+    min_requests: int = 20
+    lockin: LockinSettings = field(default_factory=LockinSettings)
+
+
+def settings_for_log(time_resolution_s: float, k: int = 8, chunks: int = 9,
+                     n_bins: int | None = None) -> GradientSettings:
+    """The settings a log calls for: its stamps' resolution widens the edge guard. One function
+    for `linkgrad run` and `linkgrad gradient`, so a link recomputed offline gets the answer
+    the run got."""
+    base = GradientSettings(k=k, chunks=chunks, n_bins=n_bins)
+    return replace(base, lockin=replace(base.lockin, time_resolution_s=time_resolution_s))
+
+
+@dataclass(frozen=True)
+class ThesisResult:
+    gradient: float
+    n_bins: int
+    bin_s: float
+    chunks: int  # training chunks used for FFT⁰; 0 means FFT⁰ was taken as 0
+
+
+@dataclass(frozen=True)
+class TransactionGradient:
+    name: str
+    requests: int  # in the measurement window
+    baseline_requests: int
+    lockin: LockinEstimate | None
+    thesis: ThesisResult | None
+    periodic_hz: tuple[float, ...] = ()
+    notes: tuple[str, ...] = ()
+    by_level: LevelSplit | None = None  # quiet against busy cycles, where their levels differ
+
+
+def thesis_bins(
+    t_base: np.ndarray, t_window: np.ndarray, wave: SquareWave, settings: GradientSettings,
+    record_n_bins: int | None,
+) -> tuple[int, float]:
+    """N and ΔTs: the record's (or the user's) N, else the most bins that hold ~k requests."""
+    window_s = wave.cycles * wave.period_s
+    n_bins = settings.n_bins or record_n_bins
+    if n_bins is None:
+        source = t_base if len(t_base) > settings.k + 1 else t_window
+        n_bins = bins_for_window(window_s, wave.cycles, sampling_interval_s(source, settings.k))
+    if n_bins > MAX_BINS:
+        raise ValueError(f"N={n_bins} bins is over {MAX_BINS}")
+    return n_bins, window_s / n_bins
+
+
+def _training_spectrum(
+    t: np.ndarray, y: np.ndarray, end_s: float, n_bins: int, bin_s: float, chunks: int
+) -> BaselineSpectrum | None:
+    base = t < end_s
+    try:
+        return baseline_spectrum(t[base], y[base], end_s, bin_s, n_bins, chunks)
+    except ValueError:
+        return None
+
+
+def shared_periodic_noise_hz(
+    t: np.ndarray, y: np.ndarray, groups: dict[str, np.ndarray], before_s: float,
+    settings: GradientSettings,
+) -> tuple[float, ...]:
+    """Periodic noise common to every transaction (GC pauses, cron), in the training data.
+
+    Such noise comes from shared servers, so it is sought in all requests pooled, each centred
+    on its transaction's median: several times the data of one transaction.
+    """
+    if settings.periodic_terms == 0:
+        return ()
+    centred = np.full(len(y), np.nan)
+    for rows in groups.values():
+        train = rows[t[rows] < before_s]
+        if len(train):
+            centred[rows] = y[rows] - np.median(y[train])
+    base = (t < before_s) & ~np.isnan(centred)
+    if base.sum() < 16 * settings.k:
+        return ()
+    span_s = before_s - float(t[base].min())
+    bin_s = max(sampling_interval_s(t[base], settings.k),
+                span_s / (settings.chunks * PERIODIC_MAX_BINS))
+    if not bin_s > 0:
+        return ()  # every training request at one time: no spectrum to search
+    n_bins = int(span_s / (settings.chunks * bin_s))
+    if n_bins < 16:
+        return ()
+    try:
+        spectrum = baseline_spectrum(t[base], centred[base], before_s, bin_s, n_bins,
+                                     settings.chunks)
+        return periodic_noise_hz(spectrum, t[base], centred[base], before_s,
+                                 settings.periodic_terms)
+    except ValueError:  # a training chunk without requests (the log has a gap or ends early)
+        return ()
+
+
+def transaction_gradient(
+    name: str, t: np.ndarray, y: np.ndarray, wave: SquareWave, settings: GradientSettings,
+    record_n_bins: int | None = None, periodic: tuple[float, ...] = (),
+    baseline_end_s: float | None = None, others: tuple[SquareWave, ...] = (),
+) -> TransactionGradient:
+    """Both estimates for one transaction's requests (start times `t`, responses `y`, seconds).
+
+    `periodic` are periodic-noise frequencies (Hz) to model, from `shared_periodic_noise_hz`.
+    The training data end at `baseline_end_s` (default: the first rising edge); a run that
+    measures links one after another passes the end of its passive phase, so earlier
+    injections never count as unperturbed.
+    """
+    baseline_end = wave.start_s if baseline_end_s is None else baseline_end_s
+    base = t < baseline_end
+    window = (t >= wave.start_s) & (t < wave.end_s)
+    n_window, n_base = int(window.sum()), int(base.sum())
+    lacking = _lacking(t, wave, settings)
+    if lacking is not None:
+        return TransactionGradient(name, n_window, n_base, None, None, (), (lacking,))
+    notes: list[str] = []
+    thesis = _thesis(t, y, base, window, wave, settings, record_n_bins, baseline_end, notes)
+    notes += [
+        f"periodic noise at {f:.4g} Hz is within the window's resolution of the injection "
+        f"frequency {wave.frequency_hz:.4g} Hz: they cannot be told apart; inject at another period"
+        for f in periodic if abs(f - wave.frequency_hz) < 1 / (wave.cycles * wave.period_s)
+    ]
+    try:
+        estimate: LockinEstimate | None = lockin_gradient(t, y, wave, periodic, settings.lockin,
+                                                          others)
+    except ValueError as e:  # numpy's LinAlgError is one too
+        estimate = None
+        notes.append(f"lockin: {e}")
+    if estimate is not None and not np.all(np.isfinite([estimate.gradient, *estimate.ci])):
+        estimate = None
+        notes.append("lockin: the fit gave no finite gradient (responses too alike or too few)")
+    if estimate is not None and not _within_effect_limit(estimate, wave.magnitude_s):
+        estimate = None
+        notes.append(f"lockin: the fit's effect or its interval is past {MAX_EFFECT_S:g} s, "
+                     "a thousand times the longest response: its nuisance terms are all but "
+                     "collinear with the wave (more cycles or another period part them)")
+    if estimate is not None and estimate.widened_by_cycles:
+        notes.append("the cycles disagreed beyond the noise within them (a burst of other work "
+                     "or a change of load): the interval is from the spread between cycles, "
+                     "wider; more cycles narrow it")
+    split = split_by_level(t, y, wave, periodic, settings.lockin, others) \
+        if estimate is not None else None
+    if estimate is not None and split is not None and split.differ:
+        estimate, note = _spanning_both(estimate, split)
+        notes.append(note)
+    return TransactionGradient(name, n_window, n_base, estimate, thesis, periodic, tuple(notes),
+                               split)
+
+
+def _spanning_both(e: LockinEstimate, split: LevelSplit) -> tuple[LockinEstimate, str]:
+    """The estimate with an interval covering the quiet and the busy cycles' intervals (the
+    gradient a later hour sees lies between them, in its own mix), and the note saying why."""
+    lo, hi = split.span
+    q, b = split.quiet, split.busy
+    note = (f"depends on the load: {q.gradient:.3g} [{q.ci[0]:.3g}, {q.ci[1]:.3g}] in the "
+            f"{split.quiet_cycles} cycles at the usual response level, {b.gradient:.3g} "
+            f"[{b.ci[0]:.3g}, {b.ci[1]:.3g}] in the {split.busy_cycles} cycles "
+            f"{split.level_ratio:.1f}x slower (other work on the machine?); the gradient "
+            "averages this run's mix and its interval spans both: measure at a quiet time "
+            "for the quiet one")
+    return replace(e, ci=(min(lo, e.ci[0]), max(hi, e.ci[1])), widened_by_level=True), note
+
+
+def _within_effect_limit(e: LockinEstimate, magnitude_s: float) -> bool:
+    """Whether the effect, its standard error and its interval's ends (as effects: the ends
+    times the delay) are within MAX_EFFECT_S."""
+    ends = [abs(end) * magnitude_s for end in e.ci]
+    return max(abs(e.effect_s), e.se_s, *ends) <= MAX_EFFECT_S
+
+
+def _lacking(t: np.ndarray, wave: SquareWave, settings: GradientSettings) -> str | None:
+    """Why the requests cannot show the wave's effect, or None: too few during the injection,
+    or none while the delay was on, or none while it was off (the off half before the first
+    edge counts: the estimate uses it)."""
+    window = (t >= wave.start_s) & (t < wave.end_s)
+    if (n := int(window.sum())) < settings.min_requests:
+        return f"{n} requests during the injection; need {settings.min_requests}"
+    on = wave.is_on(t)
+    if not on.any():
+        return "no request started while the delay was on"
+    if not np.any((t >= wave.start_s - wave.half_s) & (t < wave.end_s) & ~on):
+        return "no request started while the delay was off"
+    return None
+
+
+def _thesis(
+    t: np.ndarray, y: np.ndarray, base: np.ndarray, window: np.ndarray, wave: SquareWave,
+    settings: GradientSettings, record_n_bins: int | None, baseline_end: float,
+    notes: list[str],
+) -> ThesisResult | None:
+    """The thesis's eq. 2.6 estimate, or None with the reason in `notes`: the reference method
+    must never cost the run its answer."""
+    try:
+        n_bins, bin_s = thesis_bins(t[base], t[window], wave, settings, record_n_bins)
+    except ValueError as e:
+        notes.append(f"thesis estimate: {e}")
+        return None
+    spectrum = _training_spectrum(t, y, baseline_end, n_bins, bin_s, settings.chunks)
+    if spectrum is None:
+        notes.append("under 2 training chunks before the injection: thesis FFT⁰ taken as 0")
+    means, counts = bin_series(t, y, wave.start_s, bin_s, n_bins)
+    if (empty := int(np.sum(counts == 0))) > 0:
+        notes.append(f"{empty} of {n_bins} thesis bins empty (filled with the mean)")
+    fft0 = spectrum.mean[wave.cycles] if spectrum is not None and wave.cycles < n_bins else 0j
+    try:
+        g0 = thesis_gradient(fill_empty(means), wave.cycles, wave.magnitude_s, fft0)
+    except ValueError as e:
+        notes.append(f"thesis estimate: {e}")
+        return None
+    return ThesisResult(g0, n_bins, bin_s, spectrum.chunks if spectrum else 0)
+
+
+def log_gradients(
+    t: np.ndarray, y: np.ndarray, groups: dict[str, np.ndarray], wave: SquareWave,
+    settings: GradientSettings, record_n_bins: int | None = None,
+    baseline_end_s: float | None = None, others: tuple[SquareWave, ...] = (),
+) -> dict[str, TransactionGradient]:
+    """Every transaction's gradients; `groups` maps a transaction to its rows of `t` and `y`;
+    `others`: waves injected on other links at the same time, fitted jointly."""
+    baseline_end = wave.start_s if baseline_end_s is None else baseline_end_s
+    periodic = shared_periodic_noise_hz(t, y, groups, baseline_end, settings)
+    return {
+        name: transaction_gradient(name, t[rows], y[rows], wave, settings, record_n_bins,
+                                   periodic, baseline_end, others)
+        for name, rows in groups.items()
+    }
+
+
+def rounded(x: float | None, digits: int = 4) -> float | None:
+    """`x` rounded for JSON; None when missing or not finite (strict JSON has no NaN)."""
+    if x is None or not np.isfinite(x):
+        return None
+    return round(float(x), digits)
+
+
+def gradient_json(r: TransactionGradient) -> dict[str, Any]:
+    """One transaction's estimate as `gradients.json` and `linkgrad gradient --json` give it."""
+    e, th = r.lockin, r.thesis
+    return {
+        "gradient": rounded(e.gradient) if e else None,
+        "ci95": [rounded(e.ci[0]), rounded(e.ci[1])] if e else None,
+        "thesis_gradient": rounded(th.gradient) if th else None,
+        "requests": r.requests,
+        "baseline_requests": r.baseline_requests,
+        "method": "lockin",
+        "effect_ms": rounded(e.effect_s * 1e3, 3) if e else None,
+        "se_ms": rounded(e.se_s * 1e3, 3) if e else None,
+        "dof": e.dof if e else None,
+        "batches": e.batches if e else None,
+        "drift_degree": e.drift_degree if e else None,
+        "periodic_noise_hz": [rounded(f, 5) for f in (e.periodic_hz if e else r.periodic_hz)],
+        "inside_fraction": rounded(e.inside_fraction) if e else None,
+        "edge_guard_ms": rounded(e.guard_s * 1e3, 2) if e else None,
+        "interval_from": ("levels" if e.widened_by_level else "cycles" if e.widened_by_cycles
+                          else "batches") if e else None,
+        "by_level": _level_json(r.by_level),
+        "thesis": {"n_bins": th.n_bins, "bin_s": rounded(th.bin_s), "training_chunks": th.chunks}
+        if th else None,
+        "notes": list(r.notes),
+    }
+
+
+def _level_json(split: LevelSplit | None) -> dict[str, Any] | None:
+    if split is None:
+        return None
+
+    def side(e: LockinEstimate, cycles: int) -> dict[str, Any]:
+        return {"gradient": rounded(e.gradient), "ci95": [rounded(e.ci[0]), rounded(e.ci[1])],
+                "cycles": cycles}
+
+    return {"level_ratio": rounded(split.level_ratio, 3), "differ": split.differ,
+            "quiet": side(split.quiet, split.quiet_cycles),
+            "busy": side(split.busy, split.busy_cycles)}
+
+
+def delay_disagreement(first: dict[str, Any], first_ms: float, second: dict[str, Any],
+                       second_ms: float) -> str | None:
+    """A note when one transaction's gradients at two delays (`gradient_json` entries) differ
+    beyond both intervals: the response is not linear over that range (thesis ch. 6), which
+    belongs in the result, not in its error."""
+    if None in (first["gradient"], second["gradient"], first["ci95"], second["ci95"]):
+        return None
+    if max(first_ms, second_ms) < 1.5 * min(first_ms, second_ms):
+        return None
+    h1 = (first["ci95"][1] - first["ci95"][0]) / 2
+    h2 = (second["ci95"][1] - second["ci95"][0]) / 2
+    if abs(first["gradient"] - second["gradient"]) <= float(np.hypot(h1, h2)):
+        return None
+    return (f"not linear: {first['gradient']:.3g} ± {h1:.2g} at {first_ms:.2f} ms against "
+            f"{second['gradient']:.3g} ± {h2:.2g} at {second_ms:.2f} ms")
