@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from injector.engine import Engine
 from injector.link import Endpoint, Link, parse_endpoint
+from injector.nfq import require_netfilterqueue
 from injector.schedule import Caps, build_schedule
 from injector.watchdog import Watchdog
 from linkgrad.errors import InputError, LinkgradError, Problem
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         caps = Caps(args.max_magnitude_ms, args.max_duration_s)  # before anything is touched
+        require_netfilterqueue()
         _check_queue(args.queue, args.max_queue_len)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, _on_signal)

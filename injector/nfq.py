@@ -36,14 +36,24 @@ def fail_open_message(queue_num: int) -> bytes:
     return header + body
 
 
+MISSING = ("netfilterqueue is missing: a host that injects needs linkgrad's injector extra, a C "
+           "build: apt install build-essential python3-dev libnetfilter-queue-dev, then pip "
+           "install 'linkgrad[injector]' (scripts/setup does both)")
+
+
+def require_netfilterqueue() -> None:
+    """RuntimeFailure saying exactly what to install if netfilterqueue cannot be imported (it
+    is an extra: a coordinator or a notebook needs no compiler)."""
+    try:
+        import netfilterqueue  # noqa: F401
+    except ImportError as e:
+        raise RuntimeFailure(f"{MISSING} ({e})") from e
+
+
 def bind_queue(queue_num: int, callback: Callable[[Any], None], max_len: int = 4096) -> Any:
     """A bound NetfilterQueue with fail-open set; clear errors for the usual failures."""
-    try:
-        from netfilterqueue import NetfilterQueue
-    except ImportError as e:
-        raise RuntimeFailure(
-            "netfilterqueue is missing: install Debian's libnetfilter-queue-dev, then "
-            "pip install netfilterqueue (scripts/setup does both)") from e
+    require_netfilterqueue()
+    from netfilterqueue import NetfilterQueue
     queue = NetfilterQueue()
     with warnings.catch_warnings(record=True):  # rcvbuf capped by net.core.rmem_max: harmless
         warnings.simplefilter("always")

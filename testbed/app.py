@@ -27,14 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiomcache
-import asyncpg
-import httpx
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse
-from starlette.routing import Route
+try:
+    import aiomcache
+    import asyncpg
+    import httpx
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, PlainTextResponse
+    from starlette.routing import Route
+except ImportError as e:  # a plain install: what to install, not a traceback in a namespace
+    raise SystemExit(f"testbed.app: {e.name} is missing: pip install 'linkgrad[testbed]'") from e
 
 ITEM = "SELECT id, name, max_bid, nb_of_bids FROM items WHERE id = $1"
 ITEM_BIDS = "SELECT count(*), max(bid) FROM bids WHERE item_id = $1"

@@ -24,6 +24,7 @@ from linkgrad.errors import RuntimeFailure
 from testbed import apache, mediawiki, nginx, postgres, redmine, sshd
 from testbed.addressing import free_subnet, networks_in_use
 from testbed.build import Builder, listening, namespace_pids, port_open, teardown, wait_until
+from testbed.extra import require_testbed_extra
 from testbed.netns import TestbedPlan, network_steps, only_from, plan_testbed
 from testbed.private_dir import ensure_dir, make_testbed_dir, remove_testbed_dir, write_file
 from testbed.state import DEFAULT_ROOT, State, directory_for
@@ -37,6 +38,7 @@ MININET_PYTHON = "/usr/bin/python3"  # Debian's python3-mininet lives there, not
 def _check_root_and_tools(app: str = "rubis") -> None:
     if os.geteuid() != 0:
         raise RuntimeFailure("the testbed needs root: it makes network namespaces")
+    require_testbed_extra()
     servers = ("nginx", "memcached", "psql") if app == "rubis" else ()
     missing = [tool for tool in ("ip", "iptables", *servers, "ssh-keygen", "/usr/sbin/sshd",
                                  "runuser") if not _which(tool)]

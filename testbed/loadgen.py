@@ -34,7 +34,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+try:
+    import httpx
+except ImportError as e:  # a plain install on the client host: what to install, no traceback
+    raise SystemExit(f"testbed.loadgen: {e.name} is missing: pip install 'linkgrad[testbed]'"
+                     ) from e
 
 DEFAULT_THINK_S = 0.5
 

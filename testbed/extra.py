@@ -1,0 +1,23 @@
+"""The testbed's own application and load generator need `linkgrad[testbed]` (uvicorn,
+starlette, asyncpg, aiomcache, httpx): a plain `pip install linkgrad` has none of them, and
+without this check the first sign would be a server that died inside a namespace."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from linkgrad.errors import RuntimeFailure
+
+MODULES = ("uvicorn", "starlette", "asyncpg", "aiomcache", "httpx")
+
+
+def missing_modules() -> list[str]:
+    return [m for m in MODULES if importlib.util.find_spec(m) is None]
+
+
+def require_testbed_extra() -> None:
+    """RuntimeFailure naming what to install if the testbed's Python packages are missing."""
+    if missing := missing_modules():
+        raise RuntimeFailure(
+            f"the testbed's application needs {', '.join(missing)}, which this install of "
+            "linkgrad lacks: pip install 'linkgrad[testbed]' (scripts/setup installs it)")
