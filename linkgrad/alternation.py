@@ -17,6 +17,8 @@ import numpy as np
 
 from linkgrad.square_wave import SquareWave
 
+__all__ = ["Alternation"]
+
 OFF, ON, NEITHER = 0, 1, -1
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = ["InputError", "LinkgradError", "Problem", "RuntimeFailure"]
+
 
 class LinkgradError(Exception):
     """Base of every error linkgrad raises on purpose."""

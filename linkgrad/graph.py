@@ -21,6 +21,18 @@ from typing import Any
 from linkgrad.protocol.injector import LinkSpec
 from linkgrad.protocol.sniffer import Report
 
+__all__ = [
+    "SELECTOR_SYNTAX",
+    "SSH_PORT",
+    "GraphLink",
+    "Selector",
+    "application",
+    "build_graph",
+    "explain_selection",
+    "parse_selector",
+    "select",
+]
+
 SSH_PORT = 22
 
 

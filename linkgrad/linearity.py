@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["MIN_HALF_WIDTH", "MIN_SPAN", "Z95", "DelayPoint", "Linearity", "fit", "linearity"]
+
 Z95 = 1.96
 MIN_SPAN = 1.5  # delays closer than this ratio say nothing about linearity
 # Half-widths are weighted as at least this: gradients.json keeps 4 decimals, so a real one is

@@ -22,6 +22,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+__all__ = [
+    "EXHAUSTIVE_LIMIT",
+    "PlacementProblem",
+    "SearchResult",
+    "exhaustive",
+    "improve",
+    "local_search",
+    "lower_bound",
+    "search",
+]
+
 EXHAUSTIVE_LIMIT = 200_000  # placements; above this, local search
 
 

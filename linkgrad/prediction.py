@@ -18,6 +18,18 @@ import numpy as np
 
 from linkgrad.linearity import MIN_SPAN
 
+__all__ = [
+    "MIN_SE_RATIO",
+    "Z95",
+    "Curve",
+    "Estimate",
+    "Prediction",
+    "Term",
+    "batch_mean",
+    "fit_curve",
+    "predict",
+]
+
 Z95 = 1.959964
 # A curve's points' standard errors at most 1e6 apart: weights 1e12 apart keep its least
 # squares well within a float's 16 digits (a run's are within 10x of each other)

@@ -18,7 +18,7 @@ __all__ = ["MAX_BYTES", "loads_json", "problems_of", "read_json", "read_text"]
 
 MAX_BYTES = 64 * 2**20  # a configuration or run record larger than this is not one
 
-Path_ = tuple[int | str, ...]
+_KeyPath = tuple[int | str, ...]
 
 
 def read_text(path: str | Path, what: str = "") -> str:
@@ -42,8 +42,8 @@ def read_text(path: str | Path, what: str = "") -> str:
                                  f"offset {e.start}", str(path), line)) from e
 
 
-def problems_of(e: ValidationError, source: str, prefix: Path_ = (),
-                line_of: Callable[[Path_], int | None] | None = None) -> list[Problem]:
+def problems_of(e: ValidationError, source: str, prefix: _KeyPath = (),
+                line_of: Callable[[_KeyPath], int | None] | None = None) -> list[Problem]:
     """pydantic's errors as Problems at their field (and line, when `line_of` knows it)."""
     problems = []
     for err in e.errors():

@@ -14,6 +14,18 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+__all__ = [
+    "UPSTREAM",
+    "VARIABLE",
+    "Route",
+    "RoutingAdvice",
+    "advise",
+    "nginx_fixed_ratio",
+    "nginx_map",
+    "upstream_problem",
+    "url_pattern",
+]
+
 VARIABLE = "linkgrad_upstream"
 # What `proxy_pass http://$linkgrad_upstream` can name: an upstream group or a host name (labels
 # of letters, digits, `-` and `_`, dot-separated), with an optional port. Anything else (a

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = ["SquareWave"]
+
 
 @dataclass(frozen=True)
 class SquareWave:

@@ -10,6 +10,14 @@ import numpy as np
 
 from linkgrad.errors import InputError, Problem
 
+__all__ = [
+    "TransactionPattern",
+    "factorize",
+    "group_by_transaction",
+    "parse_transaction_option",
+    "patterns_from",
+]
+
 
 @dataclass(frozen=True)
 class TransactionPattern:

@@ -13,6 +13,21 @@ from linkgrad.prediction import batch_mean
 from linkgrad.transactions import TransactionPattern, group_by_transaction
 from linkgrad.weblog.model import RequestLog
 
+__all__ = [
+    "FLUSH_S",
+    "LAG_S",
+    "MIN_WATCHED",
+    "WATCH_S",
+    "Aborted",
+    "Baseline",
+    "Limits",
+    "baseline_json",
+    "check_limits",
+    "failed_fraction",
+    "judged_window",
+    "training_requests",
+]
+
 WATCH_S = 10.0  # throughput and errors are judged over this many seconds of requests
 LAG_S = 10.0  # ... that started at least this long ago (or the slowest response lately)
 FLUSH_S = 1.0  # from a request's end to its line reaching us

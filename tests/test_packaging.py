@@ -5,6 +5,7 @@ and the injector's C build are absent, and the injector says exactly what to ins
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,15 +14,26 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "experiments" / "example"
+PACKAGED = ("pyproject.toml", "README.md", "linkgrad", "injector", "sniffer", "testbed",
+            "coordinator")
 
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv holding `pip install ROOT` (a wheel built from the tree, not an editable install)."""
-    venv = tmp_path_factory.mktemp("plain") / "venv"
+    where = tmp_path_factory.mktemp("plain")
+    source = where / "source"  # a copy: setuptools builds in the tree it is given
+    source.mkdir()
+    for name in PACKAGED:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / name, source / name)
+    venv = where / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                           "--disable-pip-version-check", str(ROOT)],
+                           "--disable-pip-version-check", str(source)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return venv

@@ -5,3 +5,9 @@ node and network delays and clock offsets (§5.2).
 Pure code over numpy arrays, runnable offline on saved traces; it imports only numpy, the
 standard library and itself.
 """
+
+from linkgrad.paths.analysis import analyse, match_requests
+from linkgrad.paths.messages import Connections, Messages, Trace
+from linkgrad.paths.patterns import Hop, PathPattern
+
+__all__ = ["Connections", "Hop", "Messages", "PathPattern", "Trace", "analyse", "match_requests"]

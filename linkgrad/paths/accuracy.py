@@ -14,6 +14,8 @@ import numpy as np
 
 from linkgrad.paths.instances import PathInstance
 
+__all__ = ["best_instances", "tree_accuracy"]
+
 
 def best_instances(per_root: Sequence[Sequence[PathInstance]]) -> dict[int, PathInstance]:
     """root message -> its most probable instance."""

@@ -29,6 +29,16 @@ from linkgrad.paths.wap5 import (
     wap5_probabilities,
 )
 
+__all__ = [
+    "DEFAULT_BUDGET",
+    "LINKERS",
+    "analyse",
+    "client_requests",
+    "match_requests",
+    "pattern_json",
+    "trace_duration_s",
+]
+
 DEFAULT_BUDGET = 0.1  # linking's share of the capture's duration (`budget`)
 
 LINKERS: dict[str, Callable[[Trace, LinkingSettings], LinkProbabilities]] = {

@@ -20,6 +20,23 @@ from typing import Any
 
 from linkgrad.paths.node_beam import NodeBeam
 
+__all__ = [
+    "CHECK_EVERY",
+    "FINAL_SHARE",
+    "FIRST_PASS_SHARE",
+    "FIT_SHARE",
+    "NARROW_WIDTH",
+    "PROGRESS_EVERY_S",
+    "Budget",
+    "Fallback",
+    "NodeShare",
+    "Pace",
+    "Progress",
+    "linking_lines",
+    "progress_line",
+    "unlimited",
+]
+
 FIT_SHARE = 0.6  # of the budget, for the passes that fit the model (the first one included)
 FINAL_SHARE = 0.9  # the last pass ends by then: the links' table is built after it
 FIRST_PASS_SHARE = 0.25  # of the budget, for the first (greedy) pass

@@ -18,6 +18,15 @@ import numpy as np
 
 from linkgrad.paths.messages import Trace
 
+__all__ = [
+    "MAX_TRACE_S",
+    "NS",
+    "Candidates",
+    "candidates",
+    "departure_and_arrival",
+    "latest_parent_delay",
+]
+
 NS = 1_000_000_000
 # the trace-relative time goes in the low bits of an int64 sort key, the node key above it
 _TIME_BITS = 44  # 2**44 ns ≈ 4.9 hours of trace

@@ -16,6 +16,8 @@ import numpy as np
 
 from linkgrad.paths.messages import Trace
 
+__all__ = ["ClockOffsets", "clock_offsets"]
+
 
 @dataclass(frozen=True, eq=False)
 class ClockOffsets:

@@ -39,6 +39,15 @@ from dataclasses import dataclass, replace
 
 from linkgrad.paths.messages import NO_THREAD
 
+__all__ = [
+    "SWEEPS_PER_WINDOW",
+    "WAITING_LIMIT_S",
+    "WAITING_OFFERED",
+    "Context",
+    "ContextWalker",
+    "is_waiting",
+]
+
 SWEEPS_PER_WINDOW = 8  # how often forgotten contexts are let go (they are never offered)
 # A pool of workers takes waiting requests in their order of arrival (Passenger's queue,
 # a listen backlog, PHP-FPM's): a free worker's first call belongs to one of the oldest

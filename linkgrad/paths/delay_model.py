@@ -30,6 +30,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = [
+    "MIN_DELAY_S",
+    "MIN_SIGMA",
+    "OUTLIER_FROM_S",
+    "OUTLIER_WEIGHT",
+    "DelayModel",
+    "LogNormal",
+    "fit_lognormals",
+]
+
 MIN_SIGMA = 0.1  # log-space spread floor: a few identical delays must not make a spike
 MIN_DELAY_S = 1e-7  # a parent arriving at the very instant the child leaves
 OUTLIER_WEIGHT = 0.05  # of the log-uniform component, from OUTLIER_FROM_S to the window

@@ -24,6 +24,8 @@ import numpy as np
 
 from linkgrad.paths.messages import Trace
 
+__all__ = ["PRIOR_WEIGHT", "Key", "Observables", "ReuseModel", "SizeModel"]
+
 PRIOR_WEIGHT = 2.0  # pseudo-observations of the pair's distribution in each key's
 
 # (parent sender, parent size, node, destination)

@@ -23,6 +23,16 @@ import numpy as np
 
 from linkgrad.paths.messages import Connections, Trace
 
+__all__ = [
+    "MIN_CALLS",
+    "MIN_COVERED",
+    "Fold",
+    "covered_share",
+    "find_hidden_workers",
+    "fold_hidden_workers",
+    "open_spans",
+]
+
 MIN_CALLS = 10  # a worker's calls before its timing is believed
 MIN_COVERED = 0.95  # the share of them that must fall inside the server's requests
 

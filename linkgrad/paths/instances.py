@@ -19,6 +19,8 @@ import numpy as np
 from linkgrad.paths.no_gc import no_cycle_collection
 from linkgrad.paths.wap5 import DEFAULT_LINKING, LinkingSettings, LinkProbabilities
 
+__all__ = ["ChildIndex", "PathInstance", "instances_from", "link_kinds", "path_instances", "roots"]
+
 TRUE, FALSE, BOTH = 0, 1, 2
 
 

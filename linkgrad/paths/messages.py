@@ -18,6 +18,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 from numpy.typing import ArrayLike
 
+__all__ = ["MESSAGE_COLUMNS", "NO_THREAD", "Connections", "Messages", "Trace"]
+
 # Columns of Messages and their dtypes: times float64 seconds, names int indices.
 MESSAGE_COLUMNS: dict[str, type] = {
     "send_s": np.float64, "recv_s": np.float64, "src": np.int32, "dst": np.int32,

@@ -12,6 +12,8 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+__all__ = ["no_cycle_collection"]
+
 
 @contextmanager
 def no_cycle_collection() -> Iterator[None]:

@@ -26,6 +26,19 @@ from enum import Enum
 from linkgrad.paths.contexts import ContextWalker
 from linkgrad.paths.messages import NO_THREAD
 
+__all__ = [
+    "BEAM_WIDTH",
+    "MAX_LOG_RATIO",
+    "MAX_UNDECIDED",
+    "Choice",
+    "Decided",
+    "Hypothesis",
+    "NodeBeam",
+    "Option",
+    "Placement",
+    "placement_after",
+]
+
 BEAM_WIDTH = 16
 MAX_LOG_RATIO = math.log(1e4)  # a hypothesis 10⁴ times less likely than the best is dropped
 MAX_UNDECIDED = 20_000  # choices held before the beam is cut to its best hypothesis

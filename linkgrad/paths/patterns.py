@@ -40,6 +40,8 @@ from linkgrad.paths.instances import PathInstance
 from linkgrad.paths.messages import Trace
 from linkgrad.paths.no_gc import no_cycle_collection
 
+__all__ = ["CLIENT", "Hop", "PathPattern", "PatternNames", "aggregate", "canonical"]
+
 CLIENT = "CLIENT"
 
 

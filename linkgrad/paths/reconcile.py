@@ -36,6 +36,8 @@ import numpy as np
 
 from linkgrad.paths.messages import NO_THREAD, Connections, Messages, Trace
 
+__all__ = ["SEQ_MOD", "Endpoint", "HostRecord", "HostTrace", "Opening", "reconcile"]
+
 Endpoint = tuple[str, int]
 # a connection opened: (client, server, when its SYN was seen; NaN: not known)
 Opening = tuple[Endpoint, Endpoint, float]

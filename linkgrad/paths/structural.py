@@ -71,6 +71,22 @@ from linkgrad.paths.wap5 import (
     wap5_probabilities,
 )
 
+__all__ = [
+    "AFTERWARD_S",
+    "BOUND_FLOOR",
+    "CHAIN_OVER",
+    "FANOUT_S",
+    "FIT_MESSAGES",
+    "LOG_BUSY_WORKER",
+    "MIN_FIT_SAMPLES",
+    "QUEUE_PRIOR",
+    "WORKER_ALONE",
+    "Chooser",
+    "context_probabilities",
+    "fcfs_probabilities",
+    "unanswered_calls",
+]
+
 # Parallel calls of one context leave within this of each other (an event loop's tick).
 FANOUT_S = 0.0005
 # A call after its request's reply leaves within this of the reply, or of the answer to the

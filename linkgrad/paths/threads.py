@@ -30,6 +30,14 @@ import numpy as np
 
 from linkgrad.paths.messages import NO_THREAD, Trace
 
+__all__ = [
+    "MAX_EXCEPTIONS",
+    "MAX_OUT_OF_ORDER",
+    "MIN_REQUESTS",
+    "one_request_per_thread",
+    "worker_threads",
+]
+
 MIN_REQUESTS = 10  # a node's requests with known threads before its threads are believed
 MAX_EXCEPTIONS = 0.01  # the share of them that may break the pattern
 MAX_OUT_OF_ORDER = 0.05  # the share a thread may answer before one that came earlier

@@ -17,6 +17,16 @@ import numpy as np
 from linkgrad.paths.candidates import Candidates, candidates, latest_parent_delay
 from linkgrad.paths.messages import Trace
 
+__all__ = [
+    "DEFAULT_LINKING",
+    "MIN_CAUSAL_DELAY_S",
+    "LinkProbabilities",
+    "LinkingSettings",
+    "causal_delay_means",
+    "most_likely_parent",
+    "wap5_probabilities",
+]
+
 # A mean causal delay below this (seconds) is taken as this: delays of 0 on one clock would
 # otherwise make every later candidate weigh nothing.
 MIN_CAUSAL_DELAY_S = 1e-6

@@ -12,3 +12,7 @@ bounded numbers of their own JSON type; IPv4 endpoints, an IPv4-mapped one as it
 address), `injector` and `sniffer` each daemon's requests, replies and events, `record` the
 injection record. `linkgrad.protocol.jsonlines` moves these over a channel.
 """
+
+from linkgrad.protocol.record import InjectionRecord, load_injection_record, parse_injection_record
+
+__all__ = ["InjectionRecord", "load_injection_record", "parse_injection_record"]

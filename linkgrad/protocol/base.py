@@ -16,6 +16,21 @@ from pydantic import (
 from linkgrad.errors import InputError, Problem
 from linkgrad.protocol.fields import RequestId
 
+__all__ = [
+    "LIFECYCLE",
+    "UNION_FIELDS",
+    "Empty",
+    "ErrorInfo",
+    "Failed",
+    "Message",
+    "Reply",
+    "Request",
+    "Result",
+    "Stopped",
+    "parse_request",
+    "validation_problems",
+]
+
 
 class Message(BaseModel):
     """Every protocol message: frozen, an unknown field is an error, a number is finite (NaN

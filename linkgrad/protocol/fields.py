@@ -15,6 +15,25 @@ from typing import Annotated
 from pydantic import Field, PlainValidator, StrictFloat, StrictInt
 from pydantic_core import PydanticCustomError
 
+__all__ = [
+    "LIMIT_CYCLES",
+    "LIMIT_DURATION_S",
+    "LIMIT_MAGNITUDE_MS",
+    "LIMIT_UNIX_S",
+    "MAPPED",
+    "MAX_ID",
+    "MAX_TEXT",
+    "MIN_PERIOD_S",
+    "MIN_PREFIX",
+    "Count",
+    "LinkId",
+    "RequestId",
+    "UnixTime",
+    "family",
+    "parse_endpoint_text",
+    "valid_id",
+]
+
 LIMIT_MAGNITUDE_MS = 10_000.0  # 10 s: beyond it TCP gives up, whatever the experiment wanted
 LIMIT_DURATION_S = 86_400.0  # a day per schedule
 LIMIT_CYCLES = 1_000_000

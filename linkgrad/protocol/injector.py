@@ -36,6 +36,40 @@ from linkgrad.protocol.fields import (
 )
 from linkgrad.square_wave import SquareWave
 
+__all__ = [
+    "INJECTOR_REQUEST",
+    "LIMIT_HELD_MS",
+    "SCHEDULE",
+    "Add",
+    "Added",
+    "AllStats",
+    "Calipers",
+    "Caps",
+    "ConstantSchedule",
+    "Duration",
+    "Endpoint",
+    "Health",
+    "HealthRequest",
+    "HeldMs",
+    "InjectorReady",
+    "InjectorRequest",
+    "LinkSpec",
+    "LinkStats",
+    "Magnitude",
+    "OffSchedule",
+    "PhaseStats",
+    "Remove",
+    "Removed",
+    "Schedule",
+    "ScheduleSet",
+    "ScheduleSpec",
+    "SetSchedule",
+    "SquareSchedule",
+    "StatsRequest",
+    "Stop",
+    "Stopping",
+]
+
 OFF, ON, CONSTANT = "off", "on", "constant"  # a link's phases
 
 

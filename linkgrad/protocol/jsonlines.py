@@ -31,6 +31,22 @@ from linkgrad.protocol.base import (
 )
 from linkgrad.protocol.fields import valid_id
 
+__all__ = [
+    "MAX_LINE_BYTES",
+    "STOP_SIGNALS",
+    "BadLine",
+    "Channel",
+    "DaemonClient",
+    "DidNotStart",
+    "Handler",
+    "LineWriter",
+    "StopServing",
+    "answer",
+    "leave_signals_to_main_thread",
+    "request_lines",
+    "serve",
+]
+
 # ---------------------------------------------------------------------------------- server
 
 

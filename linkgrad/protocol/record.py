@@ -24,6 +24,15 @@ from linkgrad.protocol.fields import (
 from linkgrad.reading import loads_json, read_text
 from linkgrad.square_wave import SquareWave
 
+__all__ = [
+    "LATE_TOLERANCE",
+    "MIN_MAGNITUDE_MS",
+    "InjectionRecord",
+    "load_injection_record",
+    "parse_injection_record",
+    "recorded_delay_ms",
+]
+
 MIN_MAGNITUDE_MS = 1e-3  # a microsecond: below it no injector applies anything measurable
 # The injector never releases a packet early, so at the 10 s cap the mean it held packets is
 # just above LIMIT_MAGNITUDE_MS (its release's lateness: us, ms on a busy host). A mean up to

@@ -16,6 +16,19 @@ from pydantic import ConfigDict, Field, StrictBool, StrictFloat
 from linkgrad.protocol.base import Message, Request, Result
 from linkgrad.protocol.fields import LIMIT_UNIX_S
 
+__all__ = [
+    "Number",
+    "Profile",
+    "Profiling",
+    "Seconds",
+    "SnapConnection",
+    "SnapEnd",
+    "SnapRecord",
+    "SnapReportEvent",
+    "UnixS",
+    "Unprofile",
+]
+
 Seconds = Annotated[float, Field(ge=0, lt=LIMIT_UNIX_S)]
 UnixS = Annotated[float, Field(ge=0, lt=LIMIT_UNIX_S)]
 Number = Annotated[float, Field(ge=0)]

@@ -16,6 +16,24 @@ from linkgrad.protocol.fields import LIMIT_UNIX_S, Count
 from linkgrad.protocol.snap import Profile, Unprofile
 from linkgrad.protocol.trace import TraceRequest, Untrace
 
+__all__ = [
+    "SNIFFER_REQUEST",
+    "AnySnifferRequest",
+    "HealthRequest",
+    "LinkCount",
+    "LinkEnd",
+    "Poll",
+    "Report",
+    "ReportEvent",
+    "SnifferHealth",
+    "SnifferReady",
+    "SnifferRequest",
+    "Stop",
+    "Unwatch",
+    "Watch",
+    "Watching",
+]
+
 WATCH_MIN_S, WATCH_MAX_S = 0.05, 3600.0  # a report at most 20 times a second, at least hourly
 
 

@@ -16,6 +16,19 @@ from pydantic import ConfigDict, Field, StrictFloat, model_validator
 from linkgrad.protocol.base import Message, Request, Result
 from linkgrad.protocol.fields import LIMIT_UNIX_S
 
+__all__ = [
+    "Index",
+    "MessageRow",
+    "OpeningRow",
+    "Port",
+    "Seq",
+    "TraceReportEvent",
+    "TraceRequest",
+    "Tracing",
+    "UnixS",
+    "Untrace",
+]
+
 UnixS = Annotated[float, Field(ge=0, lt=LIMIT_UNIX_S)]
 Port = Annotated[int, Field(ge=0, le=65535)]
 Seq = Annotated[int, Field(ge=0, lt=1 << 32)]

@@ -15,6 +15,18 @@ from numpy.typing import ArrayLike
 
 from linkgrad.snap.intervals import IntervalStats
 
+__all__ = [
+    "CLASS_NAMES",
+    "DEFAULTS",
+    "PROBLEMS",
+    "TCP_CA_LOSS",
+    "TCP_RTO_MIN_MS",
+    "Classes",
+    "SnapThresholds",
+    "classify",
+    "delayed_ack_count",
+]
+
 # The five problems of Table 2, in the order of §2.3 footnote 4 (p1..p5).
 PROBLEMS: tuple[str, ...] = ("send_buffer", "fast_retransmit", "timeout", "delayed_ack",
                              "receiver_window")

@@ -19,6 +19,17 @@ from numpy.typing import ArrayLike
 
 from linkgrad.snap.classify import PROBLEMS, Classes
 
+__all__ = [
+    "CONSTANT_RTOL",
+    "MAX_CELLS",
+    "PerformanceVectors",
+    "ResourceScore",
+    "average_correlation",
+    "performance_vectors",
+    "rank_resources",
+    "shared_resources",
+]
+
 # The largest vector store performance_vectors builds (256 MiB of float64; about four times
 # that at the peak while building): more is a window too long for its bin width.
 MAX_CELLS = 1 << 25

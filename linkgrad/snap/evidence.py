@@ -23,6 +23,8 @@ from linkgrad.snap.correlate import (
     shared_resources,
 )
 
+__all__ = ["End", "LinkKey", "Report", "correlated_resources", "link_classes", "links_seen"]
+
 Report = Mapping[str, Any]  # a `snap` event (JSON), with the reporting "host" added
 End = tuple[str | None, int]  # (host, port)
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 from numpy.typing import ArrayLike
 
+__all__ = ["COLUMNS", "IntervalStats"]
+
 
 @dataclass(frozen=True, eq=False)  # eq on arrays would be ambiguous
 class IntervalStats:

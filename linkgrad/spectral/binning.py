@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["MAX_BINS", "bin_series", "bins_for_window", "fill_empty", "sampling_interval_s"]
+
 # The most bins a series may have: 8 MB a column. More would be the memory of a wrong input
 # (a stray time stamp years away, a bin of nanoseconds), not of a finer answer.
 MAX_BINS = 1 << 20

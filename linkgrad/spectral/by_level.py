@@ -21,6 +21,8 @@ import numpy as np
 from linkgrad.spectral.lockin import LockinEstimate, LockinSettings, lockin_gradient
 from linkgrad.square_wave import SquareWave
 
+__all__ = ["MIN_CYCLES_PER_SIDE", "MIN_LEVEL_RATIO", "LevelSplit", "cycle_of", "split_by_level"]
+
 MIN_LEVEL_RATIO = 1.5  # busy cycles' median response over quiet ones': below it, one state
 MIN_CYCLES_PER_SIDE = 3  # fewer: a side's own fit is too loose to compare
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from linkgrad.protocol.record import InjectionRecord
 from linkgrad.spectral.binning import (
     MAX_BINS,
     bin_series,
@@ -25,7 +26,26 @@ from linkgrad.spectral.periodic import periodic_noise_hz
 from linkgrad.spectral.thesis import thesis_gradient
 from linkgrad.spectral.training import BaselineSpectrum, baseline_spectrum
 from linkgrad.square_wave import SquareWave
-from linkgrad.weblog.model import MAX_RESPONSE_S
+from linkgrad.transactions import group_by_transaction, patterns_from
+from linkgrad.weblog.model import MAX_RESPONSE_S, RequestLog
+
+__all__ = [
+    "MAX_CHUNKS",
+    "MAX_EFFECT_S",
+    "PERIODIC_MAX_BINS",
+    "GradientSettings",
+    "ThesisResult",
+    "TransactionGradient",
+    "delay_disagreement",
+    "gradient_json",
+    "gradients",
+    "log_gradients",
+    "rounded",
+    "settings_for_log",
+    "shared_periodic_noise_hz",
+    "thesis_bins",
+    "transaction_gradient",
+]
 
 MAX_CHUNKS = 1000  # training chunks (M): beyond, a log years long would be cut into a loop
 PERIODIC_MAX_BINS = 4096  # bins per chunk in the periodic-noise search: a longer training
@@ -269,6 +289,21 @@ def log_gradients(
                                    periodic, baseline_end, others)
         for name, rows in groups.items()
     }
+
+
+def gradients(log: RequestLog, record: InjectionRecord,
+              transactions: dict[str, str] | None = None, *, k: int = 8, chunks: int = 9,
+              baseline_end_s: float | None = None,
+              partners: tuple[InjectionRecord, ...] = ()) -> dict[str, TransactionGradient]:
+    """Each transaction's gradient from a web log and the record of the injection it saw, as
+    `linkgrad gradient` computes it. `transactions` maps a name to a regex on the URL (default:
+    one transaction per URL path); `partners` are records of injections on other links at the
+    same time, fitted jointly."""
+    groups = group_by_transaction(log.url, patterns_from(transactions or {}))
+    settings = settings_for_log(log.time_resolution_s, k, chunks)
+    return log_gradients(log.start_s, log.response_s, groups, record.square_wave(), settings,
+                         record.n_bins, baseline_end_s=baseline_end_s,
+                         others=tuple(p.square_wave() for p in partners))
 
 
 def rounded(x: float | None, digits: int = 4) -> float | None:

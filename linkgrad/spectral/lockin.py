@@ -34,6 +34,15 @@ from scipy import stats
 
 from linkgrad.square_wave import SquareWave
 
+__all__ = [
+    "MIN_JACKKNIFE_CYCLES",
+    "LockinEstimate",
+    "LockinSettings",
+    "between_cycles_se",
+    "lockin_gradient",
+    "outlier_fence",
+]
+
 MIN_JACKKNIFE_CYCLES = 4  # fewer cycles: the jackknife's own spread is too wide to judge by
 
 

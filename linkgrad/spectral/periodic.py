@@ -14,6 +14,8 @@ from scipy import stats
 from linkgrad.spectral.binning import bin_series, fill_empty
 from linkgrad.spectral.training import BaselineSpectrum
 
+__all__ = ["periodic_noise_hz", "refine_frequency_hz", "spectral_peaks"]
+
 
 def spectral_peaks(
     power: np.ndarray, chunks: int, alpha: float = 1e-3, min_k: int = 3, half_width: int = 8

@@ -19,6 +19,8 @@ from scipy import stats
 from linkgrad.spectral.lockin import LockinSettings, lockin_gradient
 from linkgrad.square_wave import SquareWave
 
+__all__ = ["NoiseProbe", "probe_noise"]
+
 
 @dataclass(frozen=True)
 class NoiseProbe:

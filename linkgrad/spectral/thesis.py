@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["square_wave_fft_magnitude", "thesis_gradient"]
+
 
 def square_wave_fft_magnitude(k_d: int, n_bins: int, magnitude: float) -> float:
     """|FFT(f_kd)| of a square wave, k_d cycles in N bins: k_d·A/sin(π/2n) (eq. 2.4)."""

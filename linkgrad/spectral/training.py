@@ -19,6 +19,14 @@ import numpy as np
 
 from linkgrad.spectral.binning import bin_series, fill_empty
 
+__all__ = [
+    "BaselineSpectrum",
+    "InjectionChoice",
+    "baseline_spectrum",
+    "choose_injection",
+    "injection_magnitude_s",
+]
+
 
 @dataclass(frozen=True)
 class BaselineSpectrum:

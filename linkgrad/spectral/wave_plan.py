@@ -31,6 +31,28 @@ from linkgrad.spectral.binning import sampling_interval_s
 from linkgrad.spectral.planner import probe_noise
 from linkgrad.spectral.training import baseline_spectrum, choose_injection
 
+__all__ = [
+    "FIRST_DELAY_S",
+    "GROWTH",
+    "MIN_CYCLES",
+    "MIN_DELAY_S",
+    "MIN_EFFECT_CAP_S",
+    "MIN_PERIOD_S",
+    "PERIOD_PER_RESPONSE",
+    "PRECISION_SLACK",
+    "DelayChoice",
+    "PlanSettings",
+    "Precision",
+    "RoughGradient",
+    "WavePlan",
+    "next_delay",
+    "plan_wave",
+    "pooled",
+    "precision_shortfall",
+    "shortest_period_s",
+    "training_needed_s",
+]
+
 FIRST_DELAY_S = 0.001  # the adaptive cycle's first delay: small on any application
 MIN_DELAY_S = 0.0005  # below this NFQUEUE's own jitter (~0.04 ms) is no longer small
 GROWTH = 4.0  # an unresolved rough gradient: the next adaptive cycle's delay is this × larger

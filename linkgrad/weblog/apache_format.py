@@ -24,6 +24,8 @@ from linkgrad.weblog.linespec import (
     literal_between,
 )
 
+__all__ = ["DEFAULT_LOG_FORMAT", "HINTS", "QUOTED", "compile_apache", "directive_field"]
+
 # Apache "common" plus the response time in microseconds, which "common" lacks.
 DEFAULT_LOG_FORMAT = '%h %l %u %t "%r" %>s %b %D'
 

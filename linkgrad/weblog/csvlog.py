@@ -32,6 +32,8 @@ from linkgrad.weblog.model import (
 )
 from linkgrad.weblog.textlog import EXAMPLES, ROW_REASONS, not_utf8, row_reasons
 
+__all__ = ["BAD_STATUS", "COLUMNS", "DESCRIPTION", "EMPTY_URL", "WRONG_FIELDS", "parse_csv"]
+
 COLUMNS = ("start_unix_s", "response_ms", "url")
 DESCRIPTION = "CSV start_unix_s,response_ms,url"
 # Reasons only a CSV row can have (the others are shared with nginx and Apache logs).

@@ -18,6 +18,29 @@ from typing import Literal
 
 from linkgrad.errors import InputError, Problem
 
+__all__ = [
+    "CLF_TIME",
+    "DURATION",
+    "EPOCH",
+    "GENERIC",
+    "ISO8601_TIME",
+    "LOG_FORMAT_FIELD",
+    "REQUEST",
+    "STATUS",
+    "STATUS_FIELD",
+    "Field",
+    "LineSpec",
+    "Stamp",
+    "StampKind",
+    "UrlRole",
+    "Var",
+    "clf_to_s",
+    "compile_spec",
+    "group_name",
+    "iso8601_to_s",
+    "literal_between",
+]
+
 LOG_FORMAT_FIELD = "--log-format"
 
 # Tight patterns shared by both servers. Durations accept a minus sign so that a negative

@@ -6,6 +6,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+__all__ = [
+    "BAD_RESPONSE",
+    "BAD_STAMP",
+    "MAX_RESPONSE_S",
+    "MAX_START_S",
+    "MIN_START_S",
+    "NEGATIVE_RESPONSE",
+    "NOT_UTF8",
+    "NO_MATCH",
+    "QUOTE_CHARS",
+    "RESPONSE_RANGE",
+    "STAMP_RANGE",
+    "MalformedLines",
+    "RequestLog",
+    "quoted",
+]
+
 # Why a line is not a request: the names malformed lines are counted under.
 NO_MATCH = "does not match the log format"
 NOT_UTF8 = "bytes that are not UTF-8"

@@ -29,6 +29,8 @@ from linkgrad.weblog.linespec import (
     literal_between,
 )
 
+__all__ = ["DEFAULT_LOG_FORMAT", "FIELDS", "HINTS", "QUOTED", "compile_nginx"]
+
 # nginx "combined" plus the response time, which "combined" lacks.
 DEFAULT_LOG_FORMAT = (
     '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '

@@ -26,6 +26,17 @@ from linkgrad.weblog.model import RequestLog
 from linkgrad.weblog.nginx_format import compile_nginx
 from linkgrad.weblog.textlog import parse_lines
 
+__all__ = [
+    "FORMATS",
+    "MAX_LINE_CHARS",
+    "LogKind",
+    "Parser",
+    "bounded_lines",
+    "choose_format",
+    "line_parser",
+    "read_log",
+]
+
 LogKind = Literal["nginx", "apache", "csv"]
 FORMATS: tuple[LogKind, ...] = ("nginx", "apache", "csv")
 _GZIP_MAGIC = b"\x1f\x8b"

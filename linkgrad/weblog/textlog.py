@@ -34,6 +34,16 @@ from linkgrad.weblog.model import (
     quoted,
 )
 
+__all__ = [
+    "EXAMPLES",
+    "ROW_REASONS",
+    "not_utf8",
+    "origin_form",
+    "parse_lines",
+    "range_detail",
+    "row_reasons",
+]
+
 # What can be wrong with a matched line, in the order checked: index 0 is a usable request.
 ROW_REASONS = (None, BAD_STAMP, BAD_RESPONSE, NEGATIVE_RESPONSE, RESPONSE_RANGE, STAMP_RANGE)
 EXAMPLES = 5
