@@ -1,6 +1,6 @@
 """A link as the injector matches it: protocol plus source and destination address and port.
 
-Port 0 means any port (DESIGN.md writes an ephemeral port as 0). An address may be a host or a
+Port 0 means any port (an ephemeral port is written as 0). An address may be a host or a
 CIDR network, IPv4 or IPv6 (both ends of one version: ip6tables holds the IPv6 rules). A link
 with neither address would delay a whole protocol: refused.
 """

@@ -15,7 +15,7 @@ from functools import cache
 import numpy as np
 
 # (name, numpy type, offset, first kernel): the kernel release that added each field, from
-# the log of include/uapi/linux/tcp.h (../shared/notes/linux-tcp-stats-and-perfsonar.md A1).
+# the log of include/uapi/linux/tcp.h (tcp_info's fields by kernel version).
 # Bytes 6 and 7 are bitfields: `wscale` (snd low nibble, rcv high nibble) and `flags`
 # (bit 0 delivery_rate_app_limited, 4.9; bits 1-2 fastopen_client_fail, 5.5).
 _U8 = ("state", "ca_state", "retransmits", "probes", "backoff", "options", "wscale", "flags")

@@ -1,5 +1,5 @@
 """sshd in every host: keys made per testbed, a known_hosts file and an ssh_config whose host
-names are the hosts' names, strict host key checking on (DESIGN.md: keys are verified).
+names are the hosts' names, strict host key checking on (keys are verified, never added).
 
 Everything is in the testbed's `ssh/` (root's, 0700) and every key is generated afresh: a key
 file found there is never trusted (whoever planted it would hold the testbed's root login).

@@ -61,7 +61,8 @@ def injection_record(wave: SquareWave, link: str | None = None) -> dict[str, obj
 
 
 def write_example(directory: Path, seed: int = 2026) -> None:
-    """The README's example: the standard workload under production noise, one injection."""
+    """The shipped example (experiments/example): the standard workload under production
+    noise, one injection."""
     directory.mkdir(parents=True, exist_ok=True)
     start = 1_795_000_000.0
     wave = SquareWave(start, period_s=40.0, cycles=6, magnitude_s=0.03)

@@ -1,4 +1,4 @@
-"""The import rules of the layout (README "Layout"): arrows point down only.
+"""The import rules of the layout (docs/layout.md): arrows point down only.
 
 Every import statement is read, function-local ones included, so a rule cannot be dodged by
 importing inside a function.

@@ -254,7 +254,7 @@ COMMANDS = (
             "regression, 2: bad suite, 3: the night itself failed (testbed, SSH, a run aborted "
             "or interrupted): a failed night is never a pass.",
             _arguments, regress_command,
-            epilog="Run nightly: see the README's recipe (a systemd timer, or a cron line).",
+            epilog="Run nightly: see docs/regress.md (a systemd timer, or a cron line).",
             json_help="print the suite, the baseline and every check with its values and "
                       "verdict as JSON"),
 )

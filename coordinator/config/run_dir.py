@@ -168,7 +168,7 @@ TransactionEstimate = Annotated[dict[str, Any], AfterValidator(_transaction)]
 class WaveEstimate(_Record):
     """One square wave on one link and every transaction's gradient from it."""
 
-    # DESIGN.md's injection record, at the delay actually applied
+    # the injection record (docs/offline.md), at the delay actually applied
     record: Annotated[InjectionRecord, AfterValidator(_sane_record)]
     requested_ms: Float = Field(ge=0, le=MAX_DELAY_MS)
     packets_delayed: Int = Field(ge=0, le=bounds.MAX_COUNT)

@@ -529,7 +529,7 @@ def measure_all(session: Session, out: RunDir, links: list[GraphLink], plan: Wav
             + (" (more while a delay grows)" if adaptive and fixed is None else ""))
         measured = measure_group(session, group, plan, base, say, fixed)
         files = [f"injections/{len(results) + j:03d}.json" for j in range(1, len(group) + 1)]
-        for result, name in zip(measured, files, strict=True):  # DESIGN.md's record
+        for result, name in zip(measured, files, strict=True):  # the injection record
             out.write(name, result.record)
             partners = [f for f in files if f != name]
             results.append(result.model_copy(update={

@@ -1,5 +1,5 @@
 """The daemons' protocol, typed: what the coordinator sends the injector and the sniffer, what
-they answer and report, and the injection record (DESIGN.md's contracts).
+they answer and report, and the injection record (docs/offline.md).
 
 JSON lines on the daemon's stdin and stdout. A request is `{"id": N, "cmd": NAME, ...}`; its
 reply `{"id": N, "ok": true, "result": {...}}` or `{"id": N, "ok": false, "error": {"kind":

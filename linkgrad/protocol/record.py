@@ -1,4 +1,4 @@
-"""The injection record (DESIGN.md contract): JSON written by the coordinator per measurement.
+"""The injection record (docs/offline.md): JSON written by the coordinator per measurement.
 
 Fields: `start` (unix s, first rising edge), `period_s`, `cycles`, `magnitude_ms` (mean delay
 actually injected while on), optional `n_bins`, optional `link`. Unknown fields are an error:
