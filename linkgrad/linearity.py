@@ -10,11 +10,13 @@ gradient's change from the smallest delay to the largest, each with a 95% interv
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from linkgrad.spectral.result import GradientResult
 
 __all__ = ["MIN_HALF_WIDTH", "MIN_SPAN", "Z95", "DelayPoint", "Linearity", "fit", "linearity"]
 
@@ -104,18 +106,17 @@ def fit(link: str, transaction: str, points: Iterable[DelayPoint]) -> Linearity 
                      difference_half_width=Z95 * slope_se * span)
 
 
-def linearity(measurements: Iterable[tuple[str, float, str, dict[str, dict[str, Any]]]]
+def linearity(measurements: Iterable[tuple[str, float, str, Mapping[str, GradientResult]]]
               ) -> list[Linearity]:
     """Per link and transaction measured at delays spanning MIN_SPAN× or more: the fit.
-    `measurements`: (link label, delay applied in ms, "measurement"|"adaptive", transactions
-    as `core.estimate.gradient_json` gives them)."""
+    `measurements`: (link label, delay applied in ms, "measurement"|"adaptive", each
+    transaction's result)."""
     by_cell: dict[tuple[str, str], list[DelayPoint]] = {}
     for label, delay_ms, source, transactions in measurements:
         for name, t in transactions.items():
-            if t.get("gradient") is None or t.get("ci95") is None:
+            if t.gradient is None or t.half_width is None:
                 continue
-            lo, hi = t["ci95"]
             by_cell.setdefault((label, name), []).append(
-                DelayPoint(delay_ms, float(t["gradient"]), (hi - lo) / 2, source))
+                DelayPoint(delay_ms, t.gradient, t.half_width, source))
     out = [fit(link, name, pts) for (link, name), pts in sorted(by_cell.items())]
     return [x for x in out if x is not None]

@@ -4,7 +4,8 @@ slower but equally sensitive state is not mistaken for one, and one state is lef
 import numpy as np
 
 from linkgrad.spectral.by_level import cycle_of, split_by_level
-from linkgrad.spectral.estimate import GradientSettings, gradient_json, transaction_gradient
+from linkgrad.spectral.estimate import GradientSettings, transaction_gradient
+from linkgrad.spectral.result import GradientResult
 from linkgrad.square_wave import SquareWave
 
 WAVE = SquareWave(start_s=1000.0, period_s=10.0, cycles=40, magnitude_s=0.002)
@@ -40,7 +41,7 @@ def test_a_gradient_that_doubles_in_busy_cycles_is_found_said_and_spanned():
     assert split.quiet.ci[0] <= 45 <= split.quiet.ci[1]
     assert split.busy.ci[0] <= 100 <= split.busy.ci[1]
     r = transaction_gradient("page", t, y, WAVE, GradientSettings())
-    out = gradient_json(r)
+    out = GradientResult.of(r).model_dump(mode="json")
     assert out["interval_from"] == "levels"
     assert out["ci95"][0] <= 45  # whatever mix a later hour sees
     assert out["ci95"][1] >= 100
@@ -62,6 +63,7 @@ def test_slower_but_equally_sensitive_busy_cycles_are_not_called_a_second_state(
 def test_one_state_is_left_alone():
     t, y, _ = requests(busy_gradient=45.0, busy_slowdown=1.0, seed=7)
     assert split_by_level(t, y, WAVE) is None
-    out = gradient_json(transaction_gradient("page", t, y, WAVE, GradientSettings()))
+    out = GradientResult.of(transaction_gradient("page", t, y, WAVE, GradientSettings())
+                            ).model_dump(mode="json")
     assert out["by_level"] is None
     assert out["interval_from"] in ("batches", "cycles")

@@ -22,7 +22,8 @@ import pytest
 from linkgrad.graph import GraphLink, build_graph
 from linkgrad.protocol.injector import SquareSchedule
 from linkgrad.protocol.sniffer import ReportEvent
-from linkgrad.spectral.estimate import gradient_json, log_gradients, settings_for_log
+from linkgrad.spectral.estimate import log_gradients, settings_for_log
+from linkgrad.spectral.result import GradientResult
 from linkgrad.square_wave import SquareWave
 from testbed.pairs.hosts import Hosts, make_pair
 from tests.marks import NETNS
@@ -194,7 +195,7 @@ def test_a_square_wave_on_an_ipv6_link_is_measured(dual):
     measured = SquareWave(wave.start_s, wave.period_s, wave.cycles, on["mean_ms"] / 1e3)
     result = log_gradients(t, y, {"echo": np.arange(len(t))}, measured,
                            settings_for_log(1e-6))["echo"]
-    estimate = gradient_json(result)
+    estimate = GradientResult.of(result).model_dump(mode="json")
     lo, hi = estimate["ci95"]
     # within 5%: the interval is ~0.01 wide here, and the round trips gained ~1% more than
     # the mean delay the injector reports (1.008 in five runs here)

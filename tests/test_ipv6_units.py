@@ -261,7 +261,7 @@ def test_a_run_measures_a_link_over_ipv6(tmp_path: Path, monkeypatch: pytest.Mon
     for m in links:
         assert m.record.link == m.link["label"]
         for name, truth in (("two", 2.0), ("none", 0.0)):  # about 3 standard errors
-            assert abs(m.transactions[name]["gradient"] - truth) < 0.3, m.transactions[name]
+            assert abs(m.transactions[name].gradient - truth) < 0.3, m.transactions[name]
 
 
 def test_validate_delays_a_pair_over_the_ipv6_ends_its_run_saw(tmp_path: Path,

@@ -10,6 +10,7 @@ import pytest
 
 from coordinator.config.run_dir import LinkMeasurement, RunDir
 from linkgrad.linearity import Z95, DelayPoint, fit, linearity
+from linkgrad.spectral.result import GradientResult
 
 
 def test_two_points_give_the_difference_and_its_propagated_interval() -> None:
@@ -48,8 +49,8 @@ def test_no_fit_from_delays_too_close_or_points_without_an_interval() -> None:
 
 
 def test_linearity_groups_by_link_and_transaction_and_skips_missing_gradients() -> None:
-    def t(g: float | None) -> dict:
-        return {"gradient": g, "ci95": None if g is None else [g - 0.1, g + 0.1]}
+    def t(g: float | None) -> GradientResult:
+        return GradientResult(gradient=g, ci95=None if g is None else (g - 0.1, g + 0.1))
 
     out = linearity([("a->b", 1.0, "measurement", {"X": t(1.0), "Y": t(None)}),
                      ("a->b", 4.0, "measurement", {"X": t(1.05), "Y": t(3.0)}),

@@ -14,6 +14,7 @@ from coordinator.config.run_dir import LinkMeasurement
 from coordinator.config.trace_file import read_trace, write_trace
 from linkgrad.errors import InputError
 from linkgrad.paths.reconcile import HostRecord, HostTrace
+from linkgrad.spectral.result import GradientResult
 
 HOPS = [
     {"label": "CLIENT->web:80", "parent": -1, "link": "client->web", "node_delay_s": None,
@@ -39,7 +40,7 @@ def _link(label: str, src: str, dst: str, gradient: float, lo: float, hi: float
     # only the link and its transactions are read: the rest of a measurement is left out
     return LinkMeasurement.model_construct(
         link={"label": label, "src_host": src, "dst_host": dst},
-        transactions={"ViewItem": {"gradient": gradient, "ci95": [lo, hi]}})
+        transactions={"ViewItem": GradientResult(gradient=gradient, ci95=(lo, hi))})
 
 
 def test_crossings_are_set_beside_gradients_and_disagreement_flagged() -> None:

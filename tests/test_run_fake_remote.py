@@ -70,7 +70,7 @@ def test_a_run_measures_the_applications_known_gradients(tmp_path):
                                                      "tcp db:5432 -> app:0"]
     for m in links:
         for name, truth in (("two", 2.0), ("none", 0.0)):  # about 3 standard errors
-            assert abs(m.transactions[name]["gradient"] - truth) < 0.3, m.transactions[name]
+            assert abs(m.transactions[name].gradient - truth) < 0.3, m.transactions[name]
         assert m.record.magnitude_ms == pytest.approx(10.0)  # the applied delay, measured
         assert m.concurrent_with == 1
         assert len(m.concurrent_injections) == 1
@@ -262,8 +262,7 @@ def test_a_run_with_default_parameters_starts_small_grows_and_says_why(tmp_path)
     assert "rough gradients many 3" in text
     assert f"measuring at {m.record.magnitude_ms:.2f} ms" in text
     many = m.transactions["many"]
-    half = (many["ci95"][1] - many["ci95"][0]) / 2
-    assert abs(many["gradient"] - 30) < 1.5 * half, many  # about 3 standard errors
+    assert abs(many.gradient - 30) < 1.5 * many.half_width, many  # about 3 standard errors
     # the effect is kept under the transaction's own spread (plan.json's cap, 13.7 ms): 13.7 /
     # (31 + 4.4) is 0.39 ms, and 0.5 ms is the smallest delay NFQUEUE holds well
     plan = json.loads((tmp_path / "run" / "plan.json").read_text())

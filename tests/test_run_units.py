@@ -296,15 +296,16 @@ def test_the_application_is_the_links_between_its_processes_or_ports():
 
 
 def test_gradients_at_two_delays_that_disagree_beyond_their_intervals_are_noted():
-    from linkgrad.spectral.estimate import delay_disagreement
+    from linkgrad.spectral.result import GradientResult, delay_disagreement
 
-    small = {"gradient": 36.0, "ci95": [34.0, 38.0]}
-    large = {"gradient": 30.0, "ci95": [29.0, 31.0]}
+    small = GradientResult(gradient=36.0, ci95=(34.0, 38.0))
+    large = GradientResult(gradient=30.0, ci95=(29.0, 31.0))
     note = delay_disagreement(small, 1.0, large, 10.0)
     assert note == "not linear: 36 ± 2 at 1.00 ms against 30 ± 1 at 10.00 ms"
-    assert delay_disagreement(small, 1.0, {"gradient": 35.0, "ci95": [33.0, 37.0]}, 10.0) is None
+    near = GradientResult(gradient=35.0, ci95=(33.0, 37.0))
+    assert delay_disagreement(small, 1.0, near, 10.0) is None
     assert delay_disagreement(small, 1.0, large, 1.2) is None  # about the same delay
-    assert delay_disagreement({"gradient": None, "ci95": None}, 1.0, large, 10.0) is None
+    assert delay_disagreement(GradientResult(), 1.0, large, 10.0) is None
 
 
 def test_a_closed_loop_workload_runs_the_load_generator_with_clients():

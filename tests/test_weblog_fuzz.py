@@ -30,12 +30,12 @@ from coordinator.cli.main import main
 from linkgrad.errors import InputError
 from linkgrad.spectral.estimate import (
     GradientSettings,
-    gradient_json,
     log_gradients,
     shared_periodic_noise_hz,
 )
 from linkgrad.spectral.lockin import lockin_gradient
 from linkgrad.spectral.planner import probe_noise
+from linkgrad.spectral.result import GradientResult
 from linkgrad.square_wave import SquareWave
 from linkgrad.weblog import RequestLog, read_log
 from linkgrad.weblog.apache_format import compile_apache
@@ -309,7 +309,7 @@ def test_gradients_of_degenerate_sets_are_estimates_or_notes(
         else:
             assert np.all(np.isfinite([r.lockin.gradient, *r.lockin.ci, r.lockin.se_s]))
         assert r.thesis is None or math.isfinite(r.thesis.gradient)
-        strictly(gradient_json(r))
+        strictly(GradientResult.of(r).model_dump(mode="json"))
     assert results["none"].lockin is None
 
 

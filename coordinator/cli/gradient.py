@@ -27,12 +27,11 @@ from linkgrad.spectral.binning import MAX_BINS, sampling_interval_s
 from linkgrad.spectral.estimate import (
     MAX_CHUNKS,
     TransactionGradient,
-    gradient_json,
     log_gradients,
-    rounded,
     settings_for_log,
 )
 from linkgrad.spectral.planner import probe_noise
+from linkgrad.spectral.result import GradientResult, rounded
 from linkgrad.spectral.training import baseline_spectrum, choose_injection
 from linkgrad.square_wave import SquareWave
 from linkgrad.transactions import group_by_transaction, parse_transaction_option
@@ -183,7 +182,8 @@ def gradient_command(args: argparse.Namespace) -> int:
             "injection": record.model_dump(),
             "concurrent": [p.model_dump() for p in partners],
             "baseline_end": baseline_end,
-            "transactions": {name: gradient_json(r) for name, r in results.items()},
+            "transactions": {name: GradientResult.of(r).model_dump(mode="json")
+                             for name, r in results.items()},
         }))
     else:
         _print_gradients(log, record, results, unused)

@@ -55,8 +55,8 @@ def graph_figure(name: str, links: list[LinkMeasurement]) -> str:
         ax.annotate(h, (x, y), ha="center", va="center", fontsize=11,
                     bbox={"boxstyle": "round", "fc": "#eef", "ec": "#446"})
     for lk in links:
-        t = lk.transactions.get(name, {})
-        if t.get("gradient") is None or t.get("ci95") is None:
+        t = lk.transactions.get(name)
+        if t is None or t.gradient is None or t.ci95 is None:
             continue
         src, dst = lk.pair
         (x0, y0), (x1, y1) = pos[src], pos[dst]
@@ -64,10 +64,10 @@ def graph_figure(name: str, links: list[LinkMeasurement]) -> str:
         ax.annotate("", (x1, y1), (x0, y0), arrowprops={
             "arrowstyle": "->", "connectionstyle": f"arc3,rad={bend}",
             "shrinkA": 22, "shrinkB": 22,  # stop short of the host labels
-            "lw": 1 + 2 * min(abs(t["gradient"]), 3), "color": "#a33"})
+            "lw": 1 + 2 * min(abs(t.gradient), 3), "color": "#a33"})
         mx, my = (x0 + x1) / 2 + bend * (y1 - y0) / 2, (y0 + y1) / 2 - bend * (x1 - x0) / 2
-        lo, hi = t["ci95"]
-        ax.text(mx, my, f"{t['gradient']:.2f}\n[{lo:.2f}, {hi:.2f}]", fontsize=8,
+        lo, hi = t.ci95
+        ax.text(mx, my, f"{t.gradient:.2f}\n[{lo:.2f}, {hi:.2f}]", fontsize=8,
                 ha="center", color="#722")
     ax.set_xlim(-1.5, 1.5)
     ax.set_ylim(-1.5, 1.5)
@@ -111,15 +111,15 @@ def _table(links: list[LinkMeasurement]) -> str:
     for lk in links:
         cells = []
         for n in names:
-            t = lk.transactions.get(n, {})
-            if t.get("gradient") is None:
+            t = lk.transactions.get(n)
+            if t is None or t.gradient is None:
                 cells.append("<td>-</td>")
                 continue
-            lo, hi = t.get("ci95") or (math.nan, math.nan)
-            thesis = t.get("thesis_gradient")
-            cells.append(f"<td><b>{t['gradient']:.3f}</b> [{lo:.3f}, {hi:.3f}]"
+            lo, hi = t.ci95 or (math.nan, math.nan)
+            thesis = t.thesis_gradient
+            cells.append(f"<td><b>{t.gradient:.3f}</b> [{lo:.3f}, {hi:.3f}]"
                          f"<br><small>thesis {'-' if thesis is None else f'{thesis:.3f}'}, "
-                         f"n={t.get('requests', '?')}</small></td>")
+                         f"n={t.requests}</small></td>")
         r, p = lk.record, lk.perturbation
         throughput = "-" if p.throughput_change is None else f"{p.throughput_change:+.1%}"
         response = "-" if p.mean_response_change_ms is None \
@@ -183,7 +183,7 @@ def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
     for lk in links:
         if not lk.transactions:
             continue
-        best = max(lk.transactions.items(), key=lambda kv: abs(kv[1].get("gradient") or 0))[0]
+        best = max(lk.transactions.items(), key=lambda kv: abs(kv[1].gradient or 0))[0]
         parts.append(f"<h3>{html.escape(str(lk.link['label']))} — {html.escape(best)}</h3>")
         if log is not None and best in groups:
             parts.append(series_figures(log, groups[best], lk.record))

@@ -29,6 +29,7 @@ from pydantic import ValidationInfo
 from linkgrad.protocol.fields import LIMIT_UNIX_S
 from linkgrad.protocol.record import MIN_MAGNITUDE_MS
 from linkgrad.spectral.estimate import MAX_EFFECT_S
+from linkgrad.spectral.result import GradientResult
 from linkgrad.weblog.model import MAX_RESPONSE_S, MAX_START_S, MIN_START_S
 
 MAX_RESPONSE_MS = MAX_RESPONSE_S * 1e3  # the web log's: no request is open for 30 days
@@ -67,9 +68,8 @@ def shown(value: float) -> str:
         return f"a number of {len(str(abs(int(value))))} digits"
 
 
-def transaction_problems(entry: dict[str, Any]) -> list[str]:
-    """What is past its limit in a `core.estimate.gradient_json` entry (its numbers checked
-    finite already)."""
+def transaction_problems(entry: GradientResult) -> list[str]:
+    """What is past its limit in a transaction's result (its numbers finite already)."""
     g = (-MAX_GRADIENT, MAX_GRADIENT)
     gradient = (f"no measurement gives it: an effect of at most {MAX_EFFECT_MS:g} ms over a "
                 f"delay of at least {MIN_MAGNITUDE_MS:g} ms")
@@ -77,15 +77,13 @@ def transaction_problems(entry: dict[str, Any]) -> list[str]:
             f"{MAX_EFFECT_MS:g} ms over a delay of at least {MIN_MAGNITUDE_MS:g} ms")
     effect = ("no fit of response times gives it: a web log holds none over 30 days, and a "
               "fit beyond a thousand times that is dropped")
-    ci = entry.get("ci95") or []
-    out = [out_of_range("gradient", entry.get("gradient"), *g, gradient),
-           out_of_range("thesis_gradient", entry.get("thesis_gradient"), *g, gradient),
+    ci = entry.ci95 or ()
+    out = [out_of_range("gradient", entry.gradient, *g, gradient),
+           out_of_range("thesis_gradient", entry.thesis_gradient, *g, gradient),
            *[out_of_range(f"ci95[{i}]", v, *g, wide) for i, v in enumerate(ci)],
-           out_of_range("effect_ms", entry.get("effect_ms"), -MAX_EFFECT_MS, MAX_EFFECT_MS,
-                        effect),
-           out_of_range("se_ms", entry.get("se_ms"), 0.0, MAX_EFFECT_MS, effect),
-           out_of_range("requests", entry.get("requests"), 0, MAX_COUNT,
-                        "more than a float counts")]
+           out_of_range("effect_ms", entry.effect_ms, -MAX_EFFECT_MS, MAX_EFFECT_MS, effect),
+           out_of_range("se_ms", entry.se_ms, 0.0, MAX_EFFECT_MS, effect),
+           out_of_range("requests", entry.requests, 0, MAX_COUNT, "more than a float counts")]
     if ci and ci[0] > ci[1]:
         out.append(f"ci95 [{shown(ci[0])}, {shown(ci[1])}] is no interval: its low end is "
                    "above its high end")

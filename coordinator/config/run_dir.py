@@ -34,6 +34,7 @@ from linkgrad.linearity import Linearity, linearity
 from linkgrad.prediction import Curve, Estimate, fit_curve
 from linkgrad.protocol.record import InjectionRecord
 from linkgrad.reading import problems_of, read_json
+from linkgrad.spectral.result import GradientResult
 
 Pair = tuple[str, str]
 Status = Literal["running", "completed", "aborted", "interrupted", "failed"]
@@ -130,39 +131,14 @@ def _sane_record(record: InjectionRecord) -> InjectionRecord:
     return record
 
 
-_NUMBERS = ("gradient", "thesis_gradient", "effect_ms", "se_ms")
-
-
-def _number(value: object) -> bool:
-    """A finite JSON number (an integer of any size: read back, its limit names it)."""
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
-
-
-def _transaction(entry: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-    """A `gradient_json` entry read back: the fields arithmetic uses are what they claim, and
-    (a file read back) within what a measurement can give."""
-    for key in _NUMBERS:
-        value = entry.get(key)
-        if value is not None and not _number(value):
-            raise ValueError(f"{key} is not a finite number or null: {value!r}")
-    if entry.get("se_ms") is not None and entry["se_ms"] < 0:
-        raise ValueError(f"se_ms is negative: {entry['se_ms']!r}")
-    ci = entry.get("ci95")
-    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(map(_number, ci))):
-        raise ValueError(f"ci95 is not [low, high] or null: {ci!r}")
-    requests = entry.get("requests", 0)
-    if isinstance(requests, bool) or not isinstance(requests, int) or requests < 0:
-        raise ValueError(f"requests is not a count: {requests!r}")
-    if not isinstance(entry.get("notes", []), list):
-        raise ValueError("notes is not a list")
+def _transaction(entry: GradientResult, info: ValidationInfo) -> GradientResult:
+    """A result read back from a file: within what a measurement can give."""
     if bounds.reading_back(info) and (problems := bounds.transaction_problems(entry)):
         raise ValueError("; ".join(problems))
     return entry
 
 
-TransactionEstimate = Annotated[dict[str, Any], AfterValidator(_transaction)]
+TransactionEstimate = Annotated[GradientResult, AfterValidator(_transaction)]
 
 
 class WaveEstimate(_Record):
@@ -173,7 +149,7 @@ class WaveEstimate(_Record):
     requested_ms: Float = Field(ge=0, le=MAX_DELAY_MS)
     packets_delayed: Int = Field(ge=0, le=bounds.MAX_COUNT)
     perturbation: Perturbation
-    transactions: dict[str, TransactionEstimate]  # name -> `core.estimate.gradient_json`
+    transactions: dict[str, TransactionEstimate]
 
 
 def _graph_link(link: dict[str, Any]) -> dict[str, Any]:
@@ -384,11 +360,11 @@ def pair_gradients(links: list[LinkMeasurement]) -> dict[str, dict[Pair, Curve]]
     for link in links:
         magnitude = link.record.magnitude_ms
         for name, t in link.transactions.items():
-            if t.get("gradient") is None:
+            if t.gradient is None:
                 continue
-            se = t["se_ms"] / magnitude if t.get("se_ms") is not None else math.inf
+            se = t.se_ms / magnitude if t.se_ms is not None else math.inf
             key = (name, link.pair, link.link["label"])
-            points.setdefault(key, []).append((magnitude, t["gradient"], se))
+            points.setdefault(key, []).append((magnitude, t.gradient, se))
     out: dict[str, dict[Pair, Curve]] = {}
     for (name, pair, _), measured in points.items():
         curve, old = fit_curve(measured), out.setdefault(name, {}).get(pair)

@@ -54,12 +54,8 @@ from linkgrad.protocol.injector import Add, Remove, SquareSchedule
 from linkgrad.protocol.record import InjectionRecord, recorded_delay_ms
 from linkgrad.protocol.snap import Profile
 from linkgrad.protocol.sniffer import Unwatch, Watch
-from linkgrad.spectral.estimate import (
-    delay_disagreement,
-    gradient_json,
-    log_gradients,
-    settings_for_log,
-)
+from linkgrad.spectral.estimate import log_gradients, settings_for_log
+from linkgrad.spectral.result import GradientResult, delay_disagreement
 from linkgrad.spectral.wave_plan import (
     TRAIN_BINS,
     TRAIN_CHUNKS,
@@ -353,9 +349,8 @@ def _estimate(snap: RequestLog, groups: dict[str, np.ndarray], link: GraphLink,
     results = log_gradients(snap.start_s, snap.response_s, groups, measured,
                             settings_for_log(snap.time_resolution_s, p.k, p.chunks),
                             baseline_end_s=base.end_s, others=others)
-    transactions = {n: gradient_json(r) for n, r in results.items()}
-    if note:
-        transactions = {n: {**t, "notes": [*t["notes"], note]} for n, t in transactions.items()}
+    transactions = {n: GradientResult.of(r).noted(*[note] * bool(note))
+                    for n, r in results.items()}
     return WaveEstimate(
         record=InjectionRecord.of(wave, actual_ms, link.label),
         requested_ms=wave.magnitude_s * 1e3,
@@ -391,9 +386,8 @@ def rough_gradients(result: WaveEstimate) -> dict[str, RoughGradient]:
     """Each transaction's gradient and 95% half-width from an adaptive cycle."""
     out = {}
     for name, t in result.transactions.items():
-        if t["gradient"] is not None and t["ci95"] is not None:
-            lo, hi = t["ci95"]
-            out[name] = RoughGradient(float(t["gradient"]), max((hi - lo) / 2, 1e-9))
+        if t.gradient is not None and t.half_width is not None:
+            out[name] = RoughGradient(t.gradient, max(t.half_width, 1e-9))
     return out
 
 
@@ -439,8 +433,8 @@ def _with_precision(result: WaveEstimate, wanted: Precision) -> WaveEstimate:
     """The measurement with a note per transaction whose interval is much wider than wanted."""
     transactions = {}
     for name, t in result.transactions.items():
-        note = precision_shortfall(t.get("gradient"), t.get("ci95"), wanted)
-        transactions[name] = {**t, "notes": [*t["notes"], note]} if note else t
+        note = precision_shortfall(t.gradient, t.ci95, wanted)
+        transactions[name] = t.noted(note) if note else t
     return result.model_copy(update={"transactions": transactions})
 
 
@@ -454,7 +448,7 @@ def _with_linearity(result: WaveEstimate, adaptive: WaveEstimate | None) -> Wave
         rough = adaptive.transactions.get(name)
         note = rough and delay_disagreement(rough, adaptive.record.magnitude_ms, t,
                                             result.record.magnitude_ms)
-        transactions[name] = {**t, "notes": [*t["notes"], note]} if note else t
+        transactions[name] = t.noted(note) if note else t
     return result.model_copy(update={"transactions": transactions})
 
 

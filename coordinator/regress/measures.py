@@ -179,11 +179,10 @@ def _gradients(experiment: str, links: list[LinkMeasurement]) -> list[GradientMe
     out = []
     for m in links:
         for name, t in sorted(m.transactions.items()):
-            ci = t.get("ci95")
             out.append(GradientMeasure(
                 experiment=experiment, transaction=name, link=str(m.link["label"]),
-                gradient=t.get("gradient"), ci95=tuple(ci) if ci else None,
-                dof=float(t["dof"]) if t.get("dof") else None,
+                gradient=t.gradient, ci95=t.ci95,
+                dof=float(t.dof) if t.dof else None,
                 magnitude_ms=m.record.magnitude_ms, planned_ms=m.planned_ms))
     return out
 

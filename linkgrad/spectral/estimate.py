@@ -8,7 +8,6 @@ reference, and our phase-locked estimate with its interval.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
@@ -36,11 +35,8 @@ __all__ = [
     "GradientSettings",
     "ThesisResult",
     "TransactionGradient",
-    "delay_disagreement",
-    "gradient_json",
     "gradients",
     "log_gradients",
-    "rounded",
     "settings_for_log",
     "shared_periodic_noise_hz",
     "thesis_bins",
@@ -304,67 +300,3 @@ def gradients(log: RequestLog, record: InjectionRecord,
     return log_gradients(log.start_s, log.response_s, groups, record.square_wave(), settings,
                          record.n_bins, baseline_end_s=baseline_end_s,
                          others=tuple(p.square_wave() for p in partners))
-
-
-def rounded(x: float | None, digits: int = 4) -> float | None:
-    """`x` rounded for JSON; None when missing or not finite (strict JSON has no NaN)."""
-    if x is None or not np.isfinite(x):
-        return None
-    return round(float(x), digits)
-
-
-def gradient_json(r: TransactionGradient) -> dict[str, Any]:
-    """One transaction's estimate as `gradients.json` and `linkgrad gradient --json` give it."""
-    e, th = r.lockin, r.thesis
-    return {
-        "gradient": rounded(e.gradient) if e else None,
-        "ci95": [rounded(e.ci[0]), rounded(e.ci[1])] if e else None,
-        "thesis_gradient": rounded(th.gradient) if th else None,
-        "requests": r.requests,
-        "baseline_requests": r.baseline_requests,
-        "method": "lockin",
-        "effect_ms": rounded(e.effect_s * 1e3, 3) if e else None,
-        "se_ms": rounded(e.se_s * 1e3, 3) if e else None,
-        "dof": e.dof if e else None,
-        "batches": e.batches if e else None,
-        "drift_degree": e.drift_degree if e else None,
-        "periodic_noise_hz": [rounded(f, 5) for f in (e.periodic_hz if e else r.periodic_hz)],
-        "inside_fraction": rounded(e.inside_fraction) if e else None,
-        "edge_guard_ms": rounded(e.guard_s * 1e3, 2) if e else None,
-        "interval_from": ("levels" if e.widened_by_level else "cycles" if e.widened_by_cycles
-                          else "batches") if e else None,
-        "by_level": _level_json(r.by_level),
-        "thesis": {"n_bins": th.n_bins, "bin_s": rounded(th.bin_s), "training_chunks": th.chunks}
-        if th else None,
-        "notes": list(r.notes),
-    }
-
-
-def _level_json(split: LevelSplit | None) -> dict[str, Any] | None:
-    if split is None:
-        return None
-
-    def side(e: LockinEstimate, cycles: int) -> dict[str, Any]:
-        return {"gradient": rounded(e.gradient), "ci95": [rounded(e.ci[0]), rounded(e.ci[1])],
-                "cycles": cycles}
-
-    return {"level_ratio": rounded(split.level_ratio, 3), "differ": split.differ,
-            "quiet": side(split.quiet, split.quiet_cycles),
-            "busy": side(split.busy, split.busy_cycles)}
-
-
-def delay_disagreement(first: dict[str, Any], first_ms: float, second: dict[str, Any],
-                       second_ms: float) -> str | None:
-    """A note when one transaction's gradients at two delays (`gradient_json` entries) differ
-    beyond both intervals: the response is not linear over that range (thesis ch. 6), which
-    belongs in the result, not in its error."""
-    if None in (first["gradient"], second["gradient"], first["ci95"], second["ci95"]):
-        return None
-    if max(first_ms, second_ms) < 1.5 * min(first_ms, second_ms):
-        return None
-    h1 = (first["ci95"][1] - first["ci95"][0]) / 2
-    h2 = (second["ci95"][1] - second["ci95"][0]) / 2
-    if abs(first["gradient"] - second["gradient"]) <= float(np.hypot(h1, h2)):
-        return None
-    return (f"not linear: {first['gradient']:.3g} ± {h1:.2g} at {first_ms:.2f} ms against "
-            f"{second['gradient']:.3g} ± {h2:.2g} at {second_ms:.2f} ms")

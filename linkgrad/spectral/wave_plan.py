@@ -99,8 +99,8 @@ class Precision:
 PRECISION_SLACK = 1.5  # an interval this much wider than wanted is said, not left to be found
 
 
-def precision_shortfall(gradient: float | None, ci95: list[float] | None, wanted: Precision
-                        ) -> str | None:
+def precision_shortfall(gradient: float | None, ci95: tuple[float, float] | None,
+                        wanted: Precision) -> str | None:
     """A note when a measured interval is much wider than the precision asked for: the run
     completed, but its answer is not what was wanted (noisier responses than training saw,
     or the effect cap kept the delay small), and nothing else would say so."""
