@@ -256,10 +256,10 @@ def test_a_run_measures_a_link_over_ipv6(tmp_path: Path, monkeypatch: pytest.Mon
     assert graph["tcp6 app:0 -> db:5432"]["src_addr"] == "fd00::2"
     assert graph["tcp web:0 -> app:8000"]["src_addr"] == ADDRESSES["web"]
     links = RunDir(run_dir).measurements()
-    assert sorted(m.link["label"] for m in links) == ["tcp6 app:0 -> db:5432",
+    assert sorted(m.link.label for m in links) == ["tcp6 app:0 -> db:5432",
                                                      "tcp6 db:5432 -> app:0"]
     for m in links:
-        assert m.record.link == m.link["label"]
+        assert m.record.link == m.link.label
         for name, truth in (("two", 2.0), ("none", 0.0)):  # about 3 standard errors
             assert abs(m.transactions[name].gradient - truth) < 0.3, m.transactions[name]
 

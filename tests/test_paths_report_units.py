@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli.paths_report import crossing_rows, svg_timeline, timeline
-from coordinator.config.run_dir import LinkMeasurement
+from coordinator.config.run_dir import LinkMeasurement, MeasuredLink
 from coordinator.config.trace_file import read_trace, write_trace
 from linkgrad.errors import InputError
 from linkgrad.paths.reconcile import HostRecord, HostTrace
@@ -39,7 +39,7 @@ def _link(label: str, src: str, dst: str, gradient: float, lo: float, hi: float
           ) -> LinkMeasurement:
     # only the link and its transactions are read: the rest of a measurement is left out
     return LinkMeasurement.model_construct(
-        link={"label": label, "src_host": src, "dst_host": dst},
+        link=MeasuredLink(label=label, src_host=src, dst_host=dst),
         transactions={"ViewItem": GradientResult(gradient=gradient, ci95=(lo, hi))})
 
 

@@ -66,7 +66,7 @@ def test_a_run_measures_the_applications_known_gradients(tmp_path):
     assert _journal(run_dir)["status"] == "completed"
     fake.assert_every_lease_ended()
     links = RunDir(run_dir).measurements()
-    assert sorted(m.link["label"] for m in links) == ["tcp app:0 -> db:5432",
+    assert sorted(m.link.label for m in links) == ["tcp app:0 -> db:5432",
                                                      "tcp db:5432 -> app:0"]
     for m in links:
         for name, truth in (("two", 2.0), ("none", 0.0)):  # about 3 standard errors

@@ -230,13 +230,14 @@ def test_an_error_limit_without_a_status_in_the_log_format_is_bad_input(tmp_path
 
 def test_jobs_measure_every_link_at_every_fixed_delay_and_skip_what_is_done():
     from coordinator.config.experiment import Parameters
-    from coordinator.live.run import jobs, measurement_key
+    from coordinator.config.run_dir import MeasurementKey
+    from coordinator.live.run import jobs
     from linkgrad.graph import GraphLink
 
     links = [GraphLink("tcp", a, "10.0.0.1", 0, b, "10.0.0.2", 80, 100)
              for a, b in (("x", "y"), ("y", "x"), ("x", "z"))]
     p = Parameters(concurrent=2, magnitudes_ms=(20.0, 5.0))
-    done = {measurement_key(links[0].label, 5.0): {}}
+    done = {MeasurementKey(links[0].label, 5.0): {}}
     planned = [([link.label for link in group], fixed) for group, fixed in jobs(links, done, p)]
     assert planned == [([links[1].label, links[2].label], 5.0),
                        ([links[0].label, links[1].label], 20.0), ([links[2].label], 20.0)]

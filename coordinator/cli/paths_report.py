@@ -75,14 +75,14 @@ def crossing_rows(paths: dict[str, Any], links: list[LinkMeasurement]) -> list[d
     host pair on the transaction's dominant path, whether they disagree."""
     rows = []
     for lk in links:
-        pair = f"{lk.link['src_host']}->{lk.link['dst_host']}"
+        pair = f"{lk.link.src_host}->{lk.link.dst_host}"
         for name, t in sorted(lk.transactions.items()):
             patterns = paths["transactions"].get(name)
             if not patterns or t.gradient is None:
                 continue
             crossings = float(patterns[0]["crossings"].get(pair, 0.0))
             lo, hi = t.ci95 or (t.gradient, t.gradient)
-            rows.append({"link": str(lk.link["label"]), "transaction": name,
+            rows.append({"link": lk.link.label, "transaction": name,
                          "gradient": t.gradient, "ci95": [lo, hi], "crossings": crossings,
                          "disagree": not lo - DISAGREE_BEYOND <= crossings <= hi + DISAGREE_BEYOND})
     return rows

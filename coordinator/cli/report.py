@@ -125,7 +125,7 @@ def _table(links: list[LinkMeasurement]) -> str:
         response = "-" if p.mean_response_change_ms is None \
             else f"{p.mean_response_change_ms:+.1f}"
         rows.append(
-            f"<tr><td>{html.escape(str(lk.link['label']))}<br><small>{r.cycles}×"
+            f"<tr><td>{html.escape(lk.link.label)}<br><small>{r.cycles}×"
             f"{r.period_s:g} s, {r.magnitude_ms:.2f} ms actual; while on against off: "
             f"throughput {throughput}{_se(p.throughput_change_se)}, response "
             f"{response} ms</small></td>{''.join(cells)}</tr>")
@@ -184,7 +184,7 @@ def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
         if not lk.transactions:
             continue
         best = max(lk.transactions.items(), key=lambda kv: abs(kv[1].gradient or 0))[0]
-        parts.append(f"<h3>{html.escape(str(lk.link['label']))} — {html.escape(best)}</h3>")
+        parts.append(f"<h3>{html.escape(lk.link.label)} — {html.escape(best)}</h3>")
         if log is not None and best in groups:
             parts.append(series_figures(log, groups[best], lk.record))
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"

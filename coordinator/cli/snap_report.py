@@ -57,7 +57,7 @@ def html_section(snap: SnapFile | None, links: list[LinkMeasurement],
     if snap is None:
         return ["<h2>SNAP</h2><p>no snap.json: this run profiled no TCP connection</p>"]
     rows = "".join(
-        f"<tr><td>{html.escape(str(lk.link['label']))}</td>"
+        f"<tr><td>{html.escape(lk.link.label)}</td>"
         f"<td>{html.escape(classes_text((lk.snap or {}).get('passive')))}</td>"
         f"<td>{html.escape(classes_text((lk.snap or {}).get('measurement')))}</td></tr>"
         for lk in links)

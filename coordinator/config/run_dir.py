@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -30,6 +30,7 @@ from coordinator.config.fields import Float, Int, Str, compile_regex
 from coordinator.config.run_hosts import Mention, check_run_hosts
 from coordinator.config.strict_json import dumps
 from linkgrad.errors import InputError, Problem
+from linkgrad.graph import GraphLink
 from linkgrad.linearity import Linearity, linearity
 from linkgrad.prediction import Curve, Estimate, fit_curve
 from linkgrad.protocol.record import InjectionRecord
@@ -152,18 +153,39 @@ class WaveEstimate(_Record):
     transactions: dict[str, TransactionEstimate]
 
 
-def _graph_link(link: dict[str, Any]) -> dict[str, Any]:
-    for key in ("label", "src_host", "dst_host"):
-        if not isinstance(link.get(key), str):
-            raise ValueError(f"{key} is not a string: {link.get(key)!r}")
-    return link
+class MeasuredLink(_Record):
+    """The link a measurement was on, as the run's graph had it (`GraphLink.as_json`); what
+    an older or hand-made file leaves out is None."""
+
+    proto: Str | None = None
+    src_host: Str
+    src_addr: Str | None = None
+    src_port: Int | None = None
+    dst_host: Str
+    dst_addr: Str | None = None
+    dst_port: Int | None = None
+    messages: Int | None = None
+    src_process: Str | None = None
+    dst_process: Str | None = None
+    label: Str
+
+    @classmethod
+    def of(cls, link: GraphLink) -> MeasuredLink:
+        return cls.model_validate(link.as_json())
+
+
+class MeasurementKey(NamedTuple):
+    """What a finished measurement is known by (for --resume): its link, and the delay of
+    `magnitudes_ms` it was measured at (None: the planned delay)."""
+
+    label: str
+    planned_ms: float | None = None
 
 
 class LinkMeasurement(WaveEstimate):
     """An entry of `gradients.json`: a link's measurement, the files that reproduce it."""
 
-    # `core.graph.GraphLink.as_json()`
-    link: Annotated[dict[str, Any], AfterValidator(_graph_link)]
+    link: MeasuredLink
     adaptive: WaveEstimate | None = None  # the adaptive cycle before it, if one ran
     concurrent_with: Int = Field(0, ge=0, le=bounds.MAX_COUNT)  # other links measured with it
     # the delay of magnitudes_ms this measurement was at
@@ -177,13 +199,11 @@ class LinkMeasurement(WaveEstimate):
     @property
     def pair(self) -> Pair:
         """The hosts the link goes between (a latency is per host pair)."""
-        return str(self.link["src_host"]), str(self.link["dst_host"])
+        return self.link.src_host, self.link.dst_host
 
     @property
-    def key(self) -> str:
-        """What a finished measurement is known by (for --resume): a link, at a delay if
-        fixed."""
-        return measurement_key(str(self.link["label"]), self.planned_ms)
+    def key(self) -> MeasurementKey:
+        return MeasurementKey(self.link.label, self.planned_ms)
 
     def as_json(self) -> dict[str, Any]:
         """As `gradients.json` has always had it: a record without null fields, no
@@ -197,10 +217,6 @@ class LinkMeasurement(WaveEstimate):
         if self.snap is None:
             del data["snap"]
         return data
-
-
-def measurement_key(label: str, planned_ms: float | None) -> str:
-    return label if planned_ms is None else f"{label} @ {planned_ms:g} ms"
 
 
 @dataclass
@@ -241,7 +257,7 @@ def linearity_of(links: list[LinkMeasurement]) -> list[Linearity]:
     """`core.linearity` over every measurement of each link and the adaptive cycle before it."""
     points = []
     for m in links:
-        label = str(m.link["label"])
+        label = m.link.label
         points.append((label, m.record.magnitude_ms, "measurement", m.transactions))
         if m.adaptive is not None:
             points.append((label, m.adaptive.record.magnitude_ms, "adaptive",
@@ -363,7 +379,7 @@ def pair_gradients(links: list[LinkMeasurement]) -> dict[str, dict[Pair, Curve]]
             if t.gradient is None:
                 continue
             se = t.se_ms / magnitude if t.se_ms is not None else math.inf
-            key = (name, link.pair, link.link["label"])
+            key = (name, link.pair, link.link.label)
             points.setdefault(key, []).append((magnitude, t.gradient, se))
     out: dict[str, dict[Pair, Curve]] = {}
     for (name, pair, _), measured in points.items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.config.run_dir import LinkMeasurement, RunDir
+from coordinator.config.run_dir import LinkMeasurement, MeasuredLink, RunDir
 from linkgrad.errors import InputError
 from linkgrad.snap.evidence import LinkKey, link_classes
 
@@ -21,9 +21,8 @@ def snap_file(profiling: dict[str, Any], reports: list[dict[str, Any]],
             "addresses": hosts, "reports": reports}
 
 
-def link_key(link: dict[str, Any]) -> LinkKey:
-    return LinkKey(str(link["src_host"]), int(link["src_port"]), str(link["dst_host"]),
-                   int(link["dst_port"]))
+def link_key(link: MeasuredLink) -> LinkKey:
+    return LinkKey(link.src_host, link.src_port or 0, link.dst_host, link.dst_port or 0)
 
 
 def _window(m: LinkMeasurement) -> tuple[float, float]:

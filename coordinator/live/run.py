@@ -30,12 +30,13 @@ from coordinator.config.experiment import Experiment, Parameters
 from coordinator.config.experiment_files import field_problem
 from coordinator.config.run_dir import (
     LinkMeasurement,
+    MeasuredLink,
+    MeasurementKey,
     Perturbation,
     RunDir,
     RunJournal,
     WaveEstimate,
     linearity_of,
-    measurement_key,
     read_record,
 )
 from coordinator.live import passive, paths_evidence
@@ -423,7 +424,7 @@ def measure_group(session: Session, links: list[GraphLink], plan: WavePlan, base
             f"{wave.magnitude_s * 1e3:.2f} ms")
     results = inject_and_estimate(session, list(zip(links, waves, strict=True)), base)
     sleep_checking(clock, max(w.period_s for w in waves) / 2)
-    return [LinkMeasurement(link=link.as_json(), adaptive=a, concurrent_with=len(links) - 1,
+    return [LinkMeasurement(link=MeasuredLink.of(link), adaptive=a, concurrent_with=len(links) - 1,
                             planned_ms=fixed_ms,
                             **dict(_with_precision(_with_linearity(r, a), p.half_width)))
             for link, a, r in zip(links, adaptive, results, strict=True)]
@@ -494,19 +495,20 @@ def adapt(session: Session, links: list[GraphLink], plan: WavePlan, base: Baseli
     return delays, last
 
 
-def jobs(links: list[GraphLink], done: dict[str, LinkMeasurement], p: Parameters
+def jobs(links: list[GraphLink], done: dict[MeasurementKey, LinkMeasurement], p: Parameters
          ) -> list[tuple[list[GraphLink], float | None]]:
     """Groups of `concurrent` links still to measure, once per delay of magnitudes_ms (or
     once at the planned delay)."""
     out: list[tuple[list[GraphLink], float | None]] = []
     for fixed in p.magnitudes_ms or (None,):
-        todo = [link for link in links if measurement_key(link.label, fixed) not in done]
+        todo = [link for link in links if MeasurementKey(link.label, fixed) not in done]
         out += [(todo[i:i + p.concurrent], fixed) for i in range(0, len(todo), p.concurrent)]
     return out
 
 
 def measure_all(session: Session, out: RunDir, links: list[GraphLink], plan: WavePlan,
-                base: Baseline, done: dict[str, LinkMeasurement], say: Say) -> None:
+                base: Baseline, done: dict[MeasurementKey, LinkMeasurement], say: Say
+                ) -> None:
     """Phase 3: every job in turn; each finished group is written at once (records,
     gradients, log)."""
     experiment, log = session.experiment, session.log

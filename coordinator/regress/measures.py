@@ -180,7 +180,7 @@ def _gradients(experiment: str, links: list[LinkMeasurement]) -> list[GradientMe
     for m in links:
         for name, t in sorted(m.transactions.items()):
             out.append(GradientMeasure(
-                experiment=experiment, transaction=name, link=str(m.link["label"]),
+                experiment=experiment, transaction=name, link=m.link.label,
                 gradient=t.gradient, ci95=t.ci95,
                 dof=float(t.dof) if t.dof else None,
                 magnitude_ms=m.record.magnitude_ms, planned_ms=m.planned_ms))
