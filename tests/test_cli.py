@@ -68,14 +68,23 @@ def test_named_transactions(capsys, measured_log):
 
 
 def test_plan_from_training_data(capsys, measured_log):
+    """The plan a run makes at the end of its passive phase (its plan.json), from a log."""
     code, out = run_json(capsys, "plan", "--log", str(measured_log / "access.log"),
                          "--log-format", EXAMPLE_LOG_FORMAT, "--before", "1795000000",
                          "--half-width", "0.2", "--n-bins", "32")
     assert code == 0
-    single = out["transactions"]["/single"]
-    assert 2 <= single["training"]["k_d"] <= 15
-    assert single["lockin"]["magnitude_ms_for_half_width"] > 0
-    assert single["lockin"]["cycles_for_half_width"] >= 2
+    plan = out["plan"]
+    assert plan["half_width"] == "0.2"
+    assert 4 <= plan["period_s"] <= 60  # the spectrum's quietest frequency, 4 s at least
+    assert plan["cycles"] >= 6
+    assert plan["magnitude_ms"] == 1.0  # adaptive: a run's first delay
+    assert set(plan["effect_noise_ms"]) == set(plan["effect_cap_ms"]) >= {"/single"}
+    assert 0 < plan["effect_noise_ms"]["/single"] < plan["effect_cap_ms"]["/single"] * 10
+    assert plan["training"][1] == 1795000000
+    fixed = run_json(capsys, "plan", "--log", str(measured_log / "access.log"),
+                     "--log-format", EXAMPLE_LOG_FORMAT, "--magnitude-ms", "20",
+                     "--cycles", "8")[1]["plan"]
+    assert (fixed["magnitude_ms"], fixed["cycles"]) == (20.0, 8)
 
 
 def test_bad_n_bins_is_exit_2_naming_the_option(capsys, measured_log):
@@ -263,7 +272,7 @@ def test_plan_with_no_transaction_planned_is_exit_2_naming_log_and_before(capsys
     message = json.loads(out)["error"]["message"]
     assert message.startswith(f"{log}: field '--before' no transaction can be planned from "
                               "the 0 requests before --before 1970-01-01 00:00:01 UTC (")
-    assert "need more than 9 requests" in message
+    assert "training saw 0 requests of the transactions: too few to plan" in message
 
 
 @pytest.mark.parametrize(("option", "value"), [("--duration", "0"), ("--duration", "nan"),

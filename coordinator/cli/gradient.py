@@ -1,5 +1,5 @@
-"""`linkgrad gradient` and `linkgrad plan`: their options, and what they do (read inputs,
-compute, print).
+"""`linkgrad gradient`: its options, and what it does (read inputs, compute, print); the log
+options and checks `linkgrad plan` shares.
 
 The computing is in pure modules; this is the thin shell that turns arguments into inputs and
 results into a table for a person or JSON for a script.
@@ -20,19 +20,17 @@ from rich.table import Table
 from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.bounds import FIRST_LOG_S, LAST_LOG_S
-from coordinator.config.experiment import MAX_DELAY_MS, MAX_HALF_WIDTH, MAX_K, MAX_SCALE_D
+from coordinator.config.experiment import MAX_K
 from linkgrad.errors import InputError, Problem
 from linkgrad.protocol.record import InjectionRecord, load_injection_record
-from linkgrad.spectral.binning import MAX_BINS, sampling_interval_s
+from linkgrad.spectral.binning import MAX_BINS
 from linkgrad.spectral.estimate import (
     MAX_CHUNKS,
     TransactionGradient,
     log_gradients,
     settings_for_log,
 )
-from linkgrad.spectral.planner import probe_noise
-from linkgrad.spectral.result import GradientResult, rounded
-from linkgrad.spectral.training import baseline_spectrum, choose_injection
+from linkgrad.spectral.result import GradientResult
 from linkgrad.square_wave import SquareWave
 from linkgrad.transactions import group_by_transaction, parse_transaction_option
 from linkgrad.weblog import RequestLog, read_log
@@ -77,20 +75,6 @@ def _gradient_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline-end", type=float, default=None, metavar="UNIX_S",
                    help="end of the unperturbed training data (default: the record's start; "
                         "a run's is the end of its passive phase, in plan.json 'training')")
-
-
-def _plan_arguments(p: argparse.ArgumentParser) -> None:
-    _add_log_options(p)
-    p.add_argument("--before", type=float, default=None, metavar="UNIX_S",
-                   help="use requests before this time (default: the whole log)")
-    p.add_argument("--n-bins", type=int, default=64, metavar="N",
-                   help="bins per measurement window N (default 64)")
-    p.add_argument("--scale-d", type=float, default=30.0, metavar="D",
-                   help="thesis delay scale factor d (default 30)")
-    p.add_argument("--half-width", type=float, default=0.1, metavar="H",
-                   help="wanted 95%% CI half-width of the gradient (default 0.1)")
-    p.add_argument("--magnitude-ms", type=float, default=None, metavar="MS",
-                   help="delay you are willing to inject (default: the thesis's A_d)")
 
 
 def _positive(value: float | int | None, name: str, at_most: float = math.inf,
@@ -296,99 +280,10 @@ def _not_used_lines(log: RequestLog, unused: dict[str, int]) -> list[str]:
     return lines
 
 
-def _plan_one(t: np.ndarray, y: np.ndarray, end: float, args: argparse.Namespace) -> dict[str, Any]:
-    bin_s = sampling_interval_s(t, args.k)
-    spectrum = baseline_spectrum(t, y, end, bin_s, args.n_bins, args.chunks)
-    choice = choose_injection(spectrum, args.scale_d)
-    magnitude_s = args.magnitude_ms / 1e3 if args.magnitude_ms else choice.magnitude_s
-    probe = probe_noise(t, y, end, choice.period_s, choice.k_d)
-    cycles = probe.cycles_for(args.half_width, magnitude_s)
-    return {
-        "training": {
-            "bin_s": rounded(bin_s), "n_bins": args.n_bins, "chunks": spectrum.chunks,
-            "k_d": choice.k_d, "period_s": rounded(choice.period_s, 3),
-            "frequency_hz": rounded(1 / choice.period_s, 6),
-            "magnitude_ms": rounded(choice.magnitude_s * 1e3, 3),
-        },
-        "lockin": {
-            "period_s": rounded(probe.period_s, 3), "cycles": probe.cycles,
-            "se_ms": rounded(probe.se_s * 1e3, 4),
-            "sham_rms_ms": rounded(probe.empirical_s * 1e3, 4),
-            "shams": probe.shams,
-            "magnitude_ms": rounded(magnitude_s * 1e3, 3),
-            "half_width_at_magnitude": rounded(probe.half_width(magnitude_s)),
-            "magnitude_ms_for_half_width": rounded(probe.magnitude_for(args.half_width) * 1e3, 3),
-            "cycles_for_half_width": cycles,
-            "duration_s_for_half_width": rounded(cycles * probe.period_s, 1),
-        },
-    }
-
-
-def plan_command(args: argparse.Namespace) -> int:
-    _positive(args.n_bins, "--n-bins", MAX_BINS)
-    _positive(args.half_width, "--half-width", MAX_HALF_WIDTH, AS_FILE)
-    _positive(args.scale_d, "--scale-d", MAX_SCALE_D, AS_FILE)
-    _positive(args.magnitude_ms, "--magnitude-ms", MAX_DELAY_MS, AS_FILE)
-    _log_time(args.before, "--before")
-    log, groups = _load_log(args)
-    end = args.before if args.before is not None else float(log.start_s.max()) + 1e-6
-    plans: dict[str, Any] = {}
-    for name, rows in groups.items():
-        t, y = log.start_s[rows], log.response_s[rows]
-        before = t < end
-        try:
-            plans[name] = _plan_one(t[before], y[before], end, args)
-        except ValueError as e:  # too few or too alike requests to plan on
-            plans[name] = {"error": str(e)}
-        except ArithmeticError as e:  # e.g. --half-width 1e-300: cycles beyond any number
-            plans[name] = {"error": f"the options give numbers out of range ({e})"}
-    if plans and all("error" in p for p in plans.values()):  # as gradient: nothing, exit 2
-        training = int(np.count_nonzero(log.start_s < end))
-        reasons = "; ".join(f"{name}: {p['error']}" for name, p in list(plans.items())[:5])
-        raise InputError(Problem(
-            f"no transaction can be planned from the {training} requests before "
-            f"{'--before ' if args.before is not None else 'the end of the log '}"
-            f"{_utc(end)} ({reasons})", str(args.log),
-            field="--before" if args.before is not None else None))
-    if args.json:
-        print(strict_json({"log": {"path": args.log, "requests": len(log),
-                                   "malformed": _malformed_json(log)},
-                           "half_width": args.half_width, "transactions": plans}))
-    else:
-        _print_plans(plans, args.half_width)
-    return 0
-
-
-def _print_plans(plans: dict[str, Any], half_width: float) -> None:
-    table = Table("transaction", "bin s", "k_d", "period s", "thesis A_d ms",
-                  f"ms for ±{half_width:g}", "cycles at A_d", "duration s")
-    for name, p in sorted(plans.items()):
-        if "error" in p:
-            table.add_row(escape(name), "-", "-", "-", "-", "-", "-", escape(p["error"]))
-            continue
-        tr, lk = p["training"], p["lockin"]
-        table.add_row(escape(name), _shown(tr["bin_s"], ".3g"), str(tr["k_d"]),
-                      _shown(tr["period_s"], ".1f"), _shown(tr["magnitude_ms"], ".2f"),
-                      _shown(lk["magnitude_ms_for_half_width"], ".2f"),
-                      str(lk["cycles_for_half_width"]),
-                      _shown(lk["duration_s_for_half_width"], ".0f"))
-    terminal().print(table)
-
-
-def _shown(value: float | None, spec: str) -> str:
-    """A rounded figure for the table; "-" where it is missing (not finite)."""
-    return "-" if value is None else format(value, spec)
-
-
 COMMANDS = (
     Command("gradient", "link gradient per transaction from a web log and an injection record",
             "Estimate each transaction's link gradient from a web log recorded during a "
             "square-wave injection. Requests before the record's start are the training data. "
             "Prints our estimate with its 95% CI and the thesis's eq. 2.6.",
             _gradient_arguments, gradient_command, epilog=LOG_HELP),
-    Command("plan", "plan an injection from training data: frequency, delay, duration",
-            "From unperturbed requests alone: the thesis's training phase (bin size, quietest "
-            "frequency, delay A_d = d·σ(FFT⁰)) and, for our estimator, the delay or the number "
-            "of cycles a wanted CI half-width needs.",
-            _plan_arguments, plan_command, epilog=LOG_HELP),
 )

@@ -24,6 +24,7 @@ from coordinator.cli import (
     latency,
     paths,
     place,
+    plan,
     predict,
     profile,
     regress,
@@ -44,7 +45,8 @@ response times the web server already logs."""
 
 # Every subcommand, in the order `linkgrad --help` lists them.
 COMMANDS: tuple[Command | CommandGroup, ...] = (
-    *gradient.COMMANDS,  # gradient, plan
+    *gradient.COMMANDS,
+    *plan.COMMANDS,
     *injector_cli.COMMANDS,  # inject
     *testbed_cli.COMMANDS,  # testbed up|down|status|load|routes
     *run.COMMANDS,  # run, report

@@ -36,6 +36,7 @@ from linkgrad.prediction import Curve, Estimate, fit_curve
 from linkgrad.protocol.record import InjectionRecord
 from linkgrad.reading import problems_of, read_json
 from linkgrad.spectral.result import GradientResult
+from linkgrad.spectral.wave_plan import Precision, WavePlan
 
 Pair = tuple[str, str]
 Status = Literal["running", "completed", "aborted", "interrupted", "failed"]
@@ -344,14 +345,38 @@ class ExperimentAsRun(_ReadBack):
 
 
 class PlanFile(_ReadBack):
-    """`plan.json`: the square wave the run planned and why."""
+    """`plan.json`, and what `linkgrad plan` prints: the square wave planned from training
+    requests (`wave_plan.plan_wave`) and why."""
 
     period_s: Float = Field(gt=0, le=DAY_S)
     cycles: Int = Field(ge=1, le=MAX_CYCLES)
-    magnitude_ms: Float = Field(ge=0, le=MAX_DELAY_MS)
+    magnitude_ms: Float = Field(ge=0, le=MAX_DELAY_MS)  # the first delay, or the fixed one
     n_bins: Int = Field(ge=1, le=MAX_BINS)
     notes: list[Str] = Field(default_factory=list)
     training: tuple[Float, Float] | None = None  # the passive phase, unix s
+    half_width: Str | None = None  # the precision planned for: '10%' or gradient units
+    # per transaction: the 95% noise on a wave's effect, and the effect's cap (its spread)
+    effect_noise_ms: dict[Str, Float] = Field(default_factory=dict)
+    effect_cap_ms: dict[Str, Float] = Field(default_factory=dict)
+    training_requests_per_s: Float | None = None
+    training_failed_fraction: Float | None = None  # None: the log has no HTTP status
+
+    @classmethod
+    def of(cls, wave: WavePlan, half_width: Precision, training: tuple[float, float] | None,
+           requests_per_s: float | None = None, failed_fraction: float | None = None
+           ) -> PlanFile:
+        def ms(values: dict[str, float]) -> dict[str, float]:
+            return {n: v * 1e3 for n, v in values.items() if math.isfinite(v)}
+
+        def finite(x: float | None) -> float | None:
+            return x if x is not None and math.isfinite(x) else None
+
+        return cls(period_s=wave.period_s, cycles=wave.cycles,
+                   magnitude_ms=wave.magnitude_s * 1e3, n_bins=wave.n_bins,
+                   notes=list(wave.notes), training=training, half_width=str(half_width),
+                   effect_noise_ms=ms(wave.noise_s), effect_cap_ms=ms(wave.effect_cap_s),
+                   training_requests_per_s=finite(requests_per_s),
+                   training_failed_fraction=finite(failed_fraction))
 
 
 @dataclass(frozen=True)

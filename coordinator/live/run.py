@@ -33,6 +33,7 @@ from coordinator.config.run_dir import (
     MeasuredLink,
     MeasurementKey,
     Perturbation,
+    PlanFile,
     RunDir,
     RunJournal,
     WaveEstimate,
@@ -262,14 +263,9 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
                 "status (a CSV log needs a status column): the error rate cannot be watched"))
         say("the web log has no HTTP status: the error rate is not watched")
     wave = plan_wave(by_tx, end, experiment.parameters)
-    out.write("plan.json", {"period_s": wave.period_s, "cycles": wave.cycles,
-                            "magnitude_ms": wave.magnitude_s * 1e3, "n_bins": wave.n_bins,
-                            "notes": list(wave.notes), "training": [start, end],
-                            "half_width": str(experiment.parameters.half_width),
-                            "effect_noise_ms": {n: v * 1e3 for n, v in wave.noise_s.items()},
-                            "effect_cap_ms": {n: v * 1e3 for n, v in wave.effect_cap_s.items()},
-                            "training_requests_per_s": base_rate,
-                            "training_failed_fraction": base.failed_fraction})
+    plan = PlanFile.of(wave, experiment.parameters.half_width, (start, end), base_rate,
+                       base.failed_fraction)
+    out.write("plan.json", plan.model_dump(mode="json"))  # nulls kept: said, not left out
     nodes, p = experiment.nodes, experiment.parameters
     candidates = application(training.graph, nodes.processes, nodes.ports)
     links = select(candidates, p.include, p.exclude)

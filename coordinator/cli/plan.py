@@ -1,0 +1,166 @@
+"""`linkgrad plan`: the square wave a run would plan from a log's unperturbed requests.
+
+One code with the run: the options become an experiment's `parameters` (validated alike), the
+log's training requests go through `wave_plan.plan_wave`, and the answer is what the run
+writes to `plan.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from pydantic import ValidationError
+from rich.markup import escape
+from rich.table import Table
+
+from coordinator.cli.command import Command
+from coordinator.cli.gradient import (
+    AS_FILE,
+    LOG_HELP,
+    _add_log_options,
+    _load_log,
+    _log_time,
+    _malformed_json,
+    _positive,
+    _utc,
+    strict_json,
+)
+from coordinator.cli.terminal import terminal
+from coordinator.config.experiment import (
+    MAX_DELAY_MS,
+    MAX_HALF_WIDTH,
+    MAX_K,
+    MAX_SCALE_D,
+    Parameters,
+)
+from coordinator.config.run_dir import PlanFile
+from linkgrad.errors import InputError, Problem
+from linkgrad.spectral.binning import MAX_BINS
+from linkgrad.spectral.estimate import MAX_CHUNKS
+from linkgrad.spectral.wave_plan import Precision, plan_wave
+
+# option -> the experiment's parameter it sets
+OPTIONS = {"k": "-k", "chunks": "--chunks", "n_bins": "--n-bins", "scale_d": "--scale-d",
+           "half_width": "--half-width", "magnitude_ms": "--magnitude-ms",
+           "cycles": "--cycles", "period_s": "--period-s",
+           "max_duration_s": "--max-duration-s"}
+
+
+def _plan_arguments(p: argparse.ArgumentParser) -> None:
+    _add_log_options(p)
+    p.add_argument("--before", type=float, default=None, metavar="UNIX_S",
+                   help="plan from the requests before this time (default: the whole log)")
+    p.add_argument("--half-width", default="10%", metavar="H",
+                   help="wanted 95%% CI half-width of a gradient: '10%%' of it (the default; "
+                        "±0.1 below 1) or a number in gradient units")
+    p.add_argument("--n-bins", type=int, default=None, metavar="N",
+                   help="bins per window for the period's choice (default: a run's, 32)")
+    p.add_argument("--scale-d", type=float, default=None, metavar="D",
+                   help="the thesis's delay scale factor d (default: a run's, 30)")
+    p.add_argument("--magnitude-ms", type=float, default=None, metavar="MS",
+                   help="fix the delay (default: adaptive, 1 ms first, as a run)")
+    p.add_argument("--cycles", type=int, default=None, metavar="N",
+                   help="fix the cycles (default: as many as the half-width needs)")
+    p.add_argument("--period-s", type=float, default=None, metavar="S",
+                   help="fix the period (default: the quietest frequency of the spectrum)")
+    p.add_argument("--max-duration-s", type=float, default=None, metavar="S",
+                   help="cap on one link's measurement (default: a run's, 900)")
+
+
+def _half_width(text: str) -> Precision:
+    """'10%' or a number in gradient units, as an experiment's `half_width`."""
+    try:
+        if text.strip().endswith("%"):
+            return Precision.parse(text)
+        value = float(text)
+    except ValueError as e:
+        raise InputError(Problem(f"expected a percentage like '10%' or a positive number: {e}",
+                                 field="--half-width")) from e
+    _positive(value, "--half-width", MAX_HALF_WIDTH, AS_FILE)
+    return Precision(value, relative=False)
+
+
+def parameters(args: argparse.Namespace) -> Parameters:
+    """The options as a run's parameters: the same bounds, named by option."""
+    _positive(args.k, "-k", MAX_K, AS_FILE)
+    _positive(args.chunks, "--chunks", MAX_CHUNKS)
+    _positive(args.n_bins, "--n-bins", MAX_BINS)
+    _positive(args.scale_d, "--scale-d", MAX_SCALE_D, AS_FILE)
+    _positive(args.magnitude_ms, "--magnitude-ms", MAX_DELAY_MS, AS_FILE)
+    given = {"k": args.k, "chunks": args.chunks, "n_bins": args.n_bins,
+             "scale_d": args.scale_d, "half_width": _half_width(args.half_width),
+             "magnitude_ms": args.magnitude_ms, "cycles": args.cycles,
+             "period_s": args.period_s, "max_duration_s": args.max_duration_s}
+    try:
+        return Parameters(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as e:
+        raise InputError([Problem(err["msg"].removeprefix("Value error, "),
+                                  field=OPTIONS.get(str(err["loc"][0]), str(err["loc"][0])))
+                          for err in e.errors()]) from e
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    _log_time(args.before, "--before")
+    p = parameters(args)
+    log, groups = _load_log(args)
+    end = args.before if args.before is not None else float(log.start_s.max()) + 1e-6
+    before = log.start_s < end
+    by_tx = {name: (log.start_s[rows[before[rows]]], log.response_s[rows[before[rows]]])
+             for name, rows in groups.items()}
+    training = int(before.sum())
+    try:
+        wave = plan_wave(by_tx, end, p)
+    except (ValueError, ArithmeticError) as e:  # too few requests; numbers out of range
+        raise InputError(Problem(
+            f"no transaction can be planned from the {training} requests before "
+            f"{'--before ' if args.before is not None else 'the end of the log '}"
+            f"{_utc(end)} ({e})", str(args.log),
+            field="--before" if args.before is not None else None)) from e
+    start = float(log.start_s[before].min())
+    plan = PlanFile.of(wave, p.half_width, (start, end),
+                       training / (end - start) if end > start else None)
+    if args.json:
+        print(strict_json({"log": {"path": args.log, "requests": len(log),
+                                   "training_requests": training,
+                                   "malformed": _malformed_json(log)},
+                           "plan": plan.model_dump(mode="json")}))
+    else:
+        _print_plan(plan, {name: len(t) for name, (t, _) in by_tx.items()}, p)
+    return 0
+
+
+def _print_plan(plan: PlanFile, requests: dict[str, int], p: Parameters) -> None:
+    console = terminal()
+    adaptive = p.magnitude_ms is None
+    delay = (f"first delay {plan.magnitude_ms:g} ms, grown until a rough gradient sizes it"
+             if adaptive else f"delay {plan.magnitude_ms:g} ms")
+    console.print(f"period {plan.period_s:.1f} s, {plan.cycles} cycles "
+                  f"({plan.period_s * plan.cycles:.0f} s a link), {delay}")
+    for note in plan.notes:
+        console.print(f"  {escape(note)}")
+    relative = p.half_width.relative
+    wanted = f"effect for ±{p.half_width} ms" if relative else f"delay for ±{p.half_width} ms"
+    table = Table("transaction", "requests", "effect noise ms (95%)", "effect cap ms", wanted)
+    for name in sorted(requests):
+        noise = plan.effect_noise_ms.get(name)
+        cap = plan.effect_cap_ms.get(name)
+        need = None if noise is None else noise / p.half_width.value
+        table.add_row(escape(name), str(requests[name]), _ms(noise), _ms(cap), _ms(need))
+    console.print(table)
+    console.print("a gradient g shows as an effect g × delay: the run sizes each link's delay "
+                  "from a rough gradient, keeping every effect under its cap")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.3g}"
+
+
+COMMANDS = (
+    Command("plan", "the square wave a run would plan from a log: period, cycles, delay",
+            "From unperturbed requests alone, the plan `linkgrad run` makes at the end of its "
+            "passive phase: the period (the quietest frequency of the spectrum), the cycles a "
+            "wanted CI half-width needs with each transaction's effect under its own spread, "
+            "and the delay (adaptive from 1 ms, or fixed). The JSON is the run's plan.json.",
+            _plan_arguments, plan_command, epilog=LOG_HELP),
+)
