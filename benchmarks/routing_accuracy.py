@@ -32,7 +32,8 @@ from benchmarks.on_testbed import linkgrad, scratch_root
 from benchmarks.prediction_accuracy import SPLIT_SITES, experiment
 from benchmarks.results_md import update_section
 from coordinator.config.experiment import Experiment
-from coordinator.config.run_dir import Pair, load_run
+from coordinator.config.run_inputs import load_run
+from coordinator.config.run_records import Pair
 from coordinator.live.clock import SYSTEM, sleep_checking
 from coordinator.live.session import Session
 from coordinator.live.validate import add_links, applied_changes, measure_window

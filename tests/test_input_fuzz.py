@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from coordinator.cli.main import main
 from coordinator.config.experiment import Experiment
 from coordinator.config.latencies import Latencies, Placement
-from coordinator.config.run_dir import LinkMeasurement, read_measurements
+from coordinator.config.run_dir import read_measurements
+from coordinator.config.run_records import LinkMeasurement
 from coordinator.config.strict_json import NOTE_KEY, dumps
 from coordinator.config.yamlconf import parse_yaml
 from linkgrad.errors import InputError

@@ -18,7 +18,8 @@ from typing import IO
 import pytest
 from pydantic import ValidationError
 
-from coordinator.config.run_dir import RunDir, load_run
+from coordinator.config.run_dir import RunDir
+from coordinator.config.run_inputs import load_run
 from coordinator.live.run import run_experiment
 from coordinator.live.session import ipv6_hosts
 from coordinator.live.validate import PlacementChanges, validate_placements

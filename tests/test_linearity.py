@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from coordinator.config.run_dir import LinkMeasurement, RunDir
+from coordinator.config.run_dir import RunDir
+from coordinator.config.run_records import LinkMeasurement
 from linkgrad.linearity import Z95, DelayPoint, fit, linearity
 from linkgrad.spectral.result import GradientResult
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli.paths_report import crossing_rows, svg_timeline, timeline
-from coordinator.config.run_dir import LinkMeasurement, MeasuredLink
+from coordinator.config.run_records import LinkMeasurement, MeasuredLink
 from coordinator.config.trace_file import read_trace, write_trace
 from linkgrad.errors import InputError
 from linkgrad.paths.reconcile import HostRecord, HostTrace

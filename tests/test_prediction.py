@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from coordinator.config.latencies import Latencies, Placement, latency_changes, one_way
-from coordinator.config.run_dir import LinkMeasurement, RunInputs, pair_gradients, unmeasured
+from coordinator.config.run_inputs import RunInputs, pair_gradients, unmeasured
+from coordinator.config.run_records import LinkMeasurement
 from linkgrad.errors import InputError
 from linkgrad.prediction import Curve, Estimate, batch_mean, predict
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.config.experiment import Experiment, Snap
-from coordinator.config.run_dir import RunDir, load_run
+from coordinator.config.run_dir import RunDir
+from coordinator.config.run_inputs import load_run
 from coordinator.config.snap_file import read_snap
 from coordinator.live.run import run_experiment
 from coordinator.live.validate import PlacementChanges, validate_placements

@@ -230,7 +230,7 @@ def test_an_error_limit_without_a_status_in_the_log_format_is_bad_input(tmp_path
 
 def test_jobs_measure_every_link_at_every_fixed_delay_and_skip_what_is_done():
     from coordinator.config.experiment import Parameters
-    from coordinator.config.run_dir import MeasurementKey
+    from coordinator.config.run_records import MeasurementKey
     from coordinator.live.run import jobs
     from linkgrad.graph import GraphLink
 

@@ -106,7 +106,7 @@ def test_an_rtt_the_injected_delay_explains_is_no_delayed_ack():
 
 
 def test_the_delay_on_a_pair_sums_the_links_measured_at_once_either_way():
-    from coordinator.config.run_dir import LinkMeasurement
+    from coordinator.config.run_records import LinkMeasurement
     from coordinator.live.passive import injected_us
     from tests.test_prediction import measurement
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from coordinator.config.run_dir import LinkMeasurement
+from coordinator.config.run_records import LinkMeasurement
 from linkgrad.errors import InputError, Problem
 
 # A crossing count and a gradient disagree when the count lies this far outside the

@@ -17,7 +17,7 @@ from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.candidates import check_candidates, load_candidates
 from coordinator.config.latencies import Latencies, latency_sites, load_latencies, one_way
-from coordinator.config.run_dir import RunInputs, load_run, unmeasured
+from coordinator.config.run_inputs import RunInputs, load_run, unmeasured
 from coordinator.config.strict_json import dumps
 from linkgrad.errors import InputError, Problem
 from linkgrad.placement import PlacementProblem, SearchResult, search

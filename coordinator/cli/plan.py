@@ -34,7 +34,7 @@ from coordinator.config.experiment import (
     MAX_SCALE_D,
     Parameters,
 )
-from coordinator.config.run_dir import PlanFile
+from coordinator.config.run_records import PlanFile
 from linkgrad.errors import InputError, Problem
 from linkgrad.spectral.binning import MAX_BINS
 from linkgrad.spectral.estimate import MAX_CHUNKS

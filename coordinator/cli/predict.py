@@ -14,7 +14,8 @@ from rich.table import Table
 from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.latencies import Placement, latency_sites, load_latencies
-from coordinator.config.run_dir import Pair, RunInputs, load_run
+from coordinator.config.run_inputs import RunInputs, load_run
+from coordinator.config.run_records import Pair
 from coordinator.config.strict_json import dumps
 from coordinator.config.what_if import placement_changes
 from linkgrad.errors import InputError, Problem

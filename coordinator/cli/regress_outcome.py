@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.cli.internal_error import internal_error_details
-from coordinator.config.run_dir import RunJournal, read_record
+from coordinator.config.run_dir import read_record
+from coordinator.config.run_records import RunJournal
 from coordinator.config.suite import LoadedSuite
 from coordinator.regress.check import Check
 from coordinator.regress.compare import compare

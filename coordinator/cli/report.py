@@ -19,15 +19,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from coordinator.cli import paths_report, snap_report
-from coordinator.config.run_dir import (
-    ExperimentAsRun,
-    LinkMeasurement,
-    PlanFile,
-    RunJournal,
-    linearity_of,
-    read_measurements,
-    read_record,
-)
+from coordinator.config.run_dir import linearity_of, read_measurements, read_record
+from coordinator.config.run_records import ExperimentAsRun, LinkMeasurement, PlanFile, RunJournal
 from coordinator.config.snap_file import read_snap
 from linkgrad.errors import InputError, Problem, RuntimeFailure
 from linkgrad.protocol.record import InjectionRecord

@@ -21,7 +21,7 @@ from coordinator.config.latencies import (
     placement_site_problems,
     unknown_site,
 )
-from coordinator.config.run_dir import RunInputs, load_run, require_measured
+from coordinator.config.run_inputs import RunInputs, load_run, require_measured
 from coordinator.config.strict_json import dumps
 from linkgrad.errors import InputError, Problem
 from linkgrad.prediction import predict

@@ -15,7 +15,8 @@ from coordinator.cli.terminal import terminal
 from coordinator.config.coordinator_process import interrupted_reason, still_running
 from coordinator.config.experiment import Experiment
 from coordinator.config.experiment_file import load_experiment
-from coordinator.config.run_dir import RunDir, RunJournal, read_record
+from coordinator.config.run_dir import RunDir, read_record
+from coordinator.config.run_records import RunJournal
 from coordinator.config.strict_json import dumps
 from coordinator.config.yamlconf import line_of
 from coordinator.live.run import run_experiment

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from coordinator.config.run_dir import LinkMeasurement
+from coordinator.config.run_records import LinkMeasurement
 from coordinator.config.snap_file import SnapFile
 from linkgrad.snap.correlate import ResourceScore
 from linkgrad.snap.evidence import correlated_resources

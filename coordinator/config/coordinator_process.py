@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from coordinator.config.run_dir import Coordinator, RunJournal
+from coordinator.config.run_records import Coordinator, RunJournal
 
 State = Literal["alive", "gone", "unknown"]
 PROC = Path("/proc")

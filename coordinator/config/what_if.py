@@ -13,7 +13,8 @@ from coordinator.config.latencies import (
     load_placement,
     placement_site_problems,
 )
-from coordinator.config.run_dir import Pair, RunInputs, require_measured
+from coordinator.config.run_inputs import RunInputs, require_measured
+from coordinator.config.run_records import Pair
 from linkgrad.errors import InputError
 from linkgrad.prediction import Estimate
 

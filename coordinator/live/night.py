@@ -14,7 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,13 +22,11 @@ from pathlib import Path
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.suite import LoadedSuite, SuiteExperimentFile
 from coordinator.live.run import run_experiment
-from coordinator.live.session import check_local_files, sigterm_interrupts
+from coordinator.live.session import Say, check_local_files, sigterm_interrupts
 from coordinator.regress.measures import NightMeasures, night_measures
 from linkgrad.errors import InputError, LinkgradError, RuntimeFailure
 from testbed.lifecycle import down, up
 from testbed.state import directory_for
-
-Say = Callable[[str], None]
 
 
 @dataclass

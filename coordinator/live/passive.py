@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.config.run_dir import LinkMeasurement, MeasuredLink, RunDir
+from coordinator.config.run_dir import RunDir
+from coordinator.config.run_records import LinkMeasurement, MeasuredLink
 from linkgrad.errors import InputError
 from linkgrad.snap.evidence import LinkKey, link_classes
 

@@ -19,7 +19,6 @@ Everything measured is written as it is measured; Ctrl-C or SIGTERM ends the run
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,21 +27,19 @@ import numpy as np
 from coordinator.config.coordinator_process import this_coordinator
 from coordinator.config.experiment import Experiment, Parameters
 from coordinator.config.experiment_files import field_problem
-from coordinator.config.run_dir import (
+from coordinator.config.run_dir import RunDir, linearity_of, read_record
+from coordinator.config.run_records import (
     LinkMeasurement,
     MeasuredLink,
     MeasurementKey,
     Perturbation,
     PlanFile,
-    RunDir,
     RunJournal,
     WaveEstimate,
-    linearity_of,
-    read_record,
 )
 from coordinator.live import passive, paths_evidence
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
-from coordinator.live.session import Connect, Session, sigterm_interrupts, ssh_connect
+from coordinator.live.session import Connect, Say, Session, sigterm_interrupts, ssh_connect
 from coordinator.live.ssh import Endpoint
 from linkgrad.errors import InputError, Problem
 from linkgrad.graph import (
@@ -84,7 +81,6 @@ from linkgrad.weblog.model import RequestLog
 
 ADAPTIVE_S = 10.0  # an adaptive round lasts at least this long (or half the measurement)
 TAIL_S = 3.0  # after a wave ends, the requests that started in it are still being logged
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ class Remote(Protocol):
 
 
 Connect = Callable[[Host, Ssh], Remote]
+Say = Callable[[str], None]  # a line of progress for the person running linkgrad
 
 
 def ssh_connect(host: Host, ssh: Ssh) -> Remote:
@@ -315,7 +316,7 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 def observe(session: Session, start: Callable[[], list[str]], stop: Callable[[], list[str]],
-            duration_s: float, say: Callable[[str], None], warn: Callable[[str], None],
+            duration_s: float, say: Say, warn: Say,
             what: str) -> list[str]:
     """A passive command's session: connect, start the experiment's workload (if it has one)
     and `start` the observation, wait `duration_s` (Ctrl-C ends it early, keeping what was

@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from coordinator.config.experiment import Experiment
-from coordinator.config.run_dir import Pair, RunInputs, read_record
+from coordinator.config.run_dir import read_record
+from coordinator.config.run_inputs import RunInputs
+from coordinator.config.run_records import Pair
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
 from coordinator.live.session import Connect, Session, sigterm_interrupts, ssh_connect
 from linkgrad.alternation import OFF, ON, Alternation

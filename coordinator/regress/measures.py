@@ -13,13 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from coordinator.config.fields import Float, Int, Str
 from coordinator.config.latencies import latency_sites, load_latencies
-from coordinator.config.run_dir import (
-    LinkMeasurement,
-    PlanFile,
-    load_run,
-    read_measurements,
-    read_record,
-)
+from coordinator.config.run_dir import read_measurements, read_record
+from coordinator.config.run_inputs import load_run
+from coordinator.config.run_records import LinkMeasurement, PlanFile
 from coordinator.config.snap_file import read_snap
 from coordinator.config.what_if import placement_changes
 from linkgrad.errors import InputError, Problem

@@ -1,0 +1,153 @@
+"""What a prediction, a placement or a route reads from a run: each transaction's gradient
+curve per host pair, the pairs that carried traffic, the current means, and the checks that a
+changed pair was measured."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import (
+    TypeAdapter,
+    ValidationError,
+)
+
+from coordinator.config.run_dir import read_measurements, read_record, read_run_file
+from coordinator.config.run_hosts import Mention, check_run_hosts
+from coordinator.config.run_records import (
+    BaselineFile,
+    ExperimentAsRun,
+    GraphEntry,
+    LinkMeasurement,
+    Pair,
+)
+from linkgrad.errors import InputError, Problem
+from linkgrad.prediction import Curve, Estimate, fit_curve
+from linkgrad.reading import problems_of
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    run_dir: Path
+    hosts: list[str]
+    gradients: dict[str, dict[Pair, Curve]]  # transaction -> (src, dst) host pair -> curve
+    traffic: dict[Pair, set[str]]  # pairs the communication graph saw, with their protocols
+    current_ms: dict[str, Estimate]  # transaction -> mean response time now
+    requests: dict[str, int]  # transaction -> requests in the passive phase (its mix)
+    measured_ms: dict[Pair, float] = field(default_factory=dict)  # largest delay injected
+    patterns: dict[str, str] = field(default_factory=dict)  # transaction -> URL regex, if named
+    # pairs that (also) talked IPv6: (proto, src address, dst address) as the graph saw them
+    ipv6_traffic: dict[Pair, set[tuple[str, str, str]]] = field(default_factory=dict)
+
+
+def pair_gradients(links: list[LinkMeasurement]) -> dict[str, dict[Pair, Curve]]:
+    """Each link's curve over the delays it was measured at; links between the same two hosts
+    (other ports) add up, since a latency is per host pair. A gradient's standard error is its
+    effect's over the delay actually injected."""
+    points: dict[tuple[str, Pair, str], list[tuple[float, float, float]]] = {}
+    for link in links:
+        magnitude = link.record.magnitude_ms
+        for name, t in link.transactions.items():
+            if t.gradient is None:
+                continue
+            se = t.se_ms / magnitude if t.se_ms is not None else math.inf
+            key = (name, link.pair, link.link.label)
+            points.setdefault(key, []).append((magnitude, t.gradient, se))
+    out: dict[str, dict[Pair, Curve]] = {}
+    for (name, pair, _), measured in points.items():
+        curve, old = fit_curve(measured), out.setdefault(name, {}).get(pair)
+        out[name][pair] = curve if old is None else _add(old, curve)
+    return out
+
+
+def _add(a: Curve, b: Curve) -> Curve:
+    return Curve(Estimate(a.gradient.mean + b.gradient.mean,
+                          math.hypot(a.gradient.se, b.gradient.se)),
+                 Estimate(a.curvature.mean + b.curvature.mean,
+                          math.hypot(a.curvature.se, b.curvature.se)),
+                 a.covariance + b.covariance)
+
+
+def measured_range(links: list[LinkMeasurement]) -> dict[Pair, float]:
+    """Per host pair, the largest delay its gradients were measured with: beyond it, a
+    prediction extrapolates the linear relation (thesis ch. 6)."""
+    out: dict[Pair, float] = {}
+    for link in links:
+        out[link.pair] = max(out.get(link.pair, 0.0), link.record.magnitude_ms)
+    return out
+_GRAPH = TypeAdapter(list[GraphEntry])
+
+
+def load_run(gradients_file: Path) -> RunInputs:
+    run_dir = gradients_file.parent
+    links = read_measurements(gradients_file)
+    graph = read_run_file(run_dir / "graph.json", "the communication graph")
+    try:
+        entries = _GRAPH.validate_python(graph)
+    except ValidationError as e:
+        raise InputError(problems_of(e, str(run_dir / "graph.json"))) from e
+    baseline = read_record(run_dir / "baseline.json", BaselineFile, "the current response times")
+    experiment = read_record(run_dir / "experiment.json", ExperimentAsRun,
+                             "the experiment as run")
+    check_run_hosts(_host_mentions(links, entries, gradients_file, run_dir / "graph.json"),
+                    [h.name for h in experiment.hosts], run_dir / "experiment.json")
+    return RunInputs(
+        run_dir=run_dir,
+        hosts=[h.name for h in experiment.hosts],
+        gradients=pair_gradients(links),
+        traffic=_traffic(entries),
+        ipv6_traffic=_ipv6_traffic(entries),
+        current_ms={name: Estimate(b.mean_ms, b.se_ms)
+                    for name, b in baseline.transactions.items()},
+        requests={name: b.requests for name, b in baseline.transactions.items()},
+        measured_ms=measured_range(links),
+        patterns=dict(experiment.transactions),
+    )
+
+
+def _host_mentions(links: list[LinkMeasurement], graph: list[GraphEntry], gradients_file: Path,
+                   graph_file: Path) -> Iterator[tuple[str, Mention]]:
+    """Every host gradients.json and graph.json name, with the file and field naming it."""
+    for i, m in enumerate(links):
+        for side, host in (("src_host", m.pair[0]), ("dst_host", m.pair[1])):
+            yield host, (gradients_file, f"links.{i}.link.{side}")
+    for i, g in enumerate(graph):
+        for side, host in (("src_host", g.src_host), ("dst_host", g.dst_host)):
+            yield host, (graph_file, f"{i}.{side}")
+
+
+def _traffic(graph: list[GraphEntry]) -> dict[Pair, set[str]]:
+    out: dict[Pair, set[str]] = {}
+    for g in graph:
+        out.setdefault((g.src_host, g.dst_host), set()).add(g.proto)
+    return out
+
+
+def _ipv6_traffic(graph: list[GraphEntry]) -> dict[Pair, set[tuple[str, str, str]]]:
+    """The IPv6 ends of each pair's links: a host's IPv4 address does not reach them."""
+    out: dict[Pair, set[tuple[str, str, str]]] = {}
+    for g in graph:
+        if g.src_addr and g.dst_addr and ":" in g.src_addr:
+            out.setdefault((g.src_host, g.dst_host), set()).add((g.proto, g.src_addr,
+                                                                 g.dst_addr))
+    return out
+
+
+def require_measured(run: RunInputs, changes: dict[Pair, Estimate], why: str,
+                     source: str | None = None, field: str | None = None) -> None:
+    """InputError naming every link that carried traffic and changes latency (`why`) without
+    a measured gradient: a prediction would silently take 0 for it."""
+    if missing := unmeasured(run, {p for p, d in changes.items() if d.mean or d.se}):
+        raise InputError(Problem(
+            f"{', '.join(f'{a}->{b}' for a, b in missing)} carry traffic and change latency "
+            f"{why}, but the run measured no gradient on them (measure them: "
+            "parameters.include)", source, field=field))
+
+
+def unmeasured(run: RunInputs, changed: set[Pair]) -> list[Pair]:
+    """Pairs whose latency changes and that carried traffic, but whose gradient no link of
+    the run measured: a prediction without them would silently assume 0."""
+    measured = {pair for per_pair in run.gradients.values() for pair in per_pair}
+    return sorted(p for p in changed if p in run.traffic and p not in measured)
