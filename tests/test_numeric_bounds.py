@@ -19,7 +19,7 @@ from coordinator.config.bounds import MAX_EFFECT_MS, MAX_GRADIENT
 from coordinator.config.experiment import MAX_K, MAX_SCALE_D, Parameters
 from coordinator.config.run_dir import RunDir
 from coordinator.config.run_records import LinkMeasurement
-from coordinator.live.run import _estimate
+from coordinator.live.wave_estimate import _estimate
 from linkgrad.graph import GraphLink
 from linkgrad.linearity import DelayPoint, fit
 from linkgrad.prediction import Estimate, fit_curve, predict

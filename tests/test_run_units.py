@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from coordinator.live.run import group_waves
+from coordinator.live.measure import group_waves
 from linkgrad.graph import build_graph, select
 from linkgrad.protocol.injector import LinkSpec
 from linkgrad.protocol.sniffer import Report
@@ -231,7 +231,7 @@ def test_an_error_limit_without_a_status_in_the_log_format_is_bad_input(tmp_path
 def test_jobs_measure_every_link_at_every_fixed_delay_and_skip_what_is_done():
     from coordinator.config.experiment import Parameters
     from coordinator.config.run_records import MeasurementKey
-    from coordinator.live.run import jobs
+    from coordinator.live.measure import jobs
     from linkgrad.graph import GraphLink
 
     links = [GraphLink("tcp", a, "10.0.0.1", 0, b, "10.0.0.2", 80, 100)

@@ -134,7 +134,7 @@ def test_the_period_is_long_against_the_slowest_transactions_responses():
 def test_automatic_cycles_keep_every_concurrent_wave_under_the_duration_cap():
     """A default MediaWiki run chose 79 cycles of 11.3 s (896 s) and its 22.6 s partner wave
     came to 907 s, which the injector refused (cap 900 s)."""
-    from coordinator.live.run import group_waves
+    from coordinator.live.measure import group_waves
 
     p = Parameters(half_width="1%", max_duration_s=900)
     plan = plan_wave(_training(12.0, 400.0), 400.0, p)
