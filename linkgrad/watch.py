@@ -4,7 +4,7 @@ limits that abort a run when the application suffers (throughput, failed request
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -21,10 +21,11 @@ __all__ = [
     "Aborted",
     "Baseline",
     "Limits",
-    "baseline_json",
+    "ResponseBaseline",
     "check_limits",
     "failed_fraction",
     "judged_window",
+    "response_baselines",
     "training_requests",
 ]
 
@@ -103,18 +104,27 @@ def check_limits(judged: RequestLog, base: Baseline, p: Limits, labels: str) -> 
                       f"+{p.error_rate_limit:.0%}) while delaying {labels}")
 
 
-def baseline_json(by_tx: dict[str, tuple[np.ndarray, np.ndarray]], start: float,
-                  end: float) -> dict[str, Any]:
-    """Each transaction's mean response time in the passive phase, with its standard error
-    (from batch means): the current response time of a what-if prediction."""
+@dataclass(frozen=True)
+class ResponseBaseline:
+    """A transaction's response times in the passive phase."""
+
+    requests: int
+    mean_ms: float
+    se_ms: float  # of the mean, from batch means (response times are autocorrelated)
+    sd_ms: float
+
+
+def response_baselines(by_tx: dict[str, tuple[np.ndarray, np.ndarray]]
+                       ) -> dict[str, ResponseBaseline]:
+    """Each transaction's mean response time in the passive phase, with its standard error:
+    the current response time of a what-if prediction (none from fewer than 2 requests)."""
     out = {}
     for name, (t, y) in by_tx.items():
         if len(y) < 2:
             continue
         mean = batch_mean(t, y * 1e3)
-        out[name] = {"requests": len(y), "mean_ms": mean.mean, "se_ms": mean.se,
-                     "sd_ms": float(np.std(y * 1e3, ddof=1))}
-    return {"training": [start, end], "transactions": out}
+        out[name] = ResponseBaseline(len(y), mean.mean, mean.se, float(np.std(y * 1e3, ddof=1)))
+    return out
 
 
 def failed_fraction(log: RequestLog, start: float, end: float) -> float | None:

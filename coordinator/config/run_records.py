@@ -6,6 +6,7 @@ by hand or from another tool is refused field by field."""
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
@@ -25,6 +26,7 @@ from linkgrad.graph import GraphLink
 from linkgrad.protocol.record import InjectionRecord
 from linkgrad.spectral.result import GradientResult
 from linkgrad.spectral.wave_plan import Precision, WavePlan
+from linkgrad.watch import ResponseBaseline
 
 Pair = tuple[str, str]
 Status = Literal["running", "completed", "aborted", "interrupted", "failed"]
@@ -206,12 +208,20 @@ class TransactionBaseline(_ReadBack):
     requests: Int = Field(ge=1, le=bounds.MAX_COUNT)  # the run writes no mean of fewer than 2
     mean_ms: Float = Field(ge=0, le=bounds.MAX_RESPONSE_MS)  # a mean of a web log's response times
     se_ms: Float = Field(ge=0, le=bounds.MAX_RESPONSE_MS)
+    sd_ms: Float | None = Field(None, ge=0, le=bounds.MAX_RESPONSE_MS)
 
 
 class BaselineFile(_ReadBack):
     """`baseline.json`: each transaction's response times in the passive phase."""
 
+    training: tuple[Float, Float] | None = None  # the passive phase, unix s
     transactions: dict[Str, TransactionBaseline]
+
+    @classmethod
+    def of(cls, baselines: dict[str, ResponseBaseline], start: float, end: float
+           ) -> BaselineFile:
+        return cls(training=(start, end), transactions={
+            name: TransactionBaseline(**asdict(b)) for name, b in baselines.items()})
 
 
 class GraphEntry(_ReadBack):

@@ -10,7 +10,7 @@ import numpy as np
 
 from coordinator.config.experiment_files import field_problem
 from coordinator.config.run_dir import RunDir
-from coordinator.config.run_records import PlanFile
+from coordinator.config.run_records import BaselineFile, PlanFile
 from coordinator.live import paths_evidence
 from coordinator.live.clock import sleep_checking
 from coordinator.live.session import Say, Session
@@ -33,8 +33,8 @@ from linkgrad.spectral.wave_plan import (
 from linkgrad.transactions import patterns_from
 from linkgrad.watch import (
     Baseline,
-    baseline_json,
     failed_fraction,
+    response_baselines,
     training_requests,
 )
 
@@ -113,7 +113,8 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
     assert session.log is not None
     train_log = session.log.snapshot()
     by_tx = training_requests(train_log, patterns_from(experiment.transactions), start, end)
-    out.write("baseline.json", baseline_json(by_tx, start, end))
+    baseline = BaselineFile.of(response_baselines(by_tx), start, end)
+    out.write("baseline.json", baseline.model_dump(mode="json"))
     base_rate = float(sum(len(t) for t, _ in by_tx.values()) / (end - start))
     responses = np.concatenate([y for _, y in by_tx.values()] or [np.zeros(0)])
     base = Baseline(end, base_rate, float(responses.mean() * 1e3) if len(responses) else 0.0,
