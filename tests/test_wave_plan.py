@@ -64,6 +64,13 @@ def test_an_unknown_gradient_grows_the_delay_by_four_until_a_gradient_of_1_would
     assert last.delay_s == pytest.approx(0.05 / 3.5)
 
 
+def test_a_wide_rough_gradient_grows_no_delay_its_estimate_would_push_past_the_cap():
+    # 25 ± 22 at 1 ms: unresolved, but 4 ms would be an effect of 100 ms against a 50 ms cap
+    choice = next_delay({"a": RoughGradient(25.0, 22.0)}, FIRST_DELAY_S, PLAN, TEN_PERCENT, 0.1)
+    assert choice.final
+    assert choice.delay_s * 25.0 <= 0.05
+
+
 def test_an_absolute_half_width_sets_the_delay_whatever_the_gradient_under_the_cap():
     absolute = Precision(0.2, relative=False)
     choice = next_delay({"a": RoughGradient(2.0, 0.2)}, FIRST_DELAY_S, PLAN, absolute, 0.1)
