@@ -64,7 +64,7 @@ def fit_curve(points: list[tuple[float, float, float]]) -> Curve:
     One delay: the gradient. Several: the effect g·m at each delay m, fitted as
     slope·m + curvature·m² through the origin (no delay, no change) by weighted least squares
     (thesis ch. 6's regression on several magnitudes). A curvature needs delays MIN_SPAN apart
-    with standard errors: closer ones say nothing of it (as for `core.linearity`) and would
+    with standard errors: closer ones say nothing of it (as for `linkgrad.linearity`) and would
     divide by their difference; without, the largest delay's gradient is the curve.
     """
     known = [p for p in points if math.isfinite(p[2])]
@@ -150,14 +150,17 @@ def batch_mean(t_s: np.ndarray, y: np.ndarray, batches: int = 20) -> Estimate:
     autocorrelated (load, GC, caches), so std/sqrt(n) would claim too much."""
     if len(y) == 0:
         raise ValueError("no requests to take a mean of")
+    plain = Estimate(float(np.mean(y)), float(np.std(y, ddof=1) / math.sqrt(len(y)))
+                     if len(y) > 1 else math.inf)
     if len(y) < 2 * batches:
-        return Estimate(float(np.mean(y)), float(np.std(y, ddof=1) / math.sqrt(len(y)))
-                        if len(y) > 1 else math.inf)
+        return plain
     edges = np.linspace(t_s.min(), t_s.max() + 1e-9, batches + 1)
     which = np.clip(np.searchsorted(edges, t_s, side="right") - 1, 0, batches - 1)
     counts = np.bincount(which, minlength=batches)
     sums = np.bincount(which, weights=y, minlength=batches)
     full = counts > 0
+    if full.sum() < 2:  # every request at one instant: no batches to spread over
+        return plain
     means, weights = sums[full] / counts[full], counts[full] / counts[full].sum()
     mean = float(np.sum(weights * means))
     spread = np.sum(weights * (means - mean) ** 2) / (1 - np.sum(weights**2))

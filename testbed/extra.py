@@ -1,6 +1,7 @@
-"""The testbed's own application and load generator need `linkgrad[testbed]` (uvicorn,
-starlette, asyncpg, aiomcache, httpx): a plain `pip install linkgrad` has none of them, and
-without this check the first sign would be a server that died inside a namespace."""
+"""The testbed's own application needs `linkgrad[testbed]` (uvicorn, starlette, asyncpg,
+aiomcache): a plain `pip install linkgrad` has none of them, and without this check the first
+sign would be a server that died inside a namespace. (httpx, which the load generator needs on
+any host a run's workload runs on, is a plain dependency.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import importlib.util
 
 from linkgrad.errors import RuntimeFailure
 
-MODULES = ("uvicorn", "starlette", "asyncpg", "aiomcache", "httpx")
+MODULES = ("uvicorn", "starlette", "asyncpg", "aiomcache")
 
 
 def missing_modules() -> list[str]:

@@ -37,8 +37,8 @@ from pathlib import Path
 try:
     import httpx
 except ImportError as e:  # a plain install on the client host: what to install, no traceback
-    raise SystemExit(f"testbed.loadgen: {e.name} is missing: pip install 'linkgrad[testbed]'"
-                     ) from e
+    raise SystemExit(f"testbed.loadgen: {e.name} is missing: this host's linkgrad install is "
+                     "incomplete (pip install linkgrad)") from e
 
 DEFAULT_THINK_S = 0.5
 

@@ -1,4 +1,4 @@
-"""The gradient against the delay (core.linearity): the weighted line, when it is said to be
+"""The gradient against the delay (linkgrad.linearity): the weighted line, when it is said to be
 linear, and where it lands in gradients.json."""
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def test_the_library_imports_from_a_notebook(plain: Path) -> None:
 
 
 def test_the_extras_are_left_out(plain: Path) -> None:
-    for module in ("uvicorn", "starlette", "asyncpg", "aiomcache", "httpx", "netfilterqueue"):
+    for module in ("uvicorn", "starlette", "asyncpg", "aiomcache", "netfilterqueue"):
         done = _run(plain, "python", "-c", f"import {module}")
         assert done.returncode != 0, f"{module} was installed without its extra"
 

@@ -225,3 +225,11 @@ def test_a_link_measured_at_two_delays_gives_its_curvature_and_the_prediction_us
     noisy = fit_curve([(5.0, 1.0, 0.2), (20.0, 1.0, 0.05)])  # linear, with its uncertainty
     assert abs(noisy.curvature.mean) < 1e-9
     assert noisy.curvature.se > 0
+
+
+def test_a_batch_mean_of_requests_all_at_one_instant_has_a_finite_error():
+    t = np.full(60, 1.7e9)
+    y = np.linspace(10.0, 20.0, 60)
+    mean = batch_mean(t, y)
+    assert mean.mean == pytest.approx(15.0)
+    assert np.isfinite(mean.se)

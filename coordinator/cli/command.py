@@ -4,7 +4,7 @@ Each command module exports the commands it implements as `COMMANDS`; coordinato
 lists those in one place and one builder turns them into argparse subparsers, adding what every
 subcommand has: `--json`, the help layout, and usage errors reported as InputError (exit 2).
 
-Only the description lives here: common imports no argparse (the presentation is the
+Only the description lives here: this module imports no argparse (the presentation is the
 coordinator's), so the callables are typed loosely. `add_arguments` receives the subcommand's
 `argparse.ArgumentParser`, `run` the parsed `argparse.Namespace` and returns the exit code.
 """

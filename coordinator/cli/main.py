@@ -4,7 +4,7 @@ them, the chosen one run, and errors turned into exit codes and messages (text o
 Each command module exports its subcommands as `COMMANDS` (coordinator.cli.command describes them);
 `add_commands` gives every one the same `--json`, help layout and usage-error handling.
 
-Exit codes (docs/README.md): 0 success, 2 bad input (file, line, field named), 1 runtime failure.
+Exit codes: 0 success, 2 bad input (file, line, field named), 1 runtime failure.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from linkgrad.errors import InputError, Problem
 from linkgrad.spectral.binning import MAX_BINS
 from linkgrad.spectral.estimate import MAX_CHUNKS
 from linkgrad.spectral.wave_plan import Precision, plan_wave
+from linkgrad.watch import failed_fraction
 
 # option -> the experiment's parameter it sets
 OPTIONS = {"k": "-k", "chunks": "--chunks", "n_bins": "--n-bins", "scale_d": "--scale-d",
@@ -96,8 +97,17 @@ def parameters(args: argparse.Namespace) -> Parameters:
         return Parameters(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as e:
         raise InputError([Problem(err["msg"].removeprefix("Value error, "),
-                                  field=OPTIONS.get(str(err["loc"][0]), str(err["loc"][0])))
+                                  field=_option(err["loc"], err["msg"]))
                           for err in e.errors()]) from e
+
+
+def _option(loc: tuple[int | str, ...], message: str) -> str | None:
+    """The option a parameter's error is about: its own field's, or (a check across fields,
+    such as the delay against max_delay_ms) the first option its message names."""
+    if loc:
+        return OPTIONS.get(str(loc[0]), str(loc[0]))
+    named = [o for f, o in OPTIONS.items() if f in message]
+    return named[0] if named else None
 
 
 def plan_command(args: argparse.Namespace) -> int:
@@ -111,7 +121,10 @@ def plan_command(args: argparse.Namespace) -> int:
     training = int(before.sum())
     try:
         wave = plan_wave(by_tx, end, p)
-    except (ValueError, ArithmeticError) as e:  # too few requests; numbers out of range
+    except ArithmeticError as e:  # e.g. --half-width 1e-300: cycles beyond any number
+        raise InputError(Problem(f"the options give numbers out of range ({e})",
+                                 field="--half-width")) from e
+    except ValueError as e:  # too few requests
         raise InputError(Problem(
             f"no transaction can be planned from the {training} requests before "
             f"{'--before ' if args.before is not None else 'the end of the log '}"
@@ -119,7 +132,8 @@ def plan_command(args: argparse.Namespace) -> int:
             field="--before" if args.before is not None else None)) from e
     start = float(log.start_s[before].min())
     plan = PlanFile.of(wave, p.half_width, (start, end),
-                       training / (end - start) if end > start else None)
+                       training / (end - start) if end > start else None,
+                       failed_fraction(log, start, end))
     if args.json:
         print(strict_json({"log": {"path": args.log, "requests": len(log),
                                    "training_requests": training,
@@ -140,7 +154,8 @@ def _print_plan(plan: PlanFile, requests: dict[str, int], p: Parameters) -> None
     for note in plan.notes:
         console.print(f"  {escape(note)}")
     relative = p.half_width.relative
-    wanted = f"effect for ±{p.half_width} ms" if relative else f"delay for ±{p.half_width} ms"
+    wanted = (f"effect ms for ±{p.half_width}" if relative
+              else f"delay ms for ±{p.half_width}")
     table = Table("transaction", "requests", "effect noise ms (95%)", "effect cap ms", wanted)
     for name in sorted(requests):
         noise = plan.effect_noise_ms.get(name)
@@ -161,6 +176,7 @@ COMMANDS = (
             "From unperturbed requests alone, the plan `linkgrad run` makes at the end of its "
             "passive phase: the period (the quietest frequency of the spectrum), the cycles a "
             "wanted CI half-width needs with each transaction's effect under its own spread, "
-            "and the delay (adaptive from 1 ms, or fixed). The JSON is the run's plan.json.",
+            "and the delay (adaptive from 1 ms, or fixed). --json gives the run's plan.json "
+            "as `plan`.",
             _plan_arguments, plan_command, epilog=LOG_HELP),
 )

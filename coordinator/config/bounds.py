@@ -5,9 +5,9 @@ most, so a run's own files are always read back.
 
 A transaction's numbers are bounded by the record's delay and the estimator's effect: an
 effect, its standard error and an interval end times the delay within `MAX_EFFECT_MS`
-(`core.estimate` drops a lockin fit past it), over a delay of at least `MIN_MAGNITUDE_MS`, give
-a gradient or interval end within MAX_GRADIENT = 2.6e15 (a delay of 1 us and a wide interval
-are real: ci95 = g ± t·se_ms/magnitude_ms); eq. 2.6's gradient is at most
+(`linkgrad.spectral.estimate` drops a lockin fit past it), over a delay of at least
+`MIN_MAGNITUDE_MS`, give a gradient or interval end within MAX_GRADIENT = 2.6e15 (a delay of
+1 us and a wide interval are real: ci95 = g ± t·se_ms/magnitude_ms); eq. 2.6's gradient is at most
 2π·MAX_RESPONSE_MS/MIN_MAGNITUDE_MS = 1.6e13.
 
 Inside them prediction, placement and routing cannot overflow (1.8e308). A gradients.json is

@@ -61,7 +61,7 @@ def _selector(text: str) -> str:
     return text
 
 
-# `app1->db`, `*->web`, `db:5432->*` (host names exact) or `re:REGEX` (core.graph.Selector);
+# `app1->db`, `*->web`, `db:5432->*` (host names exact) or `re:REGEX` (linkgrad.graph.Selector);
 # each checked on its own, so an error names its index (parameters.include.0)
 LinkSelector = Annotated[str, Strict(), AfterValidator(_selector)]
 

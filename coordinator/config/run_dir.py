@@ -57,7 +57,7 @@ class RunDir:
 
 
 def linearity_of(links: list[LinkMeasurement]) -> list[Linearity]:
-    """`core.linearity` over every measurement of each link and the adaptive cycle before it."""
+    """`linkgrad.linearity` over every measurement of each link and the adaptive cycle before it."""
     points = []
     for m in links:
         label = m.link.label

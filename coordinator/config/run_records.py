@@ -225,7 +225,7 @@ class BaselineFile(_ReadBack):
 
 
 class GraphEntry(_ReadBack):
-    """An entry of `graph.json` (`core.graph.GraphLink.as_json`), as far as it is read."""
+    """An entry of `graph.json` (`linkgrad.graph.GraphLink.as_json`), as far as it is read."""
 
     src_host: Str
     dst_host: Str

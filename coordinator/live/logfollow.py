@@ -50,7 +50,7 @@ class LogFollower:
 
     def judged(self) -> RequestLog:
         """The requests the abort limits judge: those that started in a window ending a lag
-        ago (`core.watch.judged_window`), so every one of them has been logged by now."""
+        ago (`linkgrad.watch.judged_window`), so every one of them has been logged by now."""
         recent = self.recent(WATCH_S + self._lag_s + 2 * FLUSH_S)
         judged, self._lag_s = judged_window(recent, self.clock.time())
         return judged

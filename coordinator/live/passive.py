@@ -22,8 +22,12 @@ def snap_file(profiling: dict[str, Any], reports: list[dict[str, Any]],
             "addresses": hosts, "reports": reports}
 
 
-def link_key(link: MeasuredLink) -> LinkKey:
-    return LinkKey(link.src_host, link.src_port or 0, link.dst_host, link.dst_port or 0)
+def link_key(link: MeasuredLink) -> LinkKey | None:
+    """The link's ends for SNAP's evidence; None when a file left its ports out (a port of 0
+    would match every connection between the two hosts)."""
+    if link.src_port is None or link.dst_port is None:
+        return None
+    return LinkKey(link.src_host, link.src_port, link.dst_host, link.dst_port)
 
 
 def _window(m: LinkMeasurement) -> tuple[float, float]:
@@ -45,6 +49,8 @@ def with_snap(measurement: LinkMeasurement, reports: list[dict[str, Any]],
     measured (the square wave's cycles; an RTT the `injected` delay (µs) explains is no
     delayed ACK there)."""
     key = link_key(measurement.link)
+    if key is None:
+        return measurement
     windows = {"measurement": (*_window(measurement), injected)}
     if training is not None:
         windows["passive"] = (*training, 0.0)
