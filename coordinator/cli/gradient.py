@@ -44,7 +44,7 @@ the start outside the years 1970-9999, has a response time that is negative or o
 is counted under its reason and reported; more than --max-bad-fraction of them is an error."""
 
 
-def _add_log_options(p: argparse.ArgumentParser) -> None:
+def add_log_options(p: argparse.ArgumentParser) -> None:
     """The options of `gradient` and `plan` that say which log to read and how to bin it."""
     p.add_argument("--log", required=True, metavar="FILE", help="web server access log")
     p.add_argument("--format", choices=["nginx", "apache", "csv"], default=None,
@@ -64,7 +64,7 @@ def _add_log_options(p: argparse.ArgumentParser) -> None:
 
 
 def _gradient_arguments(p: argparse.ArgumentParser) -> None:
-    _add_log_options(p)
+    add_log_options(p)
     p.add_argument("--injection", required=True, metavar="INJECTION.json",
                    help="injection record: start, period_s, cycles, magnitude_ms [, n_bins, link]")
     p.add_argument("--n-bins", type=int, default=None, metavar="N",
@@ -77,7 +77,7 @@ def _gradient_arguments(p: argparse.ArgumentParser) -> None:
                         "a run's is the end of its passive phase, in plan.json 'training')")
 
 
-def _positive(value: float | int | None, name: str, at_most: float = math.inf,
+def check_positive(value: float | int | None, name: str, at_most: float = math.inf,
               why: str = "") -> None:
     if value is not None and not 0 < value <= at_most:
         limit = f" and at most {at_most:g}{why}" if at_most < math.inf else ""
@@ -87,7 +87,7 @@ def _positive(value: float | int | None, name: str, at_most: float = math.inf,
 AS_FILE = " (as in an experiment file)"
 
 
-def _log_time(value: float | None, name: str) -> None:
+def check_log_time(value: float | None, name: str) -> None:
     """A unix time compared with a web log's: one no log line can hold is a mistake (ms for s,
     a date typed wrong), and 1e300 would put billions of bins between it and the requests."""
     if value is not None and not FIRST_LOG_S <= value <= LAST_LOG_S:
@@ -96,15 +96,15 @@ def _log_time(value: float | None, name: str) -> None:
                                  field=name))
 
 
-def _load_log(args: argparse.Namespace) -> tuple[RequestLog, dict[str, np.ndarray]]:
-    _positive(args.k, "-k", MAX_K, AS_FILE)
-    _positive(args.chunks, "--chunks", MAX_CHUNKS)
+def load_log(args: argparse.Namespace) -> tuple[RequestLog, dict[str, np.ndarray]]:
+    check_positive(args.k, "-k", MAX_K, AS_FILE)
+    check_positive(args.chunks, "--chunks", MAX_CHUNKS)
     patterns = [parse_transaction_option(t) for t in args.transaction]
     log = read_log(args.log, args.format, args.log_format, args.max_bad_fraction)
     return log, group_by_transaction(log.url, patterns)
 
 
-def _malformed_json(log: RequestLog) -> dict[str, Any]:
+def malformed_json(log: RequestLog) -> dict[str, Any]:
     m = log.malformed
     return {
         "count": m.count, "total": m.total, "fraction": m.fraction,
@@ -141,8 +141,8 @@ def _partners(record: InjectionRecord, paths: list[str]) -> list[InjectionRecord
 
 
 def gradient_command(args: argparse.Namespace) -> int:
-    _positive(args.n_bins, "--n-bins")
-    _log_time(args.baseline_end, "--baseline-end")
+    check_positive(args.n_bins, "--n-bins")
+    check_log_time(args.baseline_end, "--baseline-end")
     record = load_injection_record(args.injection)
     _check_record(record, args.n_bins, args.injection)
     partners = _partners(record, args.concurrent)
@@ -150,7 +150,7 @@ def gradient_command(args: argparse.Namespace) -> int:
         raise InputError(Problem(
             f"{args.baseline_end} is after the injection's first edge {record.start}: the "
             "training data would hold injected requests", field="--baseline-end"))
-    log, groups = _load_log(args)
+    log, groups = load_log(args)
     wave = record.square_wave()
     settings = settings_for_log(log.time_resolution_s, args.k, args.chunks, args.n_bins)
     results = log_gradients(log.start_s, log.response_s, groups, wave, settings,
@@ -161,7 +161,7 @@ def gradient_command(args: argparse.Namespace) -> int:
     _refuse_without_estimates(log, wave, results, args.injection)
     if args.json:
         print(strict_json({
-            "log": {"path": args.log, "requests": len(log), "malformed": _malformed_json(log),
+            "log": {"path": args.log, "requests": len(log), "malformed": malformed_json(log),
                     "unused": unused},
             "injection": record.model_dump(),
             "concurrent": [p.model_dump() for p in partners],
@@ -203,9 +203,9 @@ def _refuse_without_estimates(
     (the wrong log or record, a log that ends early...). Some without one get a note."""
     if any(r.lockin is not None or r.thesis is not None for r in results.values()):
         return
-    when = f"{_utc(wave.start_s)} to {_utc(wave.end_s)}"
+    when = f"{utc(wave.start_s)} to {utc(wave.end_s)}"
     if len(log) and not np.any((log.start_s >= wave.start_s) & (log.start_s < wave.end_s)):
-        span = f"{_utc(float(log.start_s.min()))} to {_utc(float(log.start_s.max()))}"
+        span = f"{utc(float(log.start_s.min()))} to {utc(float(log.start_s.max()))}"
         message = (f"no request started during the injection of {injection} ({when}); the "
                    f"log's requests start from {span}: the log or the record is not this "
                    "run's")
@@ -217,7 +217,7 @@ def _refuse_without_estimates(
     raise InputError(Problem(message, file=log.source))
 
 
-def _utc(t_s: float) -> str:
+def utc(t_s: float) -> str:
     """A unix time as a date; as the number where no date can say it (1e300, infinity)."""
     try:
         return datetime.fromtimestamp(t_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from pydantic import ValidationError
 from rich.markup import escape
@@ -18,13 +19,12 @@ from coordinator.cli.command import Command
 from coordinator.cli.gradient import (
     AS_FILE,
     LOG_HELP,
-    _add_log_options,
-    _load_log,
-    _log_time,
-    _malformed_json,
-    _positive,
-    _utc,
+    add_log_options,
+    check_log_time,
+    check_positive,
+    malformed_json,
     strict_json,
+    utc,
 )
 from coordinator.cli.terminal import terminal
 from coordinator.config.experiment import (
@@ -39,7 +39,9 @@ from linkgrad.errors import InputError, Problem
 from linkgrad.spectral.binning import MAX_BINS
 from linkgrad.spectral.estimate import MAX_CHUNKS
 from linkgrad.spectral.wave_plan import Precision, plan_wave
-from linkgrad.watch import failed_fraction
+from linkgrad.transactions import parse_transaction_option
+from linkgrad.watch import failed_fraction, training_requests
+from linkgrad.weblog import read_log
 
 # option -> the experiment's parameter it sets
 OPTIONS = {"k": "-k", "chunks": "--chunks", "n_bins": "--n-bins", "scale_d": "--scale-d",
@@ -49,7 +51,7 @@ OPTIONS = {"k": "-k", "chunks": "--chunks", "n_bins": "--n-bins", "scale_d": "--
 
 
 def _plan_arguments(p: argparse.ArgumentParser) -> None:
-    _add_log_options(p)
+    add_log_options(p)
     p.add_argument("--before", type=float, default=None, metavar="UNIX_S",
                    help="plan from the requests before this time (default: the whole log)")
     p.add_argument("--half-width", default="10%", metavar="H",
@@ -78,17 +80,17 @@ def _half_width(text: str) -> Precision:
     except ValueError as e:
         raise InputError(Problem(f"expected a percentage like '10%' or a positive number: {e}",
                                  field="--half-width")) from e
-    _positive(value, "--half-width", MAX_HALF_WIDTH, AS_FILE)
+    check_positive(value, "--half-width", MAX_HALF_WIDTH, AS_FILE)
     return Precision(value, relative=False)
 
 
 def parameters(args: argparse.Namespace) -> Parameters:
     """The options as a run's parameters: the same bounds, named by option."""
-    _positive(args.k, "-k", MAX_K, AS_FILE)
-    _positive(args.chunks, "--chunks", MAX_CHUNKS)
-    _positive(args.n_bins, "--n-bins", MAX_BINS)
-    _positive(args.scale_d, "--scale-d", MAX_SCALE_D, AS_FILE)
-    _positive(args.magnitude_ms, "--magnitude-ms", MAX_DELAY_MS, AS_FILE)
+    check_positive(args.k, "-k", MAX_K, AS_FILE)
+    check_positive(args.chunks, "--chunks", MAX_CHUNKS)
+    check_positive(args.n_bins, "--n-bins", MAX_BINS)
+    check_positive(args.scale_d, "--scale-d", MAX_SCALE_D, AS_FILE)
+    check_positive(args.magnitude_ms, "--magnitude-ms", MAX_DELAY_MS, AS_FILE)
     given = {"k": args.k, "chunks": args.chunks, "n_bins": args.n_bins,
              "scale_d": args.scale_d, "half_width": _half_width(args.half_width),
              "magnitude_ms": args.magnitude_ms, "cycles": args.cycles,
@@ -106,18 +108,19 @@ def _option(loc: tuple[int | str, ...], message: str) -> str | None:
     such as the delay against max_delay_ms) the first option its message names."""
     if loc:
         return OPTIONS.get(str(loc[0]), str(loc[0]))
-    named = [o for f, o in OPTIONS.items() if f in message]
+    named = [o for f, o in OPTIONS.items() if re.search(rf"\b{f}\b", message)]
     return named[0] if named else None
 
 
 def plan_command(args: argparse.Namespace) -> int:
-    _log_time(args.before, "--before")
+    check_log_time(args.before, "--before")
     p = parameters(args)
-    log, groups = _load_log(args)
+    patterns = [parse_transaction_option(t) for t in args.transaction]
+    log = read_log(args.log, args.format, args.log_format, args.max_bad_fraction)
     end = args.before if args.before is not None else float(log.start_s.max()) + 1e-6
     before = log.start_s < end
-    by_tx = {name: (log.start_s[rows[before[rows]]], log.response_s[rows[before[rows]]])
-             for name, rows in groups.items()}
+    # the run's own reading of its passive phase: every request before the end
+    by_tx = training_requests(log, patterns, float(log.start_s.min()), end)
     training = int(before.sum())
     try:
         wave = plan_wave(by_tx, end, p)
@@ -128,7 +131,7 @@ def plan_command(args: argparse.Namespace) -> int:
         raise InputError(Problem(
             f"no transaction can be planned from the {training} requests before "
             f"{'--before ' if args.before is not None else 'the end of the log '}"
-            f"{_utc(end)} ({e})", str(args.log),
+            f"{utc(end)} ({e})", str(args.log),
             field="--before" if args.before is not None else None)) from e
     start = float(log.start_s[before].min())
     plan = PlanFile.of(wave, p.half_width, (start, end),
@@ -137,7 +140,7 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.json:
         print(strict_json({"log": {"path": args.log, "requests": len(log),
                                    "training_requests": training,
-                                   "malformed": _malformed_json(log)},
+                                   "malformed": malformed_json(log)},
                            "plan": plan.model_dump(mode="json")}))
     else:
         _print_plan(plan, {name: len(t) for name, (t, _) in by_tx.items()}, p)

@@ -75,7 +75,7 @@ def _with_precision(result: WaveEstimate, wanted: Precision) -> WaveEstimate:
     transactions = {}
     for name, t in result.transactions.items():
         note = precision_shortfall(t.gradient, t.ci95, wanted)
-        transactions[name] = t.noted(note) if note else t
+        transactions[name] = t.noted(note)
     return result.model_copy(update={"transactions": transactions})
 
 
@@ -89,7 +89,7 @@ def _with_linearity(result: WaveEstimate, adaptive: WaveEstimate | None) -> Wave
         rough = adaptive.transactions.get(name)
         note = rough and delay_disagreement(rough, adaptive.record.magnitude_ms, t,
                                             result.record.magnitude_ms)
-        transactions[name] = t.noted(note) if note else t
+        transactions[name] = t.noted(note)
     return result.model_copy(update={"transactions": transactions})
 
 

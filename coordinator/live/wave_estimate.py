@@ -74,7 +74,7 @@ def _estimate(snap: RequestLog, groups: dict[str, np.ndarray], link: GraphLink,
     results = log_gradients(snap.start_s, snap.response_s, groups, measured,
                             settings_for_log(snap.time_resolution_s, p.k, p.chunks),
                             baseline_end_s=base.end_s, others=others)
-    transactions = {n: GradientResult.of(r).noted(*[note] * bool(note))
+    transactions = {n: GradientResult.of(r).noted(note)
                     for n, r in results.items()}
     return WaveEstimate(
         record=InjectionRecord.of(wave, actual_ms, link.label),

@@ -126,9 +126,10 @@ class GradientResult(_Result):
         """Half the 95% interval; None without one."""
         return None if self.ci95 is None else (self.ci95[1] - self.ci95[0]) / 2
 
-    def noted(self, *notes: str) -> GradientResult:
-        """The same result with `notes` added after its own."""
-        return self.model_copy(update={"notes": [*self.notes, *notes]}) if notes else self
+    def noted(self, *notes: str | None) -> GradientResult:
+        """The same result with `notes` added after its own (None: nothing to say)."""
+        said = [n for n in notes if n]
+        return self.model_copy(update={"notes": [*self.notes, *said]}) if said else self
 
 
 def _by_level(split: LevelSplit | None) -> ByLevel | None:
