@@ -8,15 +8,14 @@ results into a table for a person or JSON for a script.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
 from rich.markup import escape
 from rich.table import Table
 
+from coordinator.cli.answer import Answer, absent_when_none
 from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.bounds import FIRST_LOG_S, LAST_LOG_S
@@ -104,13 +103,44 @@ def load_log(args: argparse.Namespace) -> tuple[RequestLog, dict[str, np.ndarray
     return log, group_by_transaction(log.url, patterns)
 
 
-def malformed_json(log: RequestLog) -> dict[str, Any]:
-    m = log.malformed
-    return {
-        "count": m.count, "total": m.total, "fraction": m.fraction,
-        "by_reason": dict(m.by_reason),
-        "examples": [{"line": line, "reason": reason} for line, reason in m.examples],
-    }
+class BadLine(Answer):
+    line: int
+    reason: str
+
+
+class Malformed(Answer):
+    """The log's lines that are no request: how many, why, the first few."""
+
+    count: int
+    total: int
+    fraction: float
+    by_reason: dict[str, int]
+    examples: list[BadLine]
+
+    @classmethod
+    def of(cls, log: RequestLog) -> Malformed:
+        m = log.malformed
+        return cls(count=m.count, total=m.total, fraction=m.fraction,
+                   by_reason=dict(m.by_reason),
+                   examples=[BadLine(line=line, reason=reason) for line, reason in m.examples])
+
+
+class LogRead(Answer):
+    """The log a command read, and what of it was used."""
+
+    path: str
+    requests: int
+    training_requests: int | None = absent_when_none()  # linkgrad plan: before --before
+    malformed: Malformed
+    unused: dict[str, int] | None = absent_when_none()  # linkgrad gradient: by reason
+
+
+class GradientAnswer(Answer):
+    log: LogRead
+    injection: InjectionRecord
+    concurrent: list[InjectionRecord]  # waves on other links meanwhile, fitted with it
+    baseline_end: float  # the training data ends here (unix s)
+    transactions: dict[str, GradientResult]
 
 
 def _check_record(record: InjectionRecord, n_bins: int | None, path: str) -> None:
@@ -160,15 +190,12 @@ def gradient_command(args: argparse.Namespace) -> int:
     unused = unused_requests(log.start_s, groups, wave, baseline_end, bool(args.transaction))
     _refuse_without_estimates(log, wave, results, args.injection)
     if args.json:
-        print(strict_json({
-            "log": {"path": args.log, "requests": len(log), "malformed": malformed_json(log),
-                    "unused": unused},
-            "injection": record.model_dump(),
-            "concurrent": [p.model_dump() for p in partners],
-            "baseline_end": baseline_end,
-            "transactions": {name: GradientResult.of(r).model_dump(mode="json")
-                             for name, r in results.items()},
-        }))
+        print(GradientAnswer(
+            log=LogRead(path=args.log, requests=len(log), malformed=Malformed.of(log),
+                        unused=unused),
+            injection=record, concurrent=partners, baseline_end=baseline_end,
+            transactions={name: GradientResult.of(r) for name, r in results.items()},
+        ).json_text(note=False))
     else:
         _print_gradients(log, record, results, unused)
     return 0
@@ -223,21 +250,6 @@ def utc(t_s: float) -> str:
         return datetime.fromtimestamp(t_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     except (OverflowError, ValueError, OSError):
         return f"unix time {t_s:g}"
-
-
-def strict_json(document: Any) -> str:
-    """JSON with every non-finite number as null: `--json` output is strict JSON."""
-    return json.dumps(_finite_or_null(document), indent=2, allow_nan=False)
-
-
-def _finite_or_null(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite_or_null(v) for v in value]
-    return value
 
 
 def _print_gradients(

@@ -8,17 +8,16 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from rich.table import Table
 
+from coordinator.cli.answer import Answer
 from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.candidates import check_candidates, load_candidates
 from coordinator.config.latencies import Latencies, latency_sites, load_latencies, one_way
 from coordinator.config.run_inputs import RunInputs, load_run, unmeasured
-from coordinator.config.strict_json import dumps
 from linkgrad.errors import InputError, Problem
 from linkgrad.placement import PlacementProblem, SearchResult, search
 
@@ -167,16 +166,32 @@ def place_command(args: argparse.Namespace) -> int:
                             str(args.candidates))
     started = time.perf_counter()
     result = search(problem, args.top)
-    out = result_json(problem, result, apps, time.perf_counter() - started)
+    out = place_answer(problem, result, apps, time.perf_counter() - started)
     if args.json:
-        print(dumps(out))
+        print(out.json_text())
     else:
         _print(out)
     return 0
 
 
-def result_json(problem: PlacementProblem, result: SearchResult, apps: list[App],
-                seconds: float) -> dict[str, Any]:
+class RankedPlacement(Answer):
+    move: dict[str, str]  # host -> its new site; empty: stay
+    weighted_change_ms: float  # importance-weighted change of the apps' means
+    apps_mean_ms: dict[str, float]  # each app's predicted mean
+    notes: list[str]
+
+
+class PlaceAnswer(Answer):
+    method: str  # "exhaustive" or the local search
+    placements_evaluated: int
+    seconds: float
+    gap_bound_ms: float  # the best is at most this far above the optimum
+    apps_now_ms: dict[str, float]
+    ranked: list[RankedPlacement]
+
+
+def place_answer(problem: PlacementProblem, result: SearchResult, apps: list[App],
+                 seconds: float) -> PlaceAnswer:
     now = problem.cost(problem.current)
     total = sum(a.importance for a in apps)
     ranked = []
@@ -189,14 +204,13 @@ def result_json(problem: PlacementProblem, result: SearchResult, apps: list[App]
             deltas = _deltas(problem, weights, placement)
             per_app[a.name] = round(a.current_ms() + _change(weights, deltas), 3)
             notes += _extrapolated(a, deltas)
-        ranked.append({"move": moves, "weighted_change_ms": round((cost - now) / total, 3),
-                       "apps_mean_ms": per_app,
-                       "notes": notes})
-    return {"method": result.method, "placements_evaluated": result.evaluated,
-            "seconds": round(seconds, 3),
-            "gap_bound_ms": round(result.gap_ms / total, 3),
-            "apps_now_ms": {a.name: round(a.current_ms(), 3) for a in apps},
-            "ranked": ranked}
+        ranked.append(RankedPlacement(move=moves,
+                                      weighted_change_ms=round((cost - now) / total, 3),
+                                      apps_mean_ms=per_app, notes=notes))
+    return PlaceAnswer(method=result.method, placements_evaluated=result.evaluated,
+                       seconds=round(seconds, 3), gap_bound_ms=round(result.gap_ms / total, 3),
+                       apps_now_ms={a.name: round(a.current_ms(), 3) for a in apps},
+                       ranked=ranked)
 
 
 def _deltas(problem: PlacementProblem, weights: dict[tuple[str, str], tuple[float, float]],
@@ -223,23 +237,23 @@ def _extrapolated(app: App, deltas: dict[tuple[str, str], float]) -> list[str]:
             if (a, b) in measured and abs(d) > measured[(a, b)] + 1e-9]
 
 
-def _print(out: dict[str, Any]) -> None:
+def _print(out: PlaceAnswer) -> None:
     console = terminal()
-    apps = list(out["apps_now_ms"])
+    apps = list(out.apps_now_ms)
     table = Table("rank", "moves", "weighted change ms", *[f"{a} mean ms" for a in apps],
-                  title=f"{out['method']}, {out['placements_evaluated']} placements scored in "
-                        f"{out['seconds']:g} s")
-    table.add_row("now", "-", "0", *[f"{out['apps_now_ms'][a]:.1f}" for a in apps])
-    for i, r in enumerate(out["ranked"], 1):
-        moves = ", ".join(f"{h} → {s}" for h, s in r["move"].items()) or "(stay)"
-        table.add_row(str(i), moves, f"{r['weighted_change_ms']:+.2f}",
-                      *[f"{r['apps_mean_ms'][a]:.1f}" for a in apps])
+                  title=f"{out.method}, {out.placements_evaluated} placements scored in "
+                        f"{out.seconds:g} s")
+    table.add_row("now", "-", "0", *[f"{out.apps_now_ms[a]:.1f}" for a in apps])
+    for i, r in enumerate(out.ranked, 1):
+        moves = ", ".join(f"{h} → {s}" for h, s in r.move.items()) or "(stay)"
+        table.add_row(str(i), moves, f"{r.weighted_change_ms:+.2f}",
+                      *[f"{r.apps_mean_ms[a]:.1f}" for a in apps])
     console.print(table)
-    for i, r in enumerate(out["ranked"], 1):
-        for note in r["notes"]:
+    for i, r in enumerate(out.ranked, 1):
+        for note in r.notes:
             console.print(f"[yellow]{i}: {note}[/]")
-    if out["method"] != "exhaustive":
-        console.print(f"the best is within {out['gap_bound_ms']:.2f} ms of the optimum")
+    if out.method != "exhaustive":
+        console.print(f"the best is within {out.gap_bound_ms:.2f} ms of the optimum")
 
 
 COMMANDS = (

@@ -15,15 +15,16 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
+from coordinator.cli.answer import Answer
 from coordinator.cli.command import Command
 from coordinator.cli.gradient import (
     AS_FILE,
     LOG_HELP,
+    LogRead,
+    Malformed,
     add_log_options,
     check_log_time,
     check_positive,
-    malformed_json,
-    strict_json,
     utc,
 )
 from coordinator.cli.terminal import terminal
@@ -138,13 +139,17 @@ def plan_command(args: argparse.Namespace) -> int:
                        training / (end - start) if end > start else None,
                        failed_fraction(log, start, end))
     if args.json:
-        print(strict_json({"log": {"path": args.log, "requests": len(log),
-                                   "training_requests": training,
-                                   "malformed": malformed_json(log)},
-                           "plan": plan.model_dump(mode="json")}))
+        print(PlanAnswer(log=LogRead(path=args.log, requests=len(log),
+                                     training_requests=training, malformed=Malformed.of(log)),
+                         plan=plan).json_text(note=False))
     else:
         _print_plan(plan, {name: len(t) for name, (t, _) in by_tx.items()}, p)
     return 0
+
+
+class PlanAnswer(Answer):
+    log: LogRead
+    plan: PlanFile  # as the run writes plan.json
 
 
 def _print_plan(plan: PlanFile, requests: dict[str, int], p: Parameters) -> None:

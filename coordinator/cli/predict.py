@@ -5,24 +5,19 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, replace
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from coordinator.cli.command import Command
+from coordinator.cli.predict_answer import PlacementAnswer, PredictAnswer, ValidationAnswer
 from coordinator.cli.terminal import terminal
-from coordinator.config.latencies import Placement, latency_sites, load_latencies
-from coordinator.config.run_inputs import RunInputs, load_run
-from coordinator.config.run_records import Pair
-from coordinator.config.strict_json import dumps
+from coordinator.config.latencies import latency_sites, load_latencies
+from coordinator.config.run_inputs import load_run
 from coordinator.config.what_if import placement_changes
 from linkgrad.errors import InputError, Problem
-from linkgrad.prediction import Estimate, Prediction, predict
-
-if TYPE_CHECKING:  # imported when validating: paramiko is slow to load
-    from coordinator.live.validate import Validation
+from linkgrad.prediction import predict
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -39,111 +34,60 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         "each placement (in three turns each)")
 
 
-def prediction_json(p: Prediction, run: RunInputs, changes: dict[Pair, Estimate]) -> dict:
-    lo, hi = p.ci95
-    mine = run.gradients.get(p.transaction, {})
-    lacking = sorted(pair for pair, d in changes.items()
-                     if d.mean and pair not in mine and _measured(run, pair))
-    return {
-        "current_ms": round(p.current_ms.mean, 3), "current_se_ms": round(p.current_ms.se, 3),
-        "predicted_ms": round(p.predicted_ms, 3), "se_ms": round(p.se_ms, 3),
-        "ci95": [round(lo, 3), round(hi, 3)],
-        "change_ms": round(p.predicted_ms - p.current_ms.mean, 3),
-        "terms": [{"link": f"{t.pair[0]}->{t.pair[1]}", "gradient": round(t.gradient.mean, 4),
-                   "gradient_se": round(t.gradient.se, 4), "delta_ms": round(t.delta_ms.mean, 3),
-                   "delta_se_ms": round(t.delta_ms.se, 3), "change_ms": round(t.change_ms, 3),
-                   **({"curvature_per_ms": round(t.curve.curvature.mean, 6),
-                       "curvature_se": round(t.curve.curvature.se, 6)}
-                      if t.curve.curvature.se else {})}
-                  for t in p.terms],
-        "notes": [f"no gradient of {p.transaction} on {a}->{b} (too few of its requests during "
-                  "that measurement): its change there is missing" for a, b in lacking]
-        + [f"{a}->{b} is not linear: {t.curve.curvature.mean:+.4f} ms per ms² (measured at "
-           "several delays), used in the prediction" for t in p.terms for a, b in [t.pair]
-           if abs(t.curve.curvature.mean) > 2 * t.curve.curvature.se > 0]
-        + [f"{a}->{b} changes by {t.delta_ms.mean:+.1f} ms, beyond the {run.measured_ms[t.pair]:g}"
-           " ms its gradient was measured with: the linear relation is extrapolated (measure "
-           "with a larger delay to check it holds; thesis ch. 6)"
-           for t in p.terms for a, b in [t.pair]
-           if t.pair in run.measured_ms and abs(t.delta_ms.mean) > run.measured_ms[t.pair]],
-    }
-
-
-def _measured(run: RunInputs, pair: Pair) -> bool:
-    return any(pair in per_pair for per_pair in run.gradients.values())
-
-
-@dataclass(frozen=True)
-class PlacementPrediction:
-    """One placement file: where hosts move, each pair's latency change, every transaction's
-    prediction, and (with --validate) what the live system then measured."""
-
-    source: str
-    placement: Placement
-    changes: dict[Pair, Estimate]
-    predictions: dict[str, Prediction]
-    validation: Validation | None = None
-
-    def as_json(self, run: RunInputs) -> dict[str, Any]:
-        return {
-            "placement": self.source, "move": self.placement.move,
-            "latency_changes_ms": {f"{a}->{b}": {"mean": round(d.mean, 3), "se": round(d.se, 3)}
-                                   for (a, b), d in sorted(self.changes.items())},
-            "transactions": {n: prediction_json(p, run, self.changes)
-                             for n, p in sorted(self.predictions.items())},
-            **({"validation": self.validation.as_json()} if self.validation else {})}
-
-
 def predict_command(args: argparse.Namespace) -> int:
     if not 0 < args.window_s <= 3600:  # NaN too
         raise InputError(Problem(f"must be above 0 and at most 3600 s, got {args.window_s}",
                                  field="--window-s"))
     run, latencies = load_run(args.gradients), load_latencies(args.latencies)
     known = latency_sites(latencies, run.hosts)  # once, however many placements
-    results = []
+    placements, changes_of = [], []
     for path in args.placement:
         placement, changes = placement_changes(run, latencies, args.latencies, path,
                                                known)
-        results.append(PlacementPrediction(str(path), placement, changes,
-                                           predict(run.current_ms, run.gradients, changes)))
+        changes_of.append(changes)
+        placements.append(PlacementAnswer.of(
+            str(path), placement.move, changes,
+            predict(run.current_ms, run.gradients, changes), run))
     if args.validate:
-        from coordinator.live.validate import PlacementChanges, validate_placements
+        from coordinator.live.validate import CYCLES, PlacementChanges, validate_placements
 
         validations = validate_placements(
-            run, [PlacementChanges(r.source, r.changes) for r in results], args.window_s,
-            _say(args.json))
-        results = [replace(r, validation=v) for r, v in zip(results, validations, strict=True)]
-    placements = [r.as_json(run) for r in results]
+            run, [PlacementChanges(p.placement, c) for p, c in zip(placements, changes_of,
+                                                                   strict=True)],
+            args.window_s, _say(args.json))
+        placements = [p.model_copy(update={"validation": ValidationAnswer.of(v, CYCLES)})
+                      for p, v in zip(placements, validations, strict=True)]
+    answer = PredictAnswer(run=str(run.run_dir), placements=placements)
     if args.json:
-        print(dumps({"run": str(run.run_dir), "placements": placements}))
+        print(answer.json_text())
     else:
-        _print(placements)
+        _print(answer.placements)
     return 0
 
 
-def _say(quiet: bool) -> Any:
+def _say(quiet: bool) -> Callable[[str], None]:
     console = terminal(stderr=True)
     return lambda message: console.print(message) if not quiet else None
 
 
-def _print(results: list[dict[str, Any]]) -> None:
+def _print(placements: list[PlacementAnswer]) -> None:
     console = terminal()
-    for r in results:
-        moves = ", ".join(f"{h} → {s}" for h, s in r["move"].items())
+    for r in placements:
+        moves = ", ".join(f"{h} → {s}" for h, s in r.move.items())
         table = Table("transaction", "current ms", "predicted ms", "95% interval", "change ms",
-                      *(["measured ms", "inside"] if "validation" in r else []),
-                      title=f"{r['placement']}: {moves}")
-        for name, t in r["transactions"].items():
-            row = [name, f"{t['current_ms']:.1f}", f"{t['predicted_ms']:.1f}",
-                   f"[{t['ci95'][0]:.1f}, {t['ci95'][1]:.1f}]", f"{t['change_ms']:+.1f}"]
-            if "validation" in r:
-                v = r["validation"]["transactions"].get(name, {})
-                row += [f"{v['measured_ms']:.1f}" if v else "-",
-                        ("yes" if v["inside"] else "[red]no") if v else "-"]
+                      *(["measured ms", "inside"] if r.validation else []),
+                      title=f"{r.placement}: {moves}")
+        for name, t in r.transactions.items():
+            row = [name, f"{t.current_ms:.1f}", f"{t.predicted_ms:.1f}",
+                   f"[{t.ci95[0]:.1f}, {t.ci95[1]:.1f}]", f"{t.change_ms:+.1f}"]
+            if r.validation:
+                v = r.validation.transactions.get(name)
+                row += [f"{v.measured_ms:.1f}" if v else "-",
+                        ("yes" if v.inside else "[red]no") if v else "-"]
             table.add_row(*row)
         console.print(table)
-        for name, t in r["transactions"].items():
-            for note in t["notes"]:
+        for name, t in r.transactions.items():
+            for note in t.notes:
                 console.print(f"[yellow]{name}: {note}")
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from rich.table import Table
 
+from coordinator.cli.answer import Answer, absent_when_none
 from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.latencies import (
@@ -22,7 +22,6 @@ from coordinator.config.latencies import (
     unknown_site,
 )
 from coordinator.config.run_inputs import RunInputs, load_run, require_measured
-from coordinator.config.strict_json import dumps
 from linkgrad.errors import InputError, Problem
 from linkgrad.prediction import predict
 from linkgrad.routing import RoutingAdvice, advise, nginx_map, upstream_problem
@@ -72,10 +71,10 @@ def route_command(args: argparse.Namespace) -> int:
                         for n, p in predict(run.current_ms, run.gradients, changes).items()})
     total = sum(run.requests.values())
     advice = advise({n: c / total for n, c in run.requests.items()}, (at_copy[0], at_copy[1]))
-    out = advice_json(advice, args.copies)
     routes = _nginx(advice, run, args.nginx) if args.nginx else None
+    out = RouteAnswer.of(advice, (args.copies[0], args.copies[1]), routes)
     if args.json:  # strict JSON whatever else is asked: the map is one of its strings
-        print(dumps({**out, "nginx_map": routes} if routes is not None else out))
+        print(out.json_text())
     elif routes is not None:
         print(routes, end="")
     else:
@@ -108,33 +107,54 @@ def _nginx(advice: RoutingAdvice, run: RunInputs, upstreams: list[str]) -> str:
                                  field="transactions")) from e
 
 
-def advice_json(advice: RoutingAdvice, copies: list[str]) -> dict[str, Any]:
-    ratio, fixed = advice.best_fixed
-    return {
-        "copies": copies,
-        "transactions": {r.transaction: {"share": round(r.share, 4), "to": copies[r.copy],
-                                         "predicted_ms": {c: round(ms, 3) for c, ms in
-                                                          zip(copies, r.at_ms, strict=True)}}
-                         for r in advice.routes},
-        "per_transaction_ms": round(advice.per_transaction_ms, 3),
-        "best_fixed": {"to_first": ratio, "mean_ms": round(fixed, 3)},
-        "fixed_ratios_ms": {f"{r:.2f}": round(advice.fixed_ratio_ms(r), 3)
-                            for r in (0, 0.25, 0.5, 0.75, 1)},
-        "gain_ms": round(fixed - advice.per_transaction_ms, 3),
-    }
+class CopyRoute(Answer):
+    share: float  # of the requests
+    to: str  # the site of the better copy
+    predicted_ms: dict[str, float]  # site -> the transaction's mean with the copy there
 
 
-def _print(out: dict[str, Any]) -> None:
-    a, b = out["copies"]
+class BestFixed(Answer):
+    to_first: float  # the share of the mix sent to the first copy
+    mean_ms: float
+
+
+class RouteAnswer(Answer):
+    copies: tuple[str, str]
+    transactions: dict[str, CopyRoute]
+    per_transaction_ms: float  # the mix's mean, each transaction routed to its better copy
+    best_fixed: BestFixed
+    fixed_ratios_ms: dict[str, float]  # share to the first copy -> the mix's mean
+    gain_ms: float
+    nginx_map: str | None = absent_when_none()  # with --nginx
+
+    @classmethod
+    def of(cls, advice: RoutingAdvice, copies: tuple[str, str], nginx: str | None = None
+           ) -> RouteAnswer:
+        ratio, fixed = advice.best_fixed
+        return cls(
+            copies=copies,
+            transactions={r.transaction: CopyRoute(
+                share=round(r.share, 4), to=copies[r.copy],
+                predicted_ms={c: round(ms, 3) for c, ms in zip(copies, r.at_ms, strict=True)})
+                for r in advice.routes},
+            per_transaction_ms=round(advice.per_transaction_ms, 3),
+            best_fixed=BestFixed(to_first=ratio, mean_ms=round(fixed, 3)),
+            fixed_ratios_ms={f"{r:.2f}": round(advice.fixed_ratio_ms(r), 3)
+                             for r in (0, 0.25, 0.5, 0.75, 1)},
+            gain_ms=round(fixed - advice.per_transaction_ms, 3), nginx_map=nginx)
+
+
+def _print(out: RouteAnswer) -> None:
+    a, b = out.copies
     table = Table("transaction", "share", f"at {a} ms", f"at {b} ms", "route to")
-    for name, t in out["transactions"].items():
-        table.add_row(name, f"{t['share']:.2f}", f"{t['predicted_ms'][a]:.1f}",
-                      f"{t['predicted_ms'][b]:.1f}", t["to"])
+    for name, t in out.transactions.items():
+        table.add_row(name, f"{t.share:.2f}", f"{t.predicted_ms[a]:.1f}",
+                      f"{t.predicted_ms[b]:.1f}", t.to)
     terminal().print(table)
-    terminal().print(f"mix mean: {out['per_transaction_ms']:.1f} ms routed per transaction, "
-                     f"{out['best_fixed']['mean_ms']:.1f} ms at the best fixed ratio "
-                     f"({out['best_fixed']['to_first']:.0%} to {a}): "
-                     f"{out['gain_ms']:.1f} ms better")
+    terminal().print(f"mix mean: {out.per_transaction_ms:.1f} ms routed per transaction, "
+                     f"{out.best_fixed.mean_ms:.1f} ms at the best fixed ratio "
+                     f"({out.best_fixed.to_first:.0%} to {a}): "
+                     f"{out.gain_ms:.1f} ms better")
 
 
 COMMANDS = (

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -70,16 +69,6 @@ class ValidatedTransaction:
     inside: bool  # within the prediction's and the measurement's errors together
     inside_mean_ci: bool  # within the prediction's interval alone
 
-    def as_json(self) -> dict[str, Any]:
-        return {"current_ms": round(self.current_ms, 3),
-                "predicted_ms": round(self.predicted_ms, 3),
-                "ci95": [round(self.ci95[0], 3), round(self.ci95[1], 3)],
-                "measured_ms": round(self.measured.mean, 3),
-                "measured_se_ms": round(self.measured.se, 3),
-                "error": round((self.measured.mean - self.predicted_ms) / self.measured.mean, 4)
-                if self.measured.mean else None,  # relative to a mean of 0: none
-                "inside": self.inside, "inside_mean_ci": self.inside_mean_ci}
-
 
 @dataclass(frozen=True)
 class Validation:
@@ -88,12 +77,6 @@ class Validation:
     window_s: float
     transactions: dict[str, ValidatedTransaction]
     applied_ms: dict[Pair, Estimate]  # the latency changes the injector actually made
-
-    def as_json(self) -> dict[str, Any]:
-        return {"window_s": self.window_s, "cycles": CYCLES,
-                "transactions": {n: t.as_json() for n, t in self.transactions.items()},
-                "applied_ms": {f"{a}->{b}": {"mean": round(e.mean, 4), "se": round(e.se, 4)}
-                               for (a, b), e in sorted(self.applied_ms.items())}}
 
 
 def validate_placements(run: RunInputs, placements: list[PlacementChanges], window_s: float,
