@@ -41,6 +41,3 @@ class Calipers:
                                  max_ms=round(self.max_s * 1e3, 6),
                                  mean_ms=round(self.mean_s * 1e3, 6),
                                  std_ms=round(self.std_s * 1e3, 6))
-
-    def as_json(self) -> dict[str, float | int | None]:
-        return self.summary().model_dump()

@@ -10,13 +10,26 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from injector.calipers import Calipers
 from injector.schedule import OFF, Schedule
 from linkgrad.errors import InputError, Problem, RuntimeFailure
+from linkgrad.protocol import injector as protocol
 
 DEFAULT_ROOT_QDISCS = {"noqueue", "pfifo_fast", "fq_codel", "mq", "fq", "pfifo", None}
+
+
+class NetemStats(BaseModel):
+    """What the backend did: its phase now, and how late each delay change came."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    dev: str
+    backend: Literal["netem"] = "netem"
+    phase_now: str
+    edge_lateness: protocol.Calipers
 
 
 class NetemUnavailable(RuntimeFailure):
@@ -98,6 +111,6 @@ class NetemDelay:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def stats_json(self) -> dict[str, Any]:
-        return {"dev": self.dev, "backend": "netem", "phase_now": self.schedule.phase(time.time())
-                if self._installed else OFF, "edge_lateness": self.switches.as_json()}
+    def stats(self) -> NetemStats:
+        return NetemStats(dev=self.dev, phase_now=self.schedule.phase(time.time())
+                          if self._installed else OFF, edge_lateness=self.switches.summary())

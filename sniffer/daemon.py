@@ -30,7 +30,7 @@ from linkgrad.protocol import sniffer as protocol
 from linkgrad.protocol.base import Empty, Request, Result, Stopped
 from linkgrad.protocol.jsonlines import LineWriter, StopServing, leave_signals_to_main_thread
 from linkgrad.protocol.snap import Profile, Unprofile
-from linkgrad.protocol.sniffer import LinkCount, Report, ReportEvent
+from linkgrad.protocol.sniffer import Report, ReportEvent
 from linkgrad.protocol.trace import TraceRequest, Untrace
 from sniffer.kernel import (
     ClosedSockets,
@@ -76,8 +76,7 @@ class Sniffer:
                                  {**self.known_owners, **owners}, self.ephemeral)
             now = self.clock()
             report = Report(from_s=self.since, to_s=now, links=tuple(
-                LinkCount.model_validate({**link.as_json(), "messages": n})
-                for link, n in active(counts, threshold).items()))
+                link.count(n) for link, n in active(counts, threshold).items()))
             self._carry(current, ended)
             self.known_owners = owners
             self.since = now

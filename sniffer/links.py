@@ -23,6 +23,8 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from linkgrad.protocol.sniffer import LinkCount, LinkEnd
+
 
 @dataclass(frozen=True)
 class SocketRecord:
@@ -63,12 +65,14 @@ class Link:
     dst_process: str | None
     dst_port: int
 
-    def as_json(self) -> dict[str, object]:
-        return {"proto": self.proto,
-                "src": {"addr": self.src_addr, "pid": self.src_pid, "process": self.src_process,
-                        "port": self.src_port},
-                "dst": {"addr": self.dst_addr, "pid": self.dst_pid, "process": self.dst_process,
-                        "port": self.dst_port}}
+    def count(self, messages: int | None) -> LinkCount:
+        """The link as a report carries it, with the messages it carried."""
+        return LinkCount(proto=self.proto,
+                         src=LinkEnd(addr=self.src_addr, port=self.src_port, pid=self.src_pid,
+                                     process=self.src_process),
+                         dst=LinkEnd(addr=self.dst_addr, port=self.dst_port, pid=self.dst_pid,
+                                     process=self.dst_process),
+                         messages=messages)
 
 
 def plain_address(addr: str) -> str:

@@ -8,10 +8,11 @@ TCP RTTs over two). Prints JSON {"rtt_s": [...], "failed": n}.
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import sys
 import time
+
+from linkgrad.protocol.sniffer import RttAnswer
 
 
 def connect_rtts(addr: str, port: int, count: int, interval_s: float,
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-s", type=float, default=0.01)
     args = parser.parse_args(argv)
     rtts, failed = connect_rtts(args.addr, args.port, args.count, args.interval_s)
-    print(json.dumps({"rtt_s": rtts, "failed": failed}))
+    print(RttAnswer(rtt_s=tuple(rtts), failed=failed).model_dump_json())
     return 0
 
 

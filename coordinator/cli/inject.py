@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import signal
 import threading
 import time
-from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -22,9 +21,10 @@ from coordinator.cli.command import Command
 from injector.engine import Engine
 from injector.link import Endpoint, Link, parse_endpoint
 from injector.netem import NetemDelay, NetemUnavailable
-from injector.schedule import Caps, Schedule, schedule_from_json
+from injector.schedule import Caps, Schedule, build_schedule
 from linkgrad.errors import InputError, Problem
-from linkgrad.protocol.injector import LinkStats
+from linkgrad.protocol.base import validation_problems
+from linkgrad.protocol.injector import SCHEDULE, LinkStats, ScheduleSpec
 
 EPILOG = """\
 examples:
@@ -56,12 +56,15 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-duration-s", type=float, default=Caps.max_duration_s)
 
 
-def schedule_request(args: argparse.Namespace, caps: Caps) -> tuple[dict[str, Any], float]:
-    """The schedule JSON the daemon would get, and how long to run."""
-    if args.constant is not None:
-        duration = args.duration or caps.max_duration_s
-        spec = {"kind": "constant", "magnitude_ms": args.constant, "duration_s": duration}
-    else:
+def schedule_request(args: argparse.Namespace, caps: Caps) -> tuple[ScheduleSpec, float]:
+    """The schedule the daemon would get, and how long to run."""
+    where = "--square" if args.square else "--constant"
+    try:
+        if args.constant is not None:
+            duration = args.duration or caps.max_duration_s
+            return SCHEDULE.validate_python(dict(
+                kind="constant", magnitude_ms=args.constant, duration_s=duration,
+                loss_fraction=args.loss or 0.0)), duration
         period_text, _, ms_text = args.square.partition(":")
         try:
             period, ms = float(period_text), float(ms_text)
@@ -73,11 +76,11 @@ def schedule_request(args: argparse.Namespace, caps: Caps) -> tuple[dict[str, An
                                      f"both finite, got {args.square!r}", field="--square"))
         limit = args.duration or caps.max_duration_s
         cycles = args.cycles or max(1, int(limit // period))
-        spec = {"kind": "square", "period_s": period, "magnitude_ms": ms, "cycles": cycles}
-        duration = min(limit, cycles * period)
-    if args.loss:
-        spec["loss_fraction"] = args.loss
-    return spec, duration
+        return SCHEDULE.validate_python(dict(
+            kind="square", period_s=period, magnitude_ms=ms, cycles=cycles,
+            loss_fraction=args.loss or 0.0)), min(limit, cycles * period)
+    except ValidationError as e:  # through the union, as the daemon reads it: fields named alike
+        raise InputError(validation_problems(e, where)) from e
 
 
 def inject_command(args: argparse.Namespace) -> int:
@@ -108,8 +111,9 @@ def _netem(args: argparse.Namespace) -> int:
     schedule, duration = _schedule(args)
     with NetemDelay(args.dev, schedule) as netem:
         _wait(duration)
-        stats = netem.stats_json()
-    print(json.dumps(stats, indent=2) if args.json else f"netem on {args.dev}: {stats}")
+        stats = netem.stats()
+    print(stats.model_dump_json(indent=2) if args.json
+          else f"netem on {args.dev}: {stats.model_dump()}")
     return 0
 
 
@@ -118,7 +122,7 @@ def _schedule(args: argparse.Namespace) -> tuple[Schedule, float]:
     caps = Caps(args.max_magnitude_ms, args.max_duration_s)
     spec, duration = schedule_request(args, caps)
     where = "--square" if args.square else "--constant"
-    return schedule_from_json(spec, time.time(), caps, where=where), duration
+    return build_schedule(spec, time.time(), caps, where=where), duration
 
 
 def _wait(duration_s: float) -> None:

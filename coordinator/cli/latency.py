@@ -8,14 +8,13 @@ talk over its own stack.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
+from pydantic import ValidationError
 from rich.table import Table
 
 from coordinator.cli.command import Command
@@ -27,6 +26,8 @@ from coordinator.live.session import check_local_files
 from coordinator.live.ssh import Connection, Endpoint
 from linkgrad.errors import InputError, Problem, RuntimeFailure
 from linkgrad.prediction import Estimate
+from linkgrad.protocol.sniffer import RttAnswer
+from linkgrad.reading import problems_of
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -63,27 +64,22 @@ def _probe(experiment: Experiment, src: Endpoint, targets: dict[str, tuple[str, 
                                          str(port), "--count", str(count)],
                                         timeout_s=30 + count * 2.1), f"{src.name} -> {dst}")
             try:
-                out[(src.name, dst)] = one_way_ms(reply["rtt_s"])
+                out[(src.name, dst)] = one_way_ms(list(reply.rtt_s))
             except ValueError as e:
                 raise RuntimeFailure(f"{src.name} -> {dst} ({addr}:{port}): {e}; "
-                                     f"{reply.get('failed', '?')} connects failed") from e
+                                     f"{reply.failed} connects failed") from e
         return out
     finally:
         conn.close()
 
 
-def _rtt_reply(text: str, what: str) -> dict[str, Any]:
-    """`sniffer.rtt`'s answer: {"rtt_s": [finite seconds...], "failed": N}."""
+def _rtt_reply(text: str, what: str) -> RttAnswer:
+    """`sniffer.rtt`'s answer, checked: finite round trips of 0 s or more."""
     try:
-        reply = json.loads(text, parse_constant=lambda c: None)
-    except ValueError as e:
-        raise RuntimeFailure(f"{what}: sniffer.rtt answered no JSON: {e}") from e
-    rtts = reply.get("rtt_s") if isinstance(reply, dict) else None
-    if not isinstance(rtts, list) or not all(isinstance(r, int | float) and not isinstance(
-            r, bool) and math.isfinite(r) and r >= 0 for r in rtts):
+        return RttAnswer.model_validate_json(text)
+    except ValidationError as e:
         raise RuntimeFailure(f"{what}: sniffer.rtt answered no list of round trips: "
-                             f"{text[:200]!r}")
-    return reply
+                             f"{text[:200]!r} ({problems_of(e, 'sniffer.rtt')[0]})") from e
 
 
 def latency_command(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ __all__ = [
     "Poll",
     "Report",
     "ReportEvent",
+    "RttAnswer",
     "SnifferHealth",
     "SnifferReady",
     "SnifferRequest",
@@ -115,3 +116,10 @@ AnySnifferRequest = (HealthRequest | Poll | Watch | Unwatch | Profile | Unprofil
                      | Untrace | Stop)
 SnifferRequest = Annotated[AnySnifferRequest, Field(discriminator="cmd")]
 SNIFFER_REQUEST: TypeAdapter[AnySnifferRequest] = TypeAdapter(SnifferRequest)
+
+
+class RttAnswer(Message):
+    """What `python -m sniffer.rtt` prints: TCP connect round trips (s), and failed connects."""
+
+    rtt_s: tuple[Annotated[StrictFloat, Field(ge=0)], ...]
+    failed: Count
