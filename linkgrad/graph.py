@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from linkgrad.protocol.injector import LinkSpec
@@ -68,9 +68,6 @@ class GraphLink:
         """What the injector matches: packets this link sends."""
         return LinkSpec(proto=self.proto, src=_endpoint(self.src_addr, self.src_port),
                         dst=_endpoint(self.dst_addr, self.dst_port))
-
-    def as_json(self) -> dict[str, Any]:
-        return {**asdict(self), "label": self.label}
 
 
 def _endpoint(addr: str, port: int) -> str:

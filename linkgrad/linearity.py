@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from linkgrad.spectral.result import GradientResult
 
-__all__ = ["MIN_HALF_WIDTH", "MIN_SPAN", "Z95", "DelayPoint", "Linearity", "fit", "linearity"]
+__all__ = ["MIN_HALF_WIDTH", "MIN_SPAN", "Z95", "DelayPoint", "Linearity", "LinearityRecord",
+           "PointRecord", "fit", "linearity"]
 
 Z95 = 1.96
 MIN_SPAN = 1.5  # delays closer than this ratio say nothing about linearity
@@ -33,6 +34,29 @@ class DelayPoint:
     gradient: float
     half_width: float  # of its 95% interval
     source: str  # "measurement" or "adaptive"
+
+
+class PointRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    delay_ms: float
+    gradient: float
+    half_width: float
+    source: str
+
+
+class LinearityRecord(BaseModel):
+    """A `Linearity` as `gradients.json` keeps it (under "linearity")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    link: str
+    transaction: str
+    points: list[PointRecord]
+    change_per_ms: float
+    change_per_ms_ci95: tuple[float, float]
+    difference: float
+    difference_ci95: tuple[float, float]
+    relative_difference: float | None
+    linear: bool
 
 
 @dataclass(frozen=True)
@@ -55,22 +79,23 @@ class Linearity:
         small = self.points[0].gradient
         return self.difference / abs(small) if abs(small) > 1e-9 else None
 
-    def as_json(self) -> dict[str, Any]:
+    def record(self) -> LinearityRecord:
+        """As `gradients.json` keeps it, rounded."""
         rel = self.relative_difference
-        return {"link": self.link, "transaction": self.transaction,
-                "points": [{"delay_ms": round(p.delay_ms, 4), "gradient": round(p.gradient, 4),
-                            "half_width": round(p.half_width, 4), "source": p.source}
-                           for p in self.points],
-                "change_per_ms": round(self.change_per_ms, 5),
-                "change_per_ms_ci95": [round(self.change_per_ms - self.change_per_ms_half_width,
-                                             5),
-                                       round(self.change_per_ms + self.change_per_ms_half_width,
-                                             5)],
-                "difference": round(self.difference, 4),
-                "difference_ci95": [round(self.difference - self.difference_half_width, 4),
-                                    round(self.difference + self.difference_half_width, 4)],
-                "relative_difference": None if rel is None else round(rel, 4),
-                "linear": self.linear}
+        lo, hi = (self.change_per_ms - self.change_per_ms_half_width,
+                  self.change_per_ms + self.change_per_ms_half_width)
+        return LinearityRecord(
+            link=self.link, transaction=self.transaction,
+            points=[PointRecord(delay_ms=round(p.delay_ms, 4), gradient=round(p.gradient, 4),
+                                half_width=round(p.half_width, 4), source=p.source)
+                    for p in self.points],
+            change_per_ms=round(self.change_per_ms, 5),
+            change_per_ms_ci95=(round(lo, 5), round(hi, 5)),
+            difference=round(self.difference, 4),
+            difference_ci95=(round(self.difference - self.difference_half_width, 4),
+                             round(self.difference + self.difference_half_width, 4)),
+            relative_difference=None if rel is None else round(rel, 4),
+            linear=self.linear)
 
     def describe(self) -> str:
         points = ", ".join(f"{p.gradient:.3g} ± {p.half_width:.2g} at {p.delay_ms:.2f} ms"

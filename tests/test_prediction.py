@@ -92,7 +92,7 @@ def measurement(src: str, dst: str, label: str, magnitude_ms: float,
         "requested_ms": magnitude_ms, "packets_delayed": 500,
         "perturbation": {"throughput_per_s": 50.0, "throughput_change": -0.01,
                          "mean_response_ms": 12.0, "mean_response_change_ms": 1.0},
-        "transactions": transactions}).as_json()
+        "transactions": transactions}).model_dump(mode="json")
 
 
 def test_links_between_the_same_hosts_add_and_unmeasured_traffic_is_found():

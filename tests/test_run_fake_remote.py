@@ -93,7 +93,7 @@ def test_snap_off_writes_no_profile_and_asks_no_sniffer_for_one(tmp_path):
     exp = experiment(tmp_path).model_copy(update={"snap": Snap(enabled=False)})
     assert fake.run(exp, run_dir).status == "completed"
     assert not (run_dir / "snap.json").exists()
-    assert all("snap" not in m.as_json() for m in RunDir(run_dir).measurements())
+    assert all("snap" not in m.model_dump(mode="json") for m in RunDir(run_dir).measurements())
 
 
 def test_ctrl_c_during_a_measurement_ends_every_lease_and_keeps_the_training(tmp_path):

@@ -51,9 +51,9 @@ class RunDir:
     def write_measurements(self, experiment: str, links: list[LinkMeasurement]) -> None:
         """The links, and where a link was measured at delays far enough apart (several
         `magnitudes_ms`, or an adaptive cycle), how each gradient changes with the delay."""
-        self.write("gradients.json", {"experiment": experiment,
-                                      "links": [m.as_json() for m in links],
-                                      "linearity": [x.as_json() for x in linearity_of(links)]})
+        self.write("gradients.json", {
+            "experiment": experiment, "links": [m.model_dump(mode="json") for m in links],
+            "linearity": [x.record().model_dump(mode="json") for x in linearity_of(links)]})
 
 
 def linearity_of(links: list[LinkMeasurement]) -> list[Linearity]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import (
     AfterValidator,
@@ -103,7 +103,17 @@ class Perturbation(_Record):
         return self
 
 
-def _sane_record(record: InjectionRecord) -> InjectionRecord:
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+class RunInjection(InjectionRecord):
+    """The injection record as `gradients.json` has always kept it: no null fields."""
+
+    absent_when_none = ("n_bins", "link")
+
+
+def _sane_record(record: RunInjection) -> RunInjection:
     """What the arithmetic on a record read back can take (a bin array per cycle, a delay
     divided by): the limits a run's own records are far within."""
     checks = [(record.cycles <= MAX_CYCLES, f"cycles {record.cycles} is above {MAX_CYCLES}"),
@@ -131,7 +141,7 @@ class WaveEstimate(_Record):
     """One square wave on one link and every transaction's gradient from it."""
 
     # the injection record (docs/offline.md), at the delay actually applied
-    record: Annotated[InjectionRecord, AfterValidator(_sane_record)]
+    record: Annotated[RunInjection, AfterValidator(_sane_record)]
     requested_ms: Float = Field(ge=0, le=MAX_DELAY_MS)
     packets_delayed: Int = Field(ge=0, le=bounds.MAX_COUNT)
     perturbation: Perturbation
@@ -156,7 +166,7 @@ class MeasuredLink(_Record):
 
     @classmethod
     def of(cls, link: GraphLink) -> MeasuredLink:
-        return cls.model_validate(link.as_json())
+        return cls(**asdict(link), label=link.label)
 
 
 class MeasurementKey(NamedTuple):
@@ -173,13 +183,13 @@ class LinkMeasurement(WaveEstimate):
     link: MeasuredLink
     adaptive: WaveEstimate | None = None  # the adaptive cycle before it, if one ran
     concurrent_with: Int = Field(0, ge=0, le=bounds.MAX_COUNT)  # other links measured with it
-    # the delay of magnitudes_ms this measurement was at
-    planned_ms: Float | None = Field(None, gt=0, le=MAX_DELAY_MS)
+    # the delay of magnitudes_ms this measurement was at; absent: the planned delay
+    planned_ms: Float | None = Field(None, gt=0, le=MAX_DELAY_MS, exclude_if=_is_none)
     injection: Str | None = None  # injections/NNN.json
     concurrent_injections: list[Str] = Field(default_factory=list)
     recompute_argv: list[Str] = Field(default_factory=list)
     # SNAP's Table 2 classes on the link: phase ("passive", "measurement") -> class -> seconds
-    snap: dict[Str, dict[Str, Float]] | None = None
+    snap: dict[Str, dict[Str, Float]] | None = Field(None, exclude_if=_is_none)
 
     @property
     def pair(self) -> Pair:
@@ -190,18 +200,6 @@ class LinkMeasurement(WaveEstimate):
     def key(self) -> MeasurementKey:
         return MeasurementKey(self.link.label, self.planned_ms)
 
-    def as_json(self) -> dict[str, Any]:
-        """As `gradients.json` has always had it: a record without null fields, no
-        planned_ms for a measurement at the planned delay."""
-        data = self.model_dump(mode="json")
-        for entry in (data, data["adaptive"] or {}):
-            if "record" in entry:
-                entry["record"] = {k: v for k, v in entry["record"].items() if v is not None}
-        if self.planned_ms is None:
-            del data["planned_ms"]
-        if self.snap is None:
-            del data["snap"]
-        return data
 
 
 class TransactionBaseline(_ReadBack):

@@ -10,7 +10,7 @@ import numpy as np
 
 from coordinator.config.experiment_files import field_problem
 from coordinator.config.run_dir import RunDir
-from coordinator.config.run_records import BaselineFile, PlanFile
+from coordinator.config.run_records import BaselineFile, MeasuredLink, PlanFile
 from coordinator.live import paths_evidence
 from coordinator.live.clock import sleep_checking
 from coordinator.live.session import Say, Session
@@ -109,7 +109,7 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
          ) -> tuple[Baseline, WavePlan, list[GraphLink]]:
     """Phase 2b: the baseline, the square wave and the links to measure (all written)."""
     experiment, start, end = session.experiment, training.start_s, training.end_s
-    out.write("graph.json", [g.as_json() for g in training.graph])
+    out.write("graph.json", [MeasuredLink.of(g).model_dump() for g in training.graph])
     assert session.log is not None
     train_log = session.log.snapshot()
     by_tx = training_requests(train_log, patterns_from(experiment.transactions), start, end)

@@ -7,15 +7,12 @@ from __future__ import annotations
 import numpy as np
 
 from coordinator.config.experiment import Parameters
-from coordinator.config.run_records import (
-    Perturbation,
-    WaveEstimate,
-)
+from coordinator.config.run_records import Perturbation, RunInjection, WaveEstimate
 from coordinator.live.clock import sleep_checking
 from coordinator.live.session import Session
 from linkgrad.graph import GraphLink
 from linkgrad.protocol.injector import Add, Remove, SquareSchedule
-from linkgrad.protocol.record import InjectionRecord, recorded_delay_ms
+from linkgrad.protocol.record import recorded_delay_ms
 from linkgrad.spectral.estimate import log_gradients, settings_for_log
 from linkgrad.spectral.result import GradientResult
 from linkgrad.spectral.wave_plan import RoughGradient
@@ -77,7 +74,7 @@ def _estimate(snap: RequestLog, groups: dict[str, np.ndarray], link: GraphLink,
     transactions = {n: GradientResult.of(r).noted(note)
                     for n, r in results.items()}
     return WaveEstimate(
-        record=InjectionRecord.of(wave, actual_ms, link.label),
+        record=RunInjection.of(wave, actual_ms, link.label),
         requested_ms=wave.magnitude_s * 1e3,
         packets_delayed=packets,
         perturbation=perturbation(snap, wave),
