@@ -68,7 +68,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:  # free-form: any JSON object
     data = dict(pairs)
     if len(data) != len(pairs):
         twice = sorted({k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i])})

@@ -44,7 +44,7 @@ FIRST_LOG_S, LAST_LOG_S = MIN_START_S, MAX_START_S  # the times a web log line c
 # Validation context of a file read back: its numbers are held to these limits. The run builds
 # the same records from what it measured without them: what it measures is within them, and
 # were it not, the run would write it (refused, named, when read back) rather than fail.
-READ_BACK: dict[str, Any] = {"read_back": True}
+READ_BACK: dict[str, bool] = {"read_back": True}
 
 
 def reading_back(info: ValidationInfo) -> bool:

@@ -68,7 +68,7 @@ def read_trace(path: Path) -> Iterator[HostTrace]:
                                      file=str(path), line=n)) from e
 
 
-def _json(path: Path, n: int, line: str) -> dict[str, Any]:
+def _json(path: Path, n: int, line: str) -> dict[str, Any]:  # free-form: read field by field
     try:
         value = json.loads(line)
     except json.JSONDecodeError as e:

@@ -41,7 +41,7 @@ class Message(BaseModel):
     absent_when_none: ClassVar[tuple[str, ...]] = ()
 
     @model_serializer(mode="wrap")
-    def _leave_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _leave_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:  # wire form
         data = handler(self)
         return {k: v for k, v in data.items()
                 if v is not None or k not in self.absent_when_none}
@@ -89,7 +89,7 @@ class Reply(Message):
     absent_when_none = ("result", "error")
     id: Any
     ok: bool
-    result: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None  # free-form: the caller validates it as its Result
     error: ErrorInfo | None = None
 
 

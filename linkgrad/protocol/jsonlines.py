@@ -79,7 +79,7 @@ class LineWriter:
         self.out = out
         self.lock = threading.Lock()
 
-    def write(self, message: BaseModel | dict[str, Any]) -> None:
+    def write(self, message: BaseModel | dict[str, Any]) -> None:  # free-form: tests' bad lines
         data = message.model_dump(mode="json", by_alias=True) \
             if isinstance(message, BaseModel) else message
         line = json.dumps(data, allow_nan=False) + "\n"
@@ -207,7 +207,7 @@ M = TypeVar("M", bound=BaseModel)
 class DidNotStart(RuntimeFailure):
     """The daemon's first word was not "ready": `said` is what it said instead."""
 
-    def __init__(self, what: str, said: dict[str, Any]) -> None:
+    def __init__(self, what: str, said: dict[str, Any]) -> None:  # free-form: not "ready"
         super().__init__(f"{what} did not start: {said.get('message', said)}")
         self.said = said
 
@@ -220,13 +220,15 @@ class DaemonClient:
     `on_event`, and a checked stop."""
 
     def __init__(self, channel: Channel, what: str, ready: type[M],
+                 # free-form: an event as decoded, each receiver validates its own kinds
                  on_event: Callable[[dict[str, Any]], None] | None = None,
                  ready_timeout_s: float = 30.0) -> None:
         self.channel = channel
         self.what = what
         self.on_event = on_event
-        self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.lifecycle: list[dict[str, Any]] = []  # ready / stopped / error, in order
+        self.replies: queue.Queue[dict[str, Any]] = queue.Queue()  # free-form: as decoded
+        # free-form: ready / stopped / error as decoded, in order (said back on failure)
+        self.lifecycle: list[dict[str, Any]] = []
         self.event_error: Exception | None = None  # on_event failed: said at the next call
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -256,7 +258,7 @@ class DaemonClient:
         finally:
             self.replies.put(_END)
 
-    def _take(self, message: dict[str, Any]) -> None:
+    def _take(self, message: dict[str, Any]) -> None:  # free-form: a line as decoded
         event = message.get("event")
         if event is not None and event not in LIFECYCLE:
             if self.on_event is not None:
@@ -269,7 +271,7 @@ class DaemonClient:
             self.lifecycle.append(message)
         self.replies.put(message)
 
-    def _next(self, timeout_s: float) -> dict[str, Any]:
+    def _next(self, timeout_s: float) -> dict[str, Any]:  # free-form: validated by the caller
         try:
             message = self.replies.get(timeout=timeout_s)
         except queue.Empty as e:
@@ -298,7 +300,7 @@ class DaemonClient:
             raise RuntimeFailure(f"{self.what}: {request.cmd}: unexpected answer "
                                  f"{reply.result}: {validation_problems(e)}") from e
 
-    def send(self, fields: dict[str, Any], timeout_s: float = 30.0) -> Reply:
+    def send(self, fields: dict[str, Any], timeout_s: float = 30.0) -> Reply:  # free-form
         """Send one request (any fields: tests send bad ones on purpose) and wait for its
         reply, whatever it says. A reply to an earlier request that was given up on (Ctrl-C
         while waiting) is passed over."""
@@ -323,7 +325,7 @@ class DaemonClient:
             raise RuntimeFailure(f"{self.what}: answer {raw} is not to request {request_id}")
         return reply
 
-    def wait_for(self, event: str, timeout_s: float = 15.0) -> dict[str, Any]:
+    def wait_for(self, event: str, timeout_s: float = 15.0) -> dict[str, Any]:  # free-form
         """The daemon's lifecycle event `event` (e.g. "stopped"), once it has said it."""
         self.reader.join(timeout_s)  # lifecycle events end the daemon's output
         for message in self.lifecycle:

@@ -53,6 +53,7 @@ class InjectionRecord(Message):
     magnitude_ms: StrictFloat = Field(ge=MIN_MAGNITUDE_MS, le=LIMIT_MAGNITUDE_MS,
                                       description="mean delay actually injected while on")
     n_bins: StrictInt | None = Field(default=None, ge=2, le=1 << 20)
+    # free-form: what the writer says of the link, for a person (the run writes its label)
     link: str | dict[str, Any] | None = None
 
     def square_wave(self) -> SquareWave:
