@@ -21,7 +21,6 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 from sniffer.links import plain_address
 
@@ -211,7 +210,10 @@ class SummaryParser:
             return self._summaries()
         return []
 
-    def _add(self, name: str, entries: dict[str, Any] | int) -> None:
+    def _add(self, name: str,
+             entries: dict[str, dict[str, int] | list[dict[str, int]] | int] | int) -> None:
+        """One map's entries by key: a stats() map's {count, average, total}, a hist()'s
+        buckets, a count()'s number (as decoded: a value of another shape is skipped)."""
         if isinstance(entries, int):  # a map without keys prints its value, not a dict
             self._calls += entries if name == "n" else 0
             return

@@ -8,7 +8,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from linkgrad.errors import RuntimeFailure
 from linkgrad.protocol.jsonlines import LineWriter, leave_signals_to_main_thread
@@ -157,7 +156,7 @@ def report_event(from_s: float, to_s: float, messages: list[HostMessage],
                  processes: dict[tuple[Endpoint, Endpoint], str], listening: set[Endpoint],
                  stats: dict[str, int], error: str | None,
                  thread_of: Callable[[Endpoint, Endpoint, float], int] | None = None,
-                 openings: Sequence[Opening] = ()) -> dict[str, Any]:
+                 openings: Sequence[Opening] = ()) -> TraceReportEvent:
     """A `trace` event (linkgrad.protocol.trace), endpoints and process names listed once;
     with `thread_of`, the thread at this end of each message; the connections opened."""
     endpoints: dict[Endpoint, int] = {}
@@ -183,10 +182,9 @@ def report_event(from_s: float, to_s: float, messages: list[HostMessage],
             row(m.local, m.remote, m.sent, m)
     opened = tuple((endpoints.setdefault(o.client, len(endpoints)),
                     endpoints.setdefault(o.server, len(endpoints)), o.time_s) for o in openings)
-    event = TraceReportEvent(from_s=from_s, to_s=to_s, endpoints=tuple(endpoints),
-                             processes=tuple(names), listening=tuple(sorted(listening)),
-                             messages=tuple(rows), threads=tuple(threads), openings=opened,
-                             segments=stats["segments"],
-                             dropped_messages=stats["dropped_messages"],
-                             ring_drops=stats["ring_drops"], error=error)
-    return event.model_dump(by_alias=True)
+    return TraceReportEvent(from_s=from_s, to_s=to_s, endpoints=tuple(endpoints),
+                            processes=tuple(names), listening=tuple(sorted(listening)),
+                            messages=tuple(rows), threads=tuple(threads), openings=opened,
+                            segments=stats["segments"],
+                            dropped_messages=stats["dropped_messages"],
+                            ring_drops=stats["ring_drops"], error=error)

@@ -59,5 +59,5 @@ def test_a_report_carries_a_thread_per_message_row_or_none():
     stats = {"segments": 1, "dropped_messages": 0, "ring_drops": 0}
     with_threads = report_event(4.0, 6.0, [m], {}, set(), stats, None,
                                 lambda local, remote, t: 42)
-    assert with_threads["threads"] == (42,)
-    assert report_event(4.0, 6.0, [m], {}, set(), stats, None)["threads"] == ()
+    assert with_threads.threads == (42,)
+    assert report_event(4.0, 6.0, [m], {}, set(), stats, None).threads == ()
