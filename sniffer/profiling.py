@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 from linkgrad.errors import RuntimeFailure
 from linkgrad.protocol.jsonlines import LineWriter, leave_signals_to_main_thread
@@ -136,7 +135,7 @@ class Profiler:
         assert self.poller is not None
         self.reports += 1
         with_sums = last or self.reports % self.sums_every == 0
-        event: dict[str, Any] = self.poller.report(with_sums)
+        event = self.poller.report(with_sums)
         if self.tracer is not None and (lost := self.tracer.losses()):
-            event["socket_calls_lost"] = lost
+            event = event.model_copy(update={"socket_calls_lost": lost})
         self.out.write(event)

@@ -13,10 +13,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
+from linkgrad.protocol.snap import SnapConnection, SnapEnd, SnapRecord, SnapReportEvent
 from linkgrad.snap.classify import CLASS_NAMES, SnapThresholds
 from sniffer import tcp_info
 from sniffer.kernel import socket_owners
@@ -219,30 +219,30 @@ class SnapPoller:
         return [f"tcp_info has no {field} (kernel before {tcp_info.SINCE[field]}): {cost}"
                 for field, cost in NEEDED.items() if field not in have]
 
-    def report(self, with_sums: bool = True) -> dict[str, Any]:
-        """A `snap` event (`linkgrad.protocol.snap.SnapReportEvent`) of the time since the last:
-        the problem records, and (`with_sums`) the connections' sums since they were last
-        reported. Sums are the bulk of the log (a line per connection that moved data), so they
-        may be sent less often than the records."""
+    def report(self, with_sums: bool = True) -> SnapReportEvent:
+        """The `snap` event of the time since the last: the problem records, and
+        (`with_sums`) the connections' sums since they were last reported. Sums are the bulk
+        of the log (a line per connection that moved data), so they may be sent less often
+        than the records."""
         self._observe_closed()  # what closed since the last table read counts in this report
         now, cpu = self.clock(), self.cpu_s()
         ends = dict(self.profile.endpoints)  # before the drain forgets the closed ones
         records, dropped = self.profile.drain_records()
         connections = self._sums(ends) if with_sums else []
-        event = {"event": "snap", "from": self.since_s, "to": now,
-                 "cpu_pct": 100.0 * (cpu - self.cpu_at_report) / max(now - self.since_s, 1e-9),
-                 "table_interval_s": self.budget.table_interval_s,
-                 "fast_connections": len(self.budget.fast), "sockets": self.sockets,
-                 "connections": connections,
-                 "records": [{**_ends(ends[r["cookie"]]),
-                              **{k: v for k, v in r.items() if k != "cookie"}}
-                             for r in records if r["cookie"] in ends],
-                 "dropped_records": dropped}
+        event = SnapReportEvent(
+            from_s=self.since_s, to_s=now,
+            cpu_pct=100.0 * (cpu - self.cpu_at_report) / max(now - self.since_s, 1e-9),
+            table_interval_s=self.budget.table_interval_s,
+            fast_connections=len(self.budget.fast), sockets=self.sockets,
+            connections=tuple(connections),
+            records=tuple(SnapRecord.model_validate(  # the profile's record, named by its ends
+                {**_ends(ends[r["cookie"]]), **{k: v for k, v in r.items() if k != "cookie"}})
+                for r in records if r["cookie"] in ends),
+            dropped_records=dropped)
         self.since_s, self.cpu_at_report = now, cpu
         return event
 
-
-    def _sums(self, ends: dict[int, Endpoint]) -> list[dict[str, Any]]:
+    def _sums(self, ends: dict[int, Endpoint]) -> list[SnapConnection]:
         """Each connection's sums, zeros left out (most classes and counters of most
         connections are zero: this halves the log)."""
         totals, sockets = self.profile.drain_totals()
@@ -251,15 +251,15 @@ class SnapPoller:
             e = ends.get(cookie)
             if e is None:
                 continue  # closed before its ends were learnt
-            out.append({
-                **_ends(e), "pid": e.pid, "process": e.process,
-                "first_s": float(totals.first_s[row]), "last_s": float(totals.last_s[row]),
-                "polls": int(totals.polls[row]),
-                "seconds": _nonzero(CLASS_NAMES, totals.seconds[row]),
-                "sums": _nonzero((*SUMS, *CALLS), totals.sums[row]),
-                "delayed_acks": float(totals.delayed_acks[row]),
-                "problem_intervals": int(totals.problem_intervals[row]),
-                "sockets": sockets.get(cookie, 1)})
+            out.append(SnapConnection(
+                **_ends(e), pid=e.pid, process=e.process,
+                first_s=float(totals.first_s[row]), last_s=float(totals.last_s[row]),
+                polls=int(totals.polls[row]),
+                seconds=_nonzero(CLASS_NAMES, totals.seconds[row]),
+                sums=_nonzero((*SUMS, *CALLS), totals.sums[row]),
+                delayed_acks=float(totals.delayed_acks[row]),
+                problem_intervals=int(totals.problem_intervals[row]),
+                sockets=sockets.get(cookie, 1)))
         return out
 
 
@@ -267,9 +267,10 @@ def _nonzero(names: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
     return {n: v for n, v in zip(names, values.tolist(), strict=True) if v}
 
 
-def _ends(e: Endpoint) -> dict[str, dict[str, object]]:
-    return {"local": {"addr": e.local_addr, "port": e.local_port},
-            "remote": {"addr": e.remote_addr, "port": e.remote_port}}
+def _ends(e: Endpoint) -> dict[str, SnapEnd]:
+    """The `local` and `remote` fields of the socket's report items."""
+    return {"local": SnapEnd(addr=e.local_addr, port=e.local_port),
+            "remote": SnapEnd(addr=e.remote_addr, port=e.remote_port)}
 
 
 def _concat(parts: list[Samples]) -> Samples:

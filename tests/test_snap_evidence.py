@@ -3,8 +3,12 @@ link's, the classes in a window, the resources ranked by ACC, the links a profil
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
+from coordinator.config.snap_file import HostSnapReport
+from linkgrad.protocol.snap import SnapConnection, SnapEnd, SnapRecord
 from linkgrad.snap.evidence import (
     LinkKey,
     correlated_resources,
@@ -15,30 +19,38 @@ from linkgrad.snap.evidence import (
 HOSTS = {"10.0.0.1": "app", "10.0.0.2": "db", "10.0.0.3": "web"}
 
 
-def _end(addr: str, port: int) -> dict:
-    return {"addr": addr, "port": port}
+def _end(addr: str, port: int) -> SnapEnd:
+    return SnapEnd(addr=addr, port=port)
 
 
 def _connection(local, remote, first, last, app_limited=0.0, process="php", **seconds):
-    return {"local": _end(*local), "remote": _end(*remote), "pid": 7, "process": process,
-            "first_s": first, "last_s": last, "polls": 3,
-            "seconds": {"app_limited": app_limited, **seconds},
-            "sums": {"bytes_acked": 1000.0}, "delayed_acks": 0.0, "problem_intervals": 0}
+    return SnapConnection(local=_end(*local), remote=_end(*remote), pid=7, process=process,
+                          first_s=first, last_s=last, polls=3,
+                          seconds={"app_limited": app_limited, **seconds},
+                          sums={"bytes_acked": 1000.0}, delayed_acks=0.0, problem_intervals=0)
 
 
-def _record(local, remote, start, end, *classes):
-    return {"local": _end(*local), "remote": _end(*remote), "from": start, "to": end,
-            "classes": list(classes), "delayed_acks": 0.0, "tcp": {}, "calls": None}
+def _record(local, remote, start, end, *classes, tcp=None):
+    return SnapRecord(local=_end(*local), remote=_end(*remote), from_s=start, to_s=end,
+                      classes=classes, delayed_acks=0.0, tcp=tcp or {}, calls=None)
+
+
+def _report(host: str, records: Sequence[SnapRecord] = (),
+            connections: Sequence[SnapConnection] = (), start: float = 0.0,
+            end: float = 10.0) -> HostSnapReport:
+    """A host's report as snap.json holds it."""
+    return HostSnapReport(host=host, from_s=start, to_s=end, cpu_pct=0.0,
+                          table_interval_s=0.5, fast_connections=0, sockets=0,
+                          connections=tuple(connections), records=tuple(records))
 
 
 APP, DB = ("10.0.0.1", 40001), ("10.0.0.2", 5432)
 
 
 def test_a_sender_s_classes_are_its_link_s_and_windows_cut_them():
-    report = {"host": "app", "from": 0.0, "to": 10.0,
-              "records": [_record(APP, DB, 1.0, 3.0, "receiver_window", "fast_retransmit"),
-                          _record(APP, DB, 8.0, 9.0, "timeout")],
-              "connections": [_connection(APP, DB, 0.0, 10.0, app_limited=6.0)]}
+    report = _report("app", [_record(APP, DB, 1.0, 3.0, "receiver_window", "fast_retransmit"),
+                             _record(APP, DB, 8.0, 9.0, "timeout")],
+                     [_connection(APP, DB, 0.0, 10.0, app_limited=6.0)])
     app_to_db = LinkKey("app", 0, "db", 5432)
     got = link_classes([report], HOSTS, app_to_db, (2.0, 8.5))
     assert got["receiver_window"] == pytest.approx(1.0)  # 2..3 of 1..3
@@ -55,12 +67,13 @@ def test_shared_problems_into_one_host_rank_it_above_alpha_and_healthy_ones_belo
     for i in range(4):  # four connections from web to app, losing packets at the same times
         local, remote = ("10.0.0.3", 41000 + i), ("10.0.0.1", 80)
         records = [_record(local, remote, t, t + 1.0, "fast_retransmit") for t in (4, 12, 20)]
-        reports.append({"host": "web", "from": 0.0, "to": 30.0, "records": records,
-                        "connections": [_connection(local, remote, 0.0, 30.0, process="nginx")]})
+        reports.append(_report("web", records,
+                               [_connection(local, remote, 0.0, 30.0, process="nginx")],
+                               end=30.0))
     for i in range(3):  # healthy app -> db connections
         local = ("10.0.0.1", 42000 + i)
-        reports.append({"host": "app", "from": 0.0, "to": 30.0, "records": [],
-                        "connections": [_connection(local, DB, 0.0, 30.0, app_limited=30.0)]})
+        reports.append(_report("app", [], [_connection(local, DB, 0.0, 30.0, app_limited=30.0)],
+                               end=30.0))
     scores = {s.resource: s for s in correlated_resources(reports, HOSTS, (0.0, 30.0))}
     assert scores["to:app"].acc == pytest.approx(1.0)  # what goes into app loses, together
     assert scores["to:app"].above_alpha
@@ -77,31 +90,30 @@ def test_no_reports_rank_nothing():
 
 
 def test_links_seen_write_ephemeral_ports_0_and_sum_their_connections():
-    reports = [{"host": "app", "connections": [
+    reports = [_report("app", connections=[
         _connection(APP, DB, 0, 5, app_limited=5.0),
         _connection(("10.0.0.1", 40002), DB, 0, 5, app_limited=4.0, receiver_window=1.0),
-        _connection(("10.0.0.1", 22), ("192.0.2.9", 50000), 0, 5, app_limited=1.0)]}]
+        _connection(("10.0.0.1", 22), ("192.0.2.9", 50000), 0, 5, app_limited=1.0)])]
     got = links_seen(reports, HOSTS, {"app": (32768, 60999), "db": (32768, 60999)})
-    assert got["app:0 -> db:5432"]["connections"] == 2
-    assert got["app:0 -> db:5432"]["seconds"]["app_limited"] == 9.0
-    assert got["app:0 -> db:5432"]["seconds"]["receiver_window"] == 1.0
-    assert got["app:0 -> db:5432"]["bytes_acked"] == 2000.0
+    assert got["app:0 -> db:5432"].connections == 2
+    assert got["app:0 -> db:5432"].seconds["app_limited"] == 9.0
+    assert got["app:0 -> db:5432"].seconds["receiver_window"] == 1.0
+    assert got["app:0 -> db:5432"].bytes_acked == 2000.0
     assert "app:22 -> 192.0.2.9:50000" in got  # no host of ours: kept as it is
 
 
 def test_an_rtt_the_injected_delay_explains_is_no_delayed_ack():
     """15 ms injected on the pair: an RTT of 16 ms over a 0.5 ms minimum is the injection;
     one of 60 ms is a delayed ACK still."""
-    def record(rtt_us: float) -> dict:
-        r = _record(APP, DB, 1.0, 2.0, "delayed_ack")
-        r["tcp"] = {"rtt_us": rtt_us, "min_rtt_us": 500.0}
-        return r
+    def record(rtt_us: float) -> SnapRecord:
+        return _record(APP, DB, 1.0, 2.0, "delayed_ack",
+                       tcp={"rtt_us": rtt_us, "min_rtt_us": 500.0})
 
-    report = {"host": "app", "records": [record(16_000.0)], "connections": []}
+    report = _report("app", [record(16_000.0)])
     key, window = LinkKey("app", 0, "db", 5432), (0.0, 10.0)
     assert link_classes([report], HOSTS, key, window)["delayed_ack"] == 1.0  # passive: stands
     assert link_classes([report], HOSTS, key, window, injected_us=15_000.0)["delayed_ack"] == 0
-    report["records"] = [record(60_000.0)]
+    report = _report("app", [record(60_000.0)])
     assert link_classes([report], HOSTS, key, window, injected_us=15_000.0)["delayed_ack"] == 1
 
 

@@ -6,6 +6,7 @@ profile's records and totals, and the poller in virtual time (a fake clock, CPU 
 from __future__ import annotations
 
 import io
+import json
 import math
 import re
 import socket
@@ -15,7 +16,7 @@ import pytest
 from numpy.testing import assert_allclose
 
 from linkgrad.protocol.jsonlines import LineWriter
-from linkgrad.protocol.snap import Profile, SnapReportEvent
+from linkgrad.protocol.snap import Profile
 from linkgrad.snap.classify import CLASS_NAMES, SnapThresholds
 from sniffer import snap_poller, tcp_info
 from sniffer.links import Process
@@ -670,7 +671,7 @@ def test_a_cpu_share_above_the_upper_bound_slows_the_table_reads(monkeypatch):
     assert early >= 1
     assert late < 0.5  # reads per second: about 1/8, not the base's 2
     assert poller.budget.fast == {}
-    event = SnapReportEvent.model_validate(poller.report())
+    event = poller.report()
     assert event.table_interval_s == 8.0
     assert event.cpu_pct == pytest.approx(10.0)
     assert event.sockets == 2
@@ -696,7 +697,7 @@ def test_a_cpu_share_below_the_lower_bound_polls_the_problem_connection_faster(m
     assert poller.budget.table_interval_s == 0.5
     assert set(diag.looked_up) == {1}
     assert len(diag.looked_up) > 2 * len(diag.dumps)  # a lookup every ~50 ms, table ~500
-    event = SnapReportEvent.model_validate(poller.report())
+    event = poller.report()
     assert event.fast_connections == 1
     by_port = {c.local.port: c for c in event.connections}
     lossy, healthy = by_port[40001], by_port[40002]
@@ -730,7 +731,7 @@ def test_a_connection_whose_notice_comes_after_the_read_that_missed_it(monkeypat
     notices.add(clock.value + 0.01, 1, {**lifelong, "total_retrans": 501,
                                         "data_segs_out": 10_003})  # ... its notice after
     clock.value += 0.02
-    event = SnapReportEvent.model_validate(poller.report())
+    event = poller.report()
     mine = [c for c in event.connections if c.local.port == 40001]
     assert len(mine) == 1
     assert mine[0].sockets == 1  # the connection itself, not a logical link of short ones
@@ -762,7 +763,7 @@ def test_a_socket_freed_while_the_table_is_read_does_not_stop_the_poller(monkeyp
     poller.read_table()
     clock.value += 1
     poller.read_table()  # the notice is matched against the sample timed after it
-    event = SnapReportEvent.model_validate(poller.report())
+    event = poller.report()
     assert {c.local.port for c in event.connections} <= {40001, 40002}
 
 
@@ -805,6 +806,44 @@ def test_a_rejected_profile_request_leaves_the_running_profiling_alone(monkeypat
         assert out.getvalue() == ""  # no last report: it was not stopped
     finally:
         profiler.stop()
+
+
+class _LossyTracer:
+    def losses(self) -> str:
+        return "12 calls"
+
+
+def test_the_snap_line_keeps_its_fields_order_and_names_lost_calls_only_when_some_were(
+        monkeypatch):
+    diag = _FakeDiag({1: dict(BASE[1]), 2: dict(BASE[2])})
+
+    def traffic() -> None:
+        diag.sockets[1]["total_retrans"] += 1
+        diag.sockets[2]["data_segs_out"] += 1
+
+    diag.tick = traffic
+    clock, cpu, out = _Now(T0), _Now(0.0), io.StringIO()
+    profiler = Profiler(LineWriter(out), tracing=False)
+    profiler.poller = poller = _poller(monkeypatch, diag, clock, cpu)
+    _run(poller, clock, cpu, T0 + 2, cpu_share=0.0)
+    profiler._report(last=True)
+    profiler.tracer = _LossyTracer()  # type: ignore[assignment]
+    _run(poller, clock, cpu, T0 + 4, cpu_share=0.0)
+    profiler._report(last=True)
+    profiler.tracer = None
+    quiet, lossy = (json.loads(line) for line in out.getvalue().splitlines())
+    fields = ["event", "from", "to", "cpu_pct", "table_interval_s", "fast_connections",
+              "sockets", "connections", "records", "dropped_records"]
+    assert list(quiet) == fields
+    assert list(lossy) == [*fields, "socket_calls_lost"]
+    assert lossy["socket_calls_lost"] == "12 calls"
+    assert list(quiet["connections"][0]) == [
+        "local", "remote", "pid", "process", "first_s", "last_s", "polls", "seconds", "sums",
+        "delayed_acks", "problem_intervals", "sockets"]
+    assert quiet["connections"][0]["local"] == {"addr": "10.0.0.1", "port": 40001}
+    assert list(quiet["records"][0]) == ["local", "remote", "from", "to", "classes",
+                                         "delayed_acks", "tcp", "calls"]
+    assert quiet["records"][0]["calls"] is None  # untraced: null, not left out
 
 
 def test_a_connection_reset_while_its_fd_stays_open_is_not_counted_twice():

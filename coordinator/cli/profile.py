@@ -6,22 +6,22 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
 from coordinator.cli import snap_report
+from coordinator.cli.answer import Answer
 from coordinator.cli.command import Command
+from coordinator.cli.snap_report import ResourceRow
 from coordinator.cli.terminal import terminal
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.run_dir import RunDir
 from coordinator.config.snap_file import SnapFile
-from coordinator.config.strict_json import dumps
 from coordinator.live.passive import snap_file
 from coordinator.live.session import Session, check_local_files, observe
 from linkgrad.errors import InputError, Problem
-from linkgrad.protocol.snap import Profile
+from linkgrad.protocol.snap import Profile, Profiling
 from linkgrad.snap.evidence import links_seen
 
 MAX_DURATION_S = 7 * 86400.0
@@ -64,45 +64,66 @@ def profile_command(args: argparse.Namespace) -> int:
                        session.stop_profiling, args.duration, console.print,
                        lambda note: console.print(f"[yellow]{escape(note)}"), "profiling")
     hosts = {**session.addresses, **session.ipv6_addresses}
-    snap = SnapFile.model_validate(snap_file(session.profiling, session.snap_reports, hosts))
+    snap = snap_file(session.profiling, session.snap_reports, hosts)
     if args.save:
         RunDir(args.save.parent).write(args.save.name, snap.model_dump(mode="json",
                                                                        by_alias=True))
-    summary = _summary(snap)
+    summary = _summary(snap, problems)
     if args.json:
-        print(dumps({**summary, "problems": problems}))
+        print(summary.json_text())
     else:
-        _print(console, summary, problems)
+        _print(console, summary)
     return 0 if not problems else 1
 
 
-def _summary(snap: SnapFile) -> dict[str, Any]:
+class SeenLink(Answer):
+    """A sending direction the hosts' reports saw, its connections summed."""
+
+    link: str  # `app1:0 -> db:5432`: a port in its host's ephemeral range written 0
+    connections: int
+    bytes_acked: float
+    seconds: dict[str, float]  # Table 2 class -> seconds
+
+
+class ProfileAnswer(Answer):
+    hosts: dict[str, Profiling]  # what each host's profiler could give
+    links: list[SeenLink]
+    resources: list[ResourceRow]
+    reports: int
+    at: float  # unix seconds
+    problems: list[str]
+
+
+def _summary(snap: SnapFile, problems: list[str]) -> ProfileAnswer:
     ephemeral = {h: p.ephemeral_range for h, p in snap.hosts.items() if p.ephemeral_range}
-    links = links_seen(snap.report_dicts(), snap.addresses, ephemeral)
-    return {"hosts": {h: p.model_dump(mode="json") for h, p in snap.hosts.items()},
-            "links": [{"link": label, **entry} for label, entry in sorted(links.items())],
-            "resources": _resources(snap),
-            "reports": len(snap.reports), "at": time.time()}
+    links = links_seen(snap.reports, snap.addresses, ephemeral)
+    return ProfileAnswer(
+        hosts=snap.hosts,
+        links=[SeenLink(link=label, connections=seen.connections,
+                        bytes_acked=seen.bytes_acked, seconds=seen.seconds)
+               for label, seen in sorted(links.items())],
+        resources=_resources(snap), reports=len(snap.reports), at=time.time(),
+        problems=problems)
 
 
-def _resources(snap: SnapFile) -> list[dict[str, Any]]:
+def _resources(snap: SnapFile) -> list[ResourceRow]:
     try:
         return snap_report.resource_rows(snap_report.ranked(snap))
     except ValueError as e:  # too many connections for the window's 2 s bins: the rest stands
-        return [{"resource": f"not ranked: {e}", "acc": None, "above_alpha": False,
-                 "connections": 0, "problems_s": {}}]
+        return [ResourceRow(resource=f"not ranked: {e}", acc=None, above_alpha=False,
+                            connections=0, problems_s={})]
 
 
-def _print(console: Console, summary: dict[str, Any], problems: list[str]) -> None:
-    for link in summary["links"]:
-        seconds = {k: v for k, v in link["seconds"].items() if v > 0}
-        print(f"{link['link']}  ({link['connections']} connection(s)): "
+def _print(console: Console, summary: ProfileAnswer) -> None:
+    for link in summary.links:
+        seconds = {k: v for k, v in link.seconds.items() if v > 0}
+        print(f"{link.link}  ({link.connections} connection(s)): "
               f"{snap_report.classes_text(seconds)}")
-    for r in summary["resources"]:
-        acc = "-" if r["acc"] is None else f"{r['acc']:.2f}"
-        print(f"  {r['resource']}: ACC {acc}{'  above α' if r['above_alpha'] else ''}"
-              f"  {snap_report.classes_text(r['problems_s'])}")
-    for problem in problems:
+    for r in summary.resources:
+        acc = "-" if r.acc is None else f"{r.acc:.2f}"
+        print(f"  {r.resource}: ACC {acc}{'  above α' if r.above_alpha else ''}"
+              f"  {snap_report.classes_text(r.problems_s)}")
+    for problem in summary.problems:
         console.print(f"[red]{escape(problem)}")
 
 

@@ -5,8 +5,8 @@ during the passive phase and during its measurement, and the shared resources ra
 from __future__ import annotations
 
 import html
-from typing import Any
 
+from coordinator.cli.answer import Answer
 from coordinator.config.run_records import LinkMeasurement
 from coordinator.config.snap_file import SnapFile
 from linkgrad.snap.correlate import ResourceScore
@@ -26,22 +26,33 @@ def classes_text(seconds: dict[str, float] | None) -> str:
 def ranked(snap: SnapFile, window: tuple[float, float] | None = None,
            aggregation_s: float = 2.0, alpha: float = 0.4) -> list[ResourceScore]:
     """Every shared resource of the run (or `window`) by ACC."""
-    reports = snap.report_dicts()
+    reports = snap.reports
     if not reports:
         return []
     if window is None:
-        window = (min(r["from"] for r in reports), max(r["to"] for r in reports))
+        window = (min(r.from_s for r in reports), max(r.to_s for r in reports))
     if window[1] <= window[0]:
         return []
     return correlated_resources(reports, snap.addresses, window, aggregation_s, alpha)
 
 
-def resource_rows(scores: list[ResourceScore]) -> list[dict[str, Any]]:
-    """The ranked resources as JSON: the top ones and any above α."""
+class ResourceRow(Answer):
+    """A ranked resource as shown: its ACC (None: not computed), how many connections share
+    it, the seconds of each problem they had."""
+
+    resource: str
+    acc: float | None
+    above_alpha: bool
+    connections: int
+    problems_s: dict[str, float]
+
+
+def resource_rows(scores: list[ResourceScore]) -> list[ResourceRow]:
+    """The ranked resources shown: the top ones and any above α."""
     shown = [s for i, s in enumerate(scores) if i < TOP or s.above_alpha]
-    return [{"resource": s.resource, "acc": s.acc, "above_alpha": s.above_alpha,
-             "connections": len(s.connections),
-             "problems_s": {k: round(v, 3) for k, v in s.problems.items() if v > 0}}
+    return [ResourceRow(resource=s.resource, acc=s.acc, above_alpha=s.above_alpha,
+                        connections=len(s.connections),
+                        problems_s={k: round(v, 3) for k, v in s.problems.items() if v > 0})
             for s in shown]
 
 
@@ -63,9 +74,9 @@ def html_section(snap: SnapFile | None, links: list[LinkMeasurement],
         for lk in links)
     scores = resource_rows(ranked(snap, passive))
     resources = "".join(
-        f"<tr><td>{html.escape(r['resource'])}</td><td>{_acc(r['acc'])}"
-        f"{' <b>above α</b>' if r['above_alpha'] else ''}</td><td>{r['connections']}</td>"
-        f"<td>{html.escape(classes_text(r['problems_s']))}</td></tr>" for r in scores)
+        f"<tr><td>{html.escape(r.resource)}</td><td>{_acc(r.acc)}"
+        f"{' <b>above α</b>' if r.above_alpha else ''}</td><td>{r.connections}</td>"
+        f"<td>{html.escape(classes_text(r.problems_s))}</td></tr>" for r in scores)
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in missing_notes(snap))
     return ["<h2>SNAP: TCP classes per link</h2>",
             f"<table><tr><th>link</th><th>passive phase</th><th>its measurement</th></tr>"

@@ -4,22 +4,23 @@ and what it could not give), and each link's Table 2 classes beside its gradient
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from coordinator.config.run_dir import RunDir
 from coordinator.config.run_records import LinkMeasurement, MeasuredLink
+from coordinator.config.snap_file import HostSnapReport, SnapFile, read_snap
 from linkgrad.errors import InputError
+from linkgrad.protocol.snap import Profiling
 from linkgrad.snap.evidence import LinkKey, link_classes
 
 PHASES = ("passive", "measurement")
 
 
-def snap_file(profiling: dict[str, Any], reports: list[dict[str, Any]],
-              hosts: dict[str, str]) -> dict[str, Any]:
+def snap_file(profiling: dict[str, Profiling], reports: list[HostSnapReport],
+              hosts: dict[str, str]) -> SnapFile:
     """`snap.json`: per host what its profiler could give; which host each address is (so
     the file is read alone, offline); every report, in arrival order."""
-    return {"hosts": {name: p.model_dump(mode="json") for name, p in profiling.items()},
-            "addresses": hosts, "reports": reports}
+    return SnapFile(hosts=profiling, addresses=hosts, reports=reports)
 
 
 def link_key(link: MeasuredLink) -> LinkKey | None:
@@ -42,7 +43,7 @@ def injected_us(m: LinkMeasurement, every: list[LinkMeasurement]) -> float:
                if set(o.pair) == set(m.pair) and _window(o)[0] < end and _window(o)[1] > start)
 
 
-def with_snap(measurement: LinkMeasurement, reports: list[dict[str, Any]],
+def with_snap(measurement: LinkMeasurement, reports: Sequence[HostSnapReport],
               hosts: dict[str, str], training: tuple[float, float] | None,
               injected: float = 0.0, max_queuing_us: float = 10_000.0) -> LinkMeasurement:
     """`measurement` with the classes its link showed in the passive phase and while it was
@@ -60,21 +61,22 @@ def with_snap(measurement: LinkMeasurement, reports: list[dict[str, Any]],
     return measurement.model_copy(update={"snap": snap})
 
 
-def save(out: RunDir, experiment: str, profiling: dict[str, Any],
-         reports: list[dict[str, Any]], hosts: dict[str, str],
+def save(out: RunDir, experiment: str, profiling: dict[str, Profiling],
+         reports: list[HostSnapReport], hosts: dict[str, str],
          max_queuing_us: float = 10_000.0) -> None:
     """Write `snap.json` (after the reports a resumed run's earlier sessions kept) and put
     each measured link's classes into `gradients.json`."""
     if not profiling:
         return
     try:  # a resumed run's: its reports are the earlier links' evidence
-        before = out.read("snap.json")
+        before = read_snap(out.path)
     except InputError:  # cut short or edited: this session's reports stand alone
         before = None
-    if isinstance(before, dict):
-        reports = [*before.get("reports", []), *reports]
-        hosts = {**before.get("addresses", {}), **hosts}
-    out.write("snap.json", snap_file(profiling, reports, hosts))
+    if before is not None:
+        reports = [*before.reports, *reports]
+        hosts = {**before.addresses, **hosts}
+    out.write("snap.json", snap_file(profiling, reports, hosts).model_dump(mode="json",
+                                                                          by_alias=True))
     measurements = out.measurements()
     if not measurements:
         return

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from coordinator.config.experiment import Experiment, Host, Ssh
 from coordinator.config.experiment_files import require_local_files
+from coordinator.config.snap_file import HostSnapReport
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
 from coordinator.live.logfollow import LogFollower, follow_argv
 from coordinator.live.ssh import Connection, Endpoint, check_endpoints, endpoint_for
@@ -83,7 +84,7 @@ class Session:
     log: LogFollower | None = None
     workload: Channel | None = None
     warnings: list[str] = field(default_factory=list)  # what a daemon could not do
-    snap_reports: list[dict[str, Any]] = field(default_factory=list)  # as snap.json keeps them
+    snap_reports: list[HostSnapReport] = field(default_factory=list)  # in arrival order
     profiling: dict[str, Profiling] = field(default_factory=dict)  # host -> what it can give
     unprofiled: set[str] = field(default_factory=set)  # hosts whose profiling has ended
     trace_events: dict[str, list[TraceReportEvent]] = field(default_factory=dict)  # by host
@@ -146,13 +147,12 @@ class Session:
                                           if isinstance(d.ready, SnifferReady)})
         return self
 
-    def _report(self, host: str, message: dict[str, Any]) -> None:
+    def _report(self, host: str, message: dict[str, Any]) -> None:  # free-form: as decoded
         if message.get("event") == "report":
             self.reports.append((host, ReportEvent.model_validate(message)))
         elif message.get("event") == "snap":
-            report = SnapReportEvent.model_validate(message).model_dump(mode="json",
-                                                                        by_alias=True)
-            self.snap_reports.append({"host": host, **report})
+            self.snap_reports.append(
+                HostSnapReport.of(host, SnapReportEvent.model_validate(message)))
         elif message.get("event") == "trace":
             self.trace_events.setdefault(host, []).append(
                 TraceReportEvent.model_validate(message))

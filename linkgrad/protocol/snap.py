@@ -9,7 +9,7 @@ Table 1 statistics, the socket calls) for each interval with a problem.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, StrictBool, StrictFloat
 
@@ -107,8 +107,11 @@ class SnapRecord(Message):
 
 
 class SnapReportEvent(Message):
+    """The sniffer's `snap` event; `socket_calls_lost` is on the wire only when some were."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
                               allow_inf_nan=False)
+    absent_when_none: ClassVar[tuple[str, ...]] = ("socket_calls_lost",)
     event: Literal["snap"] = "snap"
     from_s: UnixS = Field(alias="from")
     to_s: UnixS = Field(alias="to")

@@ -1,6 +1,8 @@
 """SNAP's evidence beside the gradients: the classes each link showed in a time window, and the
 shared resources ranked by ACC (§2.3), from the sniffers' `snap` reports as `snap.json` holds
-them (plain dicts: this runs offline, on saved files, and in unit tests).
+them. Read through the protocols below: the fields this reads of `linkgrad.protocol.snap`'s
+models, with the reporting host added (as snap.json has it), so that this package, which the
+sniffer imports, needs no pydantic.
 
 Every Table 2 class is a sender's view (its send buffer, its retransmissions and timeouts, the
 RTT its ACKs took, the window its peer offered), so a connection a host reports with local end
@@ -10,8 +12,8 @@ L and remote end R is evidence about the link L -> R. A link's port 0 (ephemeral
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -23,10 +25,87 @@ from linkgrad.snap.correlate import (
     shared_resources,
 )
 
-__all__ = ["End", "LinkKey", "Report", "correlated_resources", "link_classes", "links_seen"]
+__all__ = [
+    "End",
+    "LinkKey",
+    "LinkSeen",
+    "Report",
+    "ReportedConnection",
+    "ReportedEnd",
+    "ReportedRecord",
+    "correlated_resources",
+    "link_classes",
+    "links_seen",
+]
 
-Report = Mapping[str, Any]  # a `snap` event (JSON), with the reporting "host" added
 End = tuple[str | None, int]  # (host, port)
+
+
+class ReportedEnd(Protocol):
+    """One end of a reported socket (`SnapEnd`)."""
+
+    @property
+    def addr(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+
+
+class ReportedConnection(Protocol):
+    """A connection's sums over a report (`SnapConnection`)."""
+
+    @property
+    def local(self) -> ReportedEnd: ...
+    @property
+    def remote(self) -> ReportedEnd: ...
+    @property
+    def process(self) -> str | None: ...
+    @property
+    def first_s(self) -> float: ...
+    @property
+    def last_s(self) -> float: ...
+    @property
+    def seconds(self) -> Mapping[str, float]: ...
+    @property
+    def sums(self) -> Mapping[str, float]: ...
+    @property
+    def sockets(self) -> int: ...
+
+
+class ReportedRecord(Protocol):
+    """An interval with a problem (`SnapRecord`)."""
+
+    @property
+    def local(self) -> ReportedEnd: ...
+    @property
+    def remote(self) -> ReportedEnd: ...
+    @property
+    def from_s(self) -> float: ...
+    @property
+    def to_s(self) -> float: ...
+    @property
+    def classes(self) -> Sequence[str]: ...
+    @property
+    def tcp(self) -> Mapping[str, float]: ...
+
+
+class Report(Protocol):
+    """A `snap` report with the host that sent it (snap.json's)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def connections(self) -> Sequence[ReportedConnection]: ...
+    @property
+    def records(self) -> Sequence[ReportedRecord]: ...
+
+
+@dataclass(frozen=True)
+class LinkSeen:
+    """A sending direction's connections (sockets), summed."""
+
+    connections: int
+    bytes_acked: float
+    seconds: dict[str, float]  # Table 2 class -> seconds, over its connections
 
 
 @dataclass(frozen=True)
@@ -41,9 +120,10 @@ class LinkKey:
                 and self.src_port in (0, src[1]) and self.dst_port in (0, dst[1]))
 
 
-def _ends(item: Mapping[str, Any], hosts: Mapping[str, str]) -> tuple[End, End]:
-    local, remote = item["local"], item["remote"]
-    return (hosts.get(local["addr"]), local["port"]), (hosts.get(remote["addr"]), remote["port"])
+def _ends(item: ReportedConnection | ReportedRecord,
+          hosts: Mapping[str, str]) -> tuple[End, End]:
+    return ((hosts.get(item.local.addr), item.local.port),
+            (hosts.get(item.remote.addr), item.remote.port))
 
 
 def _overlap(a: float, b: float, window: tuple[float, float]) -> float:
@@ -63,30 +143,25 @@ def link_classes(reports: Iterable[Report], hosts: Mapping[str, str], link: Link
     """
     seconds = dict.fromkeys(CLASS_NAMES, 0.0)
     for report in reports:
-        for record in _items(report, "records"):
+        for record in report.records:
             if link.matches(*_ends(record, hosts)):
-                share = _overlap(record["from"], record["to"], window)
-                for name in record["classes"]:
+                share = _overlap(record.from_s, record.to_s, window)
+                for name in record.classes:
                     if name in PROBLEMS and not (name == "delayed_ack" and _explained(
                             record, injected_us, max_queuing_us)):
                         seconds[name] += share
-        for c in _items(report, "connections"):
-            if link.matches(*_ends(c, hosts)) and c["last_s"] > c["first_s"]:
-                fraction = _overlap(c["first_s"], c["last_s"], window) / (c["last_s"]
-                                                                          - c["first_s"])
-                seconds["app_limited"] += fraction * c["seconds"].get("app_limited", 0.0)
+        for c in report.connections:
+            if link.matches(*_ends(c, hosts)) and c.last_s > c.first_s:
+                fraction = _overlap(c.first_s, c.last_s, window) / (c.last_s - c.first_s)
+                seconds["app_limited"] += fraction * c.seconds.get("app_limited", 0.0)
     return seconds
 
 
-def _explained(record: Mapping[str, Any], injected_us: float, max_queuing_us: float) -> bool:
-    rtt, least = record["tcp"].get("rtt_us"), record["tcp"].get("min_rtt_us")
+def _explained(record: ReportedRecord, injected_us: float, max_queuing_us: float) -> bool:
+    rtt, least = record.tcp.get("rtt_us"), record.tcp.get("min_rtt_us")
     if not injected_us or rtt is None or least is None:
         return False
     return bool(rtt - injected_us <= least + max_queuing_us)
-
-
-def _items(report: Report, key: str) -> list[Mapping[str, Any]]:
-    return list(report.get(key, ()))
 
 
 def correlated_resources(reports: Sequence[Report], hosts: Mapping[str, str],
@@ -101,18 +176,21 @@ def correlated_resources(reports: Sequence[Report], hosts: Mapping[str, str],
     peer_of: dict[int, str] = {}
     process_of: dict[int, str] = {}
     rows: list[tuple[int, float, float, tuple[str, ...]]] = []
+
+    def add(host: str, item: ReportedConnection | ReportedRecord, process: str | None,
+            start: float, end: float, classes: tuple[str, ...]) -> None:
+        conn = ids.setdefault((host, *_flat(item)), len(ids))
+        (_, _), (peer, _) = _ends(item, hosts)
+        host_of[conn], peer_of[conn] = host, peer or ""
+        if process:
+            process_of[conn] = process
+        rows.append((conn, float(start), float(end), classes))
+
     for report in reports:
-        for item, classes in [*((c, ()) for c in _items(report, "connections")),
-                              *((r, tuple(r["classes"])) for r in _items(report, "records"))]:
-            key = (report["host"], *_flat(item))
-            conn = ids.setdefault(key, len(ids))
-            (_, _), (peer, _) = _ends(item, hosts)
-            host_of[conn], peer_of[conn] = str(report["host"]), peer or ""
-            if item.get("process"):
-                process_of[conn] = str(item["process"])
-            start, end = (item["from"], item["to"]) if classes else (item["first_s"],
-                                                                       item["last_s"])
-            rows.append((conn, float(start), float(end), classes))
+        for c in report.connections:
+            add(report.host, c, c.process, c.first_s, c.last_s, ())
+        for r in report.records:
+            add(report.host, r, None, r.from_s, r.to_s, tuple(r.classes))
     if not rows:
         return []
     vectors = performance_vectors(_classes([r[3] for r in rows]), [r[0] for r in rows],
@@ -121,9 +199,8 @@ def correlated_resources(reports: Sequence[Report], hosts: Mapping[str, str],
     return rank_resources(shared_resources(host_of, peer_of, process_of), vectors, alpha)
 
 
-def _flat(item: Mapping[str, Any]) -> tuple[object, ...]:
-    local, remote = item["local"], item["remote"]
-    return (local["addr"], local["port"], remote["addr"], remote["port"])
+def _flat(item: ReportedConnection | ReportedRecord) -> tuple[object, ...]:
+    return (item.local.addr, item.local.port, item.remote.addr, item.remote.port)
 
 
 def _classes(held: list[tuple[str, ...]]) -> Classes:
@@ -134,30 +211,35 @@ def _classes(held: list[tuple[str, ...]]) -> Classes:
                    idle=np.zeros(n, bool), delayed_acks=np.full(n, np.nan))
 
 
+@dataclass
+class _Summing:
+    sockets: set[tuple[object, ...]] = field(default_factory=set)  # one socket, many reports
+    short: int = 0  # short sockets summed per report (a port written 0): disjoint each time
+    bytes_acked: float = 0.0
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CLASS_NAMES, 0.0))
+
+
 def links_seen(reports: Iterable[Report], hosts: Mapping[str, str],
-               ephemeral: Mapping[str, tuple[int, int]]) -> dict[str, dict[str, Any]]:
-    """Every sending direction the reports saw, as a link label (`app1:0 -> db:5432`: a port
-    in its host's ephemeral range written 0; an address of no known host kept as it is),
+               ephemeral: Mapping[str, tuple[int, int]]) -> dict[str, LinkSeen]:
+    """Every sending direction the reports saw, by its link label (`app1:0 -> db:5432`: a
+    port in its host's ephemeral range written 0; an address of no known host kept as it is),
     with its connections (sockets), the seconds in each class and the bytes acknowledged,
     summed over them."""
-    links: dict[str, dict[str, Any]] = {}
+    links: dict[str, _Summing] = {}
     for report in reports:
-        for c in _items(report, "connections"):
+        for c in report.connections:
             (src, sport), (dst, dport) = _ends(c, hosts)
-            label = (f"{_end(src or c['local']['addr'], sport, ephemeral)} -> "
-                     f"{_end(dst or c['remote']['addr'], dport, ephemeral)}")
-            entry = links.setdefault(label, {"connections": set(), "short": 0,
-                                             "bytes_acked": 0.0,
-                                             "seconds": dict.fromkeys(CLASS_NAMES, 0.0)})
-            if c["local"]["port"] and c["remote"]["port"]:  # one socket, in many reports
-                entry["connections"].add((report["host"], *_flat(c)))
-            else:  # short sockets summed per report (a port written 0): disjoint each time
-                entry["short"] += c.get("sockets", 1)
-            entry["bytes_acked"] += c["sums"].get("bytes_acked", 0.0)
-            for name, s in c["seconds"].items():
-                entry["seconds"][name] = entry["seconds"].get(name, 0.0) + s
-    return {label: {**{k: v for k, v in e.items() if k != "short"},
-                    "connections": len(e["connections"]) + e["short"]}
+            label = (f"{_end(src or c.local.addr, sport, ephemeral)} -> "
+                     f"{_end(dst or c.remote.addr, dport, ephemeral)}")
+            entry = links.setdefault(label, _Summing())
+            if c.local.port and c.remote.port:
+                entry.sockets.add((report.host, *_flat(c)))
+            else:
+                entry.short += c.sockets
+            entry.bytes_acked += c.sums.get("bytes_acked", 0.0)
+            for name, s in c.seconds.items():
+                entry.seconds[name] = entry.seconds.get(name, 0.0) + s
+    return {label: LinkSeen(len(e.sockets) + e.short, e.bytes_acked, e.seconds)
             for label, e in links.items()}
 
 
