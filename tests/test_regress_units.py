@@ -264,7 +264,7 @@ def test_the_history_appends_whole_lines_and_names_a_bad_one(tmp_path: Path) -> 
                                           1.6e9))
     nights = read_history(path)
     assert [n.status for n in nights] == ["pass", "regression"]
-    assert nights[1].checks[0]["verdict"] in ("pass", "regression")
+    assert nights[1].checks[0].verdict in ("pass", "regression")
     with path.open("a") as f:
         f.write('{"suite": "nightly", "night": "cut\n')
     with pytest.raises(InputError, match=r"history\.jsonl:3"):

@@ -9,22 +9,21 @@ import argparse
 import contextlib
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 
 from coordinator.cli.command import Command
 from coordinator.cli.internal_error import internal_error_details
+from coordinator.cli.regress_answer import CheckAnswer, RegressAnswer, SuiteAnswer
 from coordinator.cli.regress_junit import junit_xml, write_junit
 from coordinator.cli.regress_outcome import RESULT, Outcome, compare_night, run_and_compare
 from coordinator.cli.regress_trend import write_trend
 from coordinator.cli.terminal import terminal
-from coordinator.config.strict_json import dumps
 from coordinator.config.suite import LoadedSuite, load_suite
 from coordinator.config.topology_file import load_topology
-from coordinator.regress.check import Check
 from coordinator.regress.files import (
     Baseline,
     NightRecord,
@@ -34,6 +33,14 @@ from coordinator.regress.files import (
     read_history,
     write_baseline,
     write_whole,
+)
+from coordinator.regress.values import (
+    CheckValues,
+    GradientValues,
+    LinkValues,
+    PathValues,
+    PredictionValues,
+    SnapValues,
 )
 from linkgrad.errors import InputError, Problem
 
@@ -83,13 +90,13 @@ def regress_command(args: argparse.Namespace) -> int:
             write_baseline(suite.baseline, suite.name, outcome.night, outcome.measures)
         except OSError as e:
             outcome.status, outcome.reason = "failed", f"no baseline written: {_os_error(e)}"
-    result = _result_json(suite, outcome, files, args.accept)
+    result = _answer(suite, outcome, files, args.accept)
     if args.night is None:  # a night compared again keeps its own regress.json
         _write_result(outcome.night / RESULT, result)
     if args.json:
-        print(dumps(result))
+        print(result.json_text())
     else:
-        _print(result, outcome.checks)
+        _print(result)
     if outcome.status == "bad suite":
         terminal(stderr=True).print(f"linkgrad: error: {outcome.reason}", markup=False,
                                     soft_wrap=True)
@@ -105,10 +112,10 @@ def _os_error(e: OSError) -> str:
     return f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}"
 
 
-def _write_result(path: Path, result: dict[str, Any]) -> None:
+def _write_result(path: Path, result: RegressAnswer) -> None:
     """The night's regress.json, whole or not at all; said, not fatal (stdout has it)."""
     try:
-        write_whole(path, dumps(result) + "\n")
+        write_whole(path, result.json_text() + "\n")
     except OSError as e:
         terminal(stderr=True).print(f"no {path}: {_os_error(e)}", markup=False, soft_wrap=True)
 
@@ -171,25 +178,23 @@ def _keep(suite: LoadedSuite, outcome: Outcome, started: float, args: argparse.N
     return files
 
 
-def _result_json(suite: LoadedSuite, outcome: Outcome, files: dict[str, str], accept: bool
-                 ) -> dict[str, Any]:
-    result = {
-        "suite": {"name": suite.name, "file": str(suite.path)},
-        "night": str(outcome.night), "status": outcome.status,
-        "exit_code": EXIT[outcome.status], "reason": outcome.reason,
-        "baseline": str(suite.baseline) if outcome.baseline or accept else None,
-        "baseline_accepted_unix": outcome.baseline.accepted_unix if outcome.baseline else None,
-        "accepted": accept and outcome.status == "accepted",
-        "runs": {name: str(path) for name, path in outcome.runs.items()},
-        "counts": dict(Counter(c.verdict for c in outcome.checks)),
-        "regressions": [c.name for c in outcome.checks if c.verdict == "regression"],
-        "checks": [c.as_json() for c in outcome.checks],
-        **files,
-    }
-    return result
+def _answer(suite: LoadedSuite, outcome: Outcome, files: dict[str, str], accept: bool
+            ) -> RegressAnswer:
+    return RegressAnswer(
+        suite=SuiteAnswer(name=suite.name, file=str(suite.path)),
+        night=str(outcome.night), status=outcome.status,
+        exit_code=EXIT[outcome.status], reason=outcome.reason,
+        baseline=str(suite.baseline) if outcome.baseline or accept else None,
+        baseline_accepted_unix=outcome.baseline.accepted_unix if outcome.baseline else None,
+        accepted=accept and outcome.status == "accepted",
+        runs={name: str(path) for name, path in outcome.runs.items()},
+        counts=dict(Counter(c.verdict for c in outcome.checks)),
+        regressions=[c.name for c in outcome.checks if c.verdict == "regression"],
+        checks=[CheckAnswer.of(c) for c in outcome.checks],
+        history=files.get("history"), trend=files.get("trend"), junit=files.get("junit"))
 
 
-def _say(quiet: bool) -> Any:
+def _say(quiet: bool) -> Callable[[str], None]:
     console = terminal(stderr=True)
     started = time.monotonic()
 
@@ -202,41 +207,43 @@ def _say(quiet: bool) -> Any:
     return say
 
 
-def _print(result: dict[str, Any], checks: list[Check]) -> None:
+def _print(result: RegressAnswer) -> None:
     console = terminal()
-    status = result["status"]
+    status = result.status
     colour = {"pass": "green", "accepted": "green", "regression": "red"}.get(status, "yellow")
-    console.print(f"[bold {colour}]{escape(status.upper())}[/] {escape(result['night'])}"
-                  + (f": {escape(result['reason'])}" if result["reason"] else ""))
-    for c in (c for c in checks if c.verdict == "regression"):
+    console.print(f"[bold {colour}]{escape(status.upper())}[/] {escape(result.night)}"
+                  + (f": {escape(result.reason)}" if result.reason else ""))
+    for c in (c for c in result.checks if c.verdict == "regression"):
         why = c.reason.split(": ", 1)[-1] if c.kind in ("gradient", "prediction") else c.reason
         console.print(f"[red]✗[/] {c.kind} {escape(c.name)}\n    "
                       f"{escape(_value(c.kind, c.baseline))} → "
                       f"{escape(_value(c.kind, c.current))}: {escape(why)}", soft_wrap=True)
-    counts = ", ".join(f"{n} {v}" for v, n in sorted(result["counts"].items()))
+    counts = ", ".join(f"{n} {v}" for v, n in sorted(result.counts.items()))
     console.print(f"checks: {counts or 'none'}")
-    if result["accepted"]:
-        console.print(f"accepted as the baseline: {escape(result['baseline'])}")
-    elif result["baseline"]:
-        console.print(f"baseline: {escape(result['baseline'])}")
-    for key in ("history", "trend", "junit"):
-        if key in result:
-            console.print(f"{key}: {escape(result[key])}")
+    if result.accepted and result.baseline:
+        console.print(f"accepted as the baseline: {escape(result.baseline)}")
+    elif result.baseline:
+        console.print(f"baseline: {escape(result.baseline)}")
+    for key, path in (("history", result.history), ("trend", result.trend),
+                      ("junit", result.junit)):
+        if path is not None:
+            console.print(f"{key}: {escape(path)}")
 
 
-def _value(kind: str, v: dict[str, Any]) -> str:
-    """A check's value as a person reads it: `3.03 [2.96, 3.11]`, `62.4 ± 1.1 ms`."""
-    if kind == "gradient" and v.get("gradient") is not None:
-        lo, hi = v.get("ci95") or (v["gradient"], v["gradient"])
-        return f"{v['gradient']:.2f} [{lo:.2f}, {hi:.2f}]"
-    if kind == "prediction" and v:
-        return f"{v['predicted_ms']:.1f} ± {1.96 * v['se_ms']:.1f} ms"
+def _value(kind: str, v: CheckValues) -> str:
+    """A check's value as a person reads it: `3.03 [2.96, 3.11]`, `62.4 ± 1.1 ms`; a
+    night with no value of a count (a link, a SNAP class) counts 0."""
+    if kind == "gradient" and isinstance(v, GradientValues) and v.gradient is not None:
+        lo, hi = v.ci95 or (v.gradient, v.gradient)
+        return f"{v.gradient:.2f} [{lo:.2f}, {hi:.2f}]"
+    if kind == "prediction" and isinstance(v, PredictionValues):
+        return f"{v.predicted_ms:.1f} ± {1.96 * v.se_ms:.1f} ms"
     if kind == "link":
-        return f"{v.get('messages', 0)} messages"
-    if kind == "path" and v.get("dominant"):
-        return f"dominant in {v['count']} of {v['requests']} requests"
+        return f"{v.messages if isinstance(v, LinkValues) else 0} messages"
+    if kind == "path" and isinstance(v, PathValues) and v.dominant:
+        return f"dominant in {v.count} of {v.requests} requests"
     if kind == "snap":
-        return f"{v.get('rate', 0):.3g} per s"
+        return f"{v.rate if isinstance(v, SnapValues) else 0:.3g} per s"
     return "-"
 
 

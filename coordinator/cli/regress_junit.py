@@ -37,7 +37,8 @@ def junit_xml(suite: str, checks: Sequence[Check], failure: str | None, elapsed_
             case = ET.SubElement(group, "testcase", classname=f"{suite}.{kind}", name=c.name)
             if c.verdict == "regression" and not accepted:
                 ET.SubElement(case, "failure", message=c.reason, type="Regression").text = (
-                    f"baseline {json.dumps(c.baseline)}\ncurrent {json.dumps(c.current)}")
+                    f"baseline {json.dumps(c.baseline.model_dump(mode='json'))}\n"
+                    f"current {json.dumps(c.current.model_dump(mode='json'))}")
             elif c.verdict == "skipped":
                 ET.SubElement(case, "skipped", message=c.reason)
             else:

@@ -9,7 +9,6 @@ import datetime as dt
 import html
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -19,7 +18,8 @@ import itertools
 import matplotlib.pyplot as plt
 
 from coordinator.cli.report import png_img
-from coordinator.regress.files import NightRecord, write_whole
+from coordinator.regress.files import CheckRecord, NightRecord, write_whole
+from coordinator.regress.values import GradientValues
 
 MAX_NIGHTS = 90  # the page shows the latest nights only: a year of figures is unreadable
 GradientKey = tuple[str, str, str]  # experiment, transaction, link
@@ -50,9 +50,9 @@ def _when(n: NightRecord) -> dt.datetime:
     return dt.datetime.fromtimestamp(n.started_unix, dt.UTC)
 
 
-def _verdicts(n: NightRecord) -> dict[GradientKey, dict[str, Any]]:
-    return {(c.get("experiment", ""), c.get("transaction", ""), c.get("link", "")): c
-            for c in n.checks if c.get("kind") == "gradient"}
+def _verdicts(n: NightRecord) -> dict[GradientKey, CheckRecord]:
+    return {(c.experiment, c.transaction or "", c.link or ""): c
+            for c in n.checks if c.kind == "gradient"}
 
 
 def _figure(key: GradientKey, nights: list[NightRecord]) -> str:
@@ -63,14 +63,15 @@ def _figure(key: GradientKey, nights: list[NightRecord]) -> str:
         if n.status == "failed":
             ax.axvline(when, color="#bbb", lw=1)
         check = _verdicts(n).get(key)
-        base = _interval((check or {}).get("baseline", {}).get("ci95"))
+        was = check.baseline if check is not None else None
+        base = was.ci95 if isinstance(was, GradientValues) else None
         if base:  # the baseline's interval this night was compared with, across its slot
             ax.fill_between([when - half, when + half], base[0], base[1], color="#9c9",
                             alpha=0.35, lw=0)
         for g in n.gradients:
             if (g.experiment, g.transaction, g.link) != key or g.gradient is None:
                 continue
-            red = check is not None and check["verdict"] == "regression"
+            red = check is not None and check.verdict == "regression"
             lo, hi = g.ci95 or (g.gradient, g.gradient)
             ax.errorbar([when], [g.gradient], yerr=[[g.gradient - lo], [hi - g.gradient]],
                         fmt="o", ms=4, color="#c00" if red else "#225", capsize=2)
@@ -78,14 +79,6 @@ def _figure(key: GradientKey, nights: list[NightRecord]) -> str:
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     fig.autofmt_xdate()
     return png_img(fig)
-
-
-def _interval(value: Any) -> tuple[float, float] | None:
-    """A [low, high] pair of numbers, else None (a history line is read as it was written)."""
-    if (isinstance(value, list | tuple) and len(value) == 2
-            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)):
-        return float(value[0]), float(value[1])
-    return None
 
 
 def _half_spacing(nights: list[NightRecord]) -> dt.timedelta:
@@ -98,8 +91,7 @@ def _half_spacing(nights: list[NightRecord]) -> dt.timedelta:
 def _nights_table(nights: list[NightRecord]) -> str:
     rows = []
     for n in reversed(nights):
-        regressions = [str(c.get("name")) for c in n.checks
-                       if c.get("verdict") == "regression"]
+        regressions = [c.name for c in n.checks if c.verdict == "regression"]
         what = n.reason or "; ".join(regressions[:5]) + (" …" if len(regressions) > 5 else "")
         rows.append(f"<tr class='{html.escape(n.status.replace(' ', '-'))}'>"
                     f"<td>{_when(n):%Y-%m-%d %H:%M} UTC</td><td>{html.escape(n.night)}</td>"

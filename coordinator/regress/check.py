@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from coordinator.regress.measures import (
     GradientMeasure,
@@ -20,6 +20,7 @@ from coordinator.regress.measures import (
     SnapMeasure,
 )
 from coordinator.regress.stats import holm
+from coordinator.regress.values import CheckValues, NoValues
 
 Verdict = Literal["pass", "regression", "new", "skipped"]
 Kind = Literal["experiment", "gradient", "prediction", "link", "path", "snap"]
@@ -33,8 +34,9 @@ class Check:
     subject: dict[str, str]  # experiment, transaction, link, placement, class: what it is of
     verdict: Verdict
     reason: str  # one sentence: why this verdict
-    baseline: dict[str, Any] = field(default_factory=dict)
-    current: dict[str, Any] = field(default_factory=dict)
+    # what each night measured of the subject (NoValues: nothing, or not a measure)
+    baseline: CheckValues = field(default_factory=NoValues)
+    current: CheckValues = field(default_factory=NoValues)
     change: float | None = None  # current - baseline, in the check's unit
     p_value: float | None = None  # before Holm's correction
 
@@ -47,11 +49,6 @@ class Check:
         what = " ".join(s[k] for k in ("transaction", "class") if k in s) or self.kind
         where = s.get("link") or (f"placement {s['placement']}" if "placement" in s else "")
         return f"{what}{' on ' + where if where else ''} (experiment {s['experiment']})"
-
-    def as_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, **self.subject, "verdict": self.verdict,
-                "reason": self.reason, "baseline": self.baseline, "current": self.current,
-                "change": rounded(self.change), "p_value": rounded(self.p_value, 8)}
 
 
 def paired(before: Iterable[M], now: Iterable[M]) -> list[tuple[M | None, M | None]]:

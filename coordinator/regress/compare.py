@@ -12,6 +12,7 @@ from coordinator.regress.check import Check, Verdict, holm_verdicts, paired
 from coordinator.regress.evidence_checks import link_checks, path_checks, snap_checks
 from coordinator.regress.measures import GradientMeasure, NightMeasures, PredictionMeasure
 from coordinator.regress.stats import se_from_ci95, welch_p
+from coordinator.regress.values import CheckValues, GradientValues, NoValues, PredictionValues
 
 
 def compare(baseline: NightMeasures, current: NightMeasures, checks: Checks) -> list[Check]:
@@ -82,11 +83,10 @@ def _gradients(before: Sequence[GradientMeasure], now: Sequence[GradientMeasure]
                           lambda c: abs(c.change or 0.0) >= tolerance.min_change)
 
 
-def _gradient_values(m: GradientMeasure | None) -> dict[str, Any]:
+def _gradient_values(m: GradientMeasure | None) -> CheckValues:
     if m is None:
-        return {}
-    return {"gradient": m.gradient, "ci95": list(m.ci95) if m.ci95 else None,
-            "magnitude_ms": m.magnitude_ms}
+        return NoValues()
+    return GradientValues(gradient=m.gradient, ci95=m.ci95, magnitude_ms=m.magnitude_ms)
 
 
 def _predictions(before: Sequence[PredictionMeasure], now: Sequence[PredictionMeasure],
@@ -112,16 +112,17 @@ def _predictions(before: Sequence[PredictionMeasure], now: Sequence[PredictionMe
                                base, cur, b.predicted_ms - a.predicted_ms, p))
 
     def big_enough(c: Check) -> bool:
+        assert isinstance(c.baseline, PredictionValues)  # judged: both nights predicted
         least = max(tolerance.min_change_ms,
-                    tolerance.min_change_fraction * abs(c.baseline["predicted_ms"]))
+                    tolerance.min_change_fraction * abs(c.baseline.predicted_ms))
         return abs(c.change or 0.0) >= least
     return holm_verdicts(found, tolerance.alpha, big_enough)
 
 
-def _prediction_values(m: PredictionMeasure | None) -> dict[str, Any]:
+def _prediction_values(m: PredictionMeasure | None) -> CheckValues:
     if m is None:
-        return {}
-    return {"predicted_ms": round(m.predicted_ms, 3), "se_ms": round(m.se_ms, 3),
-            "current_ms": round(m.current_ms, 3)}
+        return NoValues()
+    return PredictionValues(predicted_ms=round(m.predicted_ms, 3), se_ms=round(m.se_ms, 3),
+                            current_ms=round(m.current_ms, 3))
 
 

@@ -4,7 +4,6 @@ transaction's dominant causal path, and each link's SNAP classes (new)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from coordinator.config.suite import LinkCheck, PathCheck, SnapCheck
 from coordinator.regress.check import ABSENT_FRACTION, Check, Kind, Verdict, holm_verdicts, paired
@@ -16,6 +15,7 @@ from coordinator.regress.measures import (
     SnapMeasure,
 )
 from coordinator.regress.stats import drop_p
+from coordinator.regress.values import CheckValues, LinkValues, PathValues, SnapValues
 
 
 def link_checks(before: Sequence[LinkMeasure], now: Sequence[LinkMeasure], tolerance: LinkCheck
@@ -26,7 +26,7 @@ def link_checks(before: Sequence[LinkMeasure], now: Sequence[LinkMeasure], toler
         m = a or b
         assert m is not None
         was, is_ = (a.messages if a else 0), (b.messages if b else 0)
-        values = ({"messages": was}, {"messages": is_})
+        values = (LinkValues(messages=was), LinkValues(messages=is_))
         if was < gone and is_ >= there:
             verdict: Verdict = "regression"
             why = f"a new link: {is_} messages in the passive phase, {was} in the baseline's"
@@ -54,7 +54,7 @@ def path_checks(baseline: NightMeasures, current: NightMeasures, tolerance: Path
     # keep alpha); a regression also needs another path to be the commonest now
     return holm_verdicts(found, tolerance.alpha,
                          lambda c: -(c.change or 0.0) >= tolerance.min_share_change
-                         and c.current.get("dominant") != c.baseline.get("dominant"))
+                         and _dominant_key(c.current) != _dominant_key(c.baseline))
 
 
 def _path_check(a: PathMeasure | None, b: PathMeasure | None, tolerance: PathCheck) -> Check:
@@ -98,12 +98,16 @@ def _g(x: float) -> str:
     return f"{x:.3g}"
 
 
-def _path_values(m: PathMeasure | None) -> dict[str, Any]:
+def _path_values(m: PathMeasure | None) -> PathValues:
     if m is None or not m.patterns:
-        return {"requests": m.requests if m else 0}
+        return PathValues(requests=m.requests if m else 0)
     top = _dominant(m)
-    return {"requests": m.requests, "dominant": top.key, "count": top.count,
-            "crossings": top.crossings}
+    return PathValues(requests=m.requests, dominant=top.key, count=top.count,
+                      crossings=top.crossings)
+
+
+def _dominant_key(v: CheckValues) -> str | None:
+    return v.dominant if isinstance(v, PathValues) else None
 
 
 def snap_checks(baseline: NightMeasures, current: NightMeasures, tolerance: SnapCheck
@@ -130,7 +134,8 @@ def snap_checks(baseline: NightMeasures, current: NightMeasures, tolerance: Snap
                 verdict, why = "pass", f"{was:.3g} then, {is_:.3g} now (per second)"
             found.append(Check("snap", {"experiment": m.experiment, "link": m.link,
                                         "class": name}, verdict, why,
-                               {"rate": round(was, 4)}, {"rate": round(is_, 4)}, is_ - was))
+                               SnapValues(rate=round(was, 4)), SnapValues(rate=round(is_, 4)),
+                               is_ - was))
     return found
 
 

@@ -9,15 +9,16 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from coordinator.config import bounds
 from coordinator.config.fields import Float, Int, Str
 from coordinator.config.strict_json import dumps
-from coordinator.regress.check import Check
+from coordinator.regress.check import Check, Kind, Verdict, rounded
 from coordinator.regress.measures import GradientMeasure, NightMeasures
+from coordinator.regress.values import CheckValues, NoValues
 from linkgrad.errors import InputError, Problem
 from linkgrad.reading import loads_json, problems_of, read_json, read_text
 
@@ -27,6 +28,10 @@ NightStatus = Literal["pass", "regression", "failed", "bad suite", "accepted"]
 
 class _File(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _is_none(value: object) -> bool:
+    return value is None
 
 
 class Baseline(_File):
@@ -67,26 +72,33 @@ def write_whole(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-class CheckRecord(BaseModel):
-    """A check as the history keeps it (`Check.as_json`): what the trend page reads is
-    checked, the rest kept as it is."""
+class CheckRecord(_File):
+    """A check as the history keeps it (the trend page reads it back). Its fields in this
+    order, as the history has always had them: a transaction or link the subject has not is
+    written null, a placement or class it has not is left out."""
 
-    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
-    kind: Str
+    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
+    kind: Kind
     name: Str
-    verdict: Literal["pass", "regression", "new", "skipped"]
+    verdict: Verdict
     experiment: Str
     transaction: Str | None = None
     link: Str | None = None
-    baseline: dict[Str, Any] = Field(default_factory=dict)
-    current: dict[Str, Any] = Field(default_factory=dict)
+    baseline: CheckValues = Field(default_factory=NoValues)
+    current: CheckValues = Field(default_factory=NoValues)
+    placement: Str | None = Field(None, exclude_if=_is_none)
+    class_: Str | None = Field(None, alias="class", exclude_if=_is_none)  # SNAP's
+    reason: Str
+    change: Float | None  # rounded as regress.json has it
+    p_value: Float | None
 
-    def get(self, key: str, default: Any = None) -> Any:
-        value = getattr(self, key, None)
-        return default if value is None else value
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
+    @classmethod
+    def of(cls, c: Check) -> CheckRecord:
+        s = c.subject
+        return cls(kind=c.kind, name=c.name, verdict=c.verdict, experiment=s["experiment"],
+                   transaction=s.get("transaction"), link=s.get("link"), baseline=c.baseline,
+                   current=c.current, placement=s.get("placement"), class_=s.get("class"),
+                   reason=c.reason, change=rounded(c.change), p_value=rounded(c.p_value, 8))
 
 
 class NightRecord(_File):
@@ -100,7 +112,7 @@ class NightRecord(_File):
     reason: Str | None = None  # why it failed
     baseline: Str | None = None  # the baseline file compared with
     baseline_accepted_unix: Float | None = Field(None, ge=0, lt=bounds.MAX_UNIX_S)
-    checks: list[CheckRecord] = Field(default_factory=list)  # Check.as_json()
+    checks: list[CheckRecord] = Field(default_factory=list)
     gradients: list[GradientMeasure] = Field(default_factory=list)
 
 
@@ -112,7 +124,7 @@ def night_record(suite: str, night: Path, started_s: float, status: NightStatus,
                        ended_unix=time.time(), status=status, reason=reason,
                        baseline=str(baseline) if baseline else None,
                        baseline_accepted_unix=baseline_accepted_s,
-                       checks=[CheckRecord.model_validate(c.as_json()) for c in checks],
+                       checks=[CheckRecord.of(c) for c in checks],
                        gradients=list(gradients))
 
 
