@@ -260,7 +260,7 @@ def _snap(experiment: str, run_dir: Path, graph: list[GraphLinkAsRun],
     snap = read_snap(run_dir)
     if snap is None or not snap.reports or training is None or training[1] <= training[0]:
         return None  # no profile (a file with no report is none either)
-    reports = snap.report_dicts()
+    reports = snap.reports
     out = []
     for e in graph:
         key = LinkKey(e.src_host, e.src_port, e.dst_host, e.dst_port)
