@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from coordinator.config.snap_file import HostSnapReport
 from linkgrad.snap.correlate import (
     ResourceScore,
     average_correlation,
@@ -113,7 +114,8 @@ def scores(reports: Sequence[Mapping[str, Any]], hosts: Mapping[str, str],
     sick = vectors.seconds.reshape(len(vectors.connections), -1).any(axis=1)
     out = {"now": rank_resources(shared_resources(host_of, peer_of, process_of), vectors, ALPHA),
            "before": rank_resources(before_groups(host_of, peer_of, process_of), vectors, ALPHA)}
-    theirs = {s.resource: s.acc for s in correlated_resources(reports, hosts, window,
+    typed = [HostSnapReport.model_validate(r) for r in reports]  # the run's snap.json reports
+    theirs = {s.resource: s.acc for s in correlated_resources(typed, hosts, window,
                                                               AGGREGATION_S, ALPHA)}
     ours = {s.resource: s.acc for s in out["now"]}
     if theirs.keys() != ours.keys() or any(

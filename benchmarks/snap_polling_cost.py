@@ -444,7 +444,7 @@ def profile_step(reads: int, top: int = 15) -> dict[str, Any]:
                   key=lambda r: -r[1])[:top]
     total = sum(s[2] for s in stats.stats.values())
     return {"reads": reads, "sockets": poller.sockets, "total_tottime_s": total,
-            "report_connections": len(report["connections"]),
+            "report_connections": len(report.connections),
             "top_tottime": [{"function": f"{Path(f[0]).name}:{f[1]}({f[2]})",
                              "tottime_s": tt, "cumtime_s": ct, "calls": n}
                             for f, tt, ct, n in rows],
