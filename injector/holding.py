@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from injector.calipers import Calipers
+from injector.calipers import Calipers, delay_summary
 from injector.link import Link
 from injector.schedule import OFF, Schedule
 from linkgrad.protocol import injector as protocol
@@ -121,7 +121,7 @@ class HoldingLine:
             items = sorted(self.stats.items())
         for (schedule_id, phase), s in items:
             phases.setdefault(str(schedule_id), {})[phase] = protocol.PhaseStats(
-                actual=s.actual.summary(), error=s.error.summary())
+                actual=delay_summary(s.actual), error=delay_summary(s.error))
         return protocol.LinkStats(link=str(self.link), schedule_id=self.schedule_id,
                                   dropped=self.dropped, held=len(self.fifo), schedules=phases,
                                   drop_times_s=tuple(self.drop_times) if drop_times else None)

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from injector.calipers import Calipers
+from injector.calipers import Calipers, delay_summary
 from injector.schedule import OFF, Schedule
 from linkgrad.errors import InputError, Problem, RuntimeFailure
 from linkgrad.protocol import injector as protocol
@@ -113,4 +113,4 @@ class NetemDelay:
 
     def stats(self) -> NetemStats:
         return NetemStats(dev=self.dev, phase_now=self.schedule.phase(time.time())
-                          if self._installed else OFF, edge_lateness=self.switches.summary())
+                          if self._installed else OFF, edge_lateness=delay_summary(self.switches))

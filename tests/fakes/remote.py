@@ -30,7 +30,7 @@ from typing import IO, Any
 import numpy as np
 
 from coordinator.config.experiment import Experiment, Host, Ssh
-from injector.calipers import Calipers
+from injector.calipers import Calipers, delay_summary
 from injector.daemon import serve as serve_injector
 from injector.link import Link
 from injector.schedule import Caps, Schedule
@@ -206,7 +206,7 @@ class _FakeLink:
         phases: dict[str, dict[str, protocol.PhaseStats]] = {}
         for (schedule_id, phase), calipers in sorted(self.applied.items()):
             phases.setdefault(str(schedule_id), {})[phase] = protocol.PhaseStats(
-                actual=calipers.summary(), error=Calipers().summary())
+                actual=delay_summary(calipers), error=delay_summary(Calipers()))
         return protocol.LinkStats(link=str(self.link), schedule_id=self.schedule_id,
                                   dropped=0, held=0, schedules=phases)
 
