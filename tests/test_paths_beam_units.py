@@ -238,8 +238,8 @@ def test_an_empty_trace_links_to_nothing() -> None:
                          (), np.zeros(0, dtype=np.int32), ())
     for linker in ("context", "fcfs", "wap5"):
         result = analyse(empty, linker, LinkingSettings(window_s=1.0))
-        assert result["roots"] == 0
-        assert result["patterns"] == []
+        assert result.roots == 0
+        assert result.patterns == ()
 
 
 def test_a_reply_to_a_call_before_the_trace_is_no_greeting() -> None:

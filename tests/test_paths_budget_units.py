@@ -51,17 +51,17 @@ def test_paths_json_keeps_the_budget_and_the_fallbacks():
     s = generate(busy_server(3, 10), 10, 4, seed=1)
     seen = []
     result = analyse(s.trace, "context", SETTINGS, budget=1e-9, progress=seen.append)
-    assert result["budget"]["fraction"] == 1e-9
-    assert result["budget"]["seconds"] < 1e-8
-    assert {f["node"] for f in result["fallbacks"]} == {"web"}
-    assert {f["linker"] for f in result["fallbacks"]} <= {"narrow", "greedy", "wap5"}
+    assert result.budget.fraction == 1e-9
+    assert result.budget.seconds < 1e-8
+    assert {f.node for f in result.fallbacks} == {"web"}
+    assert {f.linker for f in result.fallbacks} <= {"narrow", "greedy", "wap5"}
     lines = linking_lines(result)
     assert lines[0].startswith("linked by context in ")
     assert any(line.startswith("  web: §5.1 for the rest") for line in lines)
     assert all(len(line) <= 80 for line in lines), lines
     unlimited = analyse(s.trace, "context", SETTINGS, budget=None)
-    assert unlimited["fallbacks"] == []
-    assert unlimited["budget"]["seconds"] is None
+    assert unlimited.fallbacks == ()
+    assert unlimited.budget.seconds is None
 
 
 def test_progress_lines_fit_80_columns():

@@ -89,9 +89,9 @@ def test_folded_a_worker_s_calls_are_no_client_requests():
 
 def test_analyse_reports_the_fold():
     result = analyse(_passenger(seed=4).trace, budget=None)
-    (fold,) = result["folded"]
-    assert (fold["worker"], fold["into"]) == ("web-worker", "web+web-worker")
-    assert fold["calls"] > 100
+    (fold,) = result.folded
+    assert (fold.worker, fold.into) == ("web-worker", "web+web-worker")
+    assert fold.calls > 100
 
 
 def _trace(rows, conns, nodes, node_host, hosts=("a", "b")) -> Trace:

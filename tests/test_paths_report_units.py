@@ -14,23 +14,24 @@ from coordinator.config.run_records import LinkMeasurement, MeasuredLink
 from coordinator.config.trace_file import read_trace, write_trace
 from linkgrad.errors import InputError
 from linkgrad.paths.reconcile import HostRecord, HostTrace
+from linkgrad.paths.result import HopResult, PatternResult
 from linkgrad.spectral.result import GradientResult
 
-HOPS = [
-    {"label": "CLIENT->web:80", "parent": -1, "link": "client->web", "node_delay_s": None,
-     "network_delay_s": 0.001, "critical": 1.0},
-    {"label": "web->app1:8000", "parent": 0, "link": "web->app1", "node_delay_s": 0.0005,
-     "network_delay_s": 0.001, "critical": 1.0},
-    {"label": "app1:8000->web", "parent": 1, "link": "app1->web", "node_delay_s": 0.002,
-     "network_delay_s": 0.001, "critical": 1.0},
-]
+HOPS = (
+    HopResult(label="CLIENT->web:80", parent=-1, link="client->web", node_delay_s=None,
+              network_delay_s=0.001, critical=1.0),
+    HopResult(label="web->app1:8000", parent=0, link="web->app1", node_delay_s=0.0005,
+              network_delay_s=0.001, critical=1.0),
+    HopResult(label="app1:8000->web", parent=1, link="app1->web", node_delay_s=0.002,
+              network_delay_s=0.001, critical=1.0),
+)
 
 
 def test_a_timeline_starts_each_hop_its_node_delay_after_its_parent_arrived() -> None:
     send, arrive = timeline(HOPS)
     assert send == pytest.approx([0.0, 1.5, 4.5])
     assert arrive == pytest.approx([1.0, 2.5, 5.5])
-    svg = svg_timeline({"hops": HOPS})
+    svg = svg_timeline(HOPS)
     assert svg.count("<line") == 3
     assert "web-&gt;app1:8000" in svg
 
@@ -44,10 +45,12 @@ def _link(label: str, src: str, dst: str, gradient: float, lo: float, hi: float
 
 
 def test_crossings_are_set_beside_gradients_and_disagreement_flagged() -> None:
-    paths = {"transactions": {"ViewItem": [{"crossings": {"app1->db": 2.0}, "hops": []}]}}
-    rows = crossing_rows(paths, [_link("tcp app1:0 -> db:5432", "app1", "db", 1.95, 1.9, 2.0),
-                                 _link("tcp web:0 -> app1:8000", "web", "app1", 1.0, 0.9, 1.1)])
-    assert [(r["crossings"], r["disagree"]) for r in rows] == [(2.0, False), (0.0, True)]
+    dominant = PatternResult(key="", count=1, score=1.0, max_probability=1.0, response_s=None,
+                             crossings={"app1->db": 2.0}, hops=())
+    rows = crossing_rows({"ViewItem": (dominant,)},
+                         [_link("tcp app1:0 -> db:5432", "app1", "db", 1.95, 1.9, 2.0),
+                          _link("tcp web:0 -> app1:8000", "web", "app1", 1.0, 0.9, 1.1)])
+    assert [(r.crossings, r.disagree) for r in rows] == [(2.0, False), (0.0, True)]
 
 
 def test_a_saved_trace_reads_back_and_a_bad_line_is_named(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -27,6 +27,7 @@ from linkgrad.paths.analysis import DEFAULT_BUDGET, LINKERS, analyse
 from linkgrad.paths.budget import linking_lines, progress_line
 from linkgrad.paths.hidden_workers import fold_hidden_workers
 from linkgrad.paths.reconcile import HostTrace, reconcile
+from linkgrad.paths.result import HopResult, PathsResult, PatternResult
 from linkgrad.paths.wap5 import LinkingSettings
 from linkgrad.protocol.trace import TraceRequest
 
@@ -91,12 +92,12 @@ def paths_command(args: argparse.Namespace) -> int:
     result = analyse(trace, args.linker, LinkingSettings(window_s=args.window),
                      transaction_of=transaction_of, budget=args.budget, progress=progress,
                      folds=folds)
-    result |= {"traced_hosts": sorted(h.name for h in hosts), "problems": problems,
-               "at": time.time()}
+    result = replace(result, traced_hosts=tuple(sorted(h.name for h in hosts)),
+                     problems=tuple(problems), at=time.time())
     if args.save:
-        RunDir(args.save.parent).write(args.save.name, result)
+        RunDir(args.save.parent).write(args.save.name, result.as_json())
     if args.json:
-        print(dumps(result))
+        print(dumps(result.as_json()))
     else:
         _print(console, result)
     return 0 if not problems else 1
@@ -122,46 +123,45 @@ def _capture(args: argparse.Namespace, console: Console
     return hosts, problems + failed, session
 
 
-def _print(console: Console, result: dict[str, Any]) -> None:
-    print(f"{result['messages']} messages ({result['nil_send']} without a send time, "
-          f"{result['nil_receive']} without a receive time), {result['roots']} paths")
+def _print(console: Console, result: PathsResult) -> None:
+    print(f"{result.messages} messages ({result.nil_send} without a send time, "
+          f"{result.nil_receive} without a receive time), {result.roots} paths")
     for line in linking_lines(result):
         print(line)
-    for host, clock in result["hosts"].items():
-        if clock["clock_offset_s"] is not None and clock["clock_reference"] != host:
-            print(f"  clock of {host}: {1e3 * clock['clock_offset_s']:+.3f} ms against "
-                  f"{clock['clock_reference']}")
-    counts = result["transaction_requests"]
+    for host, clock in result.hosts.items():
+        if clock.clock_offset_s is not None and clock.clock_reference != host:
+            print(f"  clock of {host}: {1e3 * clock.clock_offset_s:+.3f} ms against "
+                  f"{clock.clock_reference}")
+    counts = result.transaction_requests
     if counts:  # each transaction's likeliest pattern (the busiest ones), then the rest
         busiest = sorted(counts, key=lambda n: -counts[n])[:MAX_TRANSACTIONS_SHOWN]
         for name in busiest:
             print(f"\n{name}: {counts[name]} requests found, its likeliest path:")
-            _print_pattern(result["transactions"][name][0])
+            _print_pattern(result.transactions[name][0])
         if len(counts) > len(busiest):
             print(f"\n({len(counts) - len(busiest)} more transactions in --json)")
         print("\nAll requests:")
-    for p in result["patterns"][:10]:
+    for p in result.patterns[:10]:
         _print_pattern(p)
-    for problem in result["problems"]:
+    for problem in result.problems or ():
         console.print(f"[red]{escape(problem)}")
 
 
-def _print_pattern(p: dict[str, Any]) -> None:
-    response = "" if p["response_s"] is None else f", {1e3 * p['response_s']:.2f} ms"
-    print(f"\n{p['count']} × (score {p['score']:.1f}{response}); crossings "
-          + ", ".join(f"{k} {v:g}" for k, v in p["crossings"].items()))
-    for hop in p["hops"]:
-        depth = _depth(p["hops"], hop)
-        node = "" if hop["node_delay_s"] is None else f"node {1e3 * hop['node_delay_s']:.3f}"
-        net = "" if hop["network_delay_s"] is None else \
-            f"net {1e3 * hop['network_delay_s']:.3f}"
-        print(f"  {'  ' * depth}{hop['label']}  {node} {net} ms".rstrip(" ms") + " ms")
+def _print_pattern(p: PatternResult) -> None:
+    response = "" if p.response_s is None else f", {1e3 * p.response_s:.2f} ms"
+    print(f"\n{p.count} × (score {p.score:.1f}{response}); crossings "
+          + ", ".join(f"{k} {v:g}" for k, v in p.crossings.items()))
+    for hop in p.hops:
+        depth = _depth(p.hops, hop)
+        node = "" if hop.node_delay_s is None else f"node {1e3 * hop.node_delay_s:.3f}"
+        net = "" if hop.network_delay_s is None else f"net {1e3 * hop.network_delay_s:.3f}"
+        print(f"  {'  ' * depth}{hop.label}  {node} {net} ms".rstrip(" ms") + " ms")
 
 
-def _depth(hops: list[dict[str, Any]], hop: dict[str, Any]) -> int:
-    depth, parent = 0, hop["parent"]
+def _depth(hops: tuple[HopResult, ...], hop: HopResult) -> int:
+    depth, parent = 0, hop.parent
     while parent >= 0:
-        depth, parent = depth + 1, hops[parent]["parent"]
+        depth, parent = depth + 1, hops[parent].parent
     return depth
 
 

@@ -5,6 +5,7 @@ each transaction's (its requests found in the web log by their arrival at the fr
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from coordinator.config.run_dir import RunDir
 from coordinator.config.trace_file import write_trace
@@ -80,10 +81,10 @@ def save(session: Session, out: RunDir, window: tuple[float, float],
                      transaction_of=transaction_of, budget=p.budget,
                      progress=None if say is None else lambda g: say(progress_line(g)),
                      folds=folds)
-    result |= {"window": list(window), "traced_hosts": sorted(h.name for h in hosts),
-               "client_requests": len(client_requests(trace)),
-               "matched_requests": len(transaction_of), "problems": problems}
-    out.write(PATHS_FILE, result)
+    result = replace(result, window=window, traced_hosts=tuple(sorted(h.name for h in hosts)),
+                     client_requests=len(client_requests(trace)),
+                     matched_requests=len(transaction_of), problems=tuple(problems))
+    out.write(PATHS_FILE, result.as_json())
     for line in linking_lines(result) if say is not None else []:
         say(line)
     return problems

@@ -9,5 +9,7 @@ standard library and itself.
 from linkgrad.paths.analysis import analyse, match_requests
 from linkgrad.paths.messages import Connections, Messages, Trace
 from linkgrad.paths.patterns import Hop, PathPattern
+from linkgrad.paths.result import PathsResult
 
-__all__ = ["Connections", "Hop", "Messages", "PathPattern", "Trace", "analyse", "match_requests"]
+__all__ = ["Connections", "Hop", "Messages", "PathPattern", "PathsResult", "Trace", "analyse",
+           "match_requests"]

@@ -3,15 +3,12 @@
 `analyse` folds the workers a server reaches unseen into its node (`hidden_workers`), links
 the trace (WAP5 §5.1, FCFS, or context linking), builds each root's path instances (§5.1 step
 3), aggregates them into patterns (§2.5.1, §6.6), and estimates the clock offsets that take
-the skew out of the network delays (§5.2). The result is plain data.
+the skew out of the network delays (§5.2). The result is a `PathsResult`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
-from typing import Any
 
 import numpy as np
 
@@ -20,7 +17,14 @@ from linkgrad.paths.clocks import clock_offsets
 from linkgrad.paths.hidden_workers import Fold, fold_hidden_workers
 from linkgrad.paths.instances import PathInstance, path_instances
 from linkgrad.paths.messages import Trace
-from linkgrad.paths.patterns import PathPattern, aggregate
+from linkgrad.paths.patterns import aggregate
+from linkgrad.paths.result import (
+    HostClock,
+    LinkingBudget,
+    PathsResult,
+    PatternResult,
+    finite,
+)
 from linkgrad.paths.structural import context_probabilities, fcfs_probabilities
 from linkgrad.paths.wap5 import (
     DEFAULT_LINKING,
@@ -35,7 +39,6 @@ __all__ = [
     "analyse",
     "client_requests",
     "match_requests",
-    "pattern_json",
     "trace_duration_s",
 ]
 
@@ -53,9 +56,10 @@ def analyse(trace: Trace, linker: str = "context",
             transaction_of: Mapping[int, str] | None = None,
             budget: float | None = DEFAULT_BUDGET,
             progress: Callable[[Progress], None] | None = None,
-            folds: list[Fold] | None = None) -> dict[str, Any]:
-    """paths.json's body for `trace`: patterns by score, with the hosts' clock offsets; with
-    `transaction_of` (root message -> transaction), the patterns of each transaction too.
+            folds: list[Fold] | None = None) -> PathsResult:
+    """paths.json for `trace`, but for the capture's fields its writer adds: patterns by
+    score, with the hosts' clock offsets; with `transaction_of` (root message ->
+    transaction), the patterns of each transaction too.
     Context linking takes at most `budget` times the trace's duration (None: no limit),
     saying what it cut (`fallbacks`); `progress` hears how it goes, about once a second.
     `folds`: the trace's hidden workers already folded (`fold_hidden_workers`, before its
@@ -78,36 +82,32 @@ def analyse(trace: Trace, linker: str = "context",
     best = [inst[0] for inst in per_root if inst]
     patterns = aggregate(best, trace, offsets)
     m = trace.messages
-    by_transaction, requests_of = {}, {}
+    by_transaction: dict[str, tuple[PatternResult, ...]] = {}
+    requests_of: dict[str, int] = {}
     if transaction_of is not None:
         groups: dict[str, list[PathInstance]] = {}
         for inst in best:
             if inst.root in transaction_of:
                 groups.setdefault(transaction_of[inst.root], []).append(inst)
-        by_transaction = {name: [pattern_json(p) for p in aggregate(group, trace, offsets)[:5]]
+        by_transaction = {name: tuple(PatternResult.of(p)
+                                      for p in aggregate(group, trace, offsets)[:5])
                           for name, group in sorted(groups.items())}
         requests_of = {name: len(group) for name, group in sorted(groups.items())}
-    return {
-        "linker": linker,
-        "settings": asdict(settings),
-        "messages": len(m),
-        "nil_send": int(np.isnan(m.send_s).sum()),
-        "nil_receive": int(np.isnan(m.recv_s).sum()),
-        "roots": len(per_root),
-        "hosts": {h: {"clock_offset_s": _finite(offsets.offset_s[i]),
-                      "clock_reference": (trace.hosts[offsets.reference[i]]
-                                          if offsets.reference[i] >= 0 else None)}
-                  for i, h in enumerate(trace.hosts)},
-        "patterns": [pattern_json(p) for p in patterns[:max_patterns]],
-        "patterns_left_out": max(0, len(patterns) - max_patterns),
-        "transactions": by_transaction,  # each one's five likeliest patterns
-        "transaction_requests": requests_of,  # how many of its requests the trace has
-        "duration_s": duration_s,
-        "budget": {"fraction": budget, "seconds": limit.seconds,
-                   "linking_s": round(linking_s, 3), "passes_cut": limit.passes_cut},
-        "fallbacks": [asdict(f) for f in limit.fallbacks],
-        "folded": [asdict(f) for f in folds],  # workers reached by a way the trace lacks
-    }
+    return PathsResult(
+        linker=linker, settings=settings, messages=len(m),
+        nil_send=int(np.isnan(m.send_s).sum()), nil_receive=int(np.isnan(m.recv_s).sum()),
+        roots=len(per_root),
+        hosts={h: HostClock(clock_offset_s=finite(offsets.offset_s[i]),
+                            clock_reference=(trace.hosts[offsets.reference[i]]
+                                             if offsets.reference[i] >= 0 else None))
+               for i, h in enumerate(trace.hosts)},
+        patterns=tuple(PatternResult.of(p) for p in patterns[:max_patterns]),
+        patterns_left_out=max(0, len(patterns) - max_patterns),
+        transactions=by_transaction, transaction_requests=requests_of,
+        duration_s=duration_s,
+        budget=LinkingBudget(fraction=budget, seconds=limit.seconds,
+                             linking_s=round(linking_s, 3), passes_cut=limit.passes_cut),
+        fallbacks=tuple(limit.fallbacks), folded=tuple(folds))
 
 
 def trace_duration_s(trace: Trace) -> float:
@@ -194,19 +194,3 @@ def _answers(trace: Trace, requests: np.ndarray) -> np.ndarray:
     nxt = by_conn[np.minimum(after, len(m) - 1)] if len(m) else after
     ok = (after < len(m)) & (m.conn[nxt] == m.conn[requests]) & trace.is_reply()[nxt]
     return np.where(ok, nxt, -1)
-
-
-def pattern_json(p: PathPattern) -> dict[str, Any]:
-    return {"key": p.key, "count": p.count, "score": round(p.score, 6),
-            "max_probability": round(p.max_probability, 6),
-            "response_s": _finite(p.response_s),
-            # probability-weighted means: 2.9999999999999996 is 3
-            "crossings": {k: round(v, 6) for k, v in p.crossings.items()},
-            "hops": [{"label": h.label, "parent": h.parent, "link": h.link,
-                      "node_delay_s": _finite(h.node_delay_s),
-                      "network_delay_s": _finite(h.network_delay_s),
-                      "critical": round(h.critical, 6)} for h in p.hops]}
-
-
-def _finite(x: float) -> float | None:
-    return None if not math.isfinite(float(x)) else float(x)

@@ -16,9 +16,12 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from linkgrad.paths.node_beam import NodeBeam
+
+if TYPE_CHECKING:  # the result holds this module's Fallbacks: imported by it at run time
+    from linkgrad.paths.result import PathsResult
 
 __all__ = [
     "CHECK_EVERY",
@@ -172,24 +175,24 @@ def progress_line(p: Progress) -> str:
             f"events, {p.elapsed_s:.1f} s{left}")
 
 
-def linking_lines(result: dict[str, Any]) -> list[str]:
+def linking_lines(result: PathsResult) -> list[str]:
     """What paths.json says of its linking (budget, fallbacks, folded workers), as lines for
     the terminal."""
-    b = result["budget"]
-    limit = "no limit" if b["seconds"] is None else \
-        f"budget {b['seconds']:.1f} s = {b['fraction']:g} × {result['duration_s']:.0f} s"
-    lines = [f"linked by {result['linker']} in {b['linking_s']:.1f} s ({limit})"]
-    if b["passes_cut"]:
-        lines.append(f"  {b['passes_cut']} of the model's fitting passes left out")
-    for f in result["fallbacks"]:
+    b = result.budget
+    limit = "no limit" if b.seconds is None else \
+        f"budget {b.seconds:.1f} s = {b.fraction:g} × {result.duration_s:.0f} s"
+    lines = [f"linked by {result.linker} in {b.linking_s:.1f} s ({limit})"]
+    if b.passes_cut:
+        lines.append(f"  {b.passes_cut} of the model's fitting passes left out")
+    for f in result.fallbacks:
         how = {"narrow": f"{NARROW_WIDTH} hypotheses",
-               "greedy": "one hypothesis"}.get(f["linker"], "§5.1 for the rest")
-        lines.append(f"  {f['node']}: {how} ({f['why']})")
-    if result["fallbacks"]:
+               "greedy": "one hypothesis"}.get(f.linker, "§5.1 for the rest")
+        lines.append(f"  {f.node}: {how} ({f.why})")
+    if result.fallbacks:
         lines.append("  (a larger --budget, or paths.budget in the experiment, links more "
                      "by context)")
-    for f in result.get("folded", []):
-        lines.append(f"  {f['worker']} is {f['into']}'s worker (reached unseen, e.g. by a "
-                     f"Unix socket): {100 * f['covered']:.0f}% of its {f['calls']} calls "
+    for w in result.folded:
+        lines.append(f"  {w.worker} is {w.into}'s worker (reached unseen, e.g. by a "
+                     f"Unix socket): {100 * w.covered:.0f}% of its {w.calls} calls "
                      "came while a request was open")
     return lines
