@@ -23,7 +23,7 @@ import json
 import random
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ try:
     from starlette.requests import Request
     from starlette.responses import JSONResponse, PlainTextResponse
     from starlette.routing import Route
+    from starlette.types import ASGIApp, Receive, Scope, Send
 except ImportError as e:  # a plain install: what to install, not a traceback in a namespace
     raise SystemExit(f"testbed.app: {e.name} is missing: pip install 'linkgrad[testbed]'") from e
 
@@ -91,6 +92,17 @@ class AppConfig:
     extra_query: tuple[str, ...] = ()  # transactions given one more database round trip
 
 
+@dataclass(frozen=True)
+class TruthCall:
+    """One backend call of a request: which service, the local port of its connection (None:
+    unknown), and when it was sent and answered (unix s). Its fields are the log's keys."""
+
+    service: str
+    port: int | None
+    t0: float
+    t1: float
+
+
 @dataclass
 class TruthRecord:
     """One request as the app saw it, for checking inferred paths only: the id nginx gave it
@@ -100,7 +112,7 @@ class TruthRecord:
     rid: str
     peer_port: int | None
     t_in: float
-    calls: list[dict[str, Any]]
+    calls: list[TruthCall]
     done: bool = False
 
 
@@ -119,15 +131,15 @@ class Truth:
             return
         transport = getattr(conn, "_transport", None)  # asyncpg's, private: our own test app
         sockname = transport.get_extra_info("sockname") if transport is not None else None
-        call = {"service": service, "port": sockname[1] if sockname else None, "t0": t0,
-                "t1": time.time()}
+        call = TruthCall(service, sockname[1] if sockname else None, t0, time.time())
         if record.done:
-            self.file.write(json.dumps({"rid": record.rid, "late": True, "calls": [call]}) + "\n")
+            self.file.write(json.dumps({"rid": record.rid, "late": True,
+                                        "calls": [asdict(call)]}) + "\n")
         else:
             record.calls.append(call)
 
-    def middleware(self, app: Any) -> Any:
-        async def truth_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    def middleware(self, app: ASGIApp) -> ASGIApp:
+        async def truth_app(scope: Scope, receive: Receive, send: Send) -> None:
             if self.file is None or scope["type"] != "http":
                 await app(scope, receive, send)
                 return
@@ -144,7 +156,8 @@ class Truth:
                 assert self.file is not None
                 self.file.write(json.dumps({"rid": record.rid, "peer_port": record.peer_port,
                                             "path": scope.get("path"), "t_in": record.t_in,
-                                            "t_out": time.time(), "calls": record.calls})
+                                            "t_out": time.time(),
+                                            "calls": [asdict(c) for c in record.calls]})
                                 + "\n")
         return truth_app
 

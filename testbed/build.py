@@ -15,7 +15,7 @@ from pathlib import Path
 from linkgrad.errors import RuntimeFailure
 from testbed.netns import HostPlan, Step, TestbedPlan
 from testbed.private_dir import ensure_dir
-from testbed.state import State
+from testbed.state import ServiceRecord, State
 
 
 def sh(argv: Sequence[str], timeout_s: float = 30.0, **kw: object) -> str:
@@ -90,8 +90,8 @@ class Builder:
         wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "",
                    f"{name} on {where} to start", timeout_s=10)
         pid = int(pid_file.read_text())
-        self.state.services[f"{where}/{name}"] = {"pid": pid, "argv": list(argv),
-                                                   "log": str(log)}
+        self.state.services[f"{where}/{name}"] = ServiceRecord(pid=pid, argv=tuple(argv),
+                                                               log=str(log))
         self.state.save()
         return pid
 
@@ -130,12 +130,12 @@ def teardown(plan: TestbedPlan, state: State | None) -> list[str]:
     # would never be found again
     keeper = state.services.get("root/mininet") if state else None
     # Mininet's host shells are left to its keeper, if it is there to end them
-    shells = frozenset(keeper.get("shells", [])) if keeper and _alive(
-        keeper["pid"], "mininet_keeper") else frozenset()
+    shells = frozenset(keeper.shells or ()) if keeper and _alive(
+        keeper.pid, "mininet_keeper") else frozenset()
     for host in plan.hosts:
         kill_namespace(host.namespace, spare=shells)
     if keeper is not None:  # it stops Mininet's own hosts, links and bridge on SIGTERM
-        _stop_pid(keeper["pid"], "mininet_keeper")
+        _stop_pid(keeper.pid, "mininet_keeper")
     undo = state.undo if state else _undo_by_names(plan)
     for argv in reversed(undo):
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)

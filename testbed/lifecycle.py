@@ -18,12 +18,19 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Any
 
 from linkgrad.errors import RuntimeFailure
 from testbed import apache, mediawiki, nginx, postgres, redmine, sshd
 from testbed.addressing import free_subnet, networks_in_use
 from testbed.build import Builder, listening, namespace_pids, port_open, teardown, wait_until
+from testbed.description import (
+    DescribedHost,
+    DescribedTestbed,
+    DescribedTransaction,
+    DescribedWebLog,
+    RemovalReport,
+    StatusReport,
+)
 from testbed.extra import require_testbed_extra
 from testbed.netns import TestbedPlan, network_steps, only_from, plan_testbed
 from testbed.private_dir import ensure_dir, make_testbed_dir, remove_testbed_dir, write_file
@@ -67,7 +74,7 @@ def recover(tag: str, topology: Topology, root: Path) -> bool:
     directory = directory_for(tag, root)
     state = State.load(directory)
     if state is not None and state.plan is not None:
-        teardown(TestbedPlan.from_json(state.plan), state)
+        teardown(state.plan, state)
         return True
     stale = plan_testbed(topology, tag, ipaddress.IPv4Network("10.201.0.0/24"))
     if any(Path(f"/run/netns/{h.namespace}").exists() for h in stale.hosts):
@@ -77,31 +84,31 @@ def recover(tag: str, topology: Topology, root: Path) -> bool:
 
 
 def up(topology: Topology, tag: str = "tb", root: Path = DEFAULT_ROOT,
-       mininet: bool = False) -> dict[str, Any]:
+       mininet: bool = False) -> DescribedTestbed:
     _check_root_and_tools(topology.app)
     recovered = recover(tag, topology, root)
     plan = plan_testbed(topology, tag, _subnet(topology))
     directory = directory_for(tag, root)
     remove_testbed_dir(directory)  # root's own leftovers without a state (a planted one: refused)
     make_testbed_dir(directory)
-    state = State(directory, plan.as_json())
+    state = State(directory, plan)
     state.save()
     builder = Builder(state)
     try:
         _network(builder, plan, directory, mininet)
         _build(builder, plan, topology, directory)
-        state.info = describe(plan, topology, directory, recovered)
-        pages = [t["url"] for t in state.info["transactions"]]
+        info = describe(plan, topology, directory, recovered, mininet)
+        pages = [t.url for t in info.transactions]
         if topology.app == "mediawiki":
             mediawiki.warm_up(pages)
         if topology.app == "redmine":
             redmine.warm_up(pages)
-        state.info["network"] = "mininet (LinuxBridge, no controller)" if mininet else "netns"
+        state.info = info
         state.save()
     except BaseException:
         teardown(plan, state)
         raise
-    return state.info
+    return info
 
 
 def _network(builder: Builder, plan: TestbedPlan, directory: Path, mininet: bool) -> None:
@@ -124,8 +131,10 @@ def _network(builder: Builder, plan: TestbedPlan, directory: Path, mininet: bool
     builder.start(None, "mininet", [MININET_PYTHON, str(Path(__file__).with_name(
         "mininet_keeper.py")), str(directory / "mininet.json"), str(ready)])
     wait_until(ready.exists, "Mininet to build the network", timeout_s=60)
-    shells = json.loads(ready.read_text())["shells"]
-    builder.state.services["root/mininet"]["shells"] = sorted(shells.values())
+    shells: dict[str, int] = json.loads(ready.read_text())["shells"]  # host -> its shell's pid
+    services = builder.state.services
+    services["root/mininet"] = services["root/mininet"].model_copy(
+        update={"shells": tuple(sorted(shells.values()))})
     builder.state.save()
 
 
@@ -193,52 +202,51 @@ def _app_argv(name: str, address: str, plan: TestbedPlan, topology: Topology, ds
 
 
 def describe(plan: TestbedPlan, topology: Topology, directory: Path,
-             recovered: bool = False) -> dict[str, Any]:
+             recovered: bool = False, mininet: bool = False) -> DescribedTestbed:
     web = plan.with_role("web")[0]
     url = f"http://{web.address}"
     if topology.app in ("mediawiki", "redmine"):
-        log_format = {"format": "apache", "log_format": apache.LOG_FORMAT}
+        log_format, log_line = "apache", apache.LOG_FORMAT
     else:
-        log_format = {"format": "nginx", "log_format": nginx.LOG_FORMAT}
-    return {
-        "tag": plan.tag, "app": topology.app, "directory": str(directory),
-        "subnet": plan.subnet, "recovered_stale": recovered,
-        "hosts": [{"name": h.name, "namespace": h.namespace, "address": h.address,
-                   "ssh_port": 22, "roles": list(h.roles)} for h in plan.hosts],
-        "frontend_url": url,
-        "web_log": {"host": web.name, "path": str(directory / "access.log"), **log_format},
-        "ssh_config": str(directory / "ssh" / "ssh_config"),
-        "known_hosts": str(directory / "ssh" / "known_hosts"),
-        "transactions": [{**t.as_json(), "url": url + t.path}
-                         for t in transactions_of(topology)],
-    }
+        log_format, log_line = "nginx", nginx.LOG_FORMAT
+    return DescribedTestbed(
+        tag=plan.tag, app=topology.app, directory=directory, subnet=plan.subnet,
+        recovered_stale=recovered, hosts=tuple(DescribedHost.of(h) for h in plan.hosts),
+        frontend_url=url,
+        web_log=DescribedWebLog(host=web.name, path=directory / "access.log",
+                                format=log_format, log_format=log_line),
+        ssh_config=directory / "ssh" / "ssh_config",
+        known_hosts=directory / "ssh" / "known_hosts",
+        transactions=tuple(DescribedTransaction.of(t, url) for t in transactions_of(topology)),
+        network="mininet (LinuxBridge, no controller)" if mininet else "netns")
 
 
-def down(tag: str = "tb", topology: Topology | None = None, root: Path = DEFAULT_ROOT) -> dict:
+def down(tag: str = "tb", topology: Topology | None = None, root: Path = DEFAULT_ROOT
+         ) -> RemovalReport:
     """Remove everything of the testbed `tag`; safe to run twice."""
     from testbed.topology import DEFAULT
 
     state = State.load(directory_for(tag, root))
     if state is None or state.plan is None:
         removed = recover(tag, topology or DEFAULT, root)
-        return {"tag": tag, "removed": removed, "failures": []}
-    failures = teardown(TestbedPlan.from_json(state.plan), state)
+        return RemovalReport(tag=tag, removed=removed)
+    failures = teardown(state.plan, state)
     if failures:
         raise RuntimeFailure("could not remove: " + "; ".join(failures))
-    return {"tag": tag, "removed": True, "failures": []}
+    return RemovalReport(tag=tag, removed=True)
 
 
-def status(tag: str = "tb", root: Path = DEFAULT_ROOT) -> dict[str, Any]:
+def status(tag: str = "tb", root: Path = DEFAULT_ROOT) -> StatusReport:
     state = State.load(directory_for(tag, root))
     if state is None or state.plan is None:
-        return {"tag": tag, "up": False}
-    plan = TestbedPlan.from_json(state.plan)
+        return StatusReport(tag=tag, up=False)
+    plan = state.plan
     services = {}
     for key, service in state.services.items():
         where = key.split("/")[0]
         if where == "root":  # the Mininet keeper runs in the root namespace
-            services[key] = Path(f"/proc/{service['pid']}").exists()
+            services[key] = Path(f"/proc/{service.pid}").exists()
         else:
-            services[key] = service["pid"] in namespace_pids(plan.host(where).namespace)
-    return {"tag": tag, "up": all(services.values()) and bool(services), "services": services,
-            **state.info}
+            services[key] = service.pid in namespace_pids(plan.host(where).namespace)
+    return StatusReport(tag=tag, up=all(services.values()) and bool(services),
+                         services=services, info=state.info)

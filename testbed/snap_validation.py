@@ -24,8 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from linkgrad.errors import RuntimeFailure
 from linkgrad.protocol import jsonlines
+from linkgrad.protocol.injector import StatsRequest
 from linkgrad.protocol.snap import Profile, Profiling, SnapRecord, SnapReportEvent, Unprofile
 from linkgrad.protocol.sniffer import SnifferReady
 from testbed.pairs.hosts import TOOLS, Hosts, InjectorProcess, make_pair
@@ -34,6 +37,7 @@ from testbed.snap_workload import (
     KINDS,
     LOSSY_INJECTION,
     End,
+    WorkloadLine,
     WorkloadSettings,
     blackouts,
     client_args,
@@ -109,13 +113,13 @@ class Run:
     start_s: float  # unix s: the injections were added, the clients start
     stop_s: float  # unix s: profiling stopped
     observed: dict[str, Observed]
-    labels: dict[tuple[End, str], list[dict[str, Any]]]
+    labels: dict[tuple[End, str], list[WorkloadLine]]
     servers_tcp_info: dict[int, dict[str, int]]  # the server sockets' KERNEL_COUNTERS by port
     # unix times of the injector's drops on the lossy connection (None: a run saved before)
     drops_s: tuple[float, ...] | None = None
 
-    def label(self, end: End, kind: str, event: str) -> list[dict[str, Any]]:
-        return [line for line in self.labels[(end, kind)] if line["event"] == event]
+    def label(self, end: End, kind: str, event: str) -> list[WorkloadLine]:
+        return [line for line in self.labels[(end, kind)] if line.event == event]
 
     def cuts(self) -> list[tuple[float, float]]:
         """(from, to) unix s of each blackout of the timeout connection."""
@@ -123,7 +127,12 @@ class Run:
 
     def stalls(self) -> list[tuple[float, float]]:
         """(start, end) unix s of each request the timeout client saw stall (a cut's doing)."""
-        return [(s["start"], s["end"]) for s in self.label("client", "timeout", "slow")]
+        stalls = []
+        for slow in self.label("client", "timeout", "slow"):
+            if slow.start is None or slow.end is None:
+                raise ValueError(f"a slow request's line without its start and end: {slow}")
+            stalls.append((slow.start, slow.end))
+        return stalls
 
 
 class Profiler:
@@ -138,7 +147,7 @@ class Profiler:
                                              on_event=self._take)
         self.profiling = self.client.call(request)
 
-    def _take(self, message: dict[str, Any]) -> None:
+    def _take(self, message: dict[str, Any]) -> None:  # free-form: an event, as decoded
         if message.get("event") == "snap":
             self.reports.append(SnapReportEvent.model_validate(message))
 
@@ -174,8 +183,7 @@ def _drive(hosts: Hosts, settings: WorkloadSettings, profiles: Mapping[str, Prof
                 profilers[(name, end)] = p = Profiler(hosts, host, request)
                 stack.callback(p.client.close)
         start_s = time.time()
-        link_ids = [injector.ok("add", **add)["link_id"]
-                    for add in injections(server, start_s, settings)]
+        link_ids = [injector.ok(add).link_id for add in injections(server, start_s, settings)]
         clients = {kind: _tool(hosts, "b", client_args(kind, server, settings))
                    for kind in KINDS}
         time.sleep(max(0.0, start_s + settings.seconds - closing_s - time.time()))
@@ -184,15 +192,16 @@ def _drive(hosts: Hosts, settings: WorkloadSettings, profiles: Mapping[str, Prof
         stop_s = time.time()
         servers_tcp_info = _tcp_info(hosts, "a")  # while the connections still run
         lossy = link_ids[LOSSY_INJECTION]
-        stats = injector.ok("stats", link_id=lossy, drop_times=True)["links"][str(lossy)]
-        labels = {("client", kind): _lines(proc, []) for kind, proc in clients.items()}
+        stats = injector.ok(StatsRequest(link_id=lossy, drop_times=True)).links[str(lossy)]
+        labels: dict[tuple[End, str], list[WorkloadLine]] = {
+            ("client", kind): _lines(proc, []) for kind, proc in clients.items()}
         labels |= {("server", kind): _lines(proc, listening[kind])
                    for kind, proc in servers.items()}
     observed = {name: _observed(request, {end: profilers[(name, end)] for end in ENDS},
                                 settings)
                 for name, request in profiles.items()}
     return Run(settings, start_s, stop_s, observed, labels, servers_tcp_info,
-               tuple(stats["drop_times_s"]))
+               stats.drop_times_s)
 
 
 def _tool(hosts: Hosts, host: str, args: list[str]) -> subprocess.Popen[str]:
@@ -203,20 +212,23 @@ def _tool(hosts: Hosts, host: str, args: list[str]) -> subprocess.Popen[str]:
                        str(TOOLS / "snap_problems.py"), *args, stdout=subprocess.PIPE)
 
 
-def _listening(kind: str, proc: subprocess.Popen[str]) -> dict[str, Any]:
+def _listening(kind: str, proc: subprocess.Popen[str]) -> WorkloadLine:
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    first = json.loads(line) if line else {}
-    if first.get("event") != "listening":
+    try:
+        first = WorkloadLine.model_validate_json(line)
+    except ValidationError:
+        first = None
+    if first is None or first.event != "listening":
         raise RuntimeFailure(f"the {kind} server did not start listening: {line!r}")
     return first
 
 
-def _lines(proc: subprocess.Popen[str], first: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _lines(proc: subprocess.Popen[str], first: list[WorkloadLine]) -> list[WorkloadLine]:
     out, _ = proc.communicate(timeout=LINES_TIMEOUT_S)
     if proc.returncode != 0:
         raise RuntimeFailure(f"{proc.args} exited {proc.returncode}: {first} {out}")
-    return first + [json.loads(line) for line in out.splitlines()]
+    return first + [WorkloadLine.model_validate_json(line) for line in out.splitlines()]
 
 
 def _tcp_info(hosts: Hosts, host: str) -> dict[int, dict[str, int]]:

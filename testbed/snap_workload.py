@@ -5,14 +5,19 @@ One TCP connection per Table 2 class, each on its own port, between a server hos
 runs the injector) and a client host. `PROBLEMS` says what makes each class and which end's
 socket shows it; `server_args` and `client_args` build the arguments of
 testbed/pairs/snap_problems.py, `injections` the injector's `add` requests, `blackouts` the
-times the timeout's link is cut (the injected labels). A test or benchmark runs them.
+times the timeout's link is cut (the injected labels), `WorkloadLine` what the programs say
+(the workload's own labels). A test or benchmark runs them.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from linkgrad.protocol.injector import Add, ConstantSchedule, LinkSpec, SquareSchedule
 
 End = Literal["server", "client"]
 
@@ -125,7 +130,7 @@ def client_args(kind: str, server: str, settings: WorkloadSettings) -> list[str]
 LOSSY_INJECTION = 1  # the position in `injections` of the fast-retransmit connection's loss
 
 
-def injections(server: str, start_s: float, settings: WorkloadSettings) -> list[dict[str, Any]]:
+def injections(server: str, start_s: float, settings: WorkloadSettings) -> list[Add]:
     """The injector's `add` requests (link and schedule), for a daemon on the server's host.
 
     `src` server:port matches what the server sends (its OUTPUT), `dst` server:port what it
@@ -136,15 +141,13 @@ def injections(server: str, start_s: float, settings: WorkloadSettings) -> list[
 
     blackout_start_s, cycles = _blackout_wave(start_s, settings)
     return [
-        {"link": {"proto": "tcp", "dst": at("send_buffer")},  # its ACKs
-         "schedule": {"kind": "constant", "magnitude_ms": settings.rtt_delay_ms}},
-        {"link": {"proto": "tcp", "src": at("fast_retransmit")},  # its data
-         "schedule": {"kind": "constant", "magnitude_ms": 0.0,
-                      "loss_fraction": settings.loss_fraction}},
-        {"link": {"proto": "tcp", "src": at("timeout")},  # its replies, and ACKs of requests
-         "schedule": {"kind": "square", "start": blackout_start_s,
-                      "period_s": settings.blackout_period_s, "cycles": cycles,
-                      "magnitude_ms": 1.0, "loss_fraction": 1.0}},
+        Add(link=LinkSpec(proto="tcp", dst=at("send_buffer")),  # its ACKs
+            schedule=ConstantSchedule(magnitude_ms=settings.rtt_delay_ms)),
+        Add(link=LinkSpec(proto="tcp", src=at("fast_retransmit")),  # its data
+            schedule=ConstantSchedule(magnitude_ms=0.0, loss_fraction=settings.loss_fraction)),
+        Add(link=LinkSpec(proto="tcp", src=at("timeout")),  # its replies, and ACKs of requests
+            schedule=SquareSchedule(start=blackout_start_s, period_s=settings.blackout_period_s,
+                                    cycles=cycles, magnitude_ms=1.0, loss_fraction=1.0)),
     ]
 
 
@@ -162,3 +165,38 @@ def _blackout_wave(start_s: float, settings: WorkloadSettings) -> tuple[float, i
     cycles = max(1, math.floor((settings.seconds - settings.blackout_after_s)
                                / settings.blackout_period_s))
     return first, cycles
+
+
+class WorkloadLine(BaseModel):
+    """A JSON line of snap_problems.py: when (unix s), which program, which event, and that
+    event's fields (the others unset). "listening" has `port`; "connected" both ports; "on",
+    "reading" and "requesting" the socket options granted and the reads or the gap; "slow" a
+    request's `start` and `end`; "off", "read", "requested" and "done" the bytes or requests,
+    and a request client's "done" its latencies.
+
+    Fields are in the order the program writes them: `model_dump(exclude_unset=True)` is the
+    line as it came."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    t: float
+    role: End
+    kind: str
+    event: str
+    port: int | None = None
+    local_port: int | None = None
+    peer_port: int | None = None
+    sndbuf: int | None = None
+    rcvbuf: int | None = None
+    nodelay: int | None = None
+    read_bytes: int | None = None
+    read_gap_s: float | None = None
+    gap_s: float | None = None
+    bytes_sent: int | None = None
+    bytes_received: int | None = None
+    requests: int | None = None
+    mean_ms: float | None = None  # None (null): no request finished
+    median_ms: float | None = None
+    max_ms: float | None = None
+    first_ms: tuple[float, ...] | None = None
+    start: float | None = None
+    end: float | None = None

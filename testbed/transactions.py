@@ -26,10 +26,6 @@ class Transaction:
     pattern: str  # thesis Table 2.1 row, or the RUBiS transaction
     expected: dict[str, float | None]  # link "a->b" -> gradient (each direction); None: unknown
 
-    def as_json(self) -> dict[str, object]:
-        return {"name": self.name, "path": self.path, "pattern": self.pattern,
-                "expected": self.expected}
-
 
 def _both(a: str, b: str, g: float) -> dict[str, float | None]:
     return {f"{a}->{b}": g, f"{b}->{a}": g}

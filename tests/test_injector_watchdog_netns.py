@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from linkgrad.protocol.injector import Add, HealthRequest
 from testbed.pairs.hosts import TOOLS, Hosts, InjectorProcess
 from tests.marks import IPTABLES
 from tests.netns_tools.pairs import echo_pair
@@ -57,12 +58,17 @@ def _probe_in_background(hosts: Hosts, count: int, interval_s: float) -> subproc
                        str(count), str(interval_s), stdout=subprocess.PIPE)
 
 
+def _constant(dst: str, magnitude_ms: float) -> Add:
+    """The injector's `add` of a constant delay on UDP to `dst`."""
+    return Add.model_validate({"link": {"proto": "udp", "dst": dst},
+                               "schedule": {"kind": "constant", "magnitude_ms": magnitude_ms}})
+
+
 def _stall_under_traffic(hosts: Hosts, queue: str, then: str) -> tuple[InjectorProcess, dict]:
     """A 5 ms delay on a UDP link at 200 probes/s; the daemon stopped for 3 s in the middle,
     then continued or killed. Returns the daemon and the probe's result."""
     daemon = InjectorProcess(hosts, "a", "--queue", queue)
-    daemon.ok("add", link={"proto": "udp", "dst": f"{hosts.addresses['b']}:{UDP_PORT}"},
-              schedule={"kind": "constant", "magnitude_ms": 5})
+    daemon.ok(_constant(f"{hosts.addresses['b']}:{UDP_PORT}", 5))
     watchdog = _children(daemon.proc.pid)
     assert len(watchdog) == 1
     daemon.watchdog_pid = watchdog[0]  # type: ignore[attr-defined]
@@ -118,8 +124,7 @@ def test_a_killed_daemon_lets_its_held_packets_pass(pair):
     with the queue) and removes the chain."""
     b = pair.addresses["b"]
     daemon = InjectorProcess(pair, "a", "--queue", "5620")
-    daemon.ok("add", link={"proto": "udp", "dst": f"{b}:{UDP_PORT}"},
-              schedule={"kind": "constant", "magnitude_ms": 300})
+    daemon.ok(_constant(f"{b}:{UDP_PORT}", 300))
     watchdog = _children(daemon.proc.pid)
     probe = _probe_in_background(pair, 100, 0.01)  # 1 s
     time.sleep(0.5)
@@ -135,11 +140,10 @@ def test_a_daemon_at_work_is_no_stall(pair):
     b = pair.addresses["b"]
     daemon = InjectorProcess(pair, "a", "--queue", "5630", "--max-magnitude-ms", "1000")
     try:
-        daemon.ok("add", link={"proto": "udp", "dst": f"{b}:{UDP_PORT}"},
-                  schedule={"kind": "constant", "magnitude_ms": 700})
+        daemon.ok(_constant(f"{b}:{UDP_PORT}", 700))
         result = json.loads(_probe_in_background(pair, 100, 0.02).communicate(timeout=30)[0])
         assert statistics.median(result["rtt"]) == pytest.approx(0.7, abs=0.05)
-        assert daemon.ok("health")["links"] == 1
+        assert daemon.ok(HealthRequest()).links == 1
     finally:
         daemon.stop()
     assert "LINKGRAD" not in pair.iptables_rules("a")

@@ -158,10 +158,10 @@ def test_both_families_are_sniffed_and_each_link_delayed_by_its_own_rules(dual):
     assert f"-s {hosts.addresses['a']}/32 -d {hosts.addresses['b']}/32 -p tcp" in rules
     assert f"-s {v6['a']}/128 -d {v6['b']}/128 -p tcp" in rules
     before = _held_by(injector, ids)
-    rtt4 = hosts.probe("a", "tcp", hosts.addresses["b"], PORT, 10, 0.0)["rtt"]
+    rtt4 = hosts.probe("a", "tcp", hosts.addresses["b"], PORT, 10, 0.0).rtt
     _wait_closed(hosts, "b")
     after4 = _held_by(injector, ids)
-    rtt6 = hosts.probe("a", "tcp", v6["b"], PORT, 10, 0.0)["rtt"]
+    rtt6 = hosts.probe("a", "tcp", v6["b"], PORT, 10, 0.0).rtt
     _wait_closed(hosts, "b")
     after6 = _held_by(injector, ids)
     injector.end()
@@ -190,7 +190,7 @@ def test_a_square_wave_on_an_ipv6_link_is_measured(dual):
     injector.end()
     on = stats["schedules"]["0"]["on"]["actual"]
     assert on["count"] > 100
-    t, y = np.array(probe["sent"]), np.array(probe["rtt"])
+    t, y = np.array(probe.sent), np.array(probe.rtt)
     assert t[-1] > wave.end_s, "the probe ended before the wave"
     measured = SquareWave(wave.start_s, wave.period_s, wave.cycles, on["mean_ms"] / 1e3)
     result = log_gradients(t, y, {"echo": np.arange(len(t))}, measured,
@@ -245,5 +245,5 @@ def test_a_killed_injectors_ipv6_chain_is_removed_by_its_watchdog(dual):
     while "LINKGRAD" in _rules(hosts, "b"):  # both chains, the jumps to them
         assert time.monotonic() < deadline, _rules(hosts, "b")
         time.sleep(0.05)
-    rtt = hosts.probe("a", "tcp", v6["b"], PORT, 5, 0.0)["rtt"]  # and the link still works
+    rtt = hosts.probe("a", "tcp", v6["b"], PORT, 5, 0.0).rtt  # and the link still works
     assert len(rtt) == 5

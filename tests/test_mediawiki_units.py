@@ -16,6 +16,7 @@ from linkgrad.errors import InputError
 from linkgrad.weblog.apache_format import compile_apache
 from linkgrad.weblog.textlog import parse_lines
 from testbed import apache, mariadb, wiki_content
+from testbed.description import DescribedWebLog
 from testbed.lifecycle import describe
 from testbed.mediawiki import WikiSettings, local_settings
 from testbed.netns import plan_testbed
@@ -149,10 +150,10 @@ def test_page_types_have_unknown_gradients_and_the_description_is_apache():
     assert [t.name for t in txs] == [name for name, _, _ in MEDIAWIKI_PAGES]
     assert all(t.expected["web->db"] is None and t.expected["db->web"] is None for t in txs)
     info = describe(PLAN, MEDIAWIKI, DIRECTORY)
-    assert info["app"] == "mediawiki"
-    assert info["web_log"] == {"host": "web", "path": f"{DIRECTORY}/access.log",
-                               "format": "apache", "log_format": apache.LOG_FORMAT}
-    assert info["frontend_url"] == f"http://{WEB.address}"
-    assert info["transactions"][0]["url"] == f"http://{WEB.address}/index.php?title=Topic_7"
+    assert info.app == "mediawiki"
+    assert info.web_log == DescribedWebLog(host="web", path=DIRECTORY / "access.log",
+                                           format="apache", log_format=apache.LOG_FORMAT)
+    assert info.frontend_url == f"http://{WEB.address}"
+    assert info.transactions[0].url == f"http://{WEB.address}/index.php?title=Topic_7"
     assert describe(plan_testbed(DEFAULT, "tb", ipaddress.IPv4Network("10.201.8.0/24")),
-                    DEFAULT, DIRECTORY)["web_log"]["format"] == "nginx"
+                    DEFAULT, DIRECTORY).web_log.format == "nginx"

@@ -122,7 +122,9 @@ def test_latency_measures_every_pair_and_sees_an_injected_delay(testbed, tag):
     experiment = testbed / "latency.yaml"
     experiment.write_text(f"name: latency\ntestbed: {tag}\ntransactions: {{all: ^/}}\n"
                           f"output: {testbed / 'runs'}\n")
-    db = next(h["address"] for h in status(tag, testbed)["hosts"] if h["name"] == "db")
+    info = status(tag, testbed).info
+    assert info is not None
+    db = info.host("db").address
     inject = subprocess.Popen(["ip", "netns", "exec", f"lgtb-{tag}-app1", LINKGRAD, "inject",
                                "--dst", db, "--constant", "10", "--duration", "120"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -170,15 +170,15 @@ def test_a_suite_on_its_experiments_own_hosts_runs_there_and_leaves_them_up(
     tag = unique_tag("o")
     with private_testbed(tag) as (info, root):
         nightly = yaml.safe_load((EXPERIMENTS / "nightly" / "db.yaml").read_text())
-        log = info["web_log"]
+        log = info.web_log
         experiment = {
             "name": "own", "transactions": nightly["transactions"],
-            "hosts": [{"name": h["name"], "address": h["address"]} for h in info["hosts"]],
-            "ssh": {"config": info["ssh_config"], "known_hosts": info["known_hosts"],
+            "hosts": [{"name": h.name, "address": h.address} for h in info.hosts],
+            "ssh": {"config": str(info.ssh_config), "known_hosts": str(info.known_hosts),
                     "python": sys.executable},
-            "web_log": {"host": log["host"], "path": log["path"], "format": log["format"],
-                        "log_format": log["log_format"]},
-            "frontend_url": info["frontend_url"], "workload": nightly["workload"],
+            "web_log": {"host": log.host, "path": str(log.path), "format": log.format,
+                        "log_format": log.log_format},
+            "frontend_url": info.frontend_url, "workload": nightly["workload"],
             "parameters": {**nightly["parameters"], "training_s": 20, "cycles": 3}}
         (tmp_path / "own.yaml").write_text(yaml.safe_dump(experiment))
         suite = tmp_path / "suite.yaml"
@@ -187,7 +187,7 @@ def test_a_suite_on_its_experiments_own_hosts_runs_there_and_leaves_them_up(
         code, accepted, err = _regress(root, str(suite), "--accept")
         assert code == 0, err[-3000:]
         assert accepted["status"] == "accepted"
-        assert status(tag, root)["up"] is True  # nothing taken down: not the suite's own
+        assert status(tag, root).up is True  # nothing taken down: not the suite's own
         baseline = json.loads(Path(accepted["baseline"]).read_text())
         put_bid = next(g for g in baseline["measures"]["gradients"]
                        if g["transaction"] == "PutBid" and g["link"] == "tcp app1:0 -> db:5432")

@@ -149,8 +149,8 @@ def test_timeouts_fall_in_the_cuts(run: Run, observed: Observed) -> None:
     for end in ENDS:
         for r in observed.seen[("timeout", end)].records_of("timeout"):
             assert meets_a_cut(r.from_s, r.to_s, RECOVERY_S), (end, r.from_s - run.start_s)
-    slow = run.label("client", "timeout", "slow")
-    assert all(meets_a_cut(s["start"], s["end"], 0.0) for s in slow), slow
+    slow = run.stalls()
+    assert all(meets_a_cut(start_s, end_s, 0.0) for start_s, end_s in slow), slow
     assert len(slow) >= len(cuts), slow
 
 
@@ -159,7 +159,7 @@ def test_delayed_acks_on_the_timeout_connection_follow_a_recovery(
     """The classifier artefact of the module docstring, allowed only where it comes from: an
     interval holding the end of a stall (the client's slow request got its reply) or starting
     within SRTT_SETTLE_S after it."""
-    recoveries = [s["end"] for s in run.label("client", "timeout", "slow")]
+    recoveries = [end_s for _, end_s in run.stalls()]
     for end in ENDS:
         for r in observed.seen[("timeout", end)].records_of("delayed_ack"):
             assert any(r.from_s <= t + SRTT_SETTLE_S and r.to_s >= t for t in recoveries), (
@@ -179,8 +179,10 @@ def test_the_delayed_ack_count_against_the_requests(run: Run, observed: Observed
     almost always, settles at (7·x1 + 8·x2)/15. So SNAP reports ~0.97 per request at a 44 ms
     latency: an error (d_t − d_s)/d_t ≈ 0.03 against the paper's 0.006."""
     done = run.label("client", "delayed_ack", "done")[0]
-    assert sum(x < LINUX_DELACK_MIN_S * 1e3 for x in done["first_ms"]) <= 1, done  # quickack
-    latency_s = done["median_ms"] / 1e3
+    assert done.first_ms is not None
+    assert done.median_ms is not None
+    assert sum(x < LINUX_DELACK_MIN_S * 1e3 for x in done.first_ms) <= 1, done  # quickack
+    latency_s = done.median_ms / 1e3
     assert latency_s >= LINUX_DELACK_MIN_S, done
     seen = observed.seen[("delayed_ack", "client")]
     segments = seen.sums["data_segs_out"]

@@ -83,39 +83,39 @@ def fetch(url: str) -> tuple[int, bytes, float, float]:
 
 def test_every_page_type_answers_with_mediawiki(mediawiki):
     info, _, _ = mediawiki
-    for t in info["transactions"]:
-        code, body, _, _ = fetch(t["url"])
-        assert code == 200, t["name"]
-        if t["name"] == "api":
+    for t in info.transactions:
+        code, body, _, _ = fetch(t.url)
+        assert code == 200, t.name
+        if t.name == "api":
             links = json.loads(body)["query"]["pages"]
             (page,) = links.values()
             assert page["title"] == "Hub"
             assert len(page["links"]) >= 30
             continue
         html = body.decode()
-        assert '<meta name="generator" content="MediaWiki 1.39' in html, t["name"]
-        assert "Linkgrad Wiki</title>" in html, t["name"]
-    article = fetch(info["frontend_url"] + "/index.php?title=Topic_7")[1].decode()
+        assert '<meta name="generator" content="MediaWiki 1.39' in html, t.name
+        assert "Linkgrad Wiki</title>" in html, t.name
+    article = fetch(info.frontend_url + "/index.php?title=Topic_7")[1].decode()
     assert 'class="infobox"' in article
     assert 'title="Category:Cities"' in article
-    search = fetch(info["frontend_url"]
+    search = fetch(info.frontend_url
                    + "/index.php?title=Special:Search&search=river&fulltext=1")[1].decode()
     assert search.count("mw-search-result-heading") >= 5  # the search index was built
 
 
 def test_the_access_log_parses_with_start_stamps_and_durations(mediawiki):
     info, _, _ = mediawiki
-    log_path = Path(info["web_log"]["path"])
+    log_path = info.web_log.path
     # each request marked, so its line is found whatever else the log holds (a line of the
     # previous test's last request can land after we start: Apache logs after the response)
-    urls = [f"{t['url']}&lgprobe={i}-{n}" for i, t in enumerate(info["transactions"])
+    urls = [f"{t.url}&lgprobe={i}-{n}" for i, t in enumerate(info.transactions)
             for n in range(3)]
     seen = {url: fetch(url)[2:] for url in urls}
     deadline = time.monotonic() + 10
     while sum(u.split("/", 3)[-1] in log_path.read_text() for u in urls) < len(urls):
         assert time.monotonic() < deadline, "Apache did not log every request"
         time.sleep(0.05)
-    log = read_log(log_path, "apache", info["web_log"]["log_format"], max_bad_fraction=0.0)
+    log = read_log(log_path, "apache", info.web_log.log_format, max_bad_fraction=0.0)
     assert len(log) == len(log_path.read_text().splitlines())  # every line parsed
     assert log.time_resolution_s == pytest.approx(1e-3)
     for url, (client_start, client_s) in seen.items():
@@ -134,16 +134,18 @@ def test_the_access_log_parses_with_start_stamps_and_durations(mediawiki):
 def test_status_describes_an_apache_testbed(mediawiki):
     _info, root, tag = mediawiki
     s = status(tag, root)
-    assert s["up"] is True
-    assert s["app"] == "mediawiki"
+    assert s.up is True
+    info = s.info
+    assert info is not None
+    assert info.app == "mediawiki"
     assert {"web/apache2", "db/mariadbd", "client/sshd", "web/sshd", "db/sshd"} \
-        == set(s["services"])
-    assert s["web_log"]["format"] == "apache"
-    assert "%{msec}t" in s["web_log"]["log_format"]
-    assert [h["name"] for h in s["hosts"]] == ["client", "web", "db"]
-    assert all(t["url"].startswith(s["frontend_url"] + "/") for t in s["transactions"])
-    assert all(t["expected"]["web->db"] is None for t in s["transactions"])  # unknown a priori
-    ssh = subprocess.run(["ssh", "-F", s["ssh_config"], "db", "cat", "/proc/self/comm"],
+        == set(s.services or {})
+    assert info.web_log.format == "apache"
+    assert "%{msec}t" in info.web_log.log_format
+    assert [h.name for h in info.hosts] == ["client", "web", "db"]
+    assert all(t.url.startswith(info.frontend_url + "/") for t in info.transactions)
+    assert all(t.expected["web->db"] is None for t in info.transactions)  # unknown a priori
+    ssh = subprocess.run(["ssh", "-F", str(info.ssh_config), "db", "cat", "/proc/self/comm"],
                          capture_output=True, text=True, timeout=30, check=False)
     assert ssh.returncode == 0, ssh.stderr
     assert ssh.stdout.strip() == "cat"
@@ -213,7 +215,7 @@ def test_paths_follow_php_s_connection_per_request_to_mariadb(mediawiki, tmp_pat
 
 def test_down_stops_apache_and_mariadb_and_leaves_nothing(mediawiki):
     info, root, tag = mediawiki
-    namespaces = [h["namespace"] for h in info["hosts"]]
+    namespaces = [h.namespace for h in info.hosts]
     pids, comms = namespace_commands(namespaces)
     assert comms.count("apache2") >= 3  # the master and its prefork children
     assert "mariadbd" in comms
@@ -223,7 +225,7 @@ def test_down_stops_apache_and_mariadb_and_leaves_nothing(mediawiki):
     assert f"lgtb-{tag}-" not in Path("/proc/mounts").read_text()
     assert f"lgbr-{tag}" not in _run("ip", "link", "show")
     assert not (root / f"linkgrad-testbed-{tag}").exists()
-    assert down(tag, root=root)["removed"] is False  # safe twice
+    assert down(tag, root=root).removed is False  # safe twice
 
 
 def _run(*argv: str) -> str:

@@ -16,6 +16,7 @@ from scipy.stats import trim_mean
 from linkgrad.protocol.injector import SquareSchedule
 from linkgrad.square_wave import SquareWave
 from linkgrad.weblog import read_log
+from testbed.description import DescribedTestbed
 from testbed.lifecycle import down, status, up
 from testbed.pairs.hosts import sh
 from testbed.postgres import psql_argv
@@ -43,12 +44,12 @@ def testbed(tag):
         yield info, root
 
 
-def load(info: dict, mix: str, rate: float, seconds: float) -> list[dict]:
+def load(info: DescribedTestbed, mix: str, rate: float, seconds: float) -> list[dict]:
     """Run the load generator on the client host; rows of its latency CSV."""
-    client = next(h for h in info["hosts"] if "client" in h["roles"])
-    out = Path(info["directory"]) / "latencies.csv"
-    sh("ip", "netns", "exec", client["namespace"], sys.executable, "-m", "testbed.loadgen",
-       "--url", info["frontend_url"], "--mix", mix, "--rate", str(rate),
+    client = info.with_role("client")[0]
+    out = info.directory / "latencies.csv"
+    sh("ip", "netns", "exec", client.namespace, sys.executable, "-m", "testbed.loadgen",
+       "--url", info.frontend_url, "--mix", mix, "--rate", str(rate),
        "--duration", str(seconds), "--out", str(out), "--json")
     lines = out.read_text().splitlines()[1:]
     return [dict(zip(("start", "ms", "url", "status"), line.split(","), strict=True))
@@ -57,11 +58,11 @@ def load(info: dict, mix: str, rate: float, seconds: float) -> list[dict]:
 
 def test_every_transaction_answers_and_is_in_the_web_log(testbed):
     info, _ = testbed
-    paths = [t["path"] for t in info["transactions"]]
+    paths = [t.path for t in info.transactions]
     rows = load(info, ",".join(f"{p}=1" for p in paths), rate=40, seconds=3)
     assert {r["url"] for r in rows} == set(paths)
     assert all(r["status"] == "200" for r in rows)
-    log = read_log(info["web_log"]["path"], "nginx", info["web_log"]["log_format"],
+    log = read_log(info.web_log.path, "nginx", info.web_log.log_format,
                    max_bad_fraction=0.0)
     assert set(paths) <= set(log.url)
     assert len(log) >= len(rows)
@@ -69,12 +70,12 @@ def test_every_transaction_answers_and_is_in_the_web_log(testbed):
 
 def test_every_host_takes_ssh_with_strict_host_key_checking(testbed, tmp_path):
     info, _ = testbed
-    for h in info["hosts"]:
-        out = sh("ssh", "-F", info["ssh_config"], h["name"], "ip", "-br", "-4", "addr")
-        assert h["address"] in out.stdout
+    for h in info.hosts:
+        out = sh("ssh", "-F", str(info.ssh_config), h.name, "ip", "-br", "-4", "addr")
+        assert h.address in out.stdout
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    refused = subprocess.run(["ssh", "-F", info["ssh_config"], "-o",
+    refused = subprocess.run(["ssh", "-F", str(info.ssh_config), "-o",
                               f"UserKnownHostsFile={empty}", "db", "true"],
                              capture_output=True, text=True, timeout=30, check=False)
     assert refused.returncode != 0
@@ -84,7 +85,7 @@ def test_every_host_takes_ssh_with_strict_host_key_checking(testbed, tmp_path):
 def test_the_database_holds_the_seeded_auction_data(testbed):
     info, _ = testbed
     # the superuser only over the cluster's socket, as postgres: no local user gets it by TCP
-    psql = [*psql_argv(Path(info["directory"]) / "pg"), "-Atc"]
+    psql = [*psql_argv(info.directory / "pg"), "-Atc"]
     assert sh(*psql, "SELECT count(*) FROM items").stdout.strip() == "5000"
     assert sh(*psql, "SELECT count(*) FROM users").stdout.strip() == "1000"
     assert int(sh(*psql, "SELECT count(*) FROM bids").stdout) >= 20000
@@ -97,14 +98,14 @@ def test_a_constant_delay_moves_each_mean_by_gradient_times_delay(testbed):
     the phase they started in: interleaved, so a machine whose load changes over the test
     (CI is shared) shifts both phases alike."""
     info, _ = testbed
-    db = next(h for h in info["hosts"] if "db" in h["roles"])
-    app1 = next(h for h in info["hosts"] if h["name"] == "app1")
-    by_name = {t["name"]: t for t in info["transactions"]}
+    db = info.with_role("db")[0]
+    app1 = info.host("app1")
+    by_name = {t.name: t for t in info.transactions}
     names = ("ViewItem", "PutBidAuth", "PutBid", "StoreBid", "async", "single")
     # single has N(100, 30) ms of its own noise: three times the others' share of requests
     # keeps its phases' difference within the tolerance (1 of ~35 CI runs missed at equal)
-    mix = ",".join(f"{by_name[n]['path']}={3 if n == 'single' else 1}" for n in names)
-    daemon = subprocess.Popen(["ip", "netns", "exec", app1["namespace"], sys.executable, "-m",
+    mix = ",".join(f"{by_name[n].path}={3 if n == 'single' else 1}" for n in names)
+    daemon = subprocess.Popen(["ip", "netns", "exec", app1.namespace, sys.executable, "-m",
                                "injector", "--queue", "6900"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     wave = SquareWave(time.time() + 2.0, 4.0, 3, 0.02)
@@ -112,7 +113,7 @@ def test_a_constant_delay_moves_each_mean_by_gradient_times_delay(testbed):
         assert json.loads(daemon.stdout.readline())["event"] == "ready"
         daemon.stdin.write(json.dumps({"id": 1, "cmd": "add",
                                        "schedule": SquareSchedule.of(wave).model_dump(),
-                                       "link": {"proto": "tcp", "dst": f"{db['address']}:5432"}})
+                                       "link": {"proto": "tcp", "dst": f"{db.address}:5432"}})
                            + "\n")
         daemon.stdin.flush()
         assert json.loads(daemon.stdout.readline())["ok"]
@@ -127,7 +128,7 @@ def test_a_constant_delay_moves_each_mean_by_gradient_times_delay(testbed):
         for r in rows:
             start = float(r["start"])
             into = (start - wave.start_s) % (wave.period_s / 2)
-            if r["url"] != by_name[n]["path"] or not wave.start_s <= start < wave.end_s \
+            if r["url"] != by_name[n].path or not wave.start_s <= start < wave.end_s \
                     or into > wave.period_s / 2 - 0.3:  # may cross the link after an edge
                 continue
             (on if wave.is_on(np.array([start]))[0] else off).append(float(r["ms"]))
@@ -135,7 +136,7 @@ def test_a_constant_delay_moves_each_mean_by_gradient_times_delay(testbed):
         # would move a plain mean by several ms; a location shift moves both alike
         shifts[n] = trim_mean(on, 0.1) - trim_mean(off, 0.1)
     for n, shift in shifts.items():
-        expected = by_name[n]["expected"][f"app1->{db['name']}"] * 20
+        expected = by_name[n].expected[f"app1->{db.name}"] * 20
         # single has N(100, 30) ms of its own noise; the ideal crossing count holds at low
         # load: on a busy machine a transaction that waits longer also queues longer for the
         # CPU (seen: StoreBid +88 ms for 80 with both cores busy), hence 10% of it at least
@@ -143,14 +144,14 @@ def test_a_constant_delay_moves_each_mean_by_gradient_times_delay(testbed):
         assert shift == pytest.approx(expected, abs=tolerance), (n, expected, shifts)
 
 
-def _served_by(info: dict, paths: list[str]) -> list[str]:
+def _served_by(info: DescribedTestbed, paths: list[str]) -> list[str]:
     """Which app server answered each GET (`/health` says its name), from the client host."""
-    client = next(h for h in info["hosts"] if "client" in h["roles"])
+    client = info.with_role("client")[0]
     code = ("import httpx, json, sys\n"
             "with httpx.Client(base_url=sys.argv[1]) as c:\n"
             "    print(json.dumps([c.get(p).text.split()[-1] for p in sys.argv[2:]]))\n")
-    done = sh("ip", "netns", "exec", client["namespace"], sys.executable, "-c", code,
-              info["frontend_url"], *paths)
+    done = sh("ip", "netns", "exec", client.namespace, sys.executable, "-c", code,
+              info.frontend_url, *paths)
     return json.loads(done.stdout)
 
 
@@ -159,7 +160,7 @@ def test_routes_send_each_transaction_or_a_share_to_an_app_server(testbed, tag):
     from linkgrad.routing import advise, nginx_fixed_ratio, nginx_map
 
     info, root = testbed
-    directory = Path(info["directory"])
+    directory = info.directory
     assert _served_by(info, ["/health"] * 3) == ["app1"] * 3  # by default: the first
     advice = advise({"asked": 0.5, "plain": 0.5},  # "asked" is faster at app2
                     ({"asked": 9.0, "plain": 1.0}, {"asked": 2.0, "plain": 3.0}))
@@ -185,9 +186,9 @@ def test_routes_send_each_transaction_or_a_share_to_an_app_server(testbed, tag):
 def test_status_reports_every_service(testbed, tag):
     _, root = testbed
     s = status(tag, root)
-    assert s["up"] is True
+    assert s.up is True
     assert {"web/nginx", "db/postgres", "cache/memcached", "app1/app", "app2/app",
-            "client/sshd"} <= set(s["services"])
+            "client/sshd"} <= set(s.services or {})
 
 
 def test_testbed_load_runs_open_and_closed_loops(testbed, tag):
@@ -217,11 +218,11 @@ def test_down_leaves_nothing_and_up_recovers_from_a_crash():
     sh("ip", "netns", "add", f"lgtb-{tag}-web")  # what a crashed run of this tag would have left
     try:
         info = up(DEFAULT, tag, root)
-        assert info["recovered_stale"] is True
+        assert info.recovered_stale is True
     finally:
         down(tag, root=root)  # also the namespace above, by its name, if `up` failed before
     try:
-        assert down(tag, root=root)["removed"] is False  # safe twice
+        assert down(tag, root=root).removed is False  # safe twice
         assert f"lgtb-{tag}-" not in sh("ip", "netns", "list").stdout
         assert f"lgbr-{tag}" not in sh("ip", "link", "show").stdout
         assert f"lgv{tag}" not in sh("ip", "link", "show").stdout
@@ -238,13 +239,13 @@ def test_the_same_testbed_on_mininet():
     before = network_namespaces()
     try:
         info = up(DEFAULT, tag, root, mininet=True)
-        assert info["network"].startswith("mininet")
-        assert status(tag, root)["up"] is True
+        assert info.network.startswith("mininet")
+        assert status(tag, root).up is True
         rows = load(info, "/rubis/ViewItem?id=3=1,/pattern/cache=1", rate=20, seconds=2)
         assert rows
         assert all(r["status"] == "200" for r in rows)
-        out = sh("ssh", "-F", info["ssh_config"], "db", "ip", "-br", "-4", "addr")
-        assert next(h["address"] for h in info["hosts"] if h["name"] == "db") in out.stdout
+        out = sh("ssh", "-F", str(info.ssh_config), "db", "ip", "-br", "-4", "addr")
+        assert info.host("db").address in out.stdout
     finally:
         down(tag, root=root)
         shutil.rmtree(root, ignore_errors=True)

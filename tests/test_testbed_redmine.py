@@ -83,9 +83,9 @@ def fetch(url: str) -> tuple[int, str]:
 
 def test_every_page_type_answers_with_redmine(redmine):
     info, _, _, _ = redmine
-    names = {t["name"] for t in info["transactions"]}
+    names = {t.name for t in info.transactions}
     assert names == {"issues", "issue", "search", "activity", "login"}
-    pages = {t["name"]: fetch(t["url"]) for t in info["transactions"]}
+    pages = {t.name: fetch(t.url) for t in info.transactions}
     assert all(code == 200 for code, _ in pages.values()), {n: c for n, (c, _) in pages.items()}
     assert all("Redmine" in html for _, html in pages.values())
     assert pages["issues"][1].count('class="hascontextmenu') >= 20  # the seeded issues, listed
@@ -108,15 +108,16 @@ def test_every_page_type_answers_with_redmine(redmine):
 def test_status_names_passenger_s_apache_and_postgres(redmine):
     _, root, tag, _ = redmine
     s = status(tag, root)
-    assert s["up"] is True
-    assert s["app"] == "redmine"
+    assert s.up is True
+    assert s.info is not None
+    assert s.info.app == "redmine"
     assert {"web/apache2", "db/postgres", "client/sshd", "web/sshd", "db/sshd"} \
-        == set(s["services"])
-    assert s["web_log"]["format"] == "apache"
-    log = read_log(Path(s["web_log"]["path"]), "apache", s["web_log"]["log_format"],
+        == set(s.services or {})
+    assert s.info.web_log.format == "apache"
+    log = read_log(s.info.web_log.path, "apache", s.info.web_log.log_format,
                    max_bad_fraction=0.0)
     assert len(log) >= 5
-    assert all(t["expected"]["web->db"] is None for t in s["transactions"])
+    assert all(t.expected["web->db"] is None for t in s.info.transactions)
 
 
 def test_paths_reach_postgres_through_passenger_s_workers(redmine, tmp_path):
@@ -153,7 +154,7 @@ def test_paths_reach_postgres_through_passenger_s_workers(redmine, tmp_path):
 
 def test_down_stops_passenger_and_postgres_and_leaves_nothing(redmine):
     info, root, tag, before = redmine
-    namespaces = [h["namespace"] for h in info["hosts"]]
+    namespaces = [h.namespace for h in info.hosts]
     pids, comms = namespace_commands(namespaces)
     assert {"apache2", "PassengerAgent", "ruby", "postgres"} <= set(comms), comms
     down(tag, root=root)
@@ -164,7 +165,7 @@ def test_down_stops_passenger_and_postgres_and_leaves_nothing(redmine):
     assert str(INSTANCE_PATH) not in mounts  # the bind lived in Apache's own mount namespace
     assert not (root / f"linkgrad-testbed-{tag}").exists()
     assert _instance_files() == before  # the machine's own instance: nothing written
-    assert down(tag, root=root)["removed"] is False  # safe twice
+    assert down(tag, root=root).removed is False  # safe twice
 
 
 def _run(*argv: str) -> str:

@@ -27,6 +27,7 @@ from coordinator.live.logfollow import follow_argv
 from linkgrad.errors import RuntimeFailure
 from linkgrad.routing import advise, nginx_fixed_ratio, nginx_map, upstream_problem
 from testbed import mariadb, mediawiki, postgres, sshd
+from testbed.description import DescribedTestbed
 from testbed.lifecycle import _app_argv, down, status, up
 from testbed.netns import only_from, plan_testbed
 from testbed.private_dir import (
@@ -329,7 +330,7 @@ def test_a_key_found_in_place_is_replaced_not_kept(tmp_path):
 # --- a running testbed, against a local user who is not root --------------------------------
 
 @pytest.fixture(scope="module")
-def rubis() -> Iterator[dict]:
+def rubis() -> Iterator[DescribedTestbed]:
     with private_testbed(unique_tag("y")) as (info, _):
         yield info
 
@@ -344,11 +345,11 @@ def _nobody(argv: list[str], env: dict[str, str] | None = None
 @needs_root
 @needs_tool("nginx")
 def test_a_local_user_gets_no_database_session_and_no_cache(rubis):
-    db = next(h for h in rubis["hosts"] if "db" in h["roles"])
-    cache = next(h for h in rubis["hosts"] if "cache" in h["roles"])
-    directory = Path(rubis["directory"])
+    db = rubis.with_role("db")[0]
+    cache = rubis.with_role("cache")[0]
+    directory = rubis.directory
     for user, env in (("postgres", {}), ("rubis", {}), ("rubis", {"PGPASSWORD": "x"})):
-        done = _nobody(["psql", "-h", db["address"], "-U", user, "-d", "rubis", "-w", "-Atc",
+        done = _nobody(["psql", "-h", db.address, "-U", user, "-d", "rubis", "-w", "-Atc",
                         "SELECT 1"], {**env, "HOME": "/nonexistent"})
         assert done.returncode != 0, (user, done.stdout)
         assert "no pg_hba.conf entry" in done.stderr, done.stderr
@@ -358,7 +359,7 @@ def test_a_local_user_gets_no_database_session_and_no_cache(rubis):
     probe = ("import socket, sys\n"
              "s = socket.create_connection((sys.argv[1], 11211), timeout=2)\n"
              "s.sendall(b'get linkgrad:item\\r\\n'); print(s.recv(100))\n")
-    done = _nobody([sys.executable, "-c", probe, cache["address"]])
+    done = _nobody([sys.executable, "-c", probe, cache.address])
     assert done.returncode != 0
     assert "timed out" in done.stderr or "TimeoutError" in done.stderr
     # root's own view is intact: the superuser on its socket, the app's pages through nginx

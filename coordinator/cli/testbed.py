@@ -16,6 +16,7 @@ from coordinator.cli.command import Command, CommandGroup
 from coordinator.config.topology_file import load_topology
 from linkgrad.errors import InputError, Problem, RuntimeFailure
 from testbed import nginx
+from testbed.description import DescribedTestbed, RemovalReport
 from testbed.lifecycle import down, status, up
 from testbed.netns import TAG
 from testbed.state import default_root
@@ -74,20 +75,31 @@ def testbed_command(args: argparse.Namespace) -> int:
     if not TAG.match(args.tag):
         raise InputError(Problem("1-4 lowercase letters or digits", field="--tag"))
     args.root = args.root or default_root()
+    console = Console()
     if args.testbed_command == "up":
-        result = up(_topology(args), args.tag, args.root, mininet=args.mininet)
-    elif args.testbed_command == "down":
-        result = down(args.tag, root=args.root)
+        info = up(_topology(args), args.tag, args.root, mininet=args.mininet)
+        if args.json:
+            print(json.dumps(info.model_dump(mode="json"), indent=2))
+        else:
+            _print_testbed(console, info)
     elif args.testbed_command == "status":
-        result = status(args.tag, args.root)
+        report = status(args.tag, args.root)
+        if args.json:
+            print(report.json_text())
+        elif report.info is not None:
+            _print_testbed(console, report.info, report.services)
+        else:  # no testbed, or one `up` is still making
+            console.print(report.model_dump(mode="json", exclude={"info"}, exclude_none=True))
+    elif args.testbed_command == "down":
+        _print(console, args.json, down(args.tag, root=args.root))
     elif args.testbed_command == "routes":
-        result = _routes(args)
+        _print(console, args.json, _routes(args))
     else:
-        result = _load(args)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        _print(args.testbed_command, result)
+        load = _load(args)
+        if args.json:
+            print(json.dumps(load, indent=2))
+        else:
+            console.print_json(data=load)
     return 0
 
 
@@ -101,14 +113,20 @@ def _topology(args: argparse.Namespace) -> Topology:
     return topology
 
 
-def _load(args: argparse.Namespace) -> dict[str, Any]:
+def _up_testbed(args: argparse.Namespace) -> DescribedTestbed:
+    """The description of the testbed --tag, which must be up."""
     state = status(args.tag, args.root)
-    if not state.get("up"):
+    if not state.up or state.info is None:
         raise RuntimeFailure(f"testbed {args.tag!r} is not up: linkgrad testbed up")
-    mix = args.mix or ",".join(f"{t['path']}=1" for t in state["transactions"])
-    client = next(h for h in state["hosts"] if "client" in h["roles"])
-    argv = ["ip", "netns", "exec", client["namespace"], sys.executable, "-m", "testbed.loadgen",
-            f"--url={state['frontend_url']}", f"--mix={mix}", f"--duration={args.duration}",
+    return state.info
+
+
+def _load(args: argparse.Namespace) -> dict[str, Any]:  # free-form: loadgen's --json, echoed
+    info = _up_testbed(args)
+    mix = args.mix or ",".join(f"{t.path}=1" for t in info.transactions)
+    client = info.with_role("client")[0]
+    argv = ["ip", "netns", "exec", client.namespace, sys.executable, "-m", "testbed.loadgen",
+            f"--url={info.frontend_url}", f"--mix={mix}", f"--duration={args.duration}",
             "--json"]
     if args.clients is not None:
         if args.clients < 1 or args.think_s < 0:
@@ -126,14 +144,13 @@ def _load(args: argparse.Namespace) -> dict[str, Any]:
     return json.loads(done.stdout)
 
 
-def _routes(args: argparse.Namespace) -> dict[str, Any]:
+def _routes(args: argparse.Namespace) -> dict[str, str]:
+    """Install the routes; what `routes` prints: the tag and the routes installed."""
     if (args.file is None) == (not args.default):
         raise InputError(Problem("give a routes FILE or --default", field="routes"))
-    state = status(args.tag, args.root)
-    if not state.get("up"):
-        raise RuntimeFailure(f"testbed {args.tag!r} is not up: linkgrad testbed up")
-    if state.get("app", "rubis") != "rubis":
-        raise InputError(Problem(f"testbed {args.tag!r} runs {state['app']}: routes are for the "
+    info = _up_testbed(args)
+    if info.app != "rubis":
+        raise InputError(Problem(f"testbed {args.tag!r} runs {info.app}: routes are for the "
                                  "default application's nginx front end", field="--tag"))
     if args.default:
         text, source = nginx.DEFAULT_ROUTES, "--default"
@@ -142,27 +159,33 @@ def _routes(args: argparse.Namespace) -> dict[str, Any]:
             text, source = args.file.read_text(), str(args.file)
         except OSError as e:
             raise InputError(Problem(f"cannot read: {e.strerror}", str(args.file))) from e
-    web = next(h for h in state["hosts"] if "web" in h["roles"])
-    nginx.install_routes(Path(state["directory"]), web["namespace"], text, source)
+    web = info.with_role("web")[0]
+    nginx.install_routes(info.directory, web.namespace, text, source)
     return {"tag": args.tag, "routes": text}
 
 
-def _print(command: str, result: dict[str, Any]) -> None:
-    console = Console()
-    if command == "up" or (command == "status" and result.get("hosts")):
-        table = Table("host", "namespace", "address", "roles", title=f"testbed {result['tag']}")
-        for h in result["hosts"]:
-            table.add_row(h["name"], h["namespace"], h["address"], ", ".join(h["roles"]))
-        console.print(table)
-        console.print(f"front end: {result['frontend_url']}  web log: {result['web_log']['path']}"
-                      f"\nssh: ssh -F {result['ssh_config']} <host>")
-        if "services" in result:
-            down_ = [k for k, ok in result["services"].items() if not ok]
-            console.print("all services running" if not down_ else f"not running: {down_}")
-    elif command == "load":
-        console.print_json(data=result)
+def _print(console: Console, as_json: bool, result: RemovalReport | dict[str, str]) -> None:
+    """`down`'s and `routes`' answer: JSON, or as rich prints a dict."""
+    data = result.model_dump(mode="json") if isinstance(result, RemovalReport) else result
+    if as_json:
+        print(json.dumps(data, indent=2))
     else:
-        console.print(result)
+        console.print(data)
+
+
+def _print_testbed(console: Console, info: DescribedTestbed,
+                   services: dict[str, bool] | None = None) -> None:
+    """`up`'s and `status`'s table of hosts, where to reach them and, for `status`, whether
+    every service runs."""
+    table = Table("host", "namespace", "address", "roles", title=f"testbed {info.tag}")
+    for h in info.hosts:
+        table.add_row(h.name, h.namespace, h.address, ", ".join(h.roles))
+    console.print(table)
+    console.print(f"front end: {info.frontend_url}  web log: {info.web_log.path}"
+                  f"\nssh: ssh -F {info.ssh_config} <host>")
+    if services is not None:
+        down_ = [k for k, ok in services.items() if not ok]
+        console.print("all services running" if not down_ else f"not running: {down_}")
 
 
 COMMANDS = (

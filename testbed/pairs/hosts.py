@@ -10,11 +10,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict
 
 from linkgrad.protocol import jsonlines
+from linkgrad.protocol.base import Reply, Request, Result
 from linkgrad.protocol.injector import InjectorReady
 from testbed.process_channel import ProcessChannel
+
+R = TypeVar("R", bound=Result)
 
 TOOLS = Path(__file__).parent  # probe.py, echo_server.py, blast.py
 _counter = itertools.count()
@@ -22,6 +27,16 @@ _counter = itertools.count()
 
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=30, check=check)
+
+
+class Probe(BaseModel):
+    """What probe.py printed: each probe's send time and round trip (unix s, s; NaN: no
+    answer), and for UDP the sequence numbers echoed, in their order of arrival."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    sent: tuple[float, ...]
+    rtt: tuple[float, ...]
+    seq: tuple[int, ...] | None = None  # UDP only
 
 
 @dataclass
@@ -46,10 +61,10 @@ class Hosts:
         return proc
 
     def probe(self, host: str, kind: str, dst: str, port: int, count: int,
-              interval_s: float) -> dict[str, Any]:
+              interval_s: float) -> Probe:
         out = self.exec(host, sys.executable, str(TOOLS / "probe.py"), kind, dst, str(port),
                         str(count), str(interval_s))
-        return json.loads(out.stdout)
+        return Probe.model_validate(json.loads(out.stdout))  # json: its NaNs are no JSON
 
     def echo_servers(self, host: str, tcp: list[int], udp: list[int]) -> None:
         proc = self.popen(host, sys.executable, str(TOOLS / "echo_server.py"),
@@ -134,8 +149,8 @@ def make_routed() -> Hosts:
 
 class InjectorProcess:
     """`python -m injector` in a namespace, through `linkgrad.protocol.jsonlines`' client. `request`
-    sends any fields (the tests send bad ones on purpose) and gives the raw reply; `ok` its
-    result, asserting it is one."""
+    sends any fields (the tests send bad ones on purpose) and gives the reply, whatever it
+    says; `ok` a typed request's result (RuntimeFailure with the daemon's error if none)."""
 
     def __init__(self, hosts: Hosts, host: str, *args: str) -> None:
         self.proc = hosts.popen(host, sys.executable, "-m", "injector", *args,
@@ -145,13 +160,11 @@ class InjectorProcess:
                                              ready_timeout_s=15.0)
         self.ready = self.client.ready
 
-    def request(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        return self.client.send({"cmd": cmd, **fields}).model_dump(exclude_none=True)
+    def request(self, cmd: str, **fields: Any) -> Reply:
+        return self.client.send({"cmd": cmd, **fields})
 
-    def ok(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        reply = self.request(cmd, **fields)
-        assert reply["ok"], reply
-        return reply["result"]
+    def ok(self, request: Request[R]) -> R:
+        return self.client.call(request)
 
     def stop(self) -> None:
         """End the lease (EOF on its stdin) and wait for the daemon to exit."""

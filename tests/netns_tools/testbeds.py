@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from testbed.description import DescribedTestbed
 from testbed.lifecycle import down, up
 from testbed.netns import TAG
 from testbed.topology import DEFAULT, Topology
@@ -76,7 +77,7 @@ def private_root() -> Path:
 
 @contextmanager
 def private_testbed(tag: str, topology: Topology = DEFAULT,
-                    **kwargs: bool) -> Iterator[tuple[dict, Path]]:
+                    **kwargs: bool) -> Iterator[tuple[DescribedTestbed, Path]]:
     """The testbed `tag` up in a private root: yields its description and the root. However the
     body ends, takes down that tag in that root (nothing else), then removes the root."""
     root = private_root()
