@@ -28,10 +28,12 @@ from linkgrad.errors import InputError, Problem
 from linkgrad.protocol import jsonlines
 from linkgrad.protocol import sniffer as protocol
 from linkgrad.protocol.base import Empty, Request, Result, Stopped
+from linkgrad.protocol.hosts import Probe, Unprobe
 from linkgrad.protocol.jsonlines import LineWriter, StopServing, leave_signals_to_main_thread
 from linkgrad.protocol.snap import Profile, Unprofile
 from linkgrad.protocol.sniffer import Report, ReportEvent
 from linkgrad.protocol.trace import TraceRequest, Untrace
+from sniffer.host_prober import HostProber
 from sniffer.kernel import (
     ClosedSockets,
     dump_sockets,
@@ -112,6 +114,7 @@ class Service:
         self.threshold = 1
         self.profiler = Profiler(self.out, sniffer.ephemeral, closing, tracing)
         self.tracer = MessageTracer(self.out, capture=tracing)
+        self.prober = HostProber(self.out)
 
     def handle(self, request: Request[Any]) -> Result:
         match request:
@@ -146,6 +149,10 @@ class Service:
                 return self.tracer.start(request)
             case Untrace():
                 return self.tracer.stop()
+            case Probe():
+                return self.prober.start(request)
+            case Unprobe():
+                return self.prober.stop()
             case protocol.Stop():
                 raise StopServing(Empty())
         raise InputError(Problem(f"unknown command {request.cmd!r}", field="cmd"))
@@ -221,5 +228,6 @@ def run(service: Service, stdin: IO[bytes] | IO[str], warning: str | None = None
         service.unwatch()
         service.profiler.stop()
         service.tracer.stop()
+        service.prober.stop()
     service.out.write(Stopped(reason=reason))
     return 0

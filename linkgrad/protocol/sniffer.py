@@ -13,6 +13,7 @@ from pydantic import ConfigDict, Field, StrictFloat, TypeAdapter
 
 from linkgrad.protocol.base import Empty, Message, Request, Result
 from linkgrad.protocol.fields import LIMIT_UNIX_S, Count
+from linkgrad.protocol.hosts import Probe, Unprobe
 from linkgrad.protocol.snap import Profile, Unprofile
 from linkgrad.protocol.trace import TraceRequest, Untrace
 
@@ -113,7 +114,7 @@ class Stop(Request[Empty]):
 
 
 AnySnifferRequest = (HealthRequest | Poll | Watch | Unwatch | Profile | Unprofile | TraceRequest
-                     | Untrace | Stop)
+                     | Untrace | Probe | Unprobe | Stop)
 SnifferRequest = Annotated[AnySnifferRequest, Field(discriminator="cmd")]
 SNIFFER_REQUEST: TypeAdapter[AnySnifferRequest] = TypeAdapter(SnifferRequest)
 
