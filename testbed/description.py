@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -38,7 +39,7 @@ class DescribedWebLog(_Record):
 
     host: str
     path: Path
-    format: str  # "nginx" or "apache"
+    format: Literal["nginx", "apache"]
     log_format: str
 
 

@@ -205,17 +205,17 @@ def describe(plan: TestbedPlan, topology: Topology, directory: Path,
              recovered: bool = False, mininet: bool = False) -> DescribedTestbed:
     web = plan.with_role("web")[0]
     url = f"http://{web.address}"
+    log = directory / "access.log"
     if topology.app in ("mediawiki", "redmine"):
-        log_format, log_line = "apache", apache.LOG_FORMAT
+        web_log = DescribedWebLog(host=web.name, path=log, format="apache",
+                                  log_format=apache.LOG_FORMAT)
     else:
-        log_format, log_line = "nginx", nginx.LOG_FORMAT
+        web_log = DescribedWebLog(host=web.name, path=log, format="nginx",
+                                  log_format=nginx.LOG_FORMAT)
     return DescribedTestbed(
         tag=plan.tag, app=topology.app, directory=directory, subnet=plan.subnet,
         recovered_stale=recovered, hosts=tuple(DescribedHost.of(h) for h in plan.hosts),
-        frontend_url=url,
-        web_log=DescribedWebLog(host=web.name, path=directory / "access.log",
-                                format=log_format, log_format=log_line),
-        ssh_config=directory / "ssh" / "ssh_config",
+        frontend_url=url, web_log=web_log, ssh_config=directory / "ssh" / "ssh_config",
         known_hosts=directory / "ssh" / "known_hosts",
         transactions=tuple(DescribedTransaction.of(t, url) for t in transactions_of(topology)),
         network="mininet (LinuxBridge, no controller)" if mininet else "netns")
