@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.results_md import update_section
+from linkgrad.protocol.injector import Add, HealthRequest, PhaseStats, StatsRequest
 from testbed.pairs.hosts import Hosts, InjectorProcess, make_pair, make_routed
 
 OUT = Path(__file__).with_name("out")
@@ -39,6 +40,17 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _constant(dst: str, magnitude_ms: float) -> Add:
+    """The injector's `add` of a constant delay on UDP to `dst`."""
+    return Add.model_validate({"link": {"proto": "udp", "dst": dst},
+                               "schedule": {"kind": "constant", "magnitude_ms": magnitude_ms}})
+
+
+def _first_link(daemon: InjectorProcess) -> PhaseStats:
+    """The statistics of link 1's first (constant) schedule."""
+    return daemon.ok(StatsRequest(link_id=1)).links["1"].schedules["0"]["constant"]
+
+
 def _busy_cores(n: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
@@ -46,15 +58,14 @@ def _busy_cores(n: int) -> list[subprocess.Popen[bytes]]:
 def accuracy(hosts: Hosts, requested_ms: float, loaded: bool, probes: int,
              realtime: bool = False) -> dict[str, Any]:
     b = hosts.addresses["b"]
-    base = hosts.probe("a", "udp", b, UDP_ECHO, 200, 0.005)["rtt"]
+    base = hosts.probe("a", "udp", b, UDP_ECHO, 200, 0.005).rtt
     base_median = statistics.median(base)
     burners = _busy_cores(2) if loaded else []
     daemon = InjectorProcess(hosts, "a", "--queue", "6100", *(["--realtime"] if realtime else []))
     try:
-        daemon.ok("add", link={"proto": "udp", "dst": f"{b}:{UDP_ECHO}"},
-                  schedule={"kind": "constant", "magnitude_ms": requested_ms})
-        rtt = hosts.probe("a", "udp", b, UDP_ECHO, probes, 0.005)["rtt"]
-        stats = daemon.ok("stats", link_id=1)["links"]["1"]["schedules"]["0"]["constant"]
+        daemon.ok(_constant(f"{b}:{UDP_ECHO}", requested_ms))
+        rtt = hosts.probe("a", "udp", b, UDP_ECHO, probes, 0.005).rtt
+        stats = _first_link(daemon)
     finally:
         for p in burners:
             p.kill()
@@ -66,9 +77,9 @@ def accuracy(hosts: Hosts, requested_ms: float, loaded: bool, probes: int,
         "e2e_mean_error_us": statistics.mean(errors_us),
         "e2e_std_us": statistics.stdev(errors_us),
         "base_rtt_std_us": statistics.stdev(base) * 1e6,
-        "daemon_mean_error_us": stats["error"]["mean_ms"] * 1e3,
-        "daemon_std_us": stats["error"]["std_ms"] * 1e3,
-        "packets": stats["actual"]["count"],
+        "daemon_mean_error_us": stats.error.mean_ms * 1e3,
+        "daemon_std_us": stats.error.std_ms * 1e3,
+        "packets": stats.actual.count,
     }
 
 
@@ -92,35 +103,34 @@ def rate(hosts: Hosts, rate_per_s: float, seconds: float,
     sender (its held datagrams stay charged to it), which is not the daemon's limit."""
     b = hosts.addresses["b"]
     daemon = InjectorProcess(hosts, "r", "--queue", "6200", *(["--realtime"] if realtime else []))
-    pid = daemon.ok("health")["pid"]
+    pid = daemon.ok(HealthRequest()).pid
     try:
-        daemon.ok("add", link={"proto": "udp", "dst": f"{b}:{UDP_SINK}"},
-                  schedule={"kind": "constant", "magnitude_ms": 10})
+        daemon.ok(_constant(f"{b}:{UDP_SINK}", 10))
         cpu0 = _cpu_s(pid)
         sent, lost = _iperf_udp(hosts, rate_per_s, seconds)
         received = sent - lost
         cpu = _cpu_s(pid) - cpu0
         time.sleep(0.2)  # let the last 10 ms of held packets go before counting
-        stats = daemon.ok("stats", link_id=1)["links"]["1"]["schedules"]["0"]["constant"]
-        health = daemon.ok("health")
+        stats = _first_link(daemon)
+        health = daemon.ok(HealthRequest())
         drops = hosts.exec("r", "cat", "/proc/net/netfilter/nfnetlink_queue").stdout
     finally:
         daemon.stop()
-    through_daemon = stats["actual"]["count"]
+    through_daemon = stats.actual.count
     queue = next(line.split() for line in drops.splitlines() if line.split()[0] == "6201")
     kernel_drops = int(queue[5]) + int(queue[6])  # queue_dropped + user_dropped
     queued = int(queue[7])  # id_sequence: packets the kernel gave the queue
     return {
         "rate_per_s": rate_per_s, "realtime": realtime, "sent": sent, "received": received,
         "through_daemon": through_daemon, "kernel_queue_drops": kernel_drops,
-        "queued_by_kernel": queued, "callback_errors": health["callback_errors"],
-        "realtime_granted": health["realtime"],
+        "queued_by_kernel": queued, "callback_errors": health.callback_errors,
+        "realtime_granted": health.realtime,
         "held": lost == 0 and through_daemon == queued >= sent and kernel_drops == 0
-        and abs(stats["actual"]["mean_ms"] - 10) < 1,
+        and abs(stats.actual.mean_ms - 10) < 1,
         "achieved_per_s": sent / seconds,
         "daemon_cpu_s_per_10k": cpu / max(through_daemon, 1) * 1e4,
         "daemon_cpu_share": cpu / seconds,
-        "mean_delay_ms": stats["actual"]["mean_ms"],
+        "mean_delay_ms": stats.actual.mean_ms,
     }
 
 

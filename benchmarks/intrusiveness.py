@@ -42,6 +42,7 @@ from linkgrad.alternation import OFF, ON, Alternation
 from linkgrad.prediction import Estimate, batch_mean
 from linkgrad.protocol.injector import Add, InjectorReady, LinkSpec, Remove, SquareSchedule
 from linkgrad.protocol.jsonlines import DaemonClient
+from testbed.description import DescribedTestbed
 from testbed.lifecycle import down, up
 from testbed.loadgen import arrival_times
 from testbed.process_channel import ProcessChannel
@@ -186,13 +187,9 @@ def compare(alt: Alternation, samples: dict[str, np.ndarray], applied_ms: float,
 
 # -- on the testbed --------------------------------------------------------------------------
 
-def _namespace(info: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(h for h in info["hosts"] if h["name"] == name)
-
-
-def start_injector(info: dict[str, Any]) -> DaemonClient:
+def start_injector(info: DescribedTestbed) -> DaemonClient:
     """`python -m injector` in the receiver's namespace (a network holds packets there)."""
-    proc = subprocess.Popen(["ip", "netns", "exec", _namespace(info, DST)["namespace"],
+    proc = subprocess.Popen(["ip", "netns", "exec", info.host(DST).namespace,
                              sys.executable, "-m", "injector", "--queue", "5600"],
                             cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     return DaemonClient(ProcessChannel(proc), f"injector on {DST}", InjectorReady,
@@ -233,19 +230,18 @@ def read_samples(path: Path) -> dict[str, np.ndarray]:
             "url": np.array([r["url"] for r in rows]), "ok": (status >= 200) & (status < 400)}
 
 
-def run_workload(info: dict[str, Any], root: Path, workload: Workload,
+def run_workload(info: DescribedTestbed, root: Path, workload: Workload,
                  delays_ms: tuple[float, ...], cycles: int) -> list[dict[str, Any]]:
     paths = {t.name: t.path for t in transactions_of(DEFAULT) if t.name in RUBIS}
-    link = LinkSpec(proto="tcp", src=_namespace(info, SRC)["address"],
-                    dst=_namespace(info, DST)["address"])
+    link = LinkSpec(proto="tcp", src=info.host(SRC).address, dst=info.host(DST).address)
     first = time.time() + 2.0 + WARMUP_S
     alts, t = [], first
     for _ in delays_ms:
         alts.append(Alternation(t, PERIOD_S, cycles, GUARD_S))
         t = alts[-1].end_s + 1.0
     out_csv = root / "latencies.csv"
-    argv = ["ip", "netns", "exec", _namespace(info, "client")["namespace"], sys.executable,
-            "-m", "testbed.loadgen", "--url", info["frontend_url"],
+    argv = ["ip", "netns", "exec", info.host("client").namespace, sys.executable,
+            "-m", "testbed.loadgen", "--url", info.frontend_url,
             "--mix", ",".join(f"{p}=1" for p in paths.values()), *workload.loadgen_args(),
             "--duration", f"{t - time.time() + 1.0:.1f}", "--out", str(out_csv), "--json"]
     load = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)

@@ -57,10 +57,18 @@ from benchmarks.packet_socket import InNamespace, tcp_segments
 from benchmarks.results_md import update_section
 from benchmarks.slopes import applied_ms_of, link_spec, loaded_slopes, slope
 from linkgrad.alternation import OFF, ON
+from linkgrad.protocol.injector import (
+    Add,
+    ConstantSchedule,
+    OffSchedule,
+    SetSchedule,
+    StatsRequest,
+)
 from linkgrad.weblog import read_log
 from linkgrad.weblog.apache_format import compile_apache
 from linkgrad.weblog.textlog import parse_lines
 from testbed import mariadb
+from testbed.description import DescribedTestbed
 from testbed.lifecycle import down, up
 from testbed.pairs.hosts import InjectorProcess
 from testbed.topology import MEDIAWIKI
@@ -130,25 +138,24 @@ def _last_logged(path: Path, log_format: str) -> float:
     return float(log.start_s[0] + log.response_s[0])
 
 
-def crossings(info: dict[str, Any], directory: Path, requests: int) -> dict[str, Any]:
-    db = next(h for h in info["hosts"] if h["name"] == "db")
-    sniffer = InNamespace(db["namespace"], "benchmarks.mediawiki_truth", "--sniff")
+def crossings(info: DescribedTestbed, directory: Path, requests: int) -> dict[str, Any]:
+    db = info.host("db")
+    sniffer = InNamespace(db.namespace, "benchmarks.mediawiki_truth", "--sniff")
     packets = sniffer.records
     try:
         log = mariadb.general_log(directory, True)
         result = {}
-        for t in info["transactions"]:
+        for t in info.transactions:
             per = []
             for _ in range(requests):
                 offset, mark = log.stat().st_size, len(packets)
                 start = time.time()
-                with DIRECT.open(t["url"], timeout=60) as answer:
+                with DIRECT.open(t.url, timeout=60) as answer:
                     answer.read()
                 end = time.time()
                 time.sleep(0.4)  # what the request does after its response (closing, deferred)
                 text = log.read_bytes()[offset:].decode(errors="replace")
-                served = _last_logged(Path(info["web_log"]["path"]),
-                                      info["web_log"]["log_format"])
+                served = _last_logged(info.web_log.path, info.web_log.log_format)
                 # Apache's %D ends when it logs, after PHP's post-send work: that is the end
                 # a web-log gradient sees (+1 ms: the start stamp is truncated to ms)
                 counts = count_request(sorted(packets[mark:], key=lambda p: p["t"]),
@@ -160,7 +167,7 @@ def crossings(info: dict[str, Any], directory: Path, requests: int) -> dict[str,
                 per.append(counts)
             keys = sorted({k for c in per for k in c})
             mean = {k: float(np.mean([c.get(k, 0) for c in per])) for k in keys}
-            result[t["name"]] = {"mean": mean, "min_queries": min(c["queries"] for c in per),
+            result[t.name] = {"mean": mean, "min_queries": min(c["queries"] for c in per),
                                  "max_queries": max(c["queries"] for c in per),
                                  "expected": expectation(mean)}
         mariadb.general_log(directory, False)
@@ -169,7 +176,7 @@ def crossings(info: dict[str, Any], directory: Path, requests: int) -> dict[str,
         sniffer.stop()
 
 
-def idle_slopes(info: dict[str, Any], link: str, delay_ms: float, blocks: int = 4,
+def idle_slopes(info: DescribedTestbed, link: str, delay_ms: float, blocks: int = 4,
                 per_block: int = 4) -> dict[str, Any]:
     """No load: one request at a time, every page type `per_block` times per block, the delay
     off and on in turn by block (off, on, ..., off). The link passes the injector on both
@@ -178,29 +185,29 @@ def idle_slopes(info: dict[str, Any], link: str, delay_ms: float, blocks: int = 
     sides: list[tuple[int, float, float]] = []  # (side, start, end) per block
     try:
         injector = InjectorProcess(hosts, receiver, "--queue", "7300")
-        link_id = injector.ok("add", link=spec, schedule={"kind": "off"})["link_id"]
+        link_id = injector.ok(Add(link=spec, schedule=OffSchedule())).link_id
         for block in range(2 * blocks + 1):
             on = block % 2 == 1
-            injector.ok("schedule", link_id=link_id, schedule={"kind": "constant",
-                        "magnitude_ms": delay_ms} if on else {"kind": "off"})
+            injector.ok(SetSchedule(link_id=link_id, schedule=ConstantSchedule(
+                magnitude_ms=delay_ms) if on else OffSchedule()))
             time.sleep(0.2)
             start = time.time()
             for _ in range(per_block):
-                for t in info["transactions"]:
-                    with DIRECT.open(t["url"], timeout=60) as answer:
+                for t in info.transactions:
+                    with DIRECT.open(t.url, timeout=60) as answer:
                         answer.read()
             sides.append((ON if on else OFF, start, time.time()))
-        applied_ms = applied_ms_of(injector.ok("stats")["links"], "constant")
+        applied_ms = applied_ms_of(injector.ok(StatsRequest()).links, "constant")
         injector.stop()
     finally:
         hosts.remove()
-    log = read_log(info["web_log"]["path"], "apache", info["web_log"]["log_format"])
+    log = read_log(info.web_log.path, "apache", info.web_log.log_format)
     side = np.full(len(log), -1)
     for which, start, end in sides:
         side[(log.start_s >= start - 0.002) & (log.start_s < end)] = which
-    pages = {t["name"]: slope(log.response_s[(log.url == t["path"]) & (side == ON)],
-                               log.response_s[(log.url == t["path"]) & (side == OFF)],
-                               applied_ms) for t in info["transactions"]}
+    pages = {t.name: slope(log.response_s[(log.url == t.path) & (side == ON)],
+                           log.response_s[(log.url == t.path) & (side == OFF)],
+                           applied_ms) for t in info.transactions}
     return {"link": link, "requested_ms": delay_ms, "applied_ms": applied_ms, "pages": pages}
 
 
@@ -284,7 +291,7 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def under_background_load(info: dict[str, Any], args: argparse.Namespace,
+def under_background_load(info: DescribedTestbed, args: argparse.Namespace,
                           scratch: Path) -> dict[str, Any]:
     """The loaded slopes again, under `benchmarks.background_load` episodes as
     `benchmarks/coverage.py --load` runs them: halves of ~10 s, so each episode (10-40 s)
@@ -301,7 +308,7 @@ def under_background_load(info: dict[str, Any], args: argparse.Namespace,
             "window_s": args.window_s, "rate": args.rate, "cycles": cycles, "slopes": slopes}
 
 
-def under_steady_load(info: dict[str, Any], args: argparse.Namespace,
+def under_steady_load(info: DescribedTestbed, args: argparse.Namespace,
                       scratch: Path) -> dict[str, Any]:
     """The loaded slopes under each kind of the episodes' work held steady ("none", "cpu",
     "disk", "both"): what the application's gradient is while that work runs. A run under
@@ -378,7 +385,7 @@ def markdown_load(result: dict[str, Any], idle: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
-def _on_testbed(root: Path, measure: Callable[[dict[str, Any]], dict[str, Any]]
+def _on_testbed(root: Path, measure: Callable[[DescribedTestbed], dict[str, Any]]
                 ) -> dict[str, Any]:
     """`measure` on a MediaWiki testbed of its own (tag mwt under `root`), taken down and
     its root removed whatever happens."""
@@ -455,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     result = _on_testbed(root, lambda info: {
         "machine": f"{socket.gethostname()}, 2 cores", "requests": args.requests,
         "delay_ms": args.delay_ms, "window_s": args.window_s, "rate": args.rate,
-        "crossings": crossings(info, Path(info["directory"]), args.requests),
+        "crossings": crossings(info, info.directory, args.requests),
         "idle_slopes": [idle_slopes(info, link, args.delay_ms) for link in LINKS],
         "idle_scan": idle_slopes(info, "web->db", args.scan_ms),
         "slopes": [loaded_slopes(info, link, args.delay_ms, args.window_s, args.rate)

@@ -62,6 +62,7 @@ from linkgrad.paths.reconcile import reconcile
 from linkgrad.paths.structural import context_probabilities, fcfs_probabilities
 from linkgrad.paths.wap5 import LinkingSettings, LinkProbabilities, wap5_probabilities
 from testbed import apache, mariadb, redmine
+from testbed.description import DescribedTestbed
 from testbed.lifecycle import down, up
 
 OUT = Path(__file__).with_name("out")
@@ -285,7 +286,7 @@ def capture_dir(keep: Path, rate: float, run: int) -> Path:
     return keep / f"rate-{rate:g}-run{run}"
 
 
-def capture(app: str, info: dict[str, Any], tag: str, root: Path, rate: float,
+def capture(app: str, info: DescribedTestbed, tag: str, root: Path, rate: float,
             seconds: float, out: Path) -> Path:
     """`linkgrad paths` at `rate` over the app's pages, its trace and truth kept in `out`
     (the truth logs are emptied first: their writers append)."""
@@ -310,8 +311,8 @@ def capture(app: str, info: dict[str, Any], tag: str, root: Path, rate: float,
     general = mariadb.paths(directory)["general_log"]
     general.unlink(missing_ok=True)
     mariadb.general_log(directory, True)
-    db = next(h for h in info["hosts"] if h["name"] == "db")
-    sniffer = InNamespace(db["namespace"], "benchmarks.paths_app_accuracy", "--greetings")
+    db = info.host("db")
+    sniffer = InNamespace(db.namespace, "benchmarks.paths_app_accuracy", "--greetings")
     try:
         linkgrad("paths_app_accuracy", env, *argv)
     finally:

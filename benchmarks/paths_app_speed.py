@@ -239,7 +239,7 @@ def main() -> None:
     tag = f"s{int(time.time()) % 1000:03d}"
     rows = []
     try:
-        web_log = Path(up(app.topology, tag, root)["web_log"]["path"])
+        web_log = up(app.topology, tag, root).web_log.path
         for rate in (float(x) for x in args.rates.split(",")):
             rows.append(capture(app, tag, root, rate, args.seconds, web_log))
             print(json.dumps(rows[-1]), flush=True)

@@ -39,6 +39,7 @@ from benchmarks.mediawiki_truth import LINKS, _last_logged, count_request, expec
 from benchmarks.on_testbed import scratch_root
 from benchmarks.results_md import update_section
 from testbed import postgres
+from testbed.description import DescribedTestbed
 from testbed.lifecycle import down, up
 from testbed.topology import REDMINE
 
@@ -47,11 +48,11 @@ PORT = 5432
 STATEMENT = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] LOG:  (?:statement|execute \S+):")
 
 
-def crossings(info: dict[str, Any], requests: int) -> dict[str, Any]:
-    db = next(h for h in info["hosts"] if h["name"] == "db")
-    directory = Path(info["directory"])
+def crossings(info: DescribedTestbed, requests: int) -> dict[str, Any]:
+    db = info.host("db")
+    directory = info.directory
     log = directory / "logs" / "db-postgres.log"
-    sniffer = subprocess.Popen(["ip", "netns", "exec", db["namespace"], sys.executable, "-m",
+    sniffer = subprocess.Popen(["ip", "netns", "exec", db.namespace, sys.executable, "-m",
                                 "benchmarks.mediawiki_truth", "--sniff", str(PORT)],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     packets: list[dict[str, Any]] = []
@@ -65,21 +66,20 @@ def crossings(info: dict[str, Any], requests: int) -> dict[str, Any]:
         postgres.statement_log(directory / "pg", True)
         browser = urllib.request.build_opener(urllib.request.ProxyHandler({}),
                                               urllib.request.HTTPCookieProcessor(CookieJar()))
-        with browser.open(info["frontend_url"] + "/", timeout=60) as first:  # the cookie
+        with browser.open(info.frontend_url + "/", timeout=60) as first:  # the cookie
             first.read()
         time.sleep(0.5)
         result = {}
-        for t in info["transactions"]:
+        for t in info.transactions:
             per = []
             for _ in range(requests):
                 offset, mark = log.stat().st_size, len(packets)
                 start = time.time()
-                with browser.open(t["url"], timeout=60) as answer:
+                with browser.open(t.url, timeout=60) as answer:
                     answer.read()
                 end = time.time()
                 time.sleep(0.3)
-                served = _last_logged(Path(info["web_log"]["path"]),
-                                      info["web_log"]["log_format"])
+                served = _last_logged(info.web_log.path, info.web_log.log_format)
                 counts = count_request(sorted(packets[mark:], key=lambda p: p["t"]),
                                        served + 0.001, PORT)
                 lines = log.read_bytes()[offset:].decode(errors="replace").splitlines()
@@ -90,7 +90,7 @@ def crossings(info: dict[str, Any], requests: int) -> dict[str, Any]:
                 per.append(counts)
             keys = sorted({k for c in per for k in c})
             mean = {k: float(np.mean([c.get(k, 0) for c in per])) for k in keys}
-            result[t["name"]] = {"mean": mean, "expected": expectation(mean),
+            result[t.name] = {"mean": mean, "expected": expectation(mean),
                                  "min_statements": min(c["statements"] for c in per),
                                  "max_statements": max(c["statements"] for c in per)}
         postgres.statement_log(directory / "pg", False)

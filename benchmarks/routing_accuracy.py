@@ -41,6 +41,7 @@ from linkgrad.prediction import Z95, Curve, Estimate, predict
 from linkgrad.protocol.injector import CONSTANT, ConstantSchedule, Remove, SetSchedule
 from linkgrad.routing import nginx_fixed_ratio
 from testbed import nginx
+from testbed.description import DescribedTestbed
 from testbed.lifecycle import down, up
 from testbed.topology import DEFAULT
 
@@ -70,7 +71,7 @@ def mix_mean(share: dict[str, float], means: dict[str, Estimate]) -> Estimate:
                     math.sqrt(sum((s * means[n].se) ** 2 for n, s in share.items())))
 
 
-def measure(root: Path, info: dict[str, Any], rate: float, window_s: float) -> dict[str, Any]:
+def measure(root: Path, info: DescribedTestbed, rate: float, window_s: float) -> dict[str, Any]:
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
     run_dir = Path(json.loads(_linkgrad(env, "run", str(experiment(root, rate)),
                                         "--json"))["run_dir"])
@@ -87,8 +88,8 @@ def measure(root: Path, info: dict[str, Any], rate: float, window_s: float) -> d
     policies = {POLICIES[0]: nginx_fixed_ratio(1.0, COPIES),
                 POLICIES[1]: nginx_fixed_ratio(0.0, COPIES),
                 POLICIES[2]: nginx_fixed_ratio(0.5, COPIES), POLICIES[3]: per_transaction}
-    web = next(h for h in info["hosts"] if "web" in h["roles"])["namespace"]
-    directory = Path(info["directory"])
+    web = info.with_role("web")[0].namespace
+    directory = info.directory
 
     def routes(text: str) -> None:
         nginx.install_routes(directory, web, text, "benchmark")

@@ -32,6 +32,7 @@ from benchmarks.coverage import RUBIS_TRANSACTIONS
 from benchmarks.on_testbed import scratch_root
 from benchmarks.results_md import update_section
 from benchmarks.slopes import loaded_slopes
+from testbed.description import DescribedTestbed
 from testbed.lifecycle import down, up
 from testbed.topology import DEFAULT
 from testbed.transactions import transactions_of
@@ -41,18 +42,18 @@ PORT = 5432  # PostgreSQL on the db host (testbed/postgres.py)
 LINKS = ("app1->db", "db->app1")
 
 
-def measure(info: dict[str, Any], delays_ms: list[float], window_s: float,
+def measure(info: DescribedTestbed, delays_ms: list[float], window_s: float,
             rate: float, work: str = "none", scratch: Path | None = None
             ) -> list[dict[str, Any]]:
     """The slopes of RUBIS_TRANSACTIONS on each link at each delay (each delay's two links
     in turn, smallest delay first), while `work` (a kind of `benchmarks/background_load.py`'s
     work, held steady) runs."""
-    wanted = [t for t in info["transactions"] if t["name"] in RUBIS_TRANSACTIONS]
+    wanted = [t for t in info.transactions if t.name in RUBIS_TRANSACTIONS]
     cycles = max(4, round(window_s / 10.0))
     out = []
     for delay in sorted(delays_ms):
         for link in LINKS:
-            with steady_load(work, scratch or Path(info["directory"])):
+            with steady_load(work, scratch or info.directory):
                 out.append(loaded_slopes(info, link, delay, window_s, rate, cycles,
                                          port=PORT, transactions=wanted))
     return out

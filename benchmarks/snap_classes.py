@@ -93,7 +93,7 @@ from testbed.snap_validation import (
     kind_of_port,
     run_workload,
 )
-from testbed.snap_workload import BY_KIND, KINDS, WorkloadSettings
+from testbed.snap_workload import BY_KIND, KINDS, WorkloadLine, WorkloadSettings
 
 # A stall's first 200 ms (Linux's least RTO) is its head: no RTO (nor a probe for one
 # segment) can fire in it, and to the kernel too the lost segment is only a late ACK; an
@@ -464,8 +464,9 @@ def evaluate(run: Run, warmup_s: float) -> dict[str, Any]:
             "fast_retransmit_model": loss_model(rebuilt, observed, from_s),
             "timeout_connection": timeout_side(run, observed, from_s),
             "checks": checks(rebuilt, windows)}
-    workload = {f"{end}/{kind}": lines[-1] for (end, kind), lines in run.labels.items()
-                if lines and lines[-1]["event"] == "done"}
+    workload = {f"{end}/{kind}": lines[-1].model_dump(exclude_unset=True)
+                for (end, kind), lines in run.labels.items()
+                if lines and lines[-1].event == "done"}
     return {"profiled_s": round(run.stop_s - run.start_s, 3), "stalls": stalls,
             "stalled_requests_outside_cuts": len(outside), "workload": workload,
             "profiles": out}
@@ -668,7 +669,8 @@ def save_raw(run: Run, env: dict[str, Any], path: Path) -> None:
     raw = {"environment": env, "settings": asdict(run.settings), "start_s": run.start_s,
            "stop_s": run.stop_s, "servers_tcp_info": run.servers_tcp_info,
            "drops_s": run.drops_s,
-           "labels": [[end, kind, lines] for (end, kind), lines in run.labels.items()],
+           "labels": [[end, kind, [line.model_dump(exclude_unset=True) for line in lines]]
+                      for (end, kind), lines in run.labels.items()],
            "observed": {name: {
                "request": o.request.model_dump(mode="json"),
                "profiling": {end: p.model_dump(mode="json") for end, p in o.profiling.items()},
@@ -693,7 +695,8 @@ def load_raw(path: Path) -> tuple[Run, dict[str, Any]]:
                                    for end, p in o["profiling"].items()},
                                   reports, seen, strangers)
     run = Run(settings, raw["start_s"], raw["stop_s"], observed,
-              {(end, kind): lines for end, kind, lines in raw["labels"]},
+              {(end, kind): [WorkloadLine.model_validate(line) for line in lines]
+               for end, kind, lines in raw["labels"]},
               {int(k): v for k, v in raw["servers_tcp_info"].items()},
               tuple(raw["drops_s"]) if raw.get("drops_s") is not None else None)
     return run, raw["environment"]

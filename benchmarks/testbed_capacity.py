@@ -26,6 +26,7 @@ from typing import Any
 
 from benchmarks.on_testbed import scratch_root
 from benchmarks.results_md import update_section
+from testbed.description import DescribedTestbed
 from testbed.lifecycle import down, up
 from testbed.topology import DEFAULT
 
@@ -49,11 +50,11 @@ def up_down_times(repeats: int) -> dict[str, float]:
             "up_s": ups, "down_s": downs}
 
 
-def run_load(info: dict[str, Any], mix: str, rate: float, seconds: float) -> dict[str, Any]:
-    client = next(h for h in info["hosts"] if "client" in h["roles"])
+def run_load(info: DescribedTestbed, mix: str, rate: float, seconds: float) -> dict[str, Any]:
+    client = info.with_role("client")[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run(["ip", "netns", "exec", client["namespace"], sys.executable, "-m",
-                          "testbed.loadgen", "--url", info["frontend_url"], "--mix", mix,
+    out = subprocess.run(["ip", "netns", "exec", client.namespace, sys.executable, "-m",
+                          "testbed.loadgen", "--url", info.frontend_url, "--mix", mix,
                           "--rate", str(rate), "--duration", str(seconds), "--json"],
                          capture_output=True, text=True, timeout=seconds + 120, check=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -66,7 +67,7 @@ def run_load(info: dict[str, Any], mix: str, rate: float, seconds: float) -> dic
             "loadgen_cpu_share": cpu / seconds}
 
 
-def capacity(info: dict[str, Any], mix: str, rates: list[float], seconds: float) -> list[dict]:
+def capacity(info: DescribedTestbed, mix: str, rates: list[float], seconds: float) -> list[dict]:
     rows, base = [], None
     for rate in rates:
         row = run_load(info, mix, rate, seconds)
@@ -116,9 +117,9 @@ def main() -> None:
     root = scratch_root("testbed_capacity")
     try:
         info = up(DEFAULT, "bn", root)
-        rubis = ",".join(f"{t['path']}=1" for t in info["transactions"]
-                         if t["path"].startswith("/rubis/"))
-        every = ",".join(f"{t['path']}=1" for t in info["transactions"])
+        rubis = ",".join(f"{t.path}=1" for t in info.transactions
+                         if t.path.startswith("/rubis/"))
+        every = ",".join(f"{t.path}=1" for t in info.transactions)
         rates = [50.0, 100.0] if args.quick else [50.0, 100.0, 200.0, 300.0, 400.0, 600.0, 800.0]
         seconds = 5.0 if args.quick else 10.0
         loads = {"RUBiS": capacity(info, rubis, rates, seconds),

@@ -15,6 +15,7 @@ from coordinator.cli import latency as latency_cli
 from coordinator.cli.main import main
 from coordinator.config.experiment_files import field_problem
 from linkgrad.errors import InputError, RuntimeFailure
+from tests.fakes.testbed_status import up_status
 from tests.test_prediction import _run_dir
 
 SITES = ("sites: {web: here, app1: here, db: here}\n"
@@ -423,11 +424,11 @@ def test_every_file_readable_reaches_the_hosts(tmp_path, capsys, monkeypatch):
 def test_a_testbed_s_known_hosts_is_named_at_the_testbed_line(tmp_path, capsys, monkeypatch):
     from coordinator.config import testbed_tag
 
-    monkeypatch.setattr(testbed_tag, "status", lambda tag, root: {
-        "up": True, "hosts": [{"name": "web", "address": "10.9.0.1"}],
-        "ssh_config": str(tmp_path / "ssh_config"), "known_hosts": str(tmp_path / "kh"),
-        "web_log": {"host": "web", "path": "/l", "format": "nginx", "log_format": None},
-        "frontend_url": "http://10.9.0.1/"})
+    report = up_status(tmp_path, {"web": "10.9.0.1"})
+    assert report.info is not None
+    report = report.model_copy(update={"info": report.info.model_copy(
+        update={"known_hosts": tmp_path / "kh"})})
+    monkeypatch.setattr(testbed_tag, "status", lambda tag, root: report)
     path = tmp_path / "experiment.yaml"
     path.write_text("name: x\ntestbed: tb\ntransactions: {t: ^/}\n")
     code, err = _latency(capsys, path)

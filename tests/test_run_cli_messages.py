@@ -19,6 +19,7 @@ from coordinator.cli import run as run_cli
 from coordinator.cli.main import main
 from coordinator.live.run import run_experiment
 from tests.fakes.remote import ADDRESSES, LOG_FORMAT, START_S, FakeApplication, FakeClock, FakeHosts
+from tests.fakes.testbed_status import up_status
 
 CROSSINGS = {"/two": 2, "/none": 0}
 FILES = ("graph.json", "baseline.json", "plan.json", "gradients.json", "report.html",
@@ -235,12 +236,8 @@ def test_with_a_testbed_the_hosts_are_checked_after_the_testbed_fills_them_in(
         tmp_path, monkeypatch, capsys):
     from coordinator.config import testbed_tag
 
-    info = {"up": True, "hosts": [{"name": n, "address": a} for n, a in ADDRESSES.items()],
-            "ssh_config": str(tmp_path / "ssh_config"),
-            "known_hosts": str(tmp_path / "known_hosts"),
-            "web_log": {"host": "web", "path": "/l", "format": "nginx", "log_format": None},
-            "frontend_url": "http://10.9.0.1/"}
-    monkeypatch.setattr(testbed_tag, "status", lambda tag, root: info)
+    reports = [up_status(tmp_path, ADDRESSES)]
+    monkeypatch.setattr(testbed_tag, "status", lambda tag, root: reports[-1])
     good = ("name: x\ntestbed: tb\ntransactions: {t: ^/}\n"
             "workload: {host: web, rate_per_s: 5}\nparameters: {include: ['app->db']}\n")
     from coordinator.config.experiment_file import load_experiment
@@ -253,7 +250,7 @@ def test_with_a_testbed_the_hosts_are_checked_after_the_testbed_fills_them_in(
     assert code == 2
     assert "x.yaml:4: field 'workload.host' 'client' is not one of the hosts (web, app, db)" in err
     assert "x.yaml:5: field 'parameters.include.0' 'app1->db' names host 'app1'" in err
-    info["web_log"] = {**info["web_log"], "host": "proxy"}  # a testbed's own web log host
+    reports.append(up_status(tmp_path, ADDRESSES, web_host="proxy"))  # its own web log host
     code, _, err = run([str(write(tmp_path, good))], capsys)
     assert code == 2
     assert ("x.yaml:2: field 'testbed' 'proxy' is not one of the hosts (web, app, db) (the "
