@@ -70,3 +70,18 @@ def test_a_wrong_field_is_named(tmp_path: Path) -> None:
     (tmp_path / "paths.json").write_text(text.replace('"roots": 69', '"roots": "many"', 1))
     with pytest.raises(InputError, match=r"paths.json: field 'roots'"):
         read_paths(tmp_path)
+
+
+def test_a_run_s_older_paths_json_still_reads(tmp_path: Path) -> None:
+    """Before the budget (11-27) and the transactions' request counts (11-24), paths.json had
+    neither: the report still shows its paths."""
+    import json
+
+    data = json.loads((DATA / "runs" / "testbed-quick" / "paths.json").read_text())
+    for later in ("transaction_requests", "duration_s", "budget", "fallbacks", "folded"):
+        data.pop(later)
+    (tmp_path / "paths.json").write_text(json.dumps(data))
+    paths = read_paths(tmp_path)
+    assert paths is not None
+    assert paths.budget is None
+    assert "linked by context" in "\n".join(html_section(paths, []))

@@ -372,3 +372,13 @@ def test_a_web_log_format_the_reader_cannot_use_is_at_the_experiments_line(
     assert says in err
     assert "--log-format" not in err
     assert not (tmp_path / "runs").exists()  # before anything is written
+
+
+def test_a_paths_json_that_cannot_be_read_leaves_the_rest_of_the_report(tmp_path, monkeypatch,
+                                                                         capsys):
+    run_dir = finished_run(tmp_path, monkeypatch, capsys)
+    (run_dir / "paths.json").write_text('{"linker": "context"}')  # an older or broken file
+    assert main(["report", str(run_dir), "--json"]) == 0
+    page = (run_dir / "report.html").read_text()
+    assert "paths.json cannot be read" in page
+    assert "<h2>Gradients</h2>" in page

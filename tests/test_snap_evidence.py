@@ -132,3 +132,18 @@ def test_the_delay_on_a_pair_sums_the_links_measured_at_once_either_way():
     assert injected_us(both[0], both) == 14_000.0
     assert injected_us(both[2], both) == 7_000.0
     assert injected_us(both[3], both) == 3_000.0
+
+
+def test_a_resumed_run_s_unreadable_snap_json_is_kept_aside_and_said(tmp_path):
+    from coordinator.config.run_dir import RunDir
+    from coordinator.live.passive import save
+    from linkgrad.protocol.snap import Profiling
+
+    (tmp_path / "snap.json").write_text('{"reports": "cut short')
+    warnings = save(RunDir(tmp_path), "exp", {"web": Profiling(table_interval_s=0.5,
+                                                               socket_calls=False)},
+                    [_report("web")], HOSTS)
+    assert len(warnings) == 1
+    assert "kept as snap-unreadable.json" in warnings[0]
+    assert (tmp_path / "snap-unreadable.json").read_text() == '{"reports": "cut short'
+    assert (tmp_path / "snap.json").exists()

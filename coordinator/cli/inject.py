@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import signal
 import threading
@@ -112,8 +113,8 @@ def _netem(args: argparse.Namespace) -> int:
     with NetemDelay(args.dev, schedule) as netem:
         _wait(duration)
         stats = netem.stats()
-    print(stats.model_dump_json(indent=2) if args.json
-          else f"netem on {args.dev}: {stats.model_dump()}")
+    data = stats.model_dump()
+    print(json.dumps(data, indent=2) if args.json else f"netem on {args.dev}: {data}")
     return 0
 
 

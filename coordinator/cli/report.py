@@ -171,7 +171,13 @@ def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
              "<h2>Link gradient graphs</h2>"]
     parts += [graph_figure(n, links) for n in experiment.transactions]
     parts += snap_report.html_section(read_snap(run_dir), links, plan.training)
-    parts += paths_report.html_section(paths_report.read_paths(run_dir), links)
+    try:
+        parts += paths_report.html_section(paths_report.read_paths(run_dir), links)
+    except InputError as e:  # a file an older linkgrad wrote: the rest of the report stands
+        parts += ["<h2>Causal paths</h2>",
+                  f"<p>paths.json cannot be read: {html.escape(str(e))}. <code>linkgrad paths "
+                  "--trace RUN/paths-trace.jsonl --save RUN/paths.json</code> remakes it from "
+                  "the run's trace.</p>"]
     parts.append("<h2>Response series and spectra</h2>")
     for lk in links:
         if not lk.transactions:

@@ -63,15 +63,20 @@ def with_snap(measurement: LinkMeasurement, reports: Sequence[HostSnapReport],
 
 def save(out: RunDir, experiment: str, profiling: dict[str, Profiling],
          reports: list[HostSnapReport], hosts: dict[str, str],
-         max_queuing_us: float = 10_000.0) -> None:
+         max_queuing_us: float = 10_000.0) -> list[str]:
     """Write `snap.json` (after the reports a resumed run's earlier sessions kept) and put
-    each measured link's classes into `gradients.json`."""
+    each measured link's classes into `gradients.json`; what the user must hear of it."""
     if not profiling:
-        return
+        return []
+    warnings = []
     try:  # a resumed run's: its reports are the earlier links' evidence
         before = read_snap(out.path)
-    except InputError:  # cut short or edited: this session's reports stand alone
+    except InputError as e:  # cut short or edited: kept aside, this session's stand alone
         before = None
+        aside = out.path / "snap-unreadable.json"
+        (out.path / "snap.json").replace(aside)
+        warnings.append(f"the earlier snap.json cannot be read ({e}): kept as {aside.name}; "
+                        "snap.json holds this session's reports only")
     if before is not None:
         reports = [*before.reports, *reports]
         hosts = {**before.addresses, **hosts}
@@ -79,10 +84,11 @@ def save(out: RunDir, experiment: str, profiling: dict[str, Profiling],
                                                                           by_alias=True))
     measurements = out.measurements()
     if not measurements:
-        return
+        return warnings
     plan = out.read("plan.json") or {}
     training = (float(plan["training"][0]), float(plan["training"][1])) \
         if "training" in plan else None
     out.write_measurements(experiment, [
         with_snap(m, reports, hosts, training, injected_us(m, measurements), max_queuing_us)
         for m in measurements])
+    return warnings

@@ -132,9 +132,13 @@ def finish(session: Session, out: RunDir, journal: RunJournal, say: Say) -> RunJ
             journal = journal.model_copy(update={  # its sniffer goes
                 "warnings": [*(journal.warnings or []), *unprofiled]})
             say("[yellow]" + "; ".join(unprofiled))
-        passive.save(out, session.experiment.name, session.profiling, session.snap_reports,
-                     {**session.addresses, **session.ipv6_addresses},
-                     session.experiment.snap.max_queuing_delay_ms * 1e3)
+        if kept_aside := passive.save(
+                out, session.experiment.name, session.profiling, session.snap_reports,
+                {**session.addresses, **session.ipv6_addresses},
+                session.experiment.snap.max_queuing_delay_ms * 1e3):
+            journal = journal.model_copy(update={
+                "warnings": [*(journal.warnings or []), *kept_aside]})
+            say("[yellow]" + "; ".join(kept_aside))
     except Exception as e:  # reported in run.json; the leases must still end
         journal = journal.model_copy(update={
             "warnings": [*(journal.warnings or []), f"SNAP's profile not saved: {e}"]})

@@ -179,10 +179,14 @@ def linking_lines(result: PathsResult) -> list[str]:
     """What paths.json says of its linking (budget, fallbacks, folded workers), as lines for
     the terminal."""
     b = result.budget
-    limit = "no limit" if b.seconds is None else \
-        f"budget {b.seconds:.1f} s = {b.fraction:g} × {result.duration_s:.0f} s"
-    lines = [f"linked by {result.linker} in {b.linking_s:.1f} s ({limit})"]
-    if b.passes_cut:
+    if b is None:  # an older paths.json
+        lines = [f"linked by {result.linker} (no budget recorded)"]
+    elif b.seconds is None or result.duration_s is None:
+        lines = [f"linked by {result.linker} in {b.linking_s:.1f} s (no limit)"]
+    else:
+        lines = [f"linked by {result.linker} in {b.linking_s:.1f} s (budget {b.seconds:.1f} s "
+                 f"= {b.fraction:g} × {result.duration_s:.0f} s)"]
+    if b is not None and b.passes_cut:
         lines.append(f"  {b.passes_cut} of the model's fitting passes left out")
     for f in result.fallbacks:
         how = {"narrow": f"{NARROW_WIDTH} hypotheses",

@@ -10,7 +10,7 @@ coordinator reads a file back into these same classes.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from linkgrad.paths.budget import Fallback
@@ -85,7 +85,7 @@ _CAPTURE_FIELDS = ("window", "traced_hosts", "client_requests", "matched_request
                    "problems", "at")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PathsResult:
     """The patterns by score, with the hosts' clock offsets; with the trace's requests
     grouped by transaction, each transaction's five likeliest patterns; what linking was
@@ -100,11 +100,12 @@ class PathsResult:
     hosts: dict[str, HostClock]
     patterns: tuple[PatternResult, ...]  # by score, at most `analyse`'s max_patterns
     patterns_left_out: int
-    transactions: dict[str, tuple[PatternResult, ...]]  # each one's five likeliest patterns
-    transaction_requests: dict[str, int]  # how many of its requests the trace has
-    duration_s: float
-    budget: LinkingBudget
-    fallbacks: tuple[Fallback, ...]
+    # what came after the first paths.json, defaulted so a run's older file still reads
+    transactions: dict[str, tuple[PatternResult, ...]] = field(default_factory=dict)
+    transaction_requests: dict[str, int] = field(default_factory=dict)  # its requests traced
+    duration_s: float | None = None
+    budget: LinkingBudget | None = None  # None: an older file, linked with no budget
+    fallbacks: tuple[Fallback, ...] = ()
     folded: tuple[Fold, ...] = ()  # workers reached by a way the trace lacks
     window: tuple[float, float] | None = None  # a run's passive phase
     traced_hosts: tuple[str, ...] | None = None
