@@ -8,7 +8,6 @@ the campaign's own, and $LINKGRAD_TESTBED_ROOT, $HOME and $TMPDIR point inside i
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import random
 import re
@@ -187,9 +186,9 @@ def _logs(root: Path) -> dict[str, Path]:
         f"{s:.6f},{r * 1e3:.3f},{u}\n"
         for s, r, u in zip(requests.start_s, requests.response_s, urls, strict=True)))
     injection = root / "injection.json"
-    injection.write_text(json.dumps(injection_record(wave, link="tcp app1:0 -> db:5432")))
+    injection.write_text(injection_record(wave, link="tcp app1:0 -> db:5432"))
     partner = root / "partner.json"
-    partner.write_text(json.dumps(injection_record(SquareWave(wave.start_s, 16.0, 3, 0.02))))
+    partner.write_text(injection_record(SquareWave(wave.start_s, 16.0, 3, 0.02)))
     return {"log": log, "gz": gz, "csv": csv, "injection": injection, "partner": partner}
 
 

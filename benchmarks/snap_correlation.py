@@ -492,7 +492,7 @@ def main() -> None:
         for scenario in args.scenarios.split(","):
             print(f"{scenario}: {s.duration_s:g} s", flush=True)
             runs[scenario] = run(plan, scenario, s)
-    finish(meta, s, plan.as_json(), runs)
+    finish(meta, s, asdict(plan), runs)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         record = Path(tmp) / "injection.json"
-        record.write_text(json.dumps(injection_record(wave)))
+        record.write_text(injection_record(wave))
         for name, variant in variants(lines).items():
             log = Path(tmp) / f"{name}.log"
             log.write_text("\n".join(variant) + "\n")

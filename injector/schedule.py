@@ -10,22 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from pydantic import ValidationError
-
 from linkgrad.errors import InputError, Problem
-from linkgrad.protocol.base import validation_problems
 from linkgrad.protocol.fields import LIMIT_DURATION_S, LIMIT_MAGNITUDE_MS
 from linkgrad.protocol.injector import (
     CONSTANT,
     OFF,
     ON,
-    SCHEDULE,
     ConstantSchedule,
     OffSchedule,
     ScheduleSpec,
 )
 
-__all__ = ["CONSTANT", "OFF", "ON", "Caps", "Schedule", "build_schedule", "schedule_from_json"]
+__all__ = ["CONSTANT", "OFF", "ON", "Caps", "Schedule", "build_schedule"]
 
 
 class Schedule(Protocol):
@@ -128,15 +124,6 @@ class Caps:
             or not 0 < value <= limit]  # NaN fails every comparison: refused too
         if problems:
             raise InputError(problems)
-
-
-def schedule_from_json(data: object, now_s: float, caps: Caps, where: str = "schedule") -> Schedule:
-    """Validate a schedule (JSON object) against the protocol and the caps, and build it."""
-    try:
-        spec = SCHEDULE.validate_python(data)
-    except ValidationError as e:
-        raise InputError(validation_problems(e, where)) from e
-    return build_schedule(spec, now_s, caps, where)
 
 
 def build_schedule(spec: ScheduleSpec, now_s: float, caps: Caps,

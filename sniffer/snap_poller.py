@@ -235,9 +235,11 @@ class SnapPoller:
             table_interval_s=self.budget.table_interval_s,
             fast_connections=len(self.budget.fast), sockets=self.sockets,
             connections=tuple(connections),
-            records=tuple(SnapRecord.model_validate(  # the profile's record, named by its ends
-                {**_ends(ends[r["cookie"]]), **{k: v for k, v in r.items() if k != "cookie"}})
-                for r in records if r["cookie"] in ends),
+            records=tuple(SnapRecord(  # the profile's record, named by its ends
+                local=_local(ends[r.cookie]), remote=_remote(ends[r.cookie]), from_s=r.from_s,
+                to_s=r.to_s, classes=r.classes, delayed_acks=r.delayed_acks, tcp=r.tcp,
+                calls=r.calls)
+                for r in records if r.cookie in ends),
             dropped_records=dropped)
         self.since_s, self.cpu_at_report = now, cpu
         return event
@@ -252,7 +254,7 @@ class SnapPoller:
             if e is None:
                 continue  # closed before its ends were learnt
             out.append(SnapConnection(
-                **_ends(e), pid=e.pid, process=e.process,
+                local=_local(e), remote=_remote(e), pid=e.pid, process=e.process,
                 first_s=float(totals.first_s[row]), last_s=float(totals.last_s[row]),
                 polls=int(totals.polls[row]),
                 seconds=_nonzero(CLASS_NAMES, totals.seconds[row]),
@@ -267,10 +269,12 @@ def _nonzero(names: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
     return {n: v for n, v in zip(names, values.tolist(), strict=True) if v}
 
 
-def _ends(e: Endpoint) -> dict[str, SnapEnd]:
-    """The `local` and `remote` fields of the socket's report items."""
-    return {"local": SnapEnd(addr=e.local_addr, port=e.local_port),
-            "remote": SnapEnd(addr=e.remote_addr, port=e.remote_port)}
+def _local(e: Endpoint) -> SnapEnd:
+    return SnapEnd(addr=e.local_addr, port=e.local_port)
+
+
+def _remote(e: Endpoint) -> SnapEnd:
+    return SnapEnd(addr=e.remote_addr, port=e.remote_port)
 
 
 def _concat(parts: list[Samples]) -> Samples:

@@ -76,6 +76,19 @@ class Totals:
         return rows
 
 
+@dataclass(frozen=True)
+class ProblemRecord:
+    """An interval with a problem, kept by its socket's cookie until a report names its ends."""
+
+    cookie: int
+    from_s: float
+    to_s: float
+    classes: tuple[str, ...]
+    delayed_acks: float | None
+    tcp: dict[str, float]  # the Table 1 statistics: counters' differences, snapshots' values
+    calls: dict[str, float] | None  # writes, write_bytes, small_writes; None: untraced
+
+
 class SnapProfile:
     """Samples, totals and problem records of the connections of one host."""
 
@@ -86,7 +99,7 @@ class SnapProfile:
         self.last_table_s: float | None = None
         self.endpoints: dict[int, Endpoint] = {}
         self.totals = Totals()
-        self.records: list[dict[str, object]] = []
+        self.records: list[ProblemRecord] = []
         self.dropped_records = 0
         self.calls: dict[int, np.ndarray] = {}  # socket calls since the connection's last poll
         # (time, cookies with a problem, each one's seconds with it): the budget's memory
@@ -208,10 +221,10 @@ class SnapProfile:
                       if not np.isnan(v)}
             calls = {name: float(getattr(stats, name)[i]) for name in CALLS
                      if not np.isnan(getattr(stats, name)[i])}
-            self.records.append({"cookie": int(iv.cookie[i]), "from": float(iv.start_s[i]),
-                                 "to": float(iv.end_s[i]), "classes": list(classes.names(i)),
-                                 "delayed_acks": _finite(classes.delayed_acks[i]),
-                                 "tcp": values, "calls": calls or None})
+            self.records.append(ProblemRecord(
+                cookie=int(iv.cookie[i]), from_s=float(iv.start_s[i]), to_s=float(iv.end_s[i]),
+                classes=tuple(classes.names(i)), delayed_acks=_finite(classes.delayed_acks[i]),
+                tcp=values, calls=calls or None))
 
     def recent_problems(self, now_s: float) -> dict[int, float]:
         """Seconds with a problem per live connection within T_history (the budget's input:
@@ -226,7 +239,7 @@ class SnapProfile:
                     seconds[c] += d
         return seconds
 
-    def drain_records(self) -> tuple[list[dict[str, object]], int]:
+    def drain_records(self) -> tuple[list[ProblemRecord], int]:
         """The problem records since the last call, and how many were dropped."""
         out = (self.records, self.dropped_records)
         self.records, self.dropped_records = [], 0

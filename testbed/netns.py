@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from testbed.topology import Topology
 
@@ -39,14 +39,6 @@ class TestbedPlan:
 
     def with_role(self, role: str) -> list[HostPlan]:
         return [h for h in self.hosts if role in h.roles]
-
-    def as_json(self) -> dict[str, object]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> TestbedPlan:  # type: ignore[type-arg]
-        hosts = tuple(HostPlan(**{**h, "roles": tuple(h["roles"])}) for h in data["hosts"])
-        return cls(data["tag"], data["subnet"], data["bridge"], data["gateway"], hosts)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from linkgrad.protocol.record import InjectionRecord
 from linkgrad.square_wave import SquareWave
 from testbed.synthetic import NoiseSpec, SyntheticRequests, generate, standard_workload
 
@@ -48,16 +49,10 @@ def write_nginx_log(path: Path, requests: SyntheticRequests) -> None:
         path.write_text(text)
 
 
-def injection_record(wave: SquareWave, link: str | None = None) -> dict[str, object]:
-    record: dict[str, object] = {
-        "start": wave.start_s,
-        "period_s": wave.period_s,
-        "cycles": wave.cycles,
-        "magnitude_ms": round(wave.magnitude_s * 1e3, 6),
-    }
-    if link:
-        record["link"] = link
-    return record
+def injection_record(wave: SquareWave, link: str | None = None) -> str:
+    """The wave's injection record as JSON (docs/offline.md), its delay as the wave's."""
+    record = InjectionRecord.of(wave, round(wave.magnitude_s * 1e3, 6), link)
+    return json.dumps(record.model_dump(exclude_none=True), indent=2) + "\n"
 
 
 def write_example(directory: Path, seed: int = 2026) -> None:
@@ -72,8 +67,7 @@ def write_example(directory: Path, seed: int = 2026) -> None:
         training_s + wave.cycles * wave.period_s + 30.0, wave, seed,
     )
     write_nginx_log(directory / "access.log.gz", requests)
-    record = injection_record(wave, link="tcp app1:0 -> db:5432")
-    (directory / "injection.json").write_text(json.dumps(record, indent=2) + "\n")
+    (directory / "injection.json").write_text(injection_record(wave, "tcp app1:0 -> db:5432"))
     (directory / "log_format.txt").write_text(EXAMPLE_LOG_FORMAT + "\n")
 
 

@@ -30,7 +30,7 @@ def measured_log(tmp_path_factory):
     requests = generate(standard_workload(NoiseSpec(spike_probability=0.002), rate_per_s=6),
                         wave.start_s - 1800, 1800 + 240 + 20, wave, seed=11)
     write_nginx_log(directory / "access.log", requests)
-    (directory / "injection.json").write_text(json.dumps(injection_record(wave)))
+    (directory / "injection.json").write_text(injection_record(wave))
     return directory
 
 
@@ -148,7 +148,7 @@ def concurrent_log(tmp_path_factory):
     rows = [f"{a:.6f},{b * 1e3:.3f},/x" for a, b in zip(t, y, strict=True)]
     (directory / "log.csv").write_text("start_unix_s,response_ms,url\n" + "\n".join(rows) + "\n")
     for name, wave in (("first", first), ("second", second)):
-        (directory / f"{name}.json").write_text(json.dumps(injection_record(wave)))
+        (directory / f"{name}.json").write_text(injection_record(wave))
     return directory
 
 

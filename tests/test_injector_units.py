@@ -4,13 +4,16 @@ import json
 import struct
 
 import pytest
+from pydantic import ValidationError
 
 from injector.holding import HoldingLine
 from injector.link import Endpoint, Link, parse_endpoint
 from injector.nfq import fail_open_message
 from injector.rules import chain_name, queue_rule
-from injector.schedule import OFF, ON, Caps, Constant, Square, schedule_from_json
+from injector.schedule import OFF, ON, Caps, Constant, Schedule, Square, build_schedule
 from linkgrad.errors import InputError
+from linkgrad.protocol.base import validation_problems
+from linkgrad.protocol.injector import SCHEDULE
 
 
 def test_endpoints_parse_hosts_networks_and_ports():
@@ -49,6 +52,15 @@ def test_square_wave_phases_and_edges():
         100.0, 105.0, 105.0, 120.0, None]
     c = Constant(0.01, 5.0, 2.0)
     assert (c.next_change_s(0.0), c.next_change_s(5.0), c.next_change_s(7.0)) == (5.0, 7.0, None)
+
+
+def schedule_from_json(data: object, now_s: float, caps: Caps) -> Schedule:
+    """As the daemon takes a schedule: through the protocol's union, then the caps."""
+    try:
+        spec = SCHEDULE.validate_python(data)
+    except ValidationError as e:
+        raise InputError(validation_problems(e, "schedule")) from e
+    return build_schedule(spec, now_s, caps)
 
 
 def test_schedule_json_is_validated_and_capped():

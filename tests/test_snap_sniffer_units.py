@@ -22,7 +22,7 @@ from sniffer import snap_poller, tcp_info
 from sniffer.links import Process
 from sniffer.poll_budget import BudgetSettings, PollBudget
 from sniffer.profiling import Profiler
-from sniffer.snap_profile import CALLS, SUMS, Endpoint, SnapProfile, Totals
+from sniffer.snap_profile import CALLS, SUMS, Endpoint, ProblemRecord, SnapProfile, Totals
 from sniffer.snap_sample import COUNTERS, NAMES, Intervals, Samples, intervals, merged, samples
 from sniffer.sockdiag import SocketTable, empty_table, parse_datagram, sockid
 from tests.fakes.diag_messages import diag_message
@@ -316,7 +316,7 @@ BASE = {1: {"total_retrans": 2, "data_segs_out": 100, "bytes_acked": 10_000},  #
         3: {"data_segs_out": 7}}  # idle
 
 
-def _drain(profile: SnapProfile) -> tuple[Totals, list[dict[str, object]], int]:
+def _drain(profile: SnapProfile) -> tuple[Totals, list[ProblemRecord], int]:
     records, dropped = profile.drain_records()
     totals, _ = profile.drain_totals()
     return totals, records, dropped
@@ -343,12 +343,12 @@ def test_a_retransmission_gets_a_full_record_a_healthy_busy_one_only_totals_an_i
     totals, records, _ = _drain(profile)
     assert len(records) == 1
     record = records[0]
-    assert record["cookie"] == 1
-    assert (record["from"], record["to"]) == (T0, T0 + 1)
-    assert record["classes"] == ["fast_retransmit"]
-    assert record["delayed_acks"] == 0.0
-    assert record["calls"] is None  # untraced
-    tcp = record["tcp"]  # Table 1: counters' differences, snapshots' values
+    assert record.cookie == 1
+    assert (record.from_s, record.to_s) == (T0, T0 + 1)
+    assert record.classes == ("fast_retransmit",)
+    assert record.delayed_acks == 0.0
+    assert record.calls is None  # untraced
+    tcp = record.tcp  # Table 1: counters' differences, snapshots' values
     assert tcp["retrans"] == 1
     assert tcp["rto"] == 0
     assert tcp["data_segs_out"] == 10
@@ -380,7 +380,7 @@ def test_a_socket_born_between_reads_is_judged_from_the_read_before():
     profile.observe_table(_poll(T0 + 1, {8: {"total_rto": 1, "total_retrans": 1,
                                              "data_segs_out": 3}}), T0 + 1)
     _, records, _ = _drain(profile)
-    assert [(r["cookie"], r["from"], r["classes"]) for r in records] == [
+    assert [(r.cookie, r.from_s, list(r.classes)) for r in records] == [
         (8, T0, ["timeout"])]
 
 
@@ -393,9 +393,9 @@ def test_lookups_of_known_sockets_are_intervals_too_and_move_their_start():
     profile.observe_table(_poll(T0 + 1, {**BASE, 1: {**BASE[1], "rwnd_limited": 2000,
                                                      "data_segs_out": 105}}), T0 + 1)
     totals, records, _ = _drain(profile)
-    assert [(r["cookie"], r["from"], r["to"], r["classes"]) for r in records] == [
+    assert [(r.cookie, r.from_s, r.to_s, list(r.classes)) for r in records] == [
         (1, T0, T0 + 0.3, ["receiver_window"])]
-    assert records[0]["tcp"]["rwnd_limited_us"] == 2000
+    assert records[0].tcp["rwnd_limited_us"] == 2000
     assert 77 not in totals.slot
     row = totals.slot[1]
     assert totals.polls[row] == 2  # the lookup's interval, then the table's from T0 + 0.3
@@ -433,14 +433,14 @@ def test_socket_calls_land_in_the_next_interval_of_their_socket():
              2: {**BASE[2], "data_segs_out": 60}, 3: BASE[3]}
     profile.observe_table(_poll(T0 + 1, later), T0 + 1)
     totals, records, _ = _drain(profile)
-    assert records[0]["calls"] == {"writes": 3.0, "write_bytes": 400.0, "small_writes": 3.0}
+    assert records[0].calls == {"writes": 3.0, "write_bytes": 400.0, "small_writes": 3.0}
     assert totals.sums[totals.slot[2], SUM_COLUMN["write_bytes"]] == 50_000
     assert totals.sums[totals.slot[1], SUM_COLUMN["writes"]] == 3
     # spent: the next interval has none
     later[1] = {**later[1], "total_retrans": 4, "data_segs_out": 105}
     profile.observe_table(_poll(T0 + 2, later), T0 + 2)
     totals, records, _ = _drain(profile)
-    assert records[0]["calls"] is None
+    assert records[0].calls is None
     assert totals.sums[totals.slot[1], SUM_COLUMN["writes"]] == 0
 
 
@@ -494,9 +494,9 @@ def test_a_closing_notice_ends_a_polled_sockets_last_interval():
     assert sorted(profile.latest.cookie.tolist()) == [2, 3]
     assert 1 in profile.gone
     totals, records, _ = _drain(profile)
-    assert [(r["cookie"], r["from"], r["to"], r["classes"]) for r in records] == [
+    assert [(r.cookie, r.from_s, r.to_s, list(r.classes)) for r in records] == [
         (1, T0, T0 + 0.4, ["fast_retransmit"])]
-    assert records[0]["tcp"]["retrans"] == 2
+    assert records[0].tcp["retrans"] == 2
     assert totals.sums[totals.slot[1], SUM_COLUMN["data_segs_out"]] == 20
 
 
@@ -508,7 +508,7 @@ def test_short_sockets_never_polled_count_from_zero_under_their_logical_key():
                              11: {"data_segs_out": 4, "total_retrans": 1}})
     profile.observe_closed(short, [link, link])
     records, _ = profile.drain_records()
-    assert [(r["cookie"], r["from"]) for r in records] == [(11, T0)]  # the record: the socket
+    assert [(r.cookie, r.from_s) for r in records] == [(11, T0)]  # the record: the socket
     totals, sockets = profile.drain_totals()
     assert list(totals.slot) == [link]  # the sums: the link
     assert sockets == {link: 2}

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -215,7 +216,7 @@ def _as_nobody(*argv: str) -> None:
 def _plant(directory: Path, marker: Path) -> None:
     """What an attacker leaves: a state whose undo makes `marker` (were root to run it)."""
     _as_nobody("mkdir", str(directory))
-    state = {"plan": PLAN.as_json(), "undo": [["touch", str(marker)]], "services": {},
+    state = {"plan": asdict(PLAN), "undo": [["touch", str(marker)]], "services": {},
              "info": {}}
     _as_nobody(sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
                str(directory / "state.json"), json.dumps(state))

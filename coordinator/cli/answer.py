@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coordinator.config.fields import is_none
 from coordinator.config.strict_json import dumps
 
 __all__ = ["Answer", "absent_when_none"]
@@ -25,4 +26,4 @@ class Answer(BaseModel):
 
 def absent_when_none() -> Any:
     """A field left out of the JSON when it is None (the output never had a null there)."""
-    return Field(None, exclude_if=lambda v: v is None)
+    return Field(None, exclude_if=is_none)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field
 
 from coordinator.cli.answer import Answer, absent_when_none
+from coordinator.config.fields import is_none
 from coordinator.regress.check import Check, Kind, Verdict, rounded
 from coordinator.regress.files import NightStatus
 from coordinator.regress.values import CheckValues
@@ -24,7 +25,7 @@ class CheckAnswer(Answer):
     transaction: str | None = absent_when_none()
     link: str | None = absent_when_none()
     class_: str | None = Field(None, serialization_alias="class",  # SNAP's
-                               exclude_if=lambda v: v is None)
+                               exclude_if=is_none)
     verdict: Verdict
     reason: str
     baseline: CheckValues

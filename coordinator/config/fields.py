@@ -18,6 +18,11 @@ Bool = Annotated[bool, Strict()]
 Str = Annotated[str, Strict()]  # not bytes (YAML's !!binary) nor a number
 Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
 
+
+def is_none(value: object) -> bool:
+    """For `Field(exclude_if=is_none)`: a field the file or output leaves out when None."""
+    return value is None
+
 # A run's directory is `output/NAME-TIME`: a name is one path component, never `..`
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # A DNS name has at most 253 characters (RFC 1035); an IP address fewer (IPv6 with a zone)

@@ -21,7 +21,7 @@ from pydantic import (
 
 from coordinator.config import bounds
 from coordinator.config.experiment import DAY_S, MAX_DELAY_MS
-from coordinator.config.fields import Float, Int, Str, compile_regex
+from coordinator.config.fields import Float, Int, Str, compile_regex, is_none
 from linkgrad.graph import GraphLink
 from linkgrad.protocol.record import InjectionRecord
 from linkgrad.spectral.result import GradientResult
@@ -103,9 +103,6 @@ class Perturbation(_Record):
         return self
 
 
-def _is_none(value: object) -> bool:
-    return value is None
-
 
 class RunInjection(InjectionRecord):
     """The injection record as `gradients.json` has always kept it: no null fields."""
@@ -149,8 +146,8 @@ class WaveEstimate(_Record):
 
 
 class MeasuredLink(_Record):
-    """The link a measurement was on, as the run's graph had it (`GraphLink.as_json`); what
-    an older or hand-made file leaves out is None."""
+    """The link a measurement was on, as the run's graph had it (`of` a `GraphLink`); what an
+    older or hand-made file leaves out is None."""
 
     proto: Str | None = None
     src_host: Str
@@ -184,12 +181,12 @@ class LinkMeasurement(WaveEstimate):
     adaptive: WaveEstimate | None = None  # the adaptive cycle before it, if one ran
     concurrent_with: Int = Field(0, ge=0, le=bounds.MAX_COUNT)  # other links measured with it
     # the delay of magnitudes_ms this measurement was at; absent: the planned delay
-    planned_ms: Float | None = Field(None, gt=0, le=MAX_DELAY_MS, exclude_if=_is_none)
+    planned_ms: Float | None = Field(None, gt=0, le=MAX_DELAY_MS, exclude_if=is_none)
     injection: Str | None = None  # injections/NNN.json
     concurrent_injections: list[Str] = Field(default_factory=list)
     recompute_argv: list[Str] = Field(default_factory=list)
     # SNAP's Table 2 classes on the link: phase ("passive", "measurement") -> class -> seconds
-    snap: dict[Str, dict[Str, Float]] | None = Field(None, exclude_if=_is_none)
+    snap: dict[Str, dict[Str, Float]] | None = Field(None, exclude_if=is_none)
 
     @property
     def pair(self) -> Pair:
@@ -223,7 +220,7 @@ class BaselineFile(_ReadBack):
 
 
 class GraphEntry(_ReadBack):
-    """An entry of `graph.json` (`linkgrad.graph.GraphLink.as_json`), as far as it is read."""
+    """An entry of `graph.json` (written as `MeasuredLink`), as far as it is read."""
 
     src_host: Str
     dst_host: Str

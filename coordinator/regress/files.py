@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from coordinator.config import bounds
-from coordinator.config.fields import Float, Int, Str
+from coordinator.config.fields import Float, Int, Str, is_none
 from coordinator.config.strict_json import dumps
 from coordinator.regress.check import Check, Kind, Verdict, rounded
 from coordinator.regress.measures import GradientMeasure, NightMeasures
@@ -29,9 +29,6 @@ NightStatus = Literal["pass", "regression", "failed", "bad suite", "accepted"]
 class _File(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-
-def _is_none(value: object) -> bool:
-    return value is None
 
 
 class Baseline(_File):
@@ -86,8 +83,8 @@ class CheckRecord(_File):
     link: Str | None = None
     baseline: CheckValues = Field(default_factory=NoValues)
     current: CheckValues = Field(default_factory=NoValues)
-    placement: Str | None = Field(None, exclude_if=_is_none)
-    class_: Str | None = Field(None, alias="class", exclude_if=_is_none)  # SNAP's
+    placement: Str | None = Field(None, exclude_if=is_none)
+    class_: Str | None = Field(None, alias="class", exclude_if=is_none)  # SNAP's
     reason: Str
     change: Float | None  # rounded as regress.json has it
     p_value: Float | None

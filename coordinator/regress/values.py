@@ -7,14 +7,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coordinator.config.fields import Float, Int, Str
+from coordinator.config.fields import Float, Int, Str, is_none
 
 __all__ = ["CheckValues", "GradientValues", "LinkValues", "NoValues", "PathValues",
            "PredictionValues", "SnapValues"]
 
-
-def _is_none(value: object) -> bool:
-    return value is None
 
 
 class _Values(BaseModel):
@@ -47,9 +44,9 @@ class PathValues(_Values):
     transaction has `requests` (0) alone: the path's fields are left out, never null."""
 
     requests: Int
-    dominant: Str | None = Field(None, exclude_if=_is_none)  # the path's shape
-    count: Int | None = Field(None, exclude_if=_is_none)  # requests that took it
-    crossings: dict[Str, Float] | None = Field(None, exclude_if=_is_none)  # host link -> n
+    dominant: Str | None = Field(None, exclude_if=is_none)  # the path's shape
+    count: Int | None = Field(None, exclude_if=is_none)  # requests that took it
+    crossings: dict[Str, Float] | None = Field(None, exclude_if=is_none)  # host link -> n
 
 
 class SnapValues(_Values):

@@ -8,7 +8,7 @@ a misspelt `magnitude_ms` must never silently mean "no delay".
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from pydantic import Field, StrictFloat, StrictInt, ValidationError
 
@@ -60,8 +60,7 @@ class InjectionRecord(Message):
         return SquareWave(self.start, self.period_s, self.cycles, self.magnitude_ms / 1000.0)
 
     @classmethod
-    def of(cls, wave: SquareWave, applied_ms: float, link: str | None = None
-           ) -> InjectionRecord:
+    def of(cls, wave: SquareWave, applied_ms: float, link: str | None = None) -> Self:
         """The record of `wave`, whose delay while on was `applied_ms` (as the injector
         measured it: written as it came, not through seconds and back)."""
         return cls(start=float(wave.start_s), period_s=float(wave.period_s),
