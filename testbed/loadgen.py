@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
 try:
     import httpx
 except ImportError as e:  # a plain install on the client host: what to install, no traceback
@@ -164,31 +166,87 @@ def write_csv(samples: list[Sample], path: Path) -> None:
                       for s in samples)
 
 
+class _Summary(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IssueLag(_Summary):
+    """How late requests were sent against their schedule (ms)."""
+
+    median: float | None
+    p99: float | None
+    max: float | None
+
+
+class UrlResponses(_Summary):
+    count: int
+    mean: float
+    median: float
+
+
+class _Achieved(_Summary):
+    duration_s: float
+    requests: int
+    achieved_per_s: float
+    errors: int
+    issue_lag_ms: IssueLag
+    response_ms: dict[str, UrlResponses]  # of the answered requests, by URL
+
+
+class _Offered(_Summary):
+    offered_per_s: float
+
+
+class _Clients(_Summary):
+    clients: int
+    think_s: float | None
+    mean_response_ms: float | None
+    littles_law_per_s: float | None  # clients / (mean response + mean think)
+
+
+# pydantic takes the bases' fields last base first: what was offered leads, as it always did
+class OpenLoopSummary(_Achieved, _Offered):
+    """An open loop's run: requests at a rate, whatever their answers."""
+
+
+class ClosedLoopSummary(_Achieved, _Clients):
+    """A closed loop's run, and the throughput Little's law expects of it."""
+
+
+# what `--json` prints, read back (by the coordinator's `testbed load`)
+LOAD_SUMMARY: TypeAdapter[OpenLoopSummary | ClosedLoopSummary] = TypeAdapter(
+    OpenLoopSummary | ClosedLoopSummary)
+
+
 def summary(samples: list[Sample], rate_per_s: float | None, duration_s: float,
-            clients: int | None = None, think_s: float | None = None) -> dict[str, object]:
-    """What a run did. Open loop: `offered_per_s` first, as always; closed loop: `clients`,
-    `think_s`, and the throughput Little's law expects from the mean response,
-    clients / (mean response + mean think), beside the achieved one."""
+            clients: int | None = None, think_s: float | None = None
+            ) -> OpenLoopSummary | ClosedLoopSummary:
+    """What a run did: open loop with `rate_per_s`, closed loop with `clients`."""
     ok = [s for s in samples if 200 <= s.status < 400]
     lags = [s.issue_lag_ms for s in samples]
     by_url: dict[str, list[float]] = {}
     for s in ok:
         by_url.setdefault(s.url, []).append(s.response_ms)
-    offered: dict[str, object] = {"offered_per_s": rate_per_s}
-    if clients is not None:
-        mean_ms = statistics.fmean(s.response_ms for s in samples) if samples else None
-        offered = {"clients": clients, "think_s": think_s, "mean_response_ms": mean_ms,
-                   "littles_law_per_s": None if mean_ms is None or think_s is None
-                   or mean_ms / 1e3 + think_s == 0 else clients / (mean_ms / 1e3 + think_s)}
-    return {
-        **offered, "duration_s": duration_s, "requests": len(samples),
-        "achieved_per_s": len(samples) / duration_s, "errors": len(samples) - len(ok),
-        "issue_lag_ms": {"median": statistics.median(lags) if lags else None,
-                         "p99": statistics.quantiles(lags, n=100)[98] if len(lags) > 100 else None,
-                         "max": max(lags, default=None)},
-        "response_ms": {url: {"count": len(v), "mean": statistics.fmean(v),
-                              "median": statistics.median(v)} for url, v in sorted(by_url.items())},
-    }
+    achieved = _Achieved(
+        duration_s=duration_s, requests=len(samples), achieved_per_s=len(samples) / duration_s,
+        errors=len(samples) - len(ok),
+        issue_lag_ms=IssueLag(median=statistics.median(lags) if lags else None,
+                              p99=statistics.quantiles(lags, n=100)[98] if len(lags) > 100
+                              else None,
+                              max=max(lags, default=None)),
+        response_ms={url: UrlResponses(count=len(v), mean=statistics.fmean(v),
+                                       median=statistics.median(v))
+                     for url, v in sorted(by_url.items())})
+    if clients is None:
+        if rate_per_s is None:
+            raise ValueError("an open loop has a rate")
+        return OpenLoopSummary(offered_per_s=rate_per_s, **dict(achieved))
+    mean_ms = statistics.fmean(s.response_ms for s in samples) if samples else None
+    return ClosedLoopSummary(
+        clients=clients, think_s=think_s, mean_response_ms=mean_ms,
+        littles_law_per_s=None if mean_ms is None or think_s is None
+        or mean_ms / 1e3 + think_s == 0 else clients / (mean_ms / 1e3 + think_s),
+        **dict(achieved))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -250,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         result = summary(samples, None, args.duration, args.clients, think_s)
     if args.out:
         write_csv(samples, args.out)
-    print(json.dumps(result, indent=None if args.json else 2))
+    print(json.dumps(result.model_dump(), indent=None if args.json else 2))
     return 0
 
 

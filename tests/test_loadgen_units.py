@@ -4,6 +4,7 @@ its per-client random streams, the command line's checks and the closed-loop sum
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
 import statistics
@@ -97,7 +98,7 @@ def test_mix_keeps_query_strings():
 def test_closed_loop_summary_sets_littles_law_beside_the_achieved():
     samples = [Sample(1000.0 + i, 100.0, "/a", 200, 0.1) for i in range(9)] \
         + [Sample(1010.0, 300.0, "/b", 0, 0.2)]
-    s = summary(samples, None, 10.0, clients=4, think_s=0.4)
+    s = summary(samples, None, 10.0, clients=4, think_s=0.4).model_dump()
     assert "offered_per_s" not in s
     assert (s["clients"], s["think_s"]) == (4, 0.4)
     assert s["mean_response_ms"] == pytest.approx(120.0)
@@ -106,8 +107,19 @@ def test_closed_loop_summary_sets_littles_law_beside_the_achieved():
     assert s["response_ms"] == {"/a": {"count": 9, "mean": 100.0, "median": 100.0}}
 
 
+def test_the_summary_printed_reads_back_as_its_loop():
+    from testbed.loadgen import LOAD_SUMMARY, ClosedLoopSummary, OpenLoopSummary
+
+    for made, kind in ((summary([Sample(1.0, 5.0, "/a", 200, 0.0)], 20.0, 10.0),
+                        OpenLoopSummary),
+                       (summary([], None, 10.0, clients=2, think_s=None), ClosedLoopSummary)):
+        back = LOAD_SUMMARY.validate_json(json.dumps(made.model_dump()))
+        assert type(back) is kind
+        assert back == made
+
+
 def test_open_loop_summary_is_unchanged():
-    s = summary([Sample(1.0, 5.0, "/a", 200, 0.0)], 20.0, 10.0)
+    s = summary([Sample(1.0, 5.0, "/a", 200, 0.0)], 20.0, 10.0).model_dump()
     assert list(s)[:3] == ["offered_per_s", "duration_s", "requests"]
     assert s["offered_per_s"] == 20.0
     assert "clients" not in s

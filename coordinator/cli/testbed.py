@@ -7,8 +7,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -21,6 +22,9 @@ from testbed.lifecycle import down, status, up
 from testbed.netns import TAG
 from testbed.state import default_root
 from testbed.topology import BUILT_IN, Topology, with_extra_query
+
+if TYPE_CHECKING:  # the load generator imports httpx: loaded when `load` runs
+    from testbed.loadgen import ClosedLoopSummary, OpenLoopSummary
 
 
 def _tag_arguments(p: argparse.ArgumentParser) -> None:
@@ -95,7 +99,7 @@ def testbed_command(args: argparse.Namespace) -> int:
     elif args.testbed_command == "routes":
         _print(console, args.json, _routes(args))
     else:
-        load = _load(args)
+        load = _load(args).model_dump()
         if args.json:
             print(json.dumps(load, indent=2))
         else:
@@ -121,7 +125,7 @@ def _up_testbed(args: argparse.Namespace) -> DescribedTestbed:
     return state.info
 
 
-def _load(args: argparse.Namespace) -> dict[str, Any]:  # free-form: loadgen's --json, echoed
+def _load(args: argparse.Namespace) -> OpenLoopSummary | ClosedLoopSummary:
     info = _up_testbed(args)
     mix = args.mix or ",".join(f"{t.path}=1" for t in info.transactions)
     client = info.with_role("client")[0]
@@ -141,7 +145,13 @@ def _load(args: argparse.Namespace) -> dict[str, Any]:  # free-form: loadgen's -
                           check=False)
     if done.returncode != 0:
         raise RuntimeFailure(f"load generator failed: {done.stderr.strip()}")
-    return json.loads(done.stdout)
+    from testbed.loadgen import LOAD_SUMMARY
+
+    try:
+        return LOAD_SUMMARY.validate_json(done.stdout)
+    except ValidationError as e:
+        raise RuntimeFailure(f"the load generator answered no summary: {done.stdout[:200]!r} "
+                             f"({e.error_count()} problems)") from e
 
 
 def _routes(args: argparse.Namespace) -> dict[str, str]:
