@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from coordinator.cli.internal_error import internal_error_details
 from coordinator.config.run_dir import read_record
@@ -47,7 +47,7 @@ def _night_dir(suite: LoadedSuite) -> Path:
 
 
 def run_and_compare(suite: LoadedSuite, baseline: Baseline | None, mininet: bool,
-                     say: Any) -> Outcome:
+                     say: Callable[[str], None]) -> Outcome:
     from coordinator.live.night import run_night  # paramiko: loaded only to run
 
     try:

@@ -7,7 +7,6 @@ file is this and nothing else."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -157,7 +156,7 @@ def _night_measures(experiment: str, run_dir: Path, latencies: Path | None,
                     placements: tuple[Path, ...]) -> NightMeasures:
     links = read_measurements(run_dir / "gradients.json")
     plan = read_record(run_dir / "plan.json", PlanFile, "the square wave's plan")
-    graph = _read_list(run_dir / "graph.json", GraphLinkAsRun, "the communication graph")
+    graph = _read_graph(run_dir / "graph.json")
     paths = _paths(experiment, run_dir)
     snap = _snap(experiment, run_dir, graph, plan.training)
     problems: list[str] = []
@@ -233,10 +232,10 @@ class PathsAsRun(_ReadBack):
     transaction_requests: dict[Str, Int] = Field(default_factory=dict)
 
 
-def _read_list(path: Path, model: type[_ReadBack], what: str) -> list[Any]:
-    data = read_json(path, what)
+def _read_graph(path: Path) -> list[GraphLinkAsRun]:
+    data = read_json(path, "the communication graph")
     try:
-        return TypeAdapter(list[model]).validate_python(data)  # type: ignore[valid-type]
+        return TypeAdapter(list[GraphLinkAsRun]).validate_python(data)
     except ValidationError as e:
         raise InputError(problems_of(e, str(path))) from e
 
