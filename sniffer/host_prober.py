@@ -98,9 +98,11 @@ class HostProber:
         self.thread = None
         with self.lock:
             report = self.report
-            if report is not None and time.time() - report.last.time_s >= \
-                    self.request.sample_interval_s / 2:  # shorter: too few ticks to say much
-                self._sample()
+            if report is not None:
+                reading = self.read()
+                # shorter than half a sample: too few ticks to say much
+                if reading.time_s - report.last.time_s >= self.request.sample_interval_s / 2:
+                    self._sample(reading)
             self._emit()
             self.report = None
         return self.answer
@@ -124,11 +126,11 @@ class HostProber:
                     next_report += report_s
             next_sample += sample_s
 
-    def _sample(self) -> None:
+    def _sample(self, reading: HostReading | None = None) -> None:
         report = self.report
         if report is None:
             return
-        reading, own = self.read(), self.read_own()
+        reading, own = reading or self.read(), self.read_own()
         if reading.time_s <= report.last.time_s:
             return  # the clock did not move (a stop right after a sample)
         step = host_rates(report.last, reading)

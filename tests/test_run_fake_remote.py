@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.config.experiment import Experiment, Snap
+from coordinator.config.experiment import Experiment, Probes, Snap
+from coordinator.config.hosts_file import read_hosts
 from coordinator.config.run_dir import RunDir
 from coordinator.config.run_inputs import load_run
 from coordinator.config.snap_file import read_snap
@@ -86,6 +87,22 @@ def test_a_run_measures_the_applications_known_gradients(tmp_path):
     assert set(snap.hosts) == {"web", "app", "db"}
     assert {r.host for r in snap.reports} == {"web", "app", "db"}  # at least the last reports
     assert all(set(m.snap or {}) == {"passive", "measurement"} for m in links)
+    # every host probed for the whole run: slow in the passive phase, fast on the measured
+    # link's hosts while it is injected; each link carries every host's load meanwhile
+    hosts = read_hosts(run_dir)
+    assert hosts is not None
+    assert [p.context for p in hosts.phases] == [
+        "passive", "measure tcp app:0 -> db:5432, tcp db:5432 -> app:0"]
+    assert hosts.phases[1].fast == ["app", "db"]
+    assert all(p.end_s is not None and p.end_s >= p.start_s for p in hosts.phases)
+    assert set(hosts.hosts) == {"web", "app", "db"}
+    for name, series in hosts.hosts.items():
+        assert series.probing is not None
+        assert {r.context for r in series.reports} == {p.context for p in hosts.phases}, name
+    for m in links:
+        assert set(m.hosts or {}) == {"web", "app", "db"}
+        assert all(load.cpu_busy is not None and load.seconds > 0
+                   for load in (m.hosts or {}).values())
 
 
 def test_snap_off_writes_no_profile_and_asks_no_sniffer_for_one(tmp_path):
@@ -94,6 +111,14 @@ def test_snap_off_writes_no_profile_and_asks_no_sniffer_for_one(tmp_path):
     assert fake.run(exp, run_dir).status == "completed"
     assert not (run_dir / "snap.json").exists()
     assert all("snap" not in m.model_dump(mode="json") for m in RunDir(run_dir).measurements())
+
+
+def test_probes_off_write_no_series_and_ask_no_sniffer_to_probe(tmp_path):
+    fake, run_dir = Fake(), tmp_path / "run"
+    exp = experiment(tmp_path).model_copy(update={"probes": Probes(enabled=False)})
+    assert fake.run(exp, run_dir).status == "completed"
+    assert not (run_dir / "hosts.json").exists()
+    assert all("hosts" not in m.model_dump(mode="json") for m in RunDir(run_dir).measurements())
 
 
 def test_ctrl_c_during_a_measurement_ends_every_lease_and_keeps_the_training(tmp_path):
@@ -135,12 +160,20 @@ def test_resume_measures_only_the_links_still_missing(tmp_path):
     assert len(kept) == 1
     earlier = read_snap(run_dir)
     assert earlier is not None
+    earlier_hosts = read_hosts(run_dir)
+    assert earlier_hosts is not None
     second = Fake(seed=2)
     journal = second.run(exp, run_dir, resume=True)
     both = read_snap(run_dir)  # the first session's reports kept, the second's after them
     assert both is not None
     assert both.reports[:len(earlier.reports)] == earlier.reports
     assert len(both.reports) > len(earlier.reports)
+    series = read_hosts(run_dir)  # the hosts' series too, the earlier phases first
+    assert series is not None
+    assert series.phases[:len(earlier_hosts.phases)] == earlier_hosts.phases
+    assert [p.context for p in series.phases].count("passive") == 2
+    assert all(series.hosts[h].reports[:len(s.reports)] == s.reports
+               for h, s in earlier_hosts.hosts.items())
     assert journal.status == "completed"
     assert (journal.links_done, journal.links_resumed, journal.links_planned) == (2, 1, 2)
     links = RunDir(run_dir).measurements()

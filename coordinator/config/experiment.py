@@ -247,6 +247,27 @@ class Paths(_Strict):
     budget: Float = Field(0.1, gt=0, le=100)
 
 
+class Probes(_Strict):
+    """Every host's probe (Kissel et al.'s BLiPP: CPU, memory, NICs, disks, TCP, and the
+    host's own cgroup) for the whole run, in contexts the run opens per phase (XSP's
+    sessions): fast on the two hosts of the links being measured, slow elsewhere."""
+
+    enabled: Bool = True
+    slow_sample_s: Float = Field(1.0, ge=0.05, le=3600)
+    slow_report_s: Float = Field(5.0, ge=0.05, le=86400)
+    fast_sample_s: Float = Field(0.25, ge=0.05, le=3600)
+    fast_report_s: Float = Field(1.0, ge=0.05, le=86400)
+
+    @model_validator(mode="after")
+    def _report_after_sample(self) -> Probes:
+        for rate in ("slow", "fast"):
+            sample, report = getattr(self, f"{rate}_sample_s"), getattr(self, f"{rate}_report_s")
+            if report < sample:
+                raise ValueError(f"{rate}_report_s {report:g} is shorter than a sample "
+                                 f"({rate}_sample_s {sample:g})")
+        return self
+
+
 class Experiment(_Strict):
     name: RunName  # the run directory's name: one path component
     testbed: TestbedTag | None = None  # a `linkgrad testbed` tag: hosts, ssh, web_log from it
@@ -258,6 +279,7 @@ class Experiment(_Strict):
     parameters: Parameters = Parameters()
     workload: Workload | None = None
     snap: Snap = Snap()
+    probes: Probes = Probes()
     paths: Paths = Paths()
     output: Path = Path("runs")
     frontend_url: Str | None = None  # for a workload's load generator (set from a testbed)

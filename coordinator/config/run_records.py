@@ -23,6 +23,7 @@ from coordinator.config import bounds
 from coordinator.config.experiment import DAY_S, MAX_DELAY_MS
 from coordinator.config.fields import Float, Int, Str, compile_regex, is_none
 from linkgrad.graph import GraphLink
+from linkgrad.hostprobe.load import HostLoad
 from linkgrad.protocol.record import InjectionRecord
 from linkgrad.spectral.result import GradientResult
 from linkgrad.spectral.wave_plan import Precision, WavePlan
@@ -187,6 +188,8 @@ class LinkMeasurement(WaveEstimate):
     recompute_argv: list[Str] = Field(default_factory=list)
     # SNAP's Table 2 classes on the link: phase ("passive", "measurement") -> class -> seconds
     snap: dict[Str, dict[Str, Float]] | None = Field(None, exclude_if=is_none)
+    # each host's load while the link was measured (its probe's reports over the cycles)
+    hosts: dict[Str, HostLoad] | None = Field(None, exclude_if=is_none)
 
     @property
     def pair(self) -> Pair:

@@ -14,6 +14,7 @@ from coordinator.config.run_records import (
     MeasurementKey,
     WaveEstimate,
 )
+from coordinator.live import probes
 from coordinator.live.clock import sleep_checking
 from coordinator.live.session import Say, Session
 from coordinator.live.wave_estimate import TAIL_S, inject_and_estimate, rough_gradients
@@ -163,6 +164,9 @@ def measure_all(session: Session, out: RunDir, links: list[GraphLink], plan: Wav
         at = f" at {fixed:g} ms" if fixed is not None else ""
         say(f"group {i}/{len(todo)} ({len(group)} link(s){at}); about {left:.0f} s left"
             + (" (more while a delay grows)" if adaptive and fixed is None else ""))
+        for problem in probes.open_phase(session, "measure " + ", ".join(
+                link.label for link in group), group):
+            say(f"[yellow]{problem}")
         measured = measure_group(session, group, plan, base, say, fixed)
         files = [f"injections/{len(results) + j:03d}.json" for j in range(1, len(group) + 1)]
         for result, name in zip(measured, files, strict=True):  # the injection record

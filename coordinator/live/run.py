@@ -24,7 +24,7 @@ from coordinator.config.coordinator_process import this_coordinator
 from coordinator.config.experiment import Experiment
 from coordinator.config.run_dir import RunDir, read_record
 from coordinator.config.run_records import RunJournal
-from coordinator.live import passive
+from coordinator.live import passive, probes
 from coordinator.live.clock import SYSTEM, Clock
 from coordinator.live.measure import measure_all
 from coordinator.live.session import Connect, Say, Session, sigterm_interrupts, ssh_connect
@@ -108,8 +108,8 @@ def run_experiment(experiment: Experiment, run_dir: Path, say: Say, resume: bool
 
 
 def open_session(session: Session, say: Say) -> list[str]:
-    """Phase 1: connect, start the sniffers and their SNAP profiling (for the whole run),
-    follow the log; what a daemon cannot do."""
+    """Phase 1: connect, start the sniffers, their SNAP profiling (for the whole run) and host
+    probes (the passive phase's context), follow the log; what a daemon cannot do."""
     session.open()
     snap = session.experiment.snap
     if snap.enabled:
@@ -119,6 +119,7 @@ def open_session(session: Session, say: Say) -> list[str]:
             max_queuing_delay_s=snap.max_queuing_delay_ms / 1e3,
             delayed_ack_timeout_s=snap.delayed_ack_timeout_ms / 1e3,
             socket_calls=snap.socket_calls))
+    session.warnings += probes.open_phase(session, "passive")
     for warning in session.warnings:
         say(f"[yellow]{warning}")
     return session.warnings
@@ -143,6 +144,15 @@ def finish(session: Session, out: RunDir, journal: RunJournal, say: Say) -> RunJ
         journal = journal.model_copy(update={
             "warnings": [*(journal.warnings or []), f"SNAP's profile not saved: {e}"]})
         say(f"[yellow]SNAP's profile not saved: {e}")
+    try:  # nor are the hosts' series
+        if said := [*probes.stop(session), *probes.save(session, out)]:
+            journal = journal.model_copy(update={
+                "warnings": [*(journal.warnings or []), *said]})
+            say("[yellow]" + "; ".join(said))
+    except Exception as e:
+        journal = journal.model_copy(update={
+            "warnings": [*(journal.warnings or []), f"the host probes' series not saved: {e}"]})
+        say(f"[yellow]the host probes' series not saved: {e}")
     if problems := session.close():
         journal = journal.model_copy(update={"cleanup_problems": problems})
         say("[red]cleanup: " + "; ".join(problems))

@@ -17,10 +17,12 @@ from typing import Any, Protocol
 
 from coordinator.config.experiment import Experiment, Host, Ssh
 from coordinator.config.experiment_files import require_local_files
+from coordinator.config.hosts_file import ProbePhase
 from coordinator.config.snap_file import HostSnapReport
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
 from coordinator.live.logfollow import LogFollower, follow_argv
 from coordinator.live.ssh import Connection, Endpoint, check_endpoints, endpoint_for
+from linkgrad.protocol.hosts import HostReportEvent, Probing
 from linkgrad.protocol.injector import InjectorReady
 from linkgrad.protocol.jsonlines import Channel, DaemonClient
 from linkgrad.protocol.snap import Profile, Profiling, SnapReportEvent, Unprofile
@@ -90,6 +92,9 @@ class Session:
     trace_events: dict[str, list[TraceReportEvent]] = field(default_factory=dict)  # by host
     tracing: dict[str, Tracing] = field(default_factory=dict)  # host -> its addresses
     untraced: set[str] = field(default_factory=set)  # hosts whose tracing has ended
+    probing: dict[str, Probing] = field(default_factory=dict)  # host -> its probe's context
+    host_reports: dict[str, list[HostReportEvent]] = field(default_factory=dict)  # by host
+    probe_phases: list[ProbePhase] = field(default_factory=list)  # the last one running
 
     def open(self, sniffers: bool = True) -> Session:
         """Connect to every host; start the sniffers (unless not wanted), follow the web log
@@ -156,6 +161,9 @@ class Session:
         elif message.get("event") == "trace":
             self.trace_events.setdefault(host, []).append(
                 TraceReportEvent.model_validate(message))
+        elif message.get("event") == "host":
+            self.host_reports.setdefault(host, []).append(
+                HostReportEvent.model_validate(message))
         elif message.get("event") == "snap_error":
             self.warnings.append(f"sniffer on {host}: {message.get('message')}")
 

@@ -24,6 +24,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,6 +39,7 @@ from linkgrad.errors import RuntimeFailure
 from linkgrad.protocol import injector as protocol
 from sniffer.daemon import Service, Sniffer
 from sniffer.daemon import run as run_sniffer
+from sniffer.host_probe import read_host
 from sniffer.links import Process, SocketRecord
 
 START_S = 1_700_000_000.0
@@ -409,7 +411,11 @@ class FakeRemote:
                           ephemeral=(32768, 60999), clock=clock.time)
         # SNAP profiles this machine's real sockets (cheap), without bpftrace: the fake hosts
         # share one process, and their calls are no real host's
-        return run_sniffer(Service(sniffer, stdout, tracing=False), stdin)
+        service = Service(sniffer, stdout, tracing=False)
+        # the host probe reads this machine's real /proc, timed by the run's clock so its
+        # reports fall in the run's phases
+        service.prober.read = partial(read_host, clock=clock.time)
+        return run_sniffer(service, stdin)
 
     def _injector(self, argv: list[str]) -> Callable[[IO[str], IO[str]], int]:
         caps = Caps(float(argv[argv.index("--max-magnitude-ms") + 1]),

@@ -1,0 +1,127 @@
+"""The run's host probes (Kissel et al.: BLiPP driven by XSP sessions): a probe context per
+phase on every host's sniffer — fast on the hosts of the links being injected, slow elsewhere —
+then `hosts.json` and each measured link's hosts' load in `gradients.json`.
+
+Passive evidence never holds up the active half: a host whose probe fails is a warning and the
+run goes on without its series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from coordinator.config.experiment import Probes
+from coordinator.config.hosts_file import HostReport, HostSeries, HostsFile, ProbePhase, read_hosts
+from coordinator.config.run_dir import RunDir
+from coordinator.config.run_records import LinkMeasurement
+from coordinator.live.session import Session
+from linkgrad.errors import InputError
+from linkgrad.graph import GraphLink
+from linkgrad.hostprobe.load import HostLoad
+from linkgrad.protocol.hosts import Probe, Unprobe
+
+__all__ = ["open_phase", "save", "stop"]
+
+CALL_S = 30.0  # a probe's answer waits for its last report: one sample of at most a few ms
+
+
+def _begin(session: Session, phase: ProbePhase) -> None:
+    _end(session, phase.start_s)
+    session.probe_phases.append(phase)
+
+
+def _end(session: Session, at_s: float) -> None:
+    phases = session.probe_phases
+    if phases and phases[-1].end_s is None:
+        phases[-1] = phases[-1].model_copy(update={"end_s": at_s})
+
+
+def _on_every_host(session: Session, request: Probe | Unprobe,
+                   requests: dict[str, Probe | Unprobe] | None = None) -> list[str]:
+    """The request on every host's sniffer at once; the problems, one per failed host."""
+    names = list(session.sniffers)
+    if not names:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
+        calls = {name: pool.submit(session.sniffers[name].call,
+                                   (requests or {}).get(name, request), CALL_S)
+                 for name in names}
+    problems = []
+    for name, future in calls.items():
+        try:
+            session.probing[name] = future.result()
+        except Exception as e:  # passive evidence: this host's series is missing, said
+            problems.append(f"host probe on {name}: {e}")
+    return problems
+
+
+def open_phase(session: Session, context: str, links: Sequence[GraphLink] = ()) -> list[str]:
+    """A new probe context on every host (the running one ends with its last report):
+    fast on the ends of `links`, slow elsewhere. What failed, per host."""
+    options: Probes = session.experiment.probes
+    if not options.enabled:
+        return []
+    fast = sorted({end for link in links for end in (link.src_host, link.dst_host)})
+    slow = Probe(context=context, sample_interval_s=options.slow_sample_s,
+                 report_interval_s=options.slow_report_s)
+    quick = Probe(context=context, sample_interval_s=options.fast_sample_s,
+                  report_interval_s=options.fast_report_s)
+    _begin(session, ProbePhase(context=context, start_s=session.clock.time(), fast=fast,
+                         links=[link.label for link in links]))
+    return _on_every_host(session, slow, {name: quick for name in fast})
+
+
+def stop(session: Session) -> list[str]:
+    """Every host's probe ends (its last report comes before the answer)."""
+    if not session.probe_phases:
+        return []
+    _end(session, session.clock.time())
+    return _on_every_host(session, Unprobe())
+
+
+def hosts_file(session: Session) -> HostsFile:
+    return HostsFile(
+        experiment=session.experiment.name, phases=session.probe_phases,
+        hosts={name: HostSeries(probing=session.probing.get(name),
+                                reports=[HostReport.of(e) for e in
+                                         session.host_reports.get(name, [])])
+               for name in sorted({*session.probing, *session.host_reports})})
+
+
+def _window(m: LinkMeasurement) -> tuple[float, float]:
+    return m.record.start, m.record.start + m.record.period_s * m.record.cycles
+
+
+def with_hosts(m: LinkMeasurement, file: HostsFile) -> LinkMeasurement:
+    """`m` with each host's load over its measurement's cycles (hosts with no report then
+    are left out)."""
+    loads: dict[str, HostLoad] = {}
+    for name, series in file.hosts.items():
+        if (load := series.load(*_window(m))) is not None:
+            loads[name] = load
+    return m.model_copy(update={"hosts": loads or None})
+
+
+def save(session: Session, out: RunDir) -> list[str]:
+    """Write `hosts.json` (after a resumed run's earlier series) and each measured link's
+    hosts' load into `gradients.json`; what the user must hear of it."""
+    if not session.probe_phases:
+        return []
+    warnings, file = [], hosts_file(session)
+    try:  # a resumed run's: its series are the earlier links' evidence
+        before = read_hosts(out.path)
+    except InputError as e:  # cut short or edited: kept aside, this session's stand alone
+        before = None
+        aside = out.path / "hosts-unreadable.json"
+        (out.path / "hosts.json").replace(aside)
+        warnings.append(f"the earlier hosts.json cannot be read ({e}): kept as {aside.name}; "
+                        "hosts.json holds this session's series only")
+    if before is not None:
+        file = before.merged(file)
+    out.write("hosts.json", file.model_dump(mode="json"))  # None said: HostRates needs it
+    if measurements := out.measurements():
+        # a resumed run's earlier links keep theirs: their windows are over
+        out.write_measurements(session.experiment.name,
+                               [m if m.hosts else with_hosts(m, file) for m in measurements])
+    return warnings
