@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.cli.report import write_report
 from coordinator.config.experiment import Experiment, Probes, Snap
 from coordinator.config.hosts_file import read_hosts
 from coordinator.config.run_dir import RunDir
@@ -111,6 +112,22 @@ def test_snap_off_writes_no_profile_and_asks_no_sniffer_for_one(tmp_path):
     assert fake.run(exp, run_dir).status == "completed"
     assert not (run_dir / "snap.json").exists()
     assert all("snap" not in m.model_dump(mode="json") for m in RunDir(run_dir).measurements())
+
+
+def test_the_report_draws_every_hosts_load_over_the_run_and_tables_it_per_link(tmp_path):
+    fake, run_dir = Fake(), tmp_path / "run"
+    assert fake.run(experiment(tmp_path), run_dir).status == "completed"
+    page = write_report(run_dir).read_text()
+    hosts = page[page.index("<h2>Hosts</h2>"):page.index("<h2>Causal paths</h2>")]
+    assert hosts.count("<img") == 1  # CPU, memory, network, disk: one figure
+    assert "<td><i>passive phase</i></td>" in hosts
+    for label in ("tcp app:0 -&gt; db:5432", "tcp db:5432 -&gt; app:0"):
+        row = hosts[hosts.index(f"<td>{label}</td>"):].split("</tr>")[0]
+        assert row.count("<td>CPU ") == 3, row  # web, app and db, each measured
+    (run_dir / "hosts.json").write_text("{")  # the rest of the report stands
+    page = write_report(run_dir).read_text()
+    assert "hosts.json cannot be read" in page
+    assert "<h2>Gradients</h2>" in page
 
 
 def test_probes_off_write_no_series_and_ask_no_sniffer_to_probe(tmp_path):

@@ -7,17 +7,11 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import itertools
-
-import matplotlib.pyplot as plt
-
-from coordinator.cli.report import png_img
+from coordinator.cli.figures import plt, png_img
 from coordinator.regress.files import CheckRecord, NightRecord, write_whole
 from coordinator.regress.values import GradientValues
 

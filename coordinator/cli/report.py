@@ -5,20 +5,15 @@ directory alone, so `linkgrad report RUN_DIR` can redo it."""
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import math
 from pathlib import Path
-from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 
-from coordinator.cli import paths_report, snap_report
+from coordinator.cli import hosts_report, paths_report, snap_report
+from coordinator.cli.figures import plt, png_img
+from coordinator.config.hosts_file import read_hosts
 from coordinator.config.run_dir import linearity_of, read_measurements, read_record
 from coordinator.config.run_records import ExperimentAsRun, LinkMeasurement, PlanFile, RunJournal
 from coordinator.config.snap_file import read_snap
@@ -28,14 +23,6 @@ from linkgrad.spectral.binning import bin_series, fill_empty
 from linkgrad.transactions import group_by_transaction, patterns_from
 from linkgrad.weblog.model import RequestLog
 from linkgrad.weblog.read import bounded_lines, choose_format, line_parser
-
-
-def png_img(fig: Any) -> str:
-    """The figure as an <img> with the PNG inline (closed after)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
 
 
 def graph_figure(name: str, links: list[LinkMeasurement]) -> str:
@@ -171,6 +158,10 @@ def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
              "<h2>Link gradient graphs</h2>"]
     parts += [graph_figure(n, links) for n in experiment.transactions]
     parts += snap_report.html_section(read_snap(run_dir), links, plan.training)
+    try:
+        parts += hosts_report.html_section(read_hosts(run_dir), links)
+    except InputError as e:  # the rest of the report stands
+        parts += ["<h2>Hosts</h2>", f"<p>hosts.json cannot be read: {html.escape(str(e))}</p>"]
     try:
         parts += paths_report.html_section(paths_report.read_paths(run_dir), links)
     except InputError as e:  # a file an older linkgrad wrote: the rest of the report stands
