@@ -19,6 +19,7 @@ and beside polling the same counters with `vmstat`.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import subprocess
@@ -32,7 +33,8 @@ import numpy as np
 from scipy.stats import trim_mean
 
 from benchmarks.results_md import update_section
-from linkgrad.calipers import Calipers
+from coordinator.config.experiment import Probes
+from linkgrad.calipers import Calipers, Moments
 
 PAPER_NS = 103.0  # pooled 10% trimmed mean, ns per iteration (§V.A)
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +62,25 @@ def _timed(n: int, c: Calipers) -> float:
     return clock() - t
 
 
+def _one_at_a_time(n: int) -> float:
+    """The calipers' update as it was before blocks: three Welford series per event."""
+    clock = time.perf_counter
+    value, rate, gap = Moments(), Moments(), Moments()
+    end = -math.inf
+    t = clock()
+    for _ in range(n):
+        t0 = clock()
+        _work()
+        t1 = clock()
+        value.add(64.0)
+        if t1 > t0:
+            rate.add(64.0 / (t1 - t0))
+        if end > -math.inf:
+            gap.add(max(t0 - end, 0.0))
+        end = max(end, t1)
+    return clock() - t
+
+
 def _added(n: int, c: Calipers) -> float:
     t = time.perf_counter()
     for _ in range(n):
@@ -84,15 +105,17 @@ def _kept(n: int) -> float:
 
 def calipers_cost(points: int, point_s: float) -> dict[str, float]:
     n = max(1000, int(point_s / max(_plain(20000) / 20000, 1e-9)))  # iterations per point
-    timed, added, kept = [], [], []
+    timed, added, kept, single = [], [], [], []
     for _ in range(points):
         plain = _plain(n)
         timed.append((_timed(n, Calipers()) - plain) / n * 1e9)
+        single.append((_one_at_a_time(n) - plain) / n * 1e9)
         added.append((_added(n, Calipers()) - plain) / n * 1e9)
         kept.append((_kept(n) - plain) / n * 1e9)
     return {"iterations": n, "plain_ns": _plain(n) / n * 1e9,
             "timed_ns": float(trim_mean(timed, 0.1)), "added_ns": float(trim_mean(added, 0.1)),
             "kept_ns": float(trim_mean(kept, 0.1)),
+            "single_ns": float(trim_mean(single, 0.1)),
             "timed_q": tuple(np.percentile(timed, [25, 75]))}
 
 
@@ -141,8 +164,14 @@ def probe_cost(seconds: float) -> list[tuple[str, float, str]]:
     python = [sys.executable, "-c", PROBE]
     idle, _ = _child_cpu([*python, "0", "0", str(seconds)], seconds, True)
     rows = []
-    for label, sample, report in (("HostProber, sample 1 s, report 5 s (default)", 1.0, 5.0),
-                                  ("HostProber, sample 0.1 s, report 1 s (fast)", 0.1, 1.0)):
+    p = Probes()
+    for label, sample, report in (
+            (f"HostProber, sample {p.slow_sample_s:g} s, report {p.slow_report_s:g} s "
+             "(a run's slow rate)", p.slow_sample_s, p.slow_report_s),
+            (f"HostProber, sample {p.fast_sample_s:g} s, report {p.fast_report_s:g} s "
+             "(a run's fast rate, on a measured link's hosts)", p.fast_sample_s,
+             p.fast_report_s),
+            ("HostProber, sample 0.1 s, report 1 s", 0.1, 1.0)):
         cpu, reports = _child_cpu([*python, str(sample), str(report), str(seconds)], seconds,
                                   True)
         rows.append((label, (cpu - idle) / seconds * 100, f"{reports} reports"))
@@ -168,6 +197,8 @@ def markdown(cal: dict[str, float], probe: list[tuple[str, float, str]], points:
         f"| timed and summarised (`Calipers.time`, two clock reads) | {cal['timed_ns']:.0f} "
         f"({lo:.0f}–{hi:.0f}) | {PAPER_NS:.0f} (C, NL-Calipers) | "
         f"{cal['timed_ns'] / PAPER_NS:.1f} |",
+        f"| timed, each event a Python update of three series (Welford, no block) | "
+        f"{cal['single_ns']:.0f} | — | — |",
         f"| a value summarised (`Calipers.add`) | {cal['added_ns']:.0f} | — | — |",
         f"| kept per event, summarised once per point by numpy (the alternative) | "
         f"{cal['kept_ns']:.0f} | — | — |", "",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from injector.calipers import delay_summary
-from linkgrad.calipers import Calipers
+from linkgrad.calipers import BLOCK, Calipers
 
 
 def _whole(values: np.ndarray) -> Calipers:
@@ -85,3 +85,27 @@ def test_the_injector_reports_its_delays_in_ms_as_before():
     assert (s.count, s.min_ms, s.max_ms, s.mean_ms, s.std_ms) == (3, 19.0, 21.0, 20.0, 1.0)
     assert delay_summary(Calipers()).count == 0
     assert delay_summary(Calipers()).mean_ms is None
+
+
+def test_timed_events_across_blocks_are_summarised_as_one_series():
+    """Gaps are from the latest end before each event, across the blocks' edges too."""
+    rng = np.random.default_rng(5)
+    n = 3 * BLOCK + 17
+    start = np.cumsum(rng.exponential(1.0, n))
+    end = start + rng.exponential(1.5, n)  # often past the next start: overlaps, no gap
+    value = rng.exponential(100.0, n)
+    c = Calipers()
+    for v, s0, e in zip(value, start, end, strict=True):
+        c.time(float(v), float(s0), float(e))
+    latest = np.maximum.accumulate(end)[:-1]
+    gaps = np.maximum(start[1:] - latest, 0.0)
+    summary = c.summary()
+    assert summary.count == n
+    assert summary.gap is not None
+    assert summary.rate is not None
+    assert summary.gap.count == n - 1
+    assert summary.gap.mean == pytest.approx(gaps.mean(), abs=1e-9)  # 9 decimals reported
+    assert summary.gap.sd == pytest.approx(gaps.std(ddof=1), rel=1e-6)
+    assert summary.rate.mean == pytest.approx((value / (end - start)).mean(), rel=1e-9)
+    assert summary.busy_s == pytest.approx((end - start).sum(), rel=1e-9)
+    assert summary.duration_s == pytest.approx(end.max() - start[0], rel=1e-9)
