@@ -116,6 +116,19 @@ def test_run_measures_known_gradients_in_both_directions(testbed, tag, concurren
     for link in links:
         assert set(link["snap"]) == {"passive", "measurement"}, link["snap"]
         assert sum(link["snap"]["measurement"].values()) > 0, link["snap"]
+    # every host probed all along, fast on app1 and db while their links were injected; each
+    # link carries every host's load meanwhile, and the hosts of the link moved bytes
+    hosts = json.loads((run_dir / "hosts.json").read_text())
+    assert set(hosts["hosts"]) >= {"app1", "db", "web", "client"}
+    assert hosts["phases"][0]["context"] == "passive"
+    assert all(p["fast"] == ["app1", "db"] for p in hosts["phases"][1:]), hosts["phases"]
+    for name, series in hosts["hosts"].items():
+        assert {r["context"] for r in series["reports"]} == {
+            p["context"] for p in hosts["phases"]}, name
+    for link in links:
+        loads = link["hosts"]
+        assert set(loads) >= {"app1", "db", "web"}, loads
+        assert all(loads[h]["rx_bytes_per_s"] > 0 for h in ("app1", "db")), loads
     if concurrent > 1:
         return
     # WAP5's paths from the passive phase: each transaction's dominant pattern crosses
@@ -132,7 +145,8 @@ def test_run_measures_known_gradients_in_both_directions(testbed, tag, concurren
     assert (run_dir / "paths-trace.jsonl").stat().st_size > 0  # for `linkgrad paths --trace`
     page = (run_dir / "report.html").read_text()
     assert "SNAP: TCP classes per link" in page
-    assert page.count("data:image/png;base64,") == len(EXPECTED) + len(links)  # graphs, series
+    # graphs, series, the hosts' figure
+    assert page.count("data:image/png;base64,") == len(EXPECTED) + len(links) + 1
     assert "tcp app1:0 -&gt; db:5432" in page
     assert_no_rules(tag)
 
@@ -226,9 +240,11 @@ def test_an_interrupted_run_resumes_without_redoing_finished_links(testbed, tag)
     assert done.returncode == 0, done.stderr
     links = json.loads((run_dir / "gradients.json").read_text())["links"]
     assert len(links) == 2
-    # kept as it was, not measured again; SNAP's classes added when its session ended, and
-    # kept through the resumed one (snap.json holds both sessions' reports)
-    assert {k: v for k, v in links[0].items() if k != "snap"} == first[0]
+    # kept as it was, not measured again; SNAP's classes and the hosts' load added when its
+    # session ended, and kept through the resumed one (snap.json and hosts.json hold both
+    # sessions' reports)
+    assert {k: v for k, v in links[0].items() if k not in ("snap", "hosts")} == first[0]
+    assert links[0]["hosts"]["db"]["seconds"] > 0, links[0]["hosts"]
     assert sum(links[0]["snap"]["measurement"].values()) > 0, links[0]["snap"]
     assert {lk["link"]["label"] for lk in links} == {"tcp app1:0 -> db:5432",
                                                      "tcp db:5432 -> app1:0"}
