@@ -3,6 +3,7 @@ the typed records of `run_records`, a problem named by file and field."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from linkgrad.linearity import Linearity, linearity
 from linkgrad.reading import problems_of, read_json
 
 Record = TypeVar("Record", bound=BaseModel)
+Earlier = TypeVar("Earlier")
 
 
 @dataclass
@@ -42,6 +44,19 @@ class RunDir:
     def read(self, name: str) -> Any:
         target = self.path / name
         return read_json(target) if target.exists() else None
+
+    def earlier(self, name: str, read: Callable[[Path], Earlier | None], what: str
+                ) -> tuple[Earlier | None, list[str]]:
+        """A resumed run's earlier `name` (None if there is none) and what to say of it: one
+        cut short or edited is kept aside as `<stem>-unreadable.json`, and this session's
+        `what` stands alone."""
+        try:
+            return read(self.path), []
+        except InputError as e:
+            aside = self.path / f"{Path(name).stem}-unreadable.json"
+            (self.path / name).replace(aside)
+            return None, [f"the earlier {name} cannot be read ({e}): kept as {aside.name}; "
+                          f"{name} holds this session's {what} only"]
 
     def measurements(self) -> list[LinkMeasurement]:
         """What `gradients.json` holds so far (none before the first link is done)."""

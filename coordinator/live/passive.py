@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from coordinator.config.run_dir import RunDir
 from coordinator.config.run_records import LinkMeasurement, MeasuredLink
 from coordinator.config.snap_file import HostSnapReport, SnapFile, read_snap
-from linkgrad.errors import InputError
 from linkgrad.protocol.snap import Profiling
 from linkgrad.snap.evidence import LinkKey, link_classes
 
@@ -68,15 +67,8 @@ def save(out: RunDir, experiment: str, profiling: dict[str, Profiling],
     each measured link's classes into `gradients.json`; what the user must hear of it."""
     if not profiling:
         return []
-    warnings = []
-    try:  # a resumed run's: its reports are the earlier links' evidence
-        before = read_snap(out.path)
-    except InputError as e:  # cut short or edited: kept aside, this session's stand alone
-        before = None
-        aside = out.path / "snap-unreadable.json"
-        (out.path / "snap.json").replace(aside)
-        warnings.append(f"the earlier snap.json cannot be read ({e}): kept as {aside.name}; "
-                        "snap.json holds this session's reports only")
+    # a resumed run's: its reports are the earlier links' evidence
+    before, warnings = out.earlier("snap.json", read_snap, "reports")
     if before is not None:
         reports = [*before.reports, *reports]
         hosts = {**before.addresses, **hosts}

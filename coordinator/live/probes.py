@@ -16,7 +16,6 @@ from coordinator.config.hosts_file import HostReport, HostSeries, HostsFile, Pro
 from coordinator.config.run_dir import RunDir
 from coordinator.config.run_records import LinkMeasurement
 from coordinator.live.session import Session
-from linkgrad.errors import InputError
 from linkgrad.graph import GraphLink
 from linkgrad.hostprobe.load import HostLoad
 from linkgrad.protocol.hosts import Probe, Unprobe
@@ -108,15 +107,9 @@ def save(session: Session, out: RunDir) -> list[str]:
     hosts' load into `gradients.json`; what the user must hear of it."""
     if not session.probe_phases:
         return []
-    warnings, file = [], hosts_file(session)
-    try:  # a resumed run's: its series are the earlier links' evidence
-        before = read_hosts(out.path)
-    except InputError as e:  # cut short or edited: kept aside, this session's stand alone
-        before = None
-        aside = out.path / "hosts-unreadable.json"
-        (out.path / "hosts.json").replace(aside)
-        warnings.append(f"the earlier hosts.json cannot be read ({e}): kept as {aside.name}; "
-                        "hosts.json holds this session's series only")
+    file = hosts_file(session)
+    # a resumed run's: its series are the earlier links' evidence
+    before, warnings = out.earlier("hosts.json", read_hosts, "series")
     if before is not None:
         file = before.merged(file)
     out.write("hosts.json", file.model_dump(mode="json"))  # None said: HostRates needs it
