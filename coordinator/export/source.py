@@ -1,0 +1,69 @@
+"""What an export reads of a run directory, through the run's own readers: every link
+measurement (`gradients.json`, required), the host probes' series (`hosts.json`), the journal
+(`run.json`) and the hosts' addresses (`experiment.json`), each optional."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from coordinator.config.hosts_file import HostsFile, read_hosts
+from coordinator.config.run_dir import read_measurements, read_record
+from coordinator.config.run_records import LinkMeasurement, RunJournal
+from linkgrad.errors import InputError, Problem
+
+__all__ = ["RunExport", "read_run"]
+
+
+class _Host(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str
+    address: str | None = None
+
+
+class _ExperimentHosts(BaseModel):
+    """`experiment.json` as far as an export reads it: the name and each host's address."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str | None = None
+    hosts: list[_Host] = []
+
+
+@dataclass(frozen=True)
+class RunExport:
+    """A run as the builders see it: plain models, no files."""
+
+    run: str  # the run directory's name
+    experiment: str
+    links: tuple[LinkMeasurement, ...]  # every measurement, in gradients.json's order
+    hosts: HostsFile | None = None
+    journal: RunJournal | None = None
+    addresses: Mapping[str, str] = field(default_factory=dict)  # host name -> address
+
+    def last_per_link(self) -> list[LinkMeasurement]:
+        """Each link's last measurement (a link measured at several delays has several): the
+        run's last state, one series per link."""
+        last = {m.link.label: m for m in self.links}
+        return [last[label] for label in sorted(last)]
+
+
+def read_run(run_dir: Path) -> RunExport:
+    """The run at `run_dir`; InputError naming the directory or the file and field."""
+    if not run_dir.is_dir():
+        raise InputError(Problem("no such run directory", str(run_dir)))
+    links = read_measurements(run_dir / "gradients.json")
+    hosts = read_hosts(run_dir)
+    journal_path, experiment_path = run_dir / "run.json", run_dir / "experiment.json"
+    journal = read_record(journal_path, RunJournal, "the run journal") \
+        if journal_path.exists() else None
+    experiment = read_record(experiment_path, _ExperimentHosts, "the experiment as run") \
+        if experiment_path.exists() else _ExperimentHosts()
+    name = experiment.name or (hosts.experiment if hosts else None) or run_dir.resolve().name
+    return RunExport(run=run_dir.resolve().name, experiment=name, links=tuple(links),
+                     hosts=hosts, journal=journal,
+                     addresses={h.name: h.address for h in experiment.hosts if h.address})
