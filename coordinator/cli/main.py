@@ -19,6 +19,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from coordinator.cli import export as export_cli
 from coordinator.cli import (
     gradient,
     latency,
@@ -57,6 +58,7 @@ COMMANDS: tuple[Command | CommandGroup, ...] = (
     *profile.COMMANDS,
     *paths.COMMANDS,
     *regress.COMMANDS,
+    *export_cli.COMMANDS,  # export
 )
 
 

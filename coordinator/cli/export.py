@@ -1,0 +1,212 @@
+"""`linkgrad export RUN_DIR --prometheus FILE | --perfsonar URL | --esmond FILE`: a run's
+results where operators already look. The builders are `coordinator.export`'s; this module
+checks the arguments, writes files whole (a temporary file, then renamed: nothing
+half-written) or PUTs the records, and says what it did. `--dry-run` prints, as JSON, what it
+would write or send, and neither writes nor sends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import socket
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import write_to_textfile
+
+from coordinator.cli.command import Command
+from coordinator.config.strict_json import dumps
+from coordinator.export import archive_put, esmond, perfsonar, prometheus
+from coordinator.export.proxy_auth import authorization, redacted
+from coordinator.export.source import RunExport, read_run
+from linkgrad.errors import InputError, Problem
+from linkgrad.reading import read_text
+
+WIDTH = 80
+
+DESCRIPTION = """\
+Exports a run directory's results: to a Prometheus text file for node_exporter's textfile
+collector (each link's gradient per transaction with its 95% interval, SNAP's seconds per
+class and phase, the host probes' metrics in node_exporter's names), to a perfSONAR 5 archive
+(one pScheduler-shaped record per link measurement, PUT to its Logstash), or to a file of
+esmond metadata and data documents (perfSONAR 4's archive). Files are written whole or not at
+all."""
+
+EPILOG = """\
+examples:
+  linkgrad export runs/shop-20260301-1200 --prometheus /var/lib/prometheus/node-exporter/shop.prom
+  linkgrad export runs/shop-20260301-1200 --perfsonar https://archive.example/logstash \\
+      --auth-file /etc/perfsonar/logstash/proxy_auth.json
+  linkgrad export runs/shop-20260301-1200 --esmond shop-esmond.json
+  linkgrad export runs/shop-20260301-1200 --perfsonar https://archive.example/logstash --dry-run"""
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run's directory")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--prometheus", type=Path, metavar="FILE.prom",
+                        help="write the text exposition for node_exporter's textfile collector")
+    target.add_argument("--perfsonar", metavar="URL",
+                        help="PUT pScheduler-shaped records to a perfSONAR 5 archive's Logstash "
+                        "(https://ARCHIVE/logstash)")
+    target.add_argument("--esmond", type=Path, metavar="FILE",
+                        help="write esmond metadata and data documents (perfSONAR 4's archive)")
+    p.add_argument("--auth-file", type=Path, metavar="F",
+                   help="with --perfsonar: Basic auth from a file shaped like perfSONAR's "
+                   "/etc/perfsonar/logstash/proxy_auth.json")
+    p.add_argument("--observer", metavar="HOST",
+                   help="with --perfsonar or --esmond: the x-ps-observer header and the host of "
+                   "the records' hrefs (default: the host that ran the run, from run.json)")
+    p.add_argument("--insecure", action="store_true",
+                   help="with --perfsonar: do not verify the archive's TLS certificate "
+                   "(perfSONAR archives often have a self-signed one)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print, as JSON, what would be written or sent; write and send nothing")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("linkgrad")
+    except importlib.metadata.PackageNotFoundError:  # a source tree, not installed
+        return "unknown"
+
+
+def _check_output(path: Path, option: str) -> None:
+    if path.is_dir():
+        raise InputError(Problem("is a directory: name a file in it", str(path), field=option))
+    if not path.parent.is_dir():
+        raise InputError(Problem(f"no directory {path.parent} to write into", str(path),
+                                 field=option))
+
+
+def _write_whole(path: Path, text: str, option: str) -> None:
+    """`text` at `path` through a temporary file in its directory, renamed over it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the umask's mode, as any file
+    try:
+        try:
+            with tmp.open("x") as f:
+                f.write(text)
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        raise InputError(Problem(f"cannot write: {e.strerror or e}", str(path),
+                                 field=option)) from e
+
+
+def _say(*paragraphs: str) -> None:
+    for text in paragraphs:
+        print(textwrap.fill(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False,
+                            break_long_words=False))
+
+
+def _observer(args: argparse.Namespace, run: RunExport) -> str:
+    if args.observer:
+        return str(args.observer)
+    if run.journal is not None and run.journal.coordinator is not None:
+        return run.journal.coordinator.host
+    return socket.getfqdn()
+
+
+def _to_prometheus(args: argparse.Namespace, run: RunExport) -> dict[str, Any]:
+    path: Path = args.prometheus
+    if path.suffix != ".prom":
+        raise InputError(Problem("node_exporter's textfile collector reads only files named "
+                                 "*.prom", str(path), field="--prometheus"))
+    _check_output(path, "--prometheus")
+    families = prometheus.families(run)
+    registry = prometheus.registry_of(families)
+    if args.dry_run:
+        return {"target": "prometheus", "file": str(path),
+                "text": prometheus.exposition(registry)}
+    try:
+        write_to_textfile(str(path), registry)  # a temporary file, then renamed
+    except OSError as e:
+        raise InputError(Problem(f"cannot write: {e.strerror or e}", str(path),
+                                 field="--prometheus")) from e
+    gradients = next((len(f.samples) for f in families if f.name == "linkgrad_gradient"), 0)
+    hosts = {v[1] for f in families if f.name.startswith("linkgrad_host_") for v in f.samples}
+    return {"target": "prometheus", "file": str(path), "metrics": len(families),
+            "series": sum(len(f.samples) for f in families), "gradients": gradients,
+            "links": len(run.last_per_link()), "hosts": len(hosts)}
+
+
+def _to_perfsonar(args: argparse.Namespace, run: RunExport) -> dict[str, Any]:
+    url: str = args.perfsonar
+    archive_put.check_url(url)
+    auth = authorization(read_text(args.auth_file, "the archive's credentials"),
+                         str(args.auth_file)) if args.auth_file else None
+    observer = _observer(args, run)
+    records = [r.model_dump(mode="json") for r in perfsonar.records(run, observer, _version())]
+    if args.dry_run:
+        shown = archive_put.headers(observer, redacted(auth) if auth else None)
+        return {"target": "perfsonar", "url": url, "method": "PUT", "headers": shown,
+                "records": records}
+    sent = archive_put.put_records(url, [dumps(r, indent=None, note=False) for r in records],
+                                   observer, auth, str(args.auth_file) if args.auth_file else None,
+                                   verify_tls=not args.insecure)
+    return {"target": "perfsonar", "url": url, "observer": observer, "records": sent,
+            "test_type": perfsonar.TEST_TYPE}
+
+
+def _to_esmond(args: argparse.Namespace, run: RunExport) -> dict[str, Any]:
+    path: Path = args.esmond
+    _check_output(path, "--esmond")
+    document = esmond.documents(run, _observer(args, run), _version())
+    if args.dry_run:
+        return {"target": "esmond", "file": str(path), "document": document}
+    _write_whole(path, dumps(document, indent=2, note=False) + "\n", "--esmond")
+    return {"target": "esmond", "file": str(path), "entries": len(document["entries"])}
+
+
+def _summary(done: dict[str, Any], run: RunExport) -> None:
+    head = f"Exported {run.run} (experiment {run.experiment})"
+    if done["target"] == "prometheus":
+        hosts = f"{done['hosts']} hosts' metrics" if done["hosts"] else \
+            "no host metrics (the run has no hosts.json)"
+        _say(f"{head} to {done['file']}: {done['series']} series in {done['metrics']} metrics, "
+             f"{done['gradients']} gradients of {done['links']} links, {hosts}.",
+             "Next: node_exporter reads it with --collector.textfile.directory="
+             f"{Path(done['file']).parent}; query linkgrad_gradient in Prometheus, and alert "
+             "when node_textfile_mtime_seconds goes stale.")
+    elif done["target"] == "perfsonar":
+        _say(f"{head}: {done['records']} records PUT to {done['url']} as observer "
+             f"{done['observer']}.",
+             "Next: in the archive they are index pscheduler_linkgrad (alias pscheduler); "
+             "filter on test.type:linkgrad in OpenSearch Dashboards.")
+    else:
+        _say(f"{head} to {done['file']}: {done['entries']} esmond entries (metadata and data).",
+             "Next: POST each entry's metadata to https://ARCHIVE/esmond/perfsonar/archive/ "
+             "with 'Authorization: Token KEY', then PUT its data to the uri the archive "
+             "answers.")
+
+
+def export_command(args: argparse.Namespace) -> int:
+    if args.auth_file is not None and args.perfsonar is None:
+        raise InputError(Problem("only with --perfsonar", field="--auth-file"))
+    if args.insecure and args.perfsonar is None:
+        raise InputError(Problem("only with --perfsonar", field="--insecure"))
+    if args.observer is not None and args.prometheus is not None:
+        raise InputError(Problem("only with --perfsonar or --esmond", field="--observer"))
+    run = read_run(args.run_dir)
+    if not run.links:
+        raise InputError(Problem("no link measured yet: nothing to export",
+                                 str(args.run_dir / "gradients.json")))
+    target = _to_prometheus if args.prometheus is not None else \
+        _to_perfsonar if args.perfsonar is not None else _to_esmond
+    done = target(args, run)
+    if args.dry_run:
+        print(dumps({"dry_run": True, **done}))
+    elif args.json:
+        print(dumps(done))
+    else:
+        _summary(done, run)
+    return 0
+
+
+COMMANDS = (Command("export", "export a run to Prometheus (node_exporter) or perfSONAR",
+                    DESCRIPTION, _arguments, export_command, epilog=EPILOG),)
