@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from linkgrad.errors import RuntimeFailure
+from testbed.cgroup_mounts import host_mounts, mount_then_exec
+from testbed.cgroups import join_then_exec, remove_testbed_cgroups
 from testbed.netns import HostPlan, Step, TestbedPlan
 from testbed.private_dir import ensure_dir
 from testbed.state import ServiceRecord, State
@@ -53,6 +55,19 @@ def listening(namespace: str, port: int) -> bool:
     return done.returncode == 0 and bool(done.stdout.strip())
 
 
+def start_argv(namespace: str | None, cgroups: dict[str, Path], mounts: list[list[str]],
+               pid_file: Path, argv: Sequence[str]) -> list[str]:
+    """What `Builder.start` runs, one process throughout (each step execs the next): detached
+    (setsid --fork); in the host's cgroups (`cgroups`), joined before anything of the daemon
+    runs; in its namespace, with the cgroup hierarchies mounted there (`mounts`: `ip netns
+    exec` hides the machine's); then a shell that writes its pid to `pid_file` and execs
+    `argv`. So the pid file is there only once every step before it has succeeded."""
+    daemon = ["sh", "-c", 'echo $$ > "$0"; exec "$@"', str(pid_file), *argv]
+    if namespace is not None:
+        daemon = ["ip", "netns", "exec", namespace, *mount_then_exec(mounts, daemon)]
+    return ["setsid", "--fork", *join_then_exec(cgroups, daemon)]
+
+
 class Builder:
     """Applies steps with their undo saved first; starts services inside namespaces."""
 
@@ -73,22 +88,26 @@ class Builder:
 
     def start(self, host: HostPlan | None, name: str, argv: Sequence[str],
               env: dict[str, str] | None = None) -> int:
-        """Start a daemon in the host's namespace (None: the root namespace): detached
-        (setsid --fork), its pid from a pid file written by the shell that then execs it, so
-        the caller keeps no child."""
+        """Start a daemon in the host's namespace and cgroup (None: the root namespace):
+        detached, its pid from a pid file (`start_argv`), so the caller keeps no child."""
         where = host.name if host else "root"
+        cgroups = self.state.cgroups.get(host.name, {}) if host else {}
+        mounts = host_mounts(Path("/proc/self/mountinfo").read_text()) if cgroups else []
         log = ensure_dir(self.state.directory / "logs", 0o700) / f"{where}-{name}.log"
         pid_file = log.with_suffix(".pid")
         pid_file.unlink(missing_ok=True)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         with open(fd, "ab") as out:
-            inside = ["ip", "netns", "exec", host.namespace] if host else []
-            subprocess.run(["setsid", "--fork", "sh", "-c", 'echo $$ > "$0"; exec "$@"',
-                            str(pid_file), *inside, *argv],
+            subprocess.run(start_argv(host.namespace if host else None, cgroups, mounts,
+                                      pid_file, argv),
                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                            env={**os.environ, **(env or {})}, check=True, timeout=30)
-        wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "",
-                   f"{name} on {where} to start", timeout_s=10)
+        try:
+            wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "",
+                       f"{name} on {where} to start", timeout_s=10)
+        except RuntimeFailure as e:  # e.g. a cgroup or a mount failed: its log says why
+            said = log.read_text(errors="replace").strip().splitlines()[-1:]
+            raise RuntimeFailure(f"{e}{': ' + said[0] if said else ''} ({log})") from e
         pid = int(pid_file.read_text())
         self.state.services[f"{where}/{name}"] = ServiceRecord(pid=pid, argv=tuple(argv),
                                                                log=str(log))
@@ -136,6 +155,8 @@ def teardown(plan: TestbedPlan, state: State | None) -> list[str]:
         kill_namespace(host.namespace, spare=shells)
     if keeper is not None:  # it stops Mininet's own hosts, links and bridge on SIGTERM
         _stop_pid(keeper.pid, "mininet_keeper")
+    # by the tag's name, whether the state recorded them or not (a crash before it did)
+    failures += remove_testbed_cgroups(plan.tag)
     undo = state.undo if state else _undo_by_names(plan)
     for argv in reversed(undo):
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)

@@ -27,11 +27,15 @@ class DescribedHost(_Record):
     address: str
     ssh_port: int
     roles: tuple[str, ...]
+    # controller -> the host's own cgroup, which every process in the host is in
+    # (`testbed.cgroups`); {}: the host is measured as the machine
+    cgroups: dict[str, Path] = {}
 
     @classmethod
-    def of(cls, host: HostPlan) -> DescribedHost:
+    def of(cls, host: HostPlan, cgroups: dict[str, Path] | None = None) -> DescribedHost:
         return cls(name=host.name, namespace=host.namespace, address=host.address,
-                   ssh_port=22, roles=host.roles)  # every host's sshd (testbed.sshd)
+                   ssh_port=22, roles=host.roles,  # every host's sshd (testbed.sshd)
+                   cgroups=cgroups or {})
 
 
 class DescribedWebLog(_Record):
@@ -71,6 +75,7 @@ class DescribedTestbed(_Record):
     known_hosts: Path
     transactions: tuple[DescribedTransaction, ...]
     network: str  # "netns", or Mininet's
+    cgroups_note: str | None = None  # why the hosts have no cgroups of their own
 
     def host(self, name: str) -> DescribedHost:
         return next(h for h in self.hosts if h.name == name)

@@ -20,9 +20,10 @@ import sys
 from pathlib import Path
 
 from linkgrad.errors import RuntimeFailure
-from testbed import apache, mediawiki, nginx, postgres, redmine, sshd
+from testbed import apache, cgroups, mediawiki, nginx, postgres, redmine, sshd
 from testbed.addressing import free_subnet, networks_in_use
 from testbed.build import Builder, listening, namespace_pids, port_open, teardown, wait_until
+from testbed.cgroup_mounts import mounted_disks
 from testbed.description import (
     DescribedHost,
     DescribedTestbed,
@@ -77,7 +78,8 @@ def recover(tag: str, topology: Topology, root: Path) -> bool:
         teardown(state.plan, state)
         return True
     stale = plan_testbed(topology, tag, ipaddress.IPv4Network("10.201.0.0/24"))
-    if any(Path(f"/run/netns/{h.namespace}").exists() for h in stale.hosts):
+    if any(Path(f"/run/netns/{h.namespace}").exists() for h in stale.hosts) \
+            or cgroups.leftover_cgroups(tag):
         teardown(stale, None)
         return True
     return False
@@ -96,8 +98,9 @@ def up(topology: Topology, tag: str = "tb", root: Path = DEFAULT_ROOT,
     builder = Builder(state)
     try:
         _network(builder, plan, directory, mininet)
+        note = _cgroups(state, plan)
         _build(builder, plan, topology, directory)
-        info = describe(plan, topology, directory, recovered, mininet)
+        info = describe(plan, topology, directory, recovered, mininet, state.cgroups, note)
         pages = [t.url for t in info.transactions]
         if topology.app == "mediawiki":
             mediawiki.warm_up(pages)
@@ -136,6 +139,22 @@ def _network(builder: Builder, plan: TestbedPlan, directory: Path, mininet: bool
     services["root/mininet"] = services["root/mininet"].model_copy(
         update={"shells": tuple(sorted(shells.values()))})
     builder.state.save()
+
+
+def _cgroups(state: State, plan: TestbedPlan) -> str | None:
+    """A cgroup of its own for each host, before its first process (`testbed.cgroups`);
+    recorded first, so a failure half-way is removed with the rest. Returns why the hosts
+    have none (None: they have)."""
+    hierarchy = cgroups.detect()
+    why = cgroups.unavailable(hierarchy)
+    if why is not None or hierarchy is None:
+        return why
+    hosts = [h.name for h in plan.hosts]
+    state.cgroups = {h: cgroups.cgroup_dirs(hierarchy, plan.tag, h) for h in hosts}
+    state.save()
+    disks = mounted_disks(Path("/proc/self/mountinfo").read_text())
+    cgroups.make_testbed_cgroups(hierarchy, plan.tag, hosts, disks)
+    return None
 
 
 def _fails(argv: list[str]) -> bool:
@@ -202,7 +221,9 @@ def _app_argv(name: str, address: str, plan: TestbedPlan, topology: Topology, ds
 
 
 def describe(plan: TestbedPlan, topology: Topology, directory: Path,
-             recovered: bool = False, mininet: bool = False) -> DescribedTestbed:
+             recovered: bool = False, mininet: bool = False,
+             host_cgroups: dict[str, dict[str, Path]] | None = None,
+             cgroups_note: str | None = None) -> DescribedTestbed:
     web = plan.with_role("web")[0]
     url = f"http://{web.address}"
     log = directory / "access.log"
@@ -214,11 +235,13 @@ def describe(plan: TestbedPlan, topology: Topology, directory: Path,
                                   log_format=nginx.LOG_FORMAT)
     return DescribedTestbed(
         tag=plan.tag, app=topology.app, directory=directory, subnet=plan.subnet,
-        recovered_stale=recovered, hosts=tuple(DescribedHost.of(h) for h in plan.hosts),
+        recovered_stale=recovered,
+        hosts=tuple(DescribedHost.of(h, (host_cgroups or {}).get(h.name)) for h in plan.hosts),
         frontend_url=url, web_log=web_log, ssh_config=directory / "ssh" / "ssh_config",
         known_hosts=directory / "ssh" / "known_hosts",
         transactions=tuple(DescribedTransaction.of(t, url) for t in transactions_of(topology)),
-        network="mininet (LinuxBridge, no controller)" if mininet else "netns")
+        network="mininet (LinuxBridge, no controller)" if mininet else "netns",
+        cgroups_note=cgroups_note)
 
 
 def down(tag: str = "tb", topology: Topology | None = None, root: Path = DEFAULT_ROOT

@@ -1,5 +1,6 @@
 """What a testbed made, on disk, so `down` and `status` work from another process or after a
-crash: the plan, the undo list (in the order the changes were made), the services' pids.
+crash: the plan, the undo list (in the order the changes were made), the services' pids, the
+hosts' cgroups.
 
 Root runs the undo list, so the state is read only from a directory and a file that are root's
 alone (`testbed.private_dir`), and written as a fresh 0600 file renamed into place.
@@ -66,6 +67,9 @@ class StateFile(BaseModel):
     undo: list[_Argv]  # in the order the changes were made
     services: dict[str, ServiceRecord]  # "host/name" -> its daemon
     info: DescribedTestbed | None  # `{}` in the file until `up` has described the testbed
+    # host -> controller -> its cgroup (`testbed.cgroups`), recorded before it is made; absent
+    # in a state written before hosts had cgroups
+    cgroups: dict[str, dict[str, Path]] = {}
 
     @field_validator("info", mode="before")
     @classmethod
@@ -85,13 +89,15 @@ class State:
     undo: list[list[str]] = field(default_factory=list)
     services: dict[str, ServiceRecord] = field(default_factory=dict)  # "host/name" -> daemon
     info: DescribedTestbed | None = None  # what `up --json` prints, once it is known
+    cgroups: dict[str, dict[str, Path]] = field(default_factory=dict)  # host -> controller -> dir
 
     @property
     def path(self) -> Path:
         return self.directory / "state.json"
 
     def save(self) -> None:
-        saved = StateFile(plan=self.plan, undo=self.undo, services=self.services, info=self.info)
+        saved = StateFile(plan=self.plan, undo=self.undo, services=self.services, info=self.info,
+                          cgroups=self.cgroups)
         # exclude_unset: a field never given (a service's `shells`) is not in the file
         write_file(self.path, json.dumps(saved.model_dump(mode="json", exclude_unset=True),
                                          indent=2))  # never a half-written state
@@ -111,7 +117,8 @@ class State:
         except ValidationError as e:
             raise RuntimeFailure(f"{path} is not a testbed state ({_first_problem(e)}): remove "
                                  "the testbed's namespaces by hand, then the directory") from e
-        return cls(directory, saved.plan, saved.undo, dict(saved.services), saved.info)
+        return cls(directory, saved.plan, saved.undo, dict(saved.services), saved.info,
+                   {host: dict(dirs) for host, dirs in saved.cgroups.items()})
 
 
 def _first_problem(e: ValidationError) -> str:
