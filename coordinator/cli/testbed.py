@@ -17,6 +17,7 @@ from coordinator.cli.command import Command, CommandGroup
 from coordinator.config.topology_file import load_topology
 from linkgrad.errors import InputError, Problem, RuntimeFailure
 from testbed import nginx
+from testbed.cgroups import join_then_exec
 from testbed.description import DescribedTestbed, RemovalReport
 from testbed.lifecycle import down, status, up
 from testbed.netns import TAG
@@ -129,9 +130,10 @@ def _load(args: argparse.Namespace) -> OpenLoopSummary | ClosedLoopSummary:
     info = _up_testbed(args)
     mix = args.mix or ",".join(f"{t.path}=1" for t in info.transactions)
     client = info.with_role("client")[0]
-    argv = ["ip", "netns", "exec", client.namespace, sys.executable, "-m", "testbed.loadgen",
-            f"--url={info.frontend_url}", f"--mix={mix}", f"--duration={args.duration}",
-            "--json"]
+    # in the client host's cgroup, as everything of that host is: its probe counts the load
+    argv = join_then_exec(client.cgroups, [
+        "ip", "netns", "exec", client.namespace, sys.executable, "-m", "testbed.loadgen",
+        f"--url={info.frontend_url}", f"--mix={mix}", f"--duration={args.duration}", "--json"])
     if args.clients is not None:
         if args.clients < 1 or args.think_s < 0:
             raise InputError(Problem("at least 1 client and a think time of 0 s or more",
