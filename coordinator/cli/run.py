@@ -149,6 +149,8 @@ def _kept(run_dir: Path, journal: RunJournal) -> dict[str, str]:
         "report.html": lambda: "the link gradient graph and every link's series",
         "weblog.log": lambda: "the web log's requests",
         "snap.json": lambda: "SNAP's TCP profile of every host (classes per link)",
+        "paths.json": lambda: "causal paths per transaction (crossings per link)",
+        "hosts.json": lambda: "every host's CPU, memory, network and disk, per phase",
         "run.json": lambda: "how the run went",
     }
     return {name: what() for name, what in described.items() if (run_dir / name).exists()}
