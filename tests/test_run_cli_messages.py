@@ -23,7 +23,7 @@ from tests.fakes.testbed_status import up_status
 
 CROSSINGS = {"/two": 2, "/none": 0}
 FILES = ("graph.json", "baseline.json", "plan.json", "gradients.json", "report.html",
-         "weblog.log", "snap.json", "run.json")
+         "weblog.log", "snap.json", "hosts.json", "run.json")
 
 
 def write_experiment(tmp_path: Path, **parameters: object) -> Path:
@@ -133,7 +133,7 @@ def test_an_interrupt_in_training_keeps_no_graph_and_says_nothing_was_planned(
     code, out, err = run([str(path), "--json"], capsys)
     assert code == 1
     run_dir, files = kept_listing(err)
-    assert set(files) <= {"weblog.log", "snap.json", "run.json"}  # what SNAP saw of it too
+    assert set(files) <= {"weblog.log", "snap.json", "hosts.json", "run.json"}  # SNAP, probes
     assert all((run_dir / name).exists() for name in files)
     assert "no link planned yet: linkgrad run" in err
     status = json.loads(out)
