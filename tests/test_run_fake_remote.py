@@ -21,8 +21,9 @@ from coordinator.config.run_inputs import load_run
 from coordinator.config.snap_file import read_snap
 from coordinator.live.run import run_experiment
 from coordinator.live.validate import PlacementChanges, validate_placements
-from linkgrad.errors import InputError, RuntimeFailure
+from linkgrad.errors import InputError, Problem, RuntimeFailure
 from linkgrad.prediction import Estimate
+from sniffer.host_prober import HostProber
 from tests.fakes.remote import (
     START_S,
     FakeApplication,
@@ -92,9 +93,9 @@ def test_a_run_measures_the_applications_known_gradients(tmp_path):
     # link's hosts while it is injected; each link carries every host's load meanwhile
     hosts = read_hosts(run_dir)
     assert hosts is not None
-    assert [p.context for p in hosts.phases] == [
-        "passive", "measure tcp app:0 -> db:5432, tcp db:5432 -> app:0"]
+    assert [p.context for p in hosts.phases] == ["passive", "measure 1/1"]
     assert hosts.phases[1].fast == ["app", "db"]
+    assert hosts.phases[1].links == ["tcp app:0 -> db:5432", "tcp db:5432 -> app:0"]
     assert all(p.end_s is not None and p.end_s >= p.start_s for p in hosts.phases)
     assert set(hosts.hosts) == {"web", "app", "db"}
     for name, series in hosts.hosts.items():
@@ -128,6 +129,28 @@ def test_the_report_draws_every_hosts_load_over_the_run_and_tables_it_per_link(t
     page = write_report(run_dir).read_text()
     assert "hosts.json cannot be read" in page
     assert "<h2>Gradients</h2>" in page
+
+
+def test_a_host_whose_probe_fails_is_said_once_and_the_run_goes_on(tmp_path, monkeypatch):
+    real = HostProber.start
+
+    def start(self, request):
+        if request.context.startswith("measure"):  # the hosts' second context fails
+            raise InputError(Problem("no /proc/stat here"))
+        return real(self, request)
+
+    monkeypatch.setattr(HostProber, "start", start)
+    fake, run_dir = Fake(), tmp_path / "run"
+    journal = fake.run(experiment(tmp_path, concurrent=1), run_dir)  # two groups
+    assert journal.status == "completed"
+    said = [w for w in journal.warnings or [] if w.startswith("host probe on")]
+    assert sorted(w.split(":")[0] for w in said) == [
+        "host probe on app", "host probe on db", "host probe on web"]  # once each
+    assert all("no /proc/stat here" in w for w in said)
+    hosts = read_hosts(run_dir)
+    assert hosts is not None  # the passive phase's series stand
+    assert all({r.context for r in s.reports} == {"passive"} for s in hosts.hosts.values())
+    fake.assert_every_lease_ended()
 
 
 def test_probes_off_write_no_series_and_ask_no_sniffer_to_probe(tmp_path):

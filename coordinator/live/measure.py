@@ -164,8 +164,8 @@ def measure_all(session: Session, out: RunDir, links: list[GraphLink], plan: Wav
         at = f" at {fixed:g} ms" if fixed is not None else ""
         say(f"group {i}/{len(todo)} ({len(group)} link(s){at}); about {left:.0f} s left"
             + (" (more while a delay grows)" if adaptive and fixed is None else ""))
-        for problem in probes.open_phase(session, "measure " + ", ".join(
-                link.label for link in group), group):
+        for problem in probes.open_phase(session, f"measure {i}/{len(todo)}{at}", group):
+            session.warnings.append(problem)  # run.json's, with the daemons' others
             say(f"[yellow]{problem}")
         measured = measure_group(session, group, plan, base, say, fixed)
         files = [f"injections/{len(results) + j:03d}.json" for j in range(1, len(group) + 1)]

@@ -38,8 +38,11 @@ def _end(session: Session, at_s: float) -> None:
 
 def _on_every_host(session: Session, request: Probe | Unprobe,
                    requests: dict[str, Probe | Unprobe] | None = None) -> list[str]:
-    """The request on every host's sniffer at once; the problems, one per failed host."""
-    names = list(session.sniffers)
+    """The request on every host's sniffer at once; the problems, one per failed host. A
+    host whose probe failed once is not asked to probe again, nor said again (one line, not
+    one per group); `unprobe` still ends whatever context it kept running."""
+    names = [name for name in session.sniffers
+             if name not in session.probe_failed or isinstance(request, Unprobe)]
     if not names:
         return []
     with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
@@ -51,13 +54,16 @@ def _on_every_host(session: Session, request: Probe | Unprobe,
         try:
             session.probing[name] = future.result()
         except Exception as e:  # passive evidence: this host's series is missing, said
-            problems.append(f"host probe on {name}: {e}")
+            if name not in session.probe_failed:
+                problems.append(f"host probe on {name}: {e}; its series ends here")
+            session.probe_failed.add(name)
     return problems
 
 
 def open_phase(session: Session, context: str, links: Sequence[GraphLink] = ()) -> list[str]:
     """A new probe context on every host (the running one ends with its last report):
-    fast on the ends of `links`, slow elsewhere. What failed, per host."""
+    fast on the ends of `links`, slow elsewhere. What failed, per host. `context` is short
+    ("passive", "measure 2/5"): the phase in hosts.json lists its links."""
     options: Probes = session.experiment.probes
     if not options.enabled:
         return []
@@ -67,7 +73,7 @@ def open_phase(session: Session, context: str, links: Sequence[GraphLink] = ()) 
     quick = Probe(context=context, sample_interval_s=options.fast_sample_s,
                   report_interval_s=options.fast_report_s)
     _begin(session, ProbePhase(context=context, start_s=session.clock.time(), fast=fast,
-                         links=[link.label for link in links]))
+                               links=[link.label for link in links]))
     return _on_every_host(session, slow, {name: quick for name in fast})
 
 

@@ -128,6 +128,8 @@ def open_session(session: Session, say: Say) -> list[str]:
 def finish(session: Session, out: RunDir, journal: RunJournal, say: Say) -> RunJournal:
     """Phase 4, whatever happened: every lease ends (no injection survives the run), the log
     is kept, the journal written."""
+    # what the daemons could not do, from the start on (a probe that failed mid-run too)
+    journal = journal.model_copy(update={"warnings": list(session.warnings) or None})
     try:  # SNAP's evidence is no reason to skip the cleanup below
         if unprofiled := session.stop_profiling():  # each host's last SNAP report, before
             journal = journal.model_copy(update={  # its sniffer goes

@@ -95,6 +95,7 @@ class Session:
     probing: dict[str, Probing] = field(default_factory=dict)  # host -> its probe's context
     host_reports: dict[str, list[HostReportEvent]] = field(default_factory=dict)  # by host
     probe_phases: list[ProbePhase] = field(default_factory=list)  # the last one running
+    probe_failed: set[str] = field(default_factory=set)  # hosts not probed any more
 
     def open(self, sniffers: bool = True) -> Session:
         """Connect to every host; start the sniffers (unless not wanted), follow the web log
