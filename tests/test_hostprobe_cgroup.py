@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from linkgrad.hostprobe.cgroup import CgroupCounters, cgroup_rates, own_cgroups
+from linkgrad.hostprobe.cgroup import CgroupCounters, cgroup_rates, hosts_own, own_cgroups
 from sniffer.host_probe import read_cgroup
 
 V2_CPU = "usage_usec {u}\nuser_usec {us}\nsystem_usec {sy}\nnr_periods 0\nnr_throttled 0\n"
@@ -54,6 +54,24 @@ def test_the_machine_s_root_is_no_cgroup_of_one_s_own(tmp_path):
     assert read_cgroup(tmp_path, own) is None
     assert own_cgroups("4:memory:/a\n2:cpu,cpuacct:/b\n0::/c\n") == (
         {"memory": "/a", "cpuacct": "/b"}, "/c")
+
+
+@pytest.mark.parametrize(("path", "own"), [
+    ("/", False),
+    ("/user.slice/user-0.slice/session-4.scope", False),  # an SSH session: the sniffer's
+    ("/system.slice/ssh.service", False),
+    ("/init.scope", False),
+    ("/system.slice/docker-0123abcd.scope", True),  # a container systemd made
+    ("/docker/0123abcd", True),
+    ("/kubepods.slice/kubepods-burstable.slice/kubepods-pod1.slice/cri-containerd-9.scope",
+     True),
+    ("/machine.slice/machine-vm1.scope", True),
+    ("/linkgrad-tb/db", True),  # a testbed host
+])
+def test_a_host_s_own_cgroup_is_a_container_s_not_a_session_s(path, own):
+    assert hosts_own(path) is own
+    v1, v2 = own_cgroups(f"4:memory:{path}\n0::{path}\n")
+    assert (v1["memory"] != "/", v2 != "/") == (own, own)
 
 
 def test_a_controller_the_host_has_not_its_own_is_named_missing():

@@ -18,6 +18,7 @@ __all__ = [
     "CgroupRates",
     "IoRates",
     "cgroup_rates",
+    "hosts_own",
     "own_cgroups",
     "parse_blkio_v1",
     "parse_cpu_stat_v2",
@@ -25,12 +26,32 @@ __all__ = [
 ]
 
 
+# systemd puts every process it starts in a cgroup: a login session's (an SSH command's, so
+# the sniffer's), a system service's. Those are not the host's: a container's or a pod's are,
+# even where systemd made them (docker-<id>.scope under system.slice).
+_CONTAINER_PREFIXES = ("docker-", "libpod-", "crio-", "cri-containerd-", "lxc", "machine-")
+
+
+def hosts_own(path: str) -> bool:
+    """Whether a cgroup path is a host's own (a container, a pod, a VM's, a testbed host's)
+    rather than the machine's root, a login session's or a system service's."""
+    parts = path.strip("/").split("/")
+    if parts == [""]:
+        return False
+    if any(p.startswith(_CONTAINER_PREFIXES) or p.startswith("kubepods") for p in parts):
+        return True
+    return parts[0] not in ("user.slice", "system.slice", "init.scope")
+
+
 def own_cgroups(proc_self_cgroup: str) -> tuple[dict[str, str], str | None]:
     """/proc/PID/cgroup: (v1 controller -> path, the v2 path or None). Only the controllers
-    a host is measured by are kept; a path "/" is the machine's root, not a cgroup of one's own."""
+    a host is measured by are kept, and only where the path is the host's own (`hosts_own`):
+    "/" is the machine's root, "/user.slice/.../session-4.scope" the SSH session's."""
     v1, v2 = {}, None
     for line in proc_self_cgroup.splitlines():
         _, controllers, path = line.split(":", 2)
+        if not hosts_own(path):
+            path = "/"  # measured as the machine
         if not controllers:
             v2 = path
         for c in controllers.split(","):
