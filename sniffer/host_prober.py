@@ -23,8 +23,8 @@ __all__ = ["HostProber", "sampled_values"]
 def sampled_values(host: HostRates, cgroup: CgroupRates | None) -> dict[str, float]:
     """One interval's values that calipers follow within a report."""
     out: dict[str, float] = {}
-    if host.cpu:
-        out["cpu_busy"] = 1.0 - host.cpu.get("idle", 0.0) - host.cpu.get("iowait", 0.0)
+    if host.cpu_busy is not None:
+        out["cpu_busy"] = host.cpu_busy
         out["cpu_iowait"] = host.cpu.get("iowait", 0.0)
     if host.procs_running is not None:
         out["procs_running"] = float(host.procs_running)

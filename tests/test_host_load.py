@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from coordinator.config.hosts_file import HostReport, HostSeries, HostsFile, ProbePhase
 from linkgrad.hostprobe.cgroup import CgroupRates, IoRates
-from linkgrad.hostprobe.load import Span, load_during, whole_disks
+from linkgrad.hostprobe.load import ReportedRates, load_during, whole_disks
 from linkgrad.hostprobe.sample import DiskRates, HostRates, NicRates
 
 
@@ -20,7 +21,7 @@ def _disk(busy: float, write: float = 0.0) -> DiskRates:
 
 
 def span(from_s: float, to_s: float, idle: float, rx: float = 0.0, busy: float = 0.0,
-         cores: float | None = None, retrans: float | None = None) -> Span:
+         cores: float | None = None, retrans: float | None = None) -> ReportedRates:
     host = HostRates(from_s=from_s, to_s=to_s, cpu={"user": 1 - idle, "idle": idle},
                      cores_busy={"cpu0": 1 - idle}, procs_running=1, procs_blocked=0,
                      memory_used_bytes=1000, memory_total_bytes=4000,
@@ -33,7 +34,7 @@ def span(from_s: float, to_s: float, idle: float, rx: float = 0.0, busy: float =
         memory_bytes=500, memory_limit_bytes=None,
         io={"8:0": IoRates(read_bytes_per_s=10, write_bytes_per_s=20, reads_per_s=1,
                            writes_per_s=1)}, missing=[])
-    return Span(from_s=from_s, to_s=to_s, host=host, cgroup=cgroup)
+    return ReportedRates(from_s=from_s, to_s=to_s, host=host, cgroup=cgroup)
 
 
 def test_each_report_counts_for_the_part_of_the_window_it_covers():
@@ -69,7 +70,25 @@ def test_the_cgroup_and_tcp_are_said_only_where_reported():
     assert own.cgroup_cpu_cores == pytest.approx(0.8)
     assert own.cgroup_write_bytes_per_s == pytest.approx(20)
     assert own.retransmits_per_s == pytest.approx(3)
-    assert "CPU 50% (own 0.80 cores)" in own.describe()
+    assert own.describe().startswith("CPU 0.80 cores own (machine 50%), ")
+    assert "disk 0.00 MB/s own" in own.describe()  # 30 B/s of its own, not the machine's sda
+    assert bare.describe().startswith("CPU 50%, ")
+    assert "sda 0% busy" in bare.describe()
+
+
+def test_a_cgroup_without_block_io_of_its_own_says_none_not_zero():
+    lacking = span(0, 10, idle=0.5, cores=0.1)
+    assert lacking.cgroup is not None
+    lacking = lacking.model_copy(update={"cgroup": lacking.cgroup.model_copy(update={
+        "io": {}, "missing": ["io: cgroup v1 counts a cgroup's block I/O only under a rule"]})})
+    idle = span(0, 10, idle=0.5, cores=0.1)
+    assert idle.cgroup is not None
+    idle = idle.model_copy(update={"cgroup": idle.cgroup.model_copy(update={"io": {}})})
+    no_rule, quiet = load_during([lacking], 0, 10), load_during([idle], 0, 10)
+    assert no_rule is not None
+    assert quiet is not None
+    assert no_rule.cgroup_write_bytes_per_s is None
+    assert quiet.cgroup_write_bytes_per_s == 0.0  # an empty io.stat: no I/O yet
 
 
 @pytest.mark.parametrize(("names", "whole"), [
@@ -81,3 +100,25 @@ def test_the_cgroup_and_tcp_are_said_only_where_reported():
 ])
 def test_whole_disks(names, whole):
     assert whole_disks(names) == whole
+
+
+def test_a_resumed_run_s_series_follow_the_earlier_session_s():
+    def report(at: float, context: str) -> HostReport:
+        s = span(at, at + 5, idle=0.5)
+        return HostReport(context=context, samples=2, from_s=s.from_s, to_s=s.to_s,
+                          host=s.host)
+
+    earlier = HostsFile(experiment="x", phases=[ProbePhase(context="passive", start_s=0,
+                                                           end_s=10)],
+                        hosts={"a": HostSeries(reports=[report(0, "passive")]),
+                               "b": HostSeries(reports=[report(0, "passive")])})
+    later = HostsFile(experiment="x", phases=[ProbePhase(context="passive", start_s=100)],
+                      hosts={"a": HostSeries(reports=[report(100, "passive")]),
+                             "c": HostSeries(reports=[report(100, "passive")])})
+    both = earlier.merged(later)
+    assert [p.start_s for p in both.phases] == [0, 100]
+    assert [r.from_s for r in both.hosts["a"].reports] == [0, 100]
+    assert set(both.hosts) == {"a", "b", "c"}
+    loads = both.hosts["a"].load_during(0, 200)
+    assert loads is not None
+    assert loads.seconds == 10  # each session's own report, nothing between

@@ -8,60 +8,69 @@ import html
 from collections.abc import Callable
 
 from coordinator.cli.figures import plt, png_img
-from coordinator.config.hosts_file import HostReport, HostsFile
+from coordinator.config.hosts_file import HostSeries, HostsFile
 from coordinator.config.run_records import LinkMeasurement
-from linkgrad.hostprobe.load import HostLoad, Span, load_during, whole_disks
+from linkgrad.hostprobe.load import HostLoad, ReportedRates, load_during, whole_disks
 
 __all__ = ["html_section"]
 
-Value = Callable[[Span], float | None]
+# a panel's value of one report, from the host's own cgroup (True) or the machine (False)
+Value = Callable[[ReportedRates, bool], float | None]
 
 
-def _cpu(s: Span) -> float | None:
-    """The host's own cgroup's cores where it has one (a testbed host sees the whole
-    machine's /proc/stat), else the machine's busy share in cores."""
-    if s.cgroup is not None and s.cgroup.cpu_cores is not None:
-        return s.cgroup.cpu_cores
-    if not s.host.cpu:
-        return None
-    busy = 1.0 - s.host.cpu.get("idle", 0.0) - s.host.cpu.get("iowait", 0.0)
-    return busy * max(1, len(s.host.cores_busy))
+def _cpu(s: ReportedRates, own: bool) -> float | None:
+    if own:
+        return s.cgroup.cpu_cores if s.cgroup is not None else None
+    busy = s.host.cpu_busy
+    return None if busy is None else busy * max(1, len(s.host.cores_busy))
 
 
-def _memory(s: Span) -> float | None:
-    own = s.cgroup.memory_bytes if s.cgroup is not None else None
-    used = own if own is not None else s.host.memory_used_bytes
+def _memory(s: ReportedRates, own: bool) -> float | None:
+    used = (s.cgroup.memory_bytes if s.cgroup is not None else None) if own \
+        else s.host.memory_used_bytes
     return None if used is None else used / 2**20
 
 
-def _network(s: Span) -> float | None:
-    nics = [n for name, n in s.host.nics.items() if name != "lo"]
-    return sum(n.rx_bytes_per_s + n.tx_bytes_per_s for n in nics) / 1e6 if nics else None
+def _network(s: ReportedRates, _own: bool) -> float | None:
+    rx, tx = s.host.network("rx_bytes_per_s"), s.host.network("tx_bytes_per_s")
+    return None if rx is None or tx is None else (rx + tx) / 1e6
 
 
-def _disk(s: Span) -> float | None:
-    if s.cgroup is not None and s.cgroup.io:
-        return sum(io.read_bytes_per_s + io.write_bytes_per_s
-                   for io in s.cgroup.io.values()) / 1e6
+def _disk(s: ReportedRates, own: bool) -> float | None:
+    if own:
+        if s.cgroup is None:
+            return None
+        read, write = s.cgroup.own_io("read_bytes_per_s"), s.cgroup.own_io("write_bytes_per_s")
+        return None if read is None or write is None else (read + write) / 1e6
     disks = [s.host.disks[d] for d in whole_disks(s.host.disks)]
     return sum(d.read_bytes_per_s + d.write_bytes_per_s for d in disks) / 1e6 if disks else None
 
 
 PANELS: tuple[tuple[str, Value], ...] = (
-    ("CPU (cores; own cgroup where it has one)", _cpu),
+    ("CPU (cores; a host's own cgroup where it has one, else the machine)", _cpu),
     ("memory (MiB; own cgroup where it has one)", _memory),
     ("network in+out (MB/s, loopback left out)", _network),
     ("disk read+write (MB/s; own cgroup where it has one)", _disk),
 )
 
 
-def _steps(reports: list[HostReport], value: Value, t0: float
-           ) -> tuple[list[float], list[float]]:
+def _own(series: HostSeries) -> bool:
+    """Whether a host is drawn as its own cgroup: decided once per host, so a report that
+    lacks a value leaves a gap rather than the machine's number."""
+    if series.probing is not None:
+        return series.probing.cgroup
+    return any(r.cgroup is not None for r in series.reports)
+
+
+def _steps(series: HostSeries, value: Value, t0: float) -> tuple[list[float], list[float]]:
     xs: list[float] = []
     ys: list[float] = []
-    for r in sorted(reports, key=lambda r: r.from_s):
-        v = value(r)
+    own = _own(series)
+    for r in sorted(series.reports, key=lambda r: r.from_s):
+        v = value(r, own)
         if v is None:
+            xs.append(r.from_s - t0)
+            ys.append(float("nan"))  # a gap in the line
             continue
         xs += [r.from_s - t0, r.to_s - t0]
         ys += [v, v]
@@ -74,10 +83,13 @@ def figure(file: HostsFile, links: list[LinkMeasurement]) -> str:
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(11, 2.2 * len(PANELS)), sharex=True)
     for ax, (title, value) in zip(axes, PANELS, strict=True):
         for name, series in sorted(file.hosts.items()):
-            xs, ys = _steps(series.reports, value, t0)
+            xs, ys = _steps(series, value, t0)
             if xs:
                 ax.plot(xs, ys, lw=1, label=name)
-        for m in links:  # each link's cycles, shaded
+        for p in file.phases:  # each group's whole time, adaptive cycles too: light
+            if p.links and p.end_s is not None:
+                ax.axvspan(p.start_s - t0, p.end_s - t0, color="red", alpha=0.05)
+        for m in links:  # each link's measured cycles: darker
             start = m.record.start - t0
             ax.axvspan(start, start + m.record.period_s * m.record.cycles, color="red",
                        alpha=0.08)
@@ -87,7 +99,8 @@ def figure(file: HostsFile, links: list[LinkMeasurement]) -> str:
                          xycoords=("data", "axes fraction"), fontsize=6, rotation=90,
                          va="top", color="#a33")
     axes[0].legend(fontsize=7, ncol=min(6, len(file.hosts)), loc="upper right")
-    axes[-1].set_xlabel("seconds from the first report (red: a link injected)")
+    axes[-1].set_xlabel("seconds from the first report (light red: a group of links "
+                        "injected, adaptive cycles too; darker: the measured cycles)")
     return png_img(fig)
 
 
@@ -113,7 +126,8 @@ def table(file: HostsFile, links: list[LinkMeasurement]) -> str:
             + "".join(f"<td>{_cell(passive.get(h))}</td>" for h in hosts) + "</tr>"]
     for m in links:
         loads = m.hosts or {}
-        rows.append(f"<tr><td>{html.escape(m.link.label)}</td>"
+        at = f" at {m.record.magnitude_ms:.1f} ms"
+        rows.append(f"<tr><td>{html.escape(m.link.label + at)}</td>"
                     + "".join(f"<td>{_cell(loads.get(h))}</td>" for h in hosts) + "</tr>")
     return f"<table><tr><th>while</th>{head}</tr>{''.join(rows)}</table>"
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coordinator.config.fields import Str
 from coordinator.config.run_dir import read_record
 from linkgrad.calipers import CaliperSummary
-from linkgrad.hostprobe.load import HostLoad, Span, load_during
+from linkgrad.hostprobe.load import HostLoad, ReportedRates, load_during
 from linkgrad.protocol.hosts import HostReportEvent, Probing
 
 __all__ = ["HostReport", "HostSeries", "HostsFile", "ProbePhase", "read_hosts"]
@@ -31,7 +31,7 @@ class ProbePhase(_File):
     links: list[Str] = Field(default_factory=list)  # the links injected in it
 
 
-class HostReport(Span):
+class HostReport(ReportedRates):
     """One `host` report as the file keeps it."""
 
     context: Str
@@ -49,7 +49,7 @@ class HostSeries(_File):
     probing: Probing | None = None  # what its probe could give (cgroup, what is missing)
     reports: list[HostReport] = Field(default_factory=list)
 
-    def load(self, start_s: float, end_s: float) -> HostLoad | None:
+    def load_during(self, start_s: float, end_s: float) -> HostLoad | None:
         return load_during(self.reports, start_s, end_s)
 
 

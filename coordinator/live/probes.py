@@ -85,7 +85,8 @@ def stop(session: Session) -> list[str]:
     return _on_every_host(session, Unprobe())
 
 
-def hosts_file(session: Session) -> HostsFile:
+def series_file(session: Session) -> HostsFile:
+    """hosts.json of this session: its phases and every host's reports so far."""
     return HostsFile(
         experiment=session.experiment.name, phases=session.probe_phases,
         hosts={name: HostSeries(probing=session.probing.get(name),
@@ -103,7 +104,7 @@ def with_hosts(m: LinkMeasurement, file: HostsFile) -> LinkMeasurement:
     are left out)."""
     loads: dict[str, HostLoad] = {}
     for name, series in file.hosts.items():
-        if (load := series.load(*_window(m))) is not None:
+        if (load := series.load_during(*_window(m))) is not None:
             loads[name] = load
     return m.model_copy(update={"hosts": loads or None})
 
@@ -113,7 +114,7 @@ def save(session: Session, out: RunDir) -> list[str]:
     hosts' load into `gradients.json`; what the user must hear of it."""
     if not session.probe_phases:
         return []
-    file = hosts_file(session)
+    file = series_file(session)
     # a resumed run's: its series are the earlier links' evidence
     before, warnings = out.earlier("hosts.json", read_hosts, "series")
     if before is not None:

@@ -144,6 +144,13 @@ class CgroupRates(BaseModel):
     io: dict[str, IoRates]  # "MAJ:MIN" -> rates
     missing: list[str]
 
+    def own_io(self, which: str) -> float | None:
+        """An IoRates field summed over its devices; None when the host has no block I/O of
+        its own (rather than none done: an empty io.stat before its first I/O is 0)."""
+        if not self.io and any(m.startswith("io:") for m in self.missing):
+            return None
+        return sum(getattr(io, which) for io in self.io.values())
+
 
 def _per_s(before: float | None, after: float | None, dt: float, what: str,
            missing: list[str]) -> float | None:

@@ -16,13 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from linkgrad.hostprobe.cgroup import CgroupRates
 from linkgrad.hostprobe.sample import HostRates
 
-__all__ = ["HostLoad", "Span", "load_during", "whole_disks"]
+__all__ = ["HostLoad", "ReportedRates", "load_during", "whole_disks"]
 
 
-class Span(BaseModel):
-    """One report's rates over its own time (a run's hosts.json keeps these)."""
+class ReportedRates(BaseModel):
+    """What a host (and its own cgroup) did from `from_s` to `to_s`: one probe report."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     from_s: float
     to_s: float
@@ -52,16 +52,22 @@ class HostLoad(BaseModel):
     retransmits_per_s: float | None = None
 
     def describe(self) -> str:
-        """One line: "CPU 12% (cgroup 0.08 cores), net 1.2/0.8 MB/s in/out, sda 3% busy"."""
+        """One line, the host's own cgroup first where it has one (on a testbed every host
+        sees the machine's CPU): "CPU 0.14 cores own (machine 60%), net 0.02/0.04 MB/s
+        in/out, disk 0.00 MB/s own"."""
         parts = []
-        if self.cpu_busy is not None:
-            own = (f" (own {self.cgroup_cpu_cores:.2f} cores)"
-                   if self.cgroup_cpu_cores is not None else "")
-            parts.append(f"CPU {self.cpu_busy:.0%}{own}")
+        if self.cgroup_cpu_cores is not None:
+            machine = f" (machine {self.cpu_busy:.0%})" if self.cpu_busy is not None else ""
+            parts.append(f"CPU {self.cgroup_cpu_cores:.2f} cores own{machine}")
+        elif self.cpu_busy is not None:
+            parts.append(f"CPU {self.cpu_busy:.0%}")
         if self.rx_bytes_per_s is not None and self.tx_bytes_per_s is not None:
             parts.append(f"net {self.rx_bytes_per_s / 1e6:.2f}/{self.tx_bytes_per_s / 1e6:.2f}"
                          " MB/s in/out")
-        if self.disk is not None and self.disk_busy is not None:
+        if self.cgroup_read_bytes_per_s is not None and self.cgroup_write_bytes_per_s is not None:
+            own = (self.cgroup_read_bytes_per_s + self.cgroup_write_bytes_per_s) / 1e6
+            parts.append(f"disk {own:.2f} MB/s own")
+        elif self.disk is not None and self.disk_busy is not None:
             parts.append(f"{self.disk} {self.disk_busy:.0%} busy")
         if self.retransmits_per_s:
             parts.append(f"{self.retransmits_per_s:.1f} retransmits/s")
@@ -80,34 +86,15 @@ def whole_disks(names: Iterable[str]) -> list[str]:
     return sorted(name for name in present if not partition(name))
 
 
-def _mean(spans: Sequence[tuple[float, Span]], value: Callable[[Span], float | None]
-          ) -> float | None:
+def _mean(spans: Sequence[tuple[float, ReportedRates]],
+          value: Callable[[ReportedRates], float | None]) -> float | None:
     """The weighted mean of a value over the spans that have it."""
     pairs = [(w, v) for w, s in spans if (v := value(s)) is not None]
     total = sum(w for w, _ in pairs)
     return sum(w * v for w, v in pairs) / total if total > 0 else None
 
 
-def _busy(rates: HostRates) -> float | None:
-    if not rates.cpu:
-        return None
-    return 1.0 - rates.cpu.get("idle", 0.0) - rates.cpu.get("iowait", 0.0)
-
-
-def _nic_sum(rates: HostRates, which: str) -> float | None:
-    nics = [n for name, n in rates.nics.items() if name != "lo"]
-    return sum(getattr(n, which) for n in nics) if nics else None
-
-
-def _cgroup_io(span: Span, which: str) -> float | None:
-    if span.cgroup is None:
-        return None
-    if not span.cgroup.io and any(m.startswith("io:") for m in span.cgroup.missing):
-        return None  # no block I/O of its own, rather than none done
-    return sum(getattr(io, which) for io in span.cgroup.io.values())
-
-
-def load_during(spans: Iterable[Span], start_s: float, end_s: float) -> HostLoad | None:
+def load_during(spans: Iterable[ReportedRates], start_s: float, end_s: float) -> HostLoad | None:
     """The host's load from `start_s` to `end_s`; None when no report overlaps it."""
     weighted = [(overlap, s) for s in spans
                 if (overlap := min(s.to_s, end_s) - max(s.from_s, start_s)) > 0]
@@ -127,16 +114,18 @@ def load_during(spans: Iterable[Span], start_s: float, end_s: float) -> HostLoad
     cg = [(w, s) for w, s in weighted if s.cgroup is not None]
     return HostLoad(
         seconds=sum(w for w, _ in weighted),
-        cpu_busy=_mean(weighted, lambda s: _busy(s.host)),
+        cpu_busy=_mean(weighted, lambda s: s.host.cpu_busy),
         cpu_iowait=_mean(weighted, lambda s: s.host.cpu.get("iowait") if s.host.cpu else None),
         cgroup_cpu_cores=_mean(cg, lambda s: s.cgroup.cpu_cores if s.cgroup else None),
         memory_used_bytes=_mean(weighted, lambda s: s.host.memory_used_bytes),
         cgroup_memory_bytes=_mean(cg, lambda s: s.cgroup.memory_bytes if s.cgroup else None),
-        rx_bytes_per_s=_mean(weighted, lambda s: _nic_sum(s.host, "rx_bytes_per_s")),
-        tx_bytes_per_s=_mean(weighted, lambda s: _nic_sum(s.host, "tx_bytes_per_s")),
+        rx_bytes_per_s=_mean(weighted, lambda s: s.host.network("rx_bytes_per_s")),
+        tx_bytes_per_s=_mean(weighted, lambda s: s.host.network("tx_bytes_per_s")),
         disk=disk, disk_busy=busy.get(disk) if disk else None,
         disk_read_bytes_per_s=of_disk("read_bytes_per_s"),
         disk_write_bytes_per_s=of_disk("write_bytes_per_s"),
-        cgroup_read_bytes_per_s=_mean(cg, lambda s: _cgroup_io(s, "read_bytes_per_s")),
-        cgroup_write_bytes_per_s=_mean(cg, lambda s: _cgroup_io(s, "write_bytes_per_s")),
+        cgroup_read_bytes_per_s=_mean(cg, lambda s: s.cgroup.own_io("read_bytes_per_s")
+                                      if s.cgroup else None),
+        cgroup_write_bytes_per_s=_mean(cg, lambda s: s.cgroup.own_io("write_bytes_per_s")
+                                       if s.cgroup else None),
         retransmits_per_s=_mean(weighted, lambda s: s.host.tcp_per_s.get("RetransSegs")))

@@ -21,7 +21,7 @@ from linkgrad.hostprobe.proc import (
 )
 
 __all__ = ["SECTOR_BYTES", "TCP_COUNTERS", "DiskRates", "HostRates", "HostReading", "NicRates",
-           "host_rates"]
+           "busy_share", "host_rates"]
 
 SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors on every device
 # The host's TCP events worth a rate (/proc/net/snmp's Tcp, /proc/net/netstat's TcpExt)
@@ -80,6 +80,23 @@ class HostRates(_Rates):
     disks: dict[str, DiskRates]
     tcp_per_s: dict[str, float]  # "RetransSegs", "DelayedACKs"... -> events per second
     missing: list[str]  # what this kernel or these files did not give, or a counter reset
+
+    @property
+    def cpu_busy(self) -> float | None:
+        """All the CPUs' share neither idle nor in iowait; None when no tick was counted."""
+        return busy_share(self.cpu) if self.cpu else None
+
+    def network(self, which: str) -> float | None:
+        """A NicRates field summed over every NIC but loopback (not the network); None
+        without one."""
+        nics = [n for name, n in self.nics.items() if name != "lo"]
+        return sum(getattr(n, which) for n in nics) if nics else None
+
+
+def busy_share(shares: dict[str, float]) -> float:
+    """The share of CPU time neither idle nor waiting for I/O (iowait is idle time with I/O
+    pending: the CPU could have run something else)."""
+    return 1.0 - shares.get("idle", 0.0) - shares.get("iowait", 0.0)
 
 
 def _shares(before: CpuTimes, after: CpuTimes) -> dict[str, float] | None:
@@ -162,7 +179,7 @@ def host_rates(before: HostReading, after: HostReading) -> HostRates:
                        key=lambda n: int(n[3:]) if n[3:].isdigit() else 0):
         shares = _shares(before.stat.cores[name], after.stat.cores[name])
         if shares is not None:
-            cores[name] = 1.0 - shares.get("idle", 0.0) - shares.get("iowait", 0.0)
+            cores[name] = busy_share(shares)
     mem = after.meminfo
     if "MemAvailable" not in mem:
         missing.append("memory: no MemAvailable (a kernel before 3.14)")
