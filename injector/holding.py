@@ -117,11 +117,10 @@ class HoldingLine:
 
     def link_stats(self, drop_times: bool = False) -> protocol.LinkStats:
         phases: dict[str, dict[str, protocol.PhaseStats]] = {}
-        with self._stats_lock:
-            items = sorted(self.stats.items())
-        for (schedule_id, phase), s in items:
-            phases.setdefault(str(schedule_id), {})[phase] = protocol.PhaseStats(
-                actual=delay_summary(s.actual), error=delay_summary(s.error))
+        with self._stats_lock:  # reading calipers summarises their pending block: no add then
+            for (schedule_id, phase), s in sorted(self.stats.items()):
+                phases.setdefault(str(schedule_id), {})[phase] = protocol.PhaseStats(
+                    actual=delay_summary(s.actual), error=delay_summary(s.error))
         return protocol.LinkStats(link=str(self.link), schedule_id=self.schedule_id,
                                   dropped=self.dropped, held=len(self.fifo), schedules=phases,
                                   drop_times_s=tuple(self.drop_times) if drop_times else None)

@@ -51,6 +51,7 @@ class NetemDelay:
             raise InputError(Problem(f"no interface {dev!r}", field="--dev"))
         self.index = found[0]
         self.switches = Calipers()  # lateness of each delay change against its edge
+        self._switches_lock = threading.Lock()  # added by the follower, read by stats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._installed = False
@@ -92,7 +93,8 @@ class NetemDelay:
             if self._stop.wait(max(0.0, edge - time.time())):
                 return
             self._tc("change", self.schedule.delay_s(time.time()))
-            self.switches.add(time.time() - edge)
+            with self._switches_lock:
+                self.switches.add(time.time() - edge)
 
     def close(self) -> None:
         self._stop.set()
@@ -112,5 +114,7 @@ class NetemDelay:
         self.close()
 
     def stats(self) -> NetemStats:
+        with self._switches_lock:
+            lateness = delay_summary(self.switches)
         return NetemStats(dev=self.dev, phase_now=self.schedule.phase(time.time())
-                          if self._installed else OFF, edge_lateness=delay_summary(self.switches))
+                          if self._installed else OFF, edge_lateness=lateness)

@@ -118,7 +118,8 @@ BLOCK = 1024  # events that wait to be summarised at once (module docstring)
 
 
 class Calipers:
-    """One series of events, summarised (module docstring)."""
+    """One series of events, summarised (module docstring). Not thread-safe: reading one
+    summarises its pending block, so a writer on another thread and the reader share a lock."""
 
     __slots__ = ("_busy_s", "_end_s", "_first_s", "_gap", "_rate", "_timed", "_value",
                  "_values")
