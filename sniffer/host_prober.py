@@ -80,12 +80,14 @@ class HostProber:
         self.stop()
         first, own = self.read(), self.read_own()
         self.request, self.report = request, _Report(first, own, first, own)
-        self.stopping.clear()
+        # an event of its own: a thread that outlived stop()'s join still sees its own set
+        self.stopping = threading.Event()
         self.answer = Probing(context=request.context,
                               sample_interval_s=request.sample_interval_s,
                               report_interval_s=request.report_interval_s,
                               cgroup=own is not None, missing=self._missing(first, own))
-        self.thread = threading.Thread(target=self._run, name="host probe", daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(self.stopping,),
+                                       name="host probe", daemon=True)
         self.thread.start()
         return self.answer
 
@@ -113,13 +115,15 @@ class HostProber:
                 if value is None]
         return (*said, *(own.notes if own is not None else ()))
 
-    def _run(self) -> None:
+    def _run(self, stopping: threading.Event) -> None:
         leave_signals_to_main_thread()
         sample_s, report_s = self.request.sample_interval_s, self.request.report_interval_s
         started = time.monotonic()
         next_sample, next_report = started + sample_s, started + report_s
-        while not self.stopping.wait(max(0.0, next_sample - time.monotonic())):
+        while not stopping.wait(max(0.0, next_sample - time.monotonic())):
             with self.lock:
+                if stopping.is_set():
+                    return
                 self._sample()
                 if time.monotonic() >= next_report - 1e-6:
                     self._emit()

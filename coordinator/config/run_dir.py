@@ -54,6 +54,10 @@ class RunDir:
             return read(self.path), []
         except InputError as e:
             aside = self.path / f"{Path(name).stem}-unreadable.json"
+            n = 1
+            while aside.exists():  # an earlier one set aside stays too
+                n += 1
+                aside = self.path / f"{Path(name).stem}-unreadable-{n}.json"
             (self.path / name).replace(aside)
             return None, [f"the earlier {name} cannot be read ({e}): kept as {aside.name}; "
                           f"{name} holds this session's {what} only"]

@@ -87,12 +87,14 @@ def stop(session: Session) -> list[str]:
 
 def series_file(session: Session) -> HostsFile:
     """hosts.json of this session: its phases and every host's reports so far."""
+    # copies: a host whose unprobe timed out may still be reporting from its reader thread
+    probing, reports = dict(session.probing), {h: list(r) for h, r in
+                                               list(session.host_reports.items())}
     return HostsFile(
-        experiment=session.experiment.name, phases=session.probe_phases,
-        hosts={name: HostSeries(probing=session.probing.get(name),
-                                reports=[HostReport.of(e) for e in
-                                         session.host_reports.get(name, [])])
-               for name in sorted({*session.probing, *session.host_reports})})
+        experiment=session.experiment.name, phases=list(session.probe_phases),
+        hosts={name: HostSeries(probing=probing.get(name),
+                                reports=[HostReport.of(e) for e in reports.get(name, [])])
+               for name in sorted({*probing, *reports})})
 
 
 def _window(m: LinkMeasurement) -> tuple[float, float]:
