@@ -195,7 +195,16 @@ def test_resume_measures_only_the_links_still_missing(tmp_path):
     exp, run_dir = experiment(tmp_path, concurrent=1), tmp_path / "run"
     first = Fake()
     first.clock.interrupt_at = START_S + 30 + 55  # after the first link, in the second
+    seen: list[list[str]] = []  # hosts.json's phases while the second link was measured
+
+    def look(t0: float, _t1: float) -> None:
+        if t0 >= START_S + 30 + 50 and not seen and (run_dir / "hosts.json").exists():
+            seen.append([p.context for p in read_hosts(run_dir).phases])
+
+    first.clock.steps.append(look)
     assert first.run(exp, run_dir).status == "interrupted"
+    # kept at each group's start: a coordinator killed outright leaves the series so far
+    assert seen == [["passive", "measure 1/2", "measure 2/2"]]
     kept = RunDir(run_dir).measurements()
     assert len(kept) == 1
     earlier = read_snap(run_dir)

@@ -167,6 +167,9 @@ def measure_all(session: Session, out: RunDir, links: list[GraphLink], plan: Wav
         for problem in probes.open_phase(session, f"measure {i}/{len(todo)}{at}", group):
             session.warnings.append(problem)  # run.json's, with the daemons' others
             say(f"[yellow]{problem}")
+        for problem in probes.save_series(session, out):  # the series so far, kept
+            session.warnings.append(problem)
+            say(f"[yellow]{problem}")
         measured = measure_group(session, group, plan, base, say, fixed)
         files = [f"injections/{len(results) + j:03d}.json" for j in range(1, len(group) + 1)]
         for result, name in zip(measured, files, strict=True):  # the injection record

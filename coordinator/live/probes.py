@@ -20,7 +20,7 @@ from linkgrad.graph import GraphLink
 from linkgrad.hostprobe.load import HostLoad
 from linkgrad.protocol.hosts import Probe, Unprobe
 
-__all__ = ["open_phase", "save", "stop"]
+__all__ = ["open_phase", "save", "save_series", "stop"]
 
 CALL_S = 30.0  # a probe's answer waits for its last report: one sample of at most a few ms
 
@@ -111,18 +111,28 @@ def with_hosts(m: LinkMeasurement, file: HostsFile) -> LinkMeasurement:
     return m.model_copy(update={"hosts": loads or None})
 
 
-def save(session: Session, out: RunDir) -> list[str]:
-    """Write `hosts.json` (after a resumed run's earlier series) and each measured link's
-    hosts' load into `gradients.json`; what the user must hear of it."""
+def save_series(session: Session, out: RunDir) -> list[str]:
+    """Write `hosts.json`: a resumed run's earlier series (read once, at the first save), then
+    this session's so far; what the user must hear of it. Written at each group's start too,
+    so a coordinator killed outright leaves the series up to there."""
     if not session.probe_phases:
         return []
-    file = series_file(session)
-    # a resumed run's: its series are the earlier links' evidence
-    before, warnings = out.earlier("hosts.json", read_hosts, "series")
-    if before is not None:
-        file = before.merged(file)
-    out.write("hosts.json", file.model_dump(mode="json"))  # None said: HostRates needs it
-    if measurements := out.measurements():
+    warnings: list[str] = []
+    if session.series_before is None:
+        # a resumed run's: its series are the earlier links' evidence
+        earlier, warnings = out.earlier("hosts.json", read_hosts, "series")
+        session.series_before = earlier or HostsFile(experiment=session.experiment.name)
+    out.write("hosts.json", session.series_before.merged(series_file(session)).model_dump(
+        mode="json"))  # None said: HostRates needs it
+    return warnings
+
+
+def save(session: Session, out: RunDir) -> list[str]:
+    """At the run's end: `hosts.json`, and each measured link's hosts' load into
+    `gradients.json`; what the user must hear of it."""
+    warnings = save_series(session, out)
+    file = read_hosts(out.path)
+    if file is not None and (measurements := out.measurements()):
         # a resumed run's earlier links keep theirs: their windows are over
         out.write_measurements(session.experiment.name,
                                [m if m.hosts else with_hosts(m, file) for m in measurements])

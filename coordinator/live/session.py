@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from coordinator.config.experiment import Experiment, Host, Ssh
 from coordinator.config.experiment_files import require_local_files
-from coordinator.config.hosts_file import ProbePhase
+from coordinator.config.hosts_file import HostsFile, ProbePhase
 from coordinator.config.snap_file import HostSnapReport
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
 from coordinator.live.logfollow import LogFollower, follow_argv
@@ -96,6 +96,7 @@ class Session:
     host_reports: dict[str, list[HostReportEvent]] = field(default_factory=dict)  # by host
     probe_phases: list[ProbePhase] = field(default_factory=list)  # the last one running
     probe_failed: set[str] = field(default_factory=set)  # hosts not probed any more
+    series_before: HostsFile | None = None  # hosts.json as this session found it
 
     def open(self, sniffers: bool = True) -> Session:
         """Connect to every host; start the sniffers (unless not wanted), follow the web log
