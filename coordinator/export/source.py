@@ -8,30 +8,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
+from coordinator.config.fields import Str
 from coordinator.config.hosts_file import HostsFile, read_hosts
 from coordinator.config.run_dir import read_measurements, read_record
-from coordinator.config.run_records import LinkMeasurement, RunJournal
+from coordinator.config.run_records import (
+    ExperimentAsRun,
+    HostAsRun,
+    LinkMeasurement,
+    RunJournal,
+)
 from linkgrad.errors import InputError, Problem
 
 __all__ = ["RunExport", "read_run"]
 
 
-class _Host(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+class _HostWithAddress(HostAsRun):
+    """HostAsRun and the address experiment.json gives it (goes when HostAsRun has one)."""
 
-    name: str
-    address: str | None = None
+    address: Str | None = None
 
 
-class _ExperimentHosts(BaseModel):
-    """`experiment.json` as far as an export reads it: the name and each host's address."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    name: str | None = None
-    hosts: list[_Host] = []
+class _ExperimentWithAddresses(ExperimentAsRun):
+    hosts: list[_HostWithAddress] = Field(default_factory=list)  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,11 @@ def read_run(run_dir: Path) -> RunExport:
     journal_path, experiment_path = run_dir / "run.json", run_dir / "experiment.json"
     journal = read_record(journal_path, RunJournal, "the run journal") \
         if journal_path.exists() else None
-    experiment = read_record(experiment_path, _ExperimentHosts, "the experiment as run") \
-        if experiment_path.exists() else _ExperimentHosts()
-    name = experiment.name or (hosts.experiment if hosts else None) or run_dir.resolve().name
+    experiment = read_record(experiment_path, _ExperimentWithAddresses,
+                             "the experiment as run") if experiment_path.exists() else None
+    name = experiment.name if experiment else \
+        hosts.experiment if hosts else run_dir.resolve().name
     return RunExport(run=run_dir.resolve().name, experiment=name, links=tuple(links),
                      hosts=hosts, journal=journal,
-                     addresses={h.name: h.address for h in experiment.hosts if h.address})
+                     addresses={h.name: h.address for h in (experiment.hosts if experiment
+                                                             else ()) if h.address})
