@@ -41,7 +41,7 @@ def _family(families: list[Family], name: str) -> dict[tuple[str, ...], float]:
 
 
 def test_gradients_are_each_links_last_measurement_with_its_interval(run_dir: Path) -> None:
-    families = run_families(read_run(run_dir))
+    families = run_families(read_run(run_dir, hosts=True))
     gradient = _family(families, "linkgrad_gradient")
     # LINK_A was measured at 5 ms (0.5) then at 10 ms (1.02): the last state is 1.02
     assert gradient == {(EXPERIMENT, "single", LINK_A): 1.02, (EXPERIMENT, "single", LINK_B): 2.0,
@@ -83,7 +83,8 @@ def test_host_levels_are_means_per_phase() -> None:
 
 
 def test_the_exposition_has_no_timestamps_and_every_family_typed(run_dir: Path) -> None:
-    text = prometheus.exposition(prometheus.registry_of(prometheus.families(read_run(run_dir))))
+    run = read_run(run_dir, hosts=True)
+    text = prometheus.exposition(prometheus.registry_of(prometheus.families(run)))
     samples = [line for line in text.splitlines() if not line.startswith("#")]
     assert len(samples) > 50
     sample = re.compile(r'^[a-z_][a-z0-9_]*(\{[^}]*\})? [-+0-9.e]+$')  # a value, no timestamp
@@ -96,7 +97,7 @@ def test_the_exposition_has_no_timestamps_and_every_family_typed(run_dir: Path) 
 
 
 def test_the_textfile_is_the_exposition(run_dir: Path, tmp_path: Path) -> None:
-    registry = prometheus.registry_of(prometheus.families(read_run(run_dir)))
+    registry = prometheus.registry_of(prometheus.families(read_run(run_dir, hosts=True)))
     path = tmp_path / "linkgrad.prom"
     write_to_textfile(str(path), registry)
     assert path.read_text() == prometheus.exposition(registry)
@@ -133,7 +134,7 @@ def _iso(text: str) -> float:
 
 
 def test_pscheduler_records_carry_what_logstash_reads(run_dir: Path) -> None:
-    run = read_run(run_dir)
+    run = read_run(run_dir, hosts=True)
     records = [r.model_dump(mode="json") for r in perfsonar.records(run, "coord.example", "9.9")]
     assert len(records) == 3  # every measurement, each delay of LINK_A too
     for r, m in zip(records, run.links, strict=True):
@@ -171,7 +172,7 @@ def test_iso_durations_are_what_logstash_parses() -> None:
 
 def test_esmond_documents_are_point_to_point_with_ips_and_known_event_types(run_dir: Path
                                                                             ) -> None:
-    doc = esmond.documents(read_run(run_dir), "coord.example", "9.9")
+    doc = esmond.documents(read_run(run_dir, hosts=True), "coord.example", "9.9")
     entries = doc["entries"]
     assert len(entries) == 3
     first = entries[0]["metadata"]
@@ -196,7 +197,7 @@ def test_esmond_refuses_a_link_without_ip_addresses(tmp_path: Path) -> None:
     (run_dir / "experiment.json").write_text(json.dumps({"name": EXPERIMENT, "hosts": [
         {"name": "web", "address": "web.example"}]}))
     with pytest.raises(InputError) as e:
-        esmond.documents(read_run(run_dir), "coord.example", "9.9")
+        esmond.documents(read_run(run_dir, hosts=True), "coord.example", "9.9")
     assert "esmond needs IP addresses: host 'web'" in str(e.value)
     assert "'web.example'" in str(e.value)
     assert "host 'app1'" in str(e.value)
@@ -318,3 +319,18 @@ def test_a_corrupt_hosts_file_leaves_the_old_export_in_place(
     err = _refused(capsys, tmp_path, str(run_dir), "--prometheus", str(target))
     assert "hosts.json: field 'hosts.app1'" in err
     assert target.read_text() == "# the previous export\n"
+
+
+def test_perfsonar_and_esmond_never_read_hosts_json(capsys: pytest.CaptureFixture[str],
+                                                    run_dir: Path, tmp_path: Path) -> None:
+    """They export no host metric: a hosts.json cut short (a run killed while writing it) is
+    none of their business. --prometheus exports them, so it refuses the file, naming it."""
+    (run_dir / "hosts.json").write_text('{"experiment": "shop", "hosts": {"app1": {"rep')
+    code, out, err = _export(capsys, str(run_dir), "--esmond", str(tmp_path / "e.json"))
+    assert code == 0, err
+    code, out, err = _export(capsys, str(run_dir), "--perfsonar", "https://archive/logstash",
+                             "--dry-run")
+    assert code == 0, err
+    assert len(json.loads(out)["records"]) == 3
+    err = _refused(capsys, tmp_path, str(run_dir), "--prometheus", str(tmp_path / "x.prom"))
+    assert f"{run_dir / 'hosts.json'}:" in err

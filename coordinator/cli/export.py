@@ -192,7 +192,7 @@ def export_command(args: argparse.Namespace) -> int:
         raise InputError(Problem("only with --perfsonar", field="--insecure"))
     if args.observer is not None and args.prometheus is not None:
         raise InputError(Problem("only with --perfsonar or --esmond", field="--observer"))
-    run = read_run(args.run_dir)
+    run = read_run(args.run_dir, hosts=args.prometheus is not None)
     if not run.links:
         raise InputError(Problem("no link measured yet: nothing to export",
                                  str(args.run_dir / "gradients.json")))

@@ -1,6 +1,7 @@
 """What an export reads of a run directory, through the run's own readers: every link
-measurement (`gradients.json`, required), the host probes' series (`hosts.json`), the journal
-(`run.json`) and the hosts' addresses (`experiment.json`), each optional."""
+measurement (`gradients.json`, required), the journal (`run.json`) and the hosts' addresses
+(`experiment.json`), each optional, and the host probes' series (`hosts.json`) only for the
+targets that export them."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class RunExport:
     run: str  # the run directory's name
     experiment: str
     links: tuple[LinkMeasurement, ...]  # every measurement, in gradients.json's order
-    hosts: HostsFile | None = None
+    hosts: HostsFile | None = None  # None: no hosts.json, or not read (not exported)
     journal: RunJournal | None = None
     addresses: Mapping[str, str] = field(default_factory=dict)  # host name -> address
 
@@ -52,20 +53,24 @@ class RunExport:
         return [last[label] for label in sorted(last)]
 
 
-def read_run(run_dir: Path) -> RunExport:
-    """The run at `run_dir`; InputError naming the directory or the file and field."""
+def read_run(run_dir: Path, *, hosts: bool) -> RunExport:
+    """The run at `run_dir`, with its `hosts.json` if `hosts` (a target that exports host
+    metrics); InputError naming the directory or the file and field.
+
+    A `hosts.json` read is read strictly: one that is there but cut short or wrong is
+    InputError, not an export without host metrics, which would look whole and replace a
+    previous file's host series with none. A target that has no use for it never opens it.
+    """
     if not run_dir.is_dir():
         raise InputError(Problem("no such run directory", str(run_dir)))
     links = read_measurements(run_dir / "gradients.json")
-    hosts = read_hosts(run_dir)
     journal_path, experiment_path = run_dir / "run.json", run_dir / "experiment.json"
     journal = read_record(journal_path, RunJournal, "the run journal") \
         if journal_path.exists() else None
     experiment = read_record(experiment_path, _ExperimentWithAddresses,
                              "the experiment as run") if experiment_path.exists() else None
-    name = experiment.name if experiment else \
-        hosts.experiment if hosts else run_dir.resolve().name
+    name = experiment.name if experiment else run_dir.resolve().name  # the same for any target
     return RunExport(run=run_dir.resolve().name, experiment=name, links=tuple(links),
-                     hosts=hosts, journal=journal,
+                     hosts=read_hosts(run_dir) if hosts else None, journal=journal,
                      addresses={h.name: h.address for h in (experiment.hosts if experiment
                                                              else ()) if h.address})
