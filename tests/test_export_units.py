@@ -220,6 +220,8 @@ def test_proxy_auth_as_perfsonar_writes_it_and_as_an_object() -> None:
     ('"Authorization":"Basic !!!"', "not 'Basic '"),
     (f'"Authorization":"Basic {_basic("no-colon")}"', "not 'Basic '"),
     ('"X":"Basic abc"', "no Authorization header"),
+    ('{"Authorization": "Basic abc", "authorization": "Basic def"}',
+     "2 Authorization headers ('Authorization', 'authorization'): keep one"),
 ])
 def test_a_bad_proxy_auth_file_is_named(text: str, said: str) -> None:
     with pytest.raises(InputError) as e:

@@ -25,8 +25,12 @@ def authorization(text: str, path: str) -> str:
             f"{e}", path)) from e
     found = {k: v for k, v in data.items() if k.lower() == "authorization"} \
         if isinstance(data, dict) else {}
-    if len(found) != 1:
+    if not found:
         raise InputError(Problem("no Authorization header in it", path, field="Authorization"))
+    if len(found) > 1:  # HTTP header names are case-insensitive: which one is meant?
+        keys = ", ".join(repr(k) for k in found)
+        raise InputError(Problem(f"{len(found)} Authorization headers ({keys}): keep one",
+                                 path, field="Authorization"))
     value = next(iter(found.values()))
     scheme, _, token = value.partition(" ") if isinstance(value, str) else ("", "", "")
     try:
