@@ -16,7 +16,7 @@ from coordinator.config.run_records import (
     RunInjection,
     RunJournal,
 )
-from linkgrad.hostprobe.cgroup import CgroupRates
+from linkgrad.hostprobe.cgroup import CgroupRates, IoRates
 from linkgrad.hostprobe.sample import DiskRates, HostRates, NicRates
 from linkgrad.spectral.result import GradientResult
 
@@ -64,7 +64,8 @@ def measurements() -> list[LinkMeasurement]:
 def _report(context: str, from_s: float, used_bytes: int, cores: int = CORES,
             cgroup: bool = True) -> HostReport:
     """10 s of a host: CPU 25% user, 5% system; 1000 B/s in, 500 out on eth0; vda busy 10%
-    writing 4096 B/s; 0.5 retransmissions/s; its cgroup half a core and 100 MB."""
+    writing 4096 B/s, all of it to its partition vda1; 0.5 retransmissions/s; its cgroup half
+    a core, 100 MB and 2048 B/s written to 254:0 (vda)."""
     to_s = from_s + 10.0
     host = HostRates(
         from_s=from_s, to_s=to_s, cpu={"user": 0.25, "system": 0.05, "idle": 0.7},
@@ -72,12 +73,14 @@ def _report(context: str, from_s: float, used_bytes: int, cores: int = CORES,
         memory_used_bytes=used_bytes, memory_total_bytes=8_000_000_000,
         nics={"eth0": NicRates(rx_bytes_per_s=1000.0, tx_bytes_per_s=500.0, rx_packets_per_s=10.0,
                                tx_packets_per_s=5.0, dropped_per_s=0.0, errors_per_s=0.0)},
-        disks={"vda": DiskRates(read_bytes_per_s=0.0, write_bytes_per_s=4096.0, reads_per_s=0.0,
-                                writes_per_s=1.0, busy=0.1)},
+        disks={d: DiskRates(read_bytes_per_s=0.0, write_bytes_per_s=4096.0, reads_per_s=0.0,
+                            writes_per_s=1.0, busy=0.1) for d in ("vda", "vda1")},
         tcp_per_s={"RetransSegs": 0.5, "InSegs": 20.0}, missing=[])
     group = CgroupRates(from_s=from_s, to_s=to_s, cpu_cores=0.5, user_cores=0.4,
                         system_cores=0.1, memory_bytes=100_000_000, memory_limit_bytes=None,
-                        io={}, missing=[]) if cgroup else None
+                        io={"254:0": IoRates(read_bytes_per_s=0.0, write_bytes_per_s=2048.0,
+                                             reads_per_s=0.0, writes_per_s=0.5)},
+                        missing=[]) if cgroup else None
     return HostReport(from_s=from_s, to_s=to_s, host=host, cgroup=group, context=context,
                       samples=10)
 

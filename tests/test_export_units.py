@@ -65,12 +65,32 @@ def test_host_counters_integrate_each_reports_rates_over_its_span() -> None:
     rx = _family(families, "linkgrad_host_network_receive_bytes_total")
     assert rx == pytest.approx({(EXPERIMENT, "app1", "eth0"): 30_000,
                                 (EXPERIMENT, "db", "eth0"): 10_000})
-    assert _family(families, "linkgrad_host_disk_io_time_seconds_total")[
-        (EXPERIMENT, "app1", "vda")] == pytest.approx(3.0)
+    # vda1 is in vda: node_exporter leaves partitions out, so that sum by (host) counts once
+    assert _family(families, "linkgrad_host_disk_io_time_seconds_total") == pytest.approx({
+        (EXPERIMENT, "app1", "vda"): 3.0, (EXPERIMENT, "db", "vda"): 1.0})
+    assert _family(families, "linkgrad_host_disk_written_bytes_total")[
+        (EXPERIMENT, "app1", "vda")] == pytest.approx(4096 * 30)
+    # the cgroup's devices are MAJ:MIN, as io.stat has them (the probe keeps no name)
+    assert _family(families, "linkgrad_host_cgroup_fs_writes_bytes_total") == pytest.approx(
+        {(EXPERIMENT, "app1", "254:0"): 2048 * 30})
     assert _family(families, "linkgrad_host_netstat_tcp_retranssegs")[
         (EXPERIMENT, "app1")] == pytest.approx(15.0)
     assert _family(families, "linkgrad_host_cgroup_cpu_usage_seconds_total") == pytest.approx(
         {(EXPERIMENT, "app1"): 15.0})  # db has no cgroup of its own
+
+
+def test_what_the_probe_measures_less_than_node_exporter_is_named_or_said() -> None:
+    families = {f.name: f for f in host_families(hosts_file(), EXPERIMENT)}
+    # node_exporter counts drops and errors each way; the probe sums them: a name of our own
+    assert not {"linkgrad_host_network_drop_total", "linkgrad_host_network_errs_total",
+                "linkgrad_host_network_receive_drop_total"} & set(families)
+    for which in ("drop", "errs"):
+        family = families[f"linkgrad_host_network_receive_and_transmit_{which}_total"]
+        assert "received and sent together" in family.help
+        assert f"receive_{which} and transmit_{which} apart" in family.help
+    assert "no cpu label" in families["linkgrad_host_cpu_seconds_total"].help
+    assert families["linkgrad_host_cpu_seconds_total"].labels == ("experiment", "host", "mode")
+    assert "MAJ:MIN" in families["linkgrad_host_cgroup_fs_writes_bytes_total"].help
 
 
 def test_host_levels_are_means_per_phase() -> None:

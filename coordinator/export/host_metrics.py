@@ -10,8 +10,17 @@ of cores); a time no report covers (between two sessions of a resumed run) adds 
 Levels (memory, runnable processes) are per-phase means under a `phase` label (the probe's
 context: "passive", "measure tcp app1:0 -> db:5432"), weighted by each report's span.
 
+Where the probe measures less than node_exporter, the name says so rather than borrow
+node_exporter's: CPU seconds have no `cpu` label (every core together: the probe has each
+core's busy share, not its modes), and drops and errors are received and sent together
+(`network_receive_and_transmit_{drop,errs}_total`, ours: node_exporter counts each way).
+Disks are whole disks, as node_exporter's diskstats collector has them (a partition's I/O is
+its disk's too: with both, `sum by (host)` would count it twice).
+
 The host's own cgroup (a testbed host, a container) has no node_exporter name; it takes
-cAdvisor's `container_*` names, `container_` made `linkgrad_host_cgroup_`. Pure.
+cAdvisor's `container_*` names, `container_` made `linkgrad_host_cgroup_`. Its block devices
+are the kernel's MAJ:MIN ("254:0"), as the cgroup's io.stat names them: the probe keeps no
+device name for them (the host's /sys/dev/block/MAJ:MIN has it). Pure.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from collections.abc import Callable, Iterator
 
 from coordinator.config.hosts_file import HostReport, HostsFile
 from coordinator.export.metrics import Family
+from linkgrad.hostprobe.load import whole_disks
 from linkgrad.hostprobe.sample import TCP_COUNTERS
 
 __all__ = ["host_families"]
@@ -40,8 +50,9 @@ def _nic(field: str) -> Amounts:
 
 
 def _disk(field: str) -> Amounts:
-    return lambda r, span_s: ((dev, getattr(d, field) * span_s)
-                              for dev, d in r.host.disks.items())
+    """Whole disks only: node_exporter's diskstats leaves partitions out (sda1 is in sda)."""
+    return lambda r, span_s: ((dev, getattr(r.host.disks[dev], field) * span_s)
+                              for dev in whole_disks(r.host.disks))
 
 
 def _cgroup_io(field: str) -> Amounts:
@@ -49,26 +60,38 @@ def _cgroup_io(field: str) -> Amounts:
                               for dev, io in (r.cgroup.io if r.cgroup else {}).items())
 
 
+DEVICE_MAJ_MIN = ("the device is the kernel's MAJ:MIN, as the cgroup's io.stat names it, "
+                  "not node_exporter's name (/sys/dev/block/MAJ:MIN on the host has it)")
+
 COUNTERS: tuple[tuple[str, str, str, Amounts], ...] = (
-    ("cpu_seconds_total", "Seconds the CPUs spent in each mode", "mode", _cpu),
+    ("cpu_seconds_total", "Seconds all the CPUs together spent in each mode (no cpu label: "
+     "the probe has each core's busy share, not its modes)", "mode", _cpu),
     ("network_receive_bytes_total", "Bytes received", "device", _nic("rx_bytes_per_s")),
     ("network_transmit_bytes_total", "Bytes sent", "device", _nic("tx_bytes_per_s")),
     ("network_receive_packets_total", "Packets received", "device", _nic("rx_packets_per_s")),
     ("network_transmit_packets_total", "Packets sent", "device", _nic("tx_packets_per_s")),
-    # node_exporter counts these apart (receive_drop, transmit_drop); the probe sums them
-    ("network_drop_total", "Packets dropped, received and sent together", "device",
+    # linkgrad's own names: node_exporter's receive_drop and transmit_drop (errs) are each
+    # way, the probe has them summed
+    ("network_receive_and_transmit_drop_total", "Packets dropped, received and sent together "
+     "(not node_exporter's: it counts receive_drop and transmit_drop apart)", "device",
      _nic("dropped_per_s")),
-    ("network_errs_total", "Errors, received and sent together", "device",
+    ("network_receive_and_transmit_errs_total", "Errors, received and sent together "
+     "(not node_exporter's: it counts receive_errs and transmit_errs apart)", "device",
      _nic("errors_per_s")),
-    ("disk_read_bytes_total", "Bytes read", "device", _disk("read_bytes_per_s")),
-    ("disk_written_bytes_total", "Bytes written", "device", _disk("write_bytes_per_s")),
-    ("disk_reads_completed_total", "Reads completed", "device", _disk("reads_per_s")),
-    ("disk_writes_completed_total", "Writes completed", "device", _disk("writes_per_s")),
-    ("disk_io_time_seconds_total", "Seconds with I/O in flight", "device", _disk("busy")),
-    ("cgroup_fs_reads_bytes_total", "Bytes the host's own cgroup read", "device",
-     _cgroup_io("read_bytes_per_s")),
-    ("cgroup_fs_writes_bytes_total", "Bytes the host's own cgroup wrote", "device",
-     _cgroup_io("write_bytes_per_s")),
+    ("disk_read_bytes_total", "Bytes read from the whole disk", "device",
+     _disk("read_bytes_per_s")),
+    ("disk_written_bytes_total", "Bytes written to the whole disk", "device",
+     _disk("write_bytes_per_s")),
+    ("disk_reads_completed_total", "Reads completed on the whole disk", "device",
+     _disk("reads_per_s")),
+    ("disk_writes_completed_total", "Writes completed on the whole disk", "device",
+     _disk("writes_per_s")),
+    ("disk_io_time_seconds_total", "Seconds with I/O in flight on the whole disk", "device",
+     _disk("busy")),
+    ("cgroup_fs_reads_bytes_total", f"Bytes the host's own cgroup read ({DEVICE_MAJ_MIN})",
+     "device", _cgroup_io("read_bytes_per_s")),
+    ("cgroup_fs_writes_bytes_total", f"Bytes the host's own cgroup wrote ({DEVICE_MAJ_MIN})",
+     "device", _cgroup_io("write_bytes_per_s")),
 )
 
 # name, help, the report's level (None: not reported)
