@@ -14,7 +14,7 @@ from pathlib import Path
 
 from linkgrad.errors import RuntimeFailure
 from testbed.cgroup_mounts import host_mounts, mount_then_exec
-from testbed.cgroups import join_then_exec, remove_testbed_cgroups
+from testbed.cgroups import CGROUP_ROOT, join_then_exec, remove_testbed_cgroups
 from testbed.netns import HostPlan, Step, TestbedPlan
 from testbed.private_dir import ensure_dir
 from testbed.state import ServiceRecord, State
@@ -139,8 +139,10 @@ def kill_namespace(namespace: str, grace_s: float = 5.0,
             return
 
 
-def teardown(plan: TestbedPlan, state: State | None) -> list[str]:
-    """Remove processes, then undo in reverse; by generated names when no state survived.
+def teardown(plan: TestbedPlan, state: State | None, cgroup_root: Path = CGROUP_ROOT
+             ) -> list[str]:
+    """Remove processes, then undo in reverse; by generated names when no state survived;
+    the tag's cgroups in the hierarchies at `cgroup_root`.
 
     Returns what failed (everything is attempted; a half-removed testbed is worse)."""
     failures = []
@@ -156,7 +158,7 @@ def teardown(plan: TestbedPlan, state: State | None) -> list[str]:
     if keeper is not None:  # it stops Mininet's own hosts, links and bridge on SIGTERM
         _stop_pid(keeper.pid, "mininet_keeper")
     # by the tag's name, whether the state recorded them or not (a crash before it did)
-    failures += remove_testbed_cgroups(plan.tag)
+    failures += remove_testbed_cgroups(plan.tag, cgroup_root)
     undo = state.undo if state else _undo_by_names(plan)
     for argv in reversed(undo):
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)

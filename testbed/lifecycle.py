@@ -70,25 +70,28 @@ def _subnet(topology: Topology) -> ipaddress.IPv4Network:
     return free_subnet(networks_in_use())
 
 
-def recover(tag: str, topology: Topology, root: Path) -> bool:
-    """Remove what an earlier run of this tag left (state file, else generated names)."""
+def recover(tag: str, topology: Topology, root: Path, cgroup_root: Path = cgroups.CGROUP_ROOT
+            ) -> tuple[bool, list[str]]:
+    """Remove what an earlier run of this tag left (state file, else generated names).
+    Returns whether there was anything, and what could not be removed (`teardown`'s)."""
     directory = directory_for(tag, root)
     state = State.load(directory)
     if state is not None and state.plan is not None:
-        teardown(state.plan, state)
-        return True
+        return True, teardown(state.plan, state, cgroup_root)
     stale = plan_testbed(topology, tag, ipaddress.IPv4Network("10.201.0.0/24"))
     if any(Path(f"/run/netns/{h.namespace}").exists() for h in stale.hosts) \
-            or cgroups.leftover_cgroups(tag):
-        teardown(stale, None)
-        return True
-    return False
+            or cgroups.leftover_cgroups(tag, cgroup_root):
+        return True, teardown(stale, None, cgroup_root)
+    return False, []
 
 
 def up(topology: Topology, tag: str = "tb", root: Path = DEFAULT_ROOT,
        mininet: bool = False) -> DescribedTestbed:
     _check_root_and_tools(topology.app)
-    recovered = recover(tag, topology, root)
+    recovered, failures = recover(tag, topology, root)
+    if failures:  # a cgroup or a namespace of the earlier run stays: nothing is made beside it
+        raise RuntimeFailure(f"could not remove what an earlier testbed {tag!r} left: "
+                             + "; ".join(failures))
     plan = plan_testbed(topology, tag, _subnet(topology))
     directory = directory_for(tag, root)
     remove_testbed_dir(directory)  # root's own leftovers without a state (a planted one: refused)
@@ -244,19 +247,17 @@ def describe(plan: TestbedPlan, topology: Topology, directory: Path,
         cgroups_note=cgroups_note)
 
 
-def down(tag: str = "tb", topology: Topology | None = None, root: Path = DEFAULT_ROOT
-         ) -> RemovalReport:
-    """Remove everything of the testbed `tag`; safe to run twice."""
+def down(tag: str = "tb", topology: Topology | None = None, root: Path = DEFAULT_ROOT,
+         cgroup_root: Path = cgroups.CGROUP_ROOT) -> RemovalReport:
+    """Remove everything of the testbed `tag`; safe to run twice. With no state (never made,
+    or removed by an earlier `down`) by the names generated for `topology` (default: the
+    default one's) and the tag's cgroups. Raises if anything stays."""
     from testbed.topology import DEFAULT
 
-    state = State.load(directory_for(tag, root))
-    if state is None or state.plan is None:
-        removed = recover(tag, topology or DEFAULT, root)
-        return RemovalReport(tag=tag, removed=removed)
-    failures = teardown(state.plan, state)
+    removed, failures = recover(tag, topology or DEFAULT, root, cgroup_root)
     if failures:
         raise RuntimeFailure("could not remove: " + "; ".join(failures))
-    return RemovalReport(tag=tag, removed=True)
+    return RemovalReport(tag=tag, removed=removed)
 
 
 def status(tag: str = "tb", root: Path = DEFAULT_ROOT) -> StatusReport:

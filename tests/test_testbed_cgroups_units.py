@@ -4,6 +4,7 @@ cgroups are tests/test_testbed_cgroups_netns.py's."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 from pathlib import Path
@@ -40,8 +41,9 @@ from testbed.cgroups import (
     unavailable,
 )
 from testbed.description import DescribedHost
-from testbed.netns import HostPlan
+from testbed.netns import HostPlan, plan_testbed
 from testbed.state import StateFile
+from testbed.topology import DEFAULT
 
 SYS = Path("/sys/fs/cgroup")
 # this machine's /proc/self/mountinfo, cut, and a partition mounted as on most machines
@@ -279,3 +281,49 @@ def test_the_state_and_the_description_keep_the_cgroups_and_read_older_ones():
     assert StateFile.model_validate_json(older).cgroups == {}
     saved = StateFile(plan=None, undo=[], services={}, info=None, cgroups={"db": dirs})
     assert StateFile.model_validate_json(saved.model_dump_json()).cgroups == {"db": dirs}
+
+
+class _Clock:
+    """time for `remove_tree`: its grace passes at once."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def monotonic(self) -> float:
+        return self.now_s
+
+    def sleep(self, s: float) -> None:
+        self.now_s += s
+
+
+def test_down_without_a_state_reports_a_cgroup_it_could_not_remove(tmp_path, monkeypatch):
+    """No state (never made, or a first `down` removed it): `down` goes by the tag's names,
+    and a cgroup that stays is its failure, as it is with a state."""
+    from testbed import build, cgroups, lifecycle
+
+    ran: list[list[str]] = []
+
+    def ip(argv, **kw):  # no namespace, link or bridge of the tag is there
+        ran.append(argv)
+        return subprocess.CompletedProcess(argv, 1, "", 'Cannot find device "x"')
+
+    monkeypatch.setattr(build.subprocess, "run", ip)
+    monkeypatch.setattr(cgroups, "time", _Clock())
+    monkeypatch.setattr(lifecycle, "directory_for", lambda tag, root: root / tag)
+    fake = tmp_path / "cgroup"
+    _v1_tree(fake, ("cpu", "memory"))
+    assert lifecycle.down("t1", root=tmp_path, cgroup_root=fake).removed is False
+    (fake / "memory" / "linkgrad-t1" / "db").mkdir(parents=True)
+    assert lifecycle.down("t1", root=tmp_path, cgroup_root=fake).removed is True
+    assert leftover_cgroups("t1", fake) == []
+    plan = plan_testbed(DEFAULT, "t1", ipaddress.IPv4Network("10.201.0.0/24"))
+    ours = {plan.bridge} | {n for h in plan.hosts for n in (h.namespace, h.veth)}
+    assert ran
+    assert {argv[-1] for argv in ran} <= ours  # by the tag's generated names only
+    (fake / "cpu" / "linkgrad-t1" / "db").mkdir(parents=True)
+    (fake / "cpu" / "linkgrad-t1" / "db" / "cgroup.procs").write_text("")  # will not go
+    for _ in range(2):  # and again: still there, still said
+        with pytest.raises(RuntimeFailure, match=r"could not remove: cgroup "
+                           + str(fake / "cpu" / "linkgrad-t1" / "db") + ": Directory not "):
+            lifecycle.down("t1", root=tmp_path, cgroup_root=fake)
+    assert leftover_cgroups("t1", fake) == [fake / "cpu" / "linkgrad-t1"]
