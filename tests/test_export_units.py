@@ -6,16 +6,20 @@ bad input through the command: exit 2 with a sentence naming the file, nothing w
 from __future__ import annotations
 
 import base64
+import errno
 import json
+import os
 import re
 import subprocess
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from prometheus_client import write_to_textfile
 
+from coordinator.cli import export as export_cli
 from coordinator.cli.main import main
 from coordinator.export import esmond, perfsonar, prometheus
 from coordinator.export.host_metrics import host_families
@@ -356,3 +360,39 @@ def test_perfsonar_and_esmond_never_read_hosts_json(capsys: pytest.CaptureFixtur
     assert len(json.loads(out)["records"]) == 3
     err = _refused(capsys, tmp_path, str(run_dir), "--prometheus", str(tmp_path / "x.prom"))
     assert f"{run_dir / 'hosts.json'}:" in err
+
+
+def test_a_directory_named_as_the_file_is_exit_2(capsys: pytest.CaptureFixture[str],
+                                                 run_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "d.prom").mkdir()
+    err = _refused(capsys, tmp_path, str(run_dir), "--prometheus", str(tmp_path / "d.prom"))
+    assert "d.prom: field '--prometheus' is a directory" in err
+    long_name = str(tmp_path / ("x" * 300 + ".json"))  # past any file system's NAME_MAX
+    err = _refused(capsys, tmp_path, str(run_dir), "--esmond", long_name)
+    assert "field '--esmond' cannot write: File name too long" in err
+
+
+def _failing(number: int) -> Callable[..., None]:
+    """A writer that fails as the kernel would, with `number`."""
+
+    def write(*_args: object) -> None:
+        raise OSError(number, os.strerror(number))
+    return write
+
+
+@pytest.mark.parametrize(("number", "code"), [
+    (errno.EACCES, 2), (errno.EROFS, 2), (errno.ENOENT, 2),  # the path named: another fixes it
+    (errno.ENOSPC, 1), (errno.EIO, 1), (errno.EDQUOT, 1),  # the machine's: exit 1
+])
+def test_a_failed_write_is_the_paths_fault_or_the_machines(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, run_dir: Path,
+        tmp_path: Path, number: int, code: int) -> None:
+    monkeypatch.setattr(export_cli, "write_to_textfile", _failing(number))
+    monkeypatch.setattr(export_cli, "write_whole", _failing(number))
+    for option, name in (("--prometheus", "x.prom"), ("--esmond", "e.json")):
+        got, _out, err = _export(capsys, str(run_dir), option, str(tmp_path / name))
+        assert got == code, err
+        assert err.startswith("linkgrad: error: ")
+        assert str(tmp_path / name) in err
+        assert os.strerror(number) in err
+        assert (f"field '{option}'" in err) == (code == 2)

@@ -8,10 +8,11 @@ would write or send, and neither writes nor sends.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.metadata
-import os
 import socket
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ from coordinator.config.strict_json import dumps
 from coordinator.export import archive_put, esmond, perfsonar, prometheus
 from coordinator.export.proxy_auth import authorization, redacted
 from coordinator.export.source import RunExport, read_run
-from linkgrad.errors import InputError, Problem
+from coordinator.regress.files import write_whole
+from linkgrad.errors import InputError, Problem, RuntimeFailure
 from linkgrad.reading import read_text
 
 WIDTH = 80
@@ -74,28 +76,37 @@ def _version() -> str:
         return "unknown"
 
 
+# errnos that say the path the user named cannot take a file (a missing or wrong directory,
+# no permission, a read-only mount, a name too long): another path fixes them, so exit 2; any
+# other (ENOSPC, EIO, EDQUOT...) is the machine's and exits 1
+_PATH_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
+                          errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP})
+
+
+def _write_error(e: OSError, path: Path, option: str) -> InputError | RuntimeFailure:
+    if e.errno in _PATH_ERRNOS:
+        return InputError(Problem(f"cannot write: {e.strerror or e}", str(path), field=option))
+    return RuntimeFailure(f"cannot write {path}: {e.strerror or e}")
+
+
 def _check_output(path: Path, option: str) -> None:
-    if path.is_dir():
+    try:
+        is_dir, parent_is_dir = path.is_dir(), path.parent.is_dir()
+    except OSError as e:  # stat itself failed: a name too long, a directory not searchable
+        raise _write_error(e, path, option) from e
+    if is_dir:
         raise InputError(Problem("is a directory: name a file in it", str(path), field=option))
-    if not path.parent.is_dir():
+    if not parent_is_dir:
         raise InputError(Problem(f"no directory {path.parent} to write into", str(path),
                                  field=option))
 
 
-def _write_whole(path: Path, text: str, option: str) -> None:
-    """`text` at `path` through a temporary file in its directory, renamed over it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the umask's mode, as any file
+def _written(write: Callable[[], None], path: Path, option: str) -> None:
+    """`write()`, its OSError said as the path's problem (exit 2) or the machine's (exit 1)."""
     try:
-        try:
-            with tmp.open("x") as f:
-                f.write(text)
-            tmp.replace(path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        write()
     except OSError as e:
-        raise InputError(Problem(f"cannot write: {e.strerror or e}", str(path),
-                                 field=option)) from e
+        raise _write_error(e, path, option) from e
 
 
 def _say(*paragraphs: str) -> None:
@@ -123,11 +134,8 @@ def _to_prometheus(args: argparse.Namespace, run: RunExport) -> dict[str, Any]:
     if args.dry_run:
         return {"target": "prometheus", "file": str(path),
                 "text": prometheus.exposition(registry)}
-    try:
-        write_to_textfile(str(path), registry)  # a temporary file, then renamed
-    except OSError as e:
-        raise InputError(Problem(f"cannot write: {e.strerror or e}", str(path),
-                                 field="--prometheus")) from e
+    # a temporary file beside it, then renamed (removed if the write fails)
+    _written(lambda: write_to_textfile(str(path), registry), path, "--prometheus")
     gradients = next((len(f.samples) for f in families if f.name == "linkgrad_gradient"), 0)
     hosts = {v[1] for f in families if f.name.startswith("linkgrad_host_") for v in f.samples}
     return {"target": "prometheus", "file": str(path), "metrics": len(families),
@@ -159,7 +167,8 @@ def _to_esmond(args: argparse.Namespace, run: RunExport) -> dict[str, Any]:
     document = esmond.documents(run, _observer(args, run), _version())
     if args.dry_run:
         return {"target": "esmond", "file": str(path), "document": document}
-    _write_whole(path, dumps(document, indent=2, note=False) + "\n", "--esmond")
+    text = dumps(document, indent=2, note=False) + "\n"
+    _written(lambda: write_whole(path, text), path, "--esmond")
     return {"target": "esmond", "file": str(path), "entries": len(document["entries"])}
 
 
