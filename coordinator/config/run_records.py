@@ -234,6 +234,7 @@ class GraphEntry(_ReadBack):
 
 class HostAsRun(_ReadBack):
     name: Str
+    address: Str | None = None  # as the experiment gave it (None: its SSH endpoint's)
 
 
 class WebLogAsRun(_ReadBack):

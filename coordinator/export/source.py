@@ -9,30 +9,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import Field
-
-from coordinator.config.fields import Str
 from coordinator.config.hosts_file import HostsFile, read_hosts
 from coordinator.config.run_dir import read_measurements, read_record
 from coordinator.config.run_records import (
     ExperimentAsRun,
-    HostAsRun,
     LinkMeasurement,
     RunJournal,
 )
 from linkgrad.errors import InputError, Problem
 
 __all__ = ["RunExport", "read_run"]
-
-
-class _HostWithAddress(HostAsRun):
-    """HostAsRun and the address experiment.json gives it (goes when HostAsRun has one)."""
-
-    address: Str | None = None
-
-
-class _ExperimentWithAddresses(ExperimentAsRun):
-    hosts: list[_HostWithAddress] = Field(default_factory=list)  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -67,7 +53,7 @@ def read_run(run_dir: Path, *, hosts: bool) -> RunExport:
     journal_path, experiment_path = run_dir / "run.json", run_dir / "experiment.json"
     journal = read_record(journal_path, RunJournal, "the run journal") \
         if journal_path.exists() else None
-    experiment = read_record(experiment_path, _ExperimentWithAddresses,
+    experiment = read_record(experiment_path, ExperimentAsRun,
                              "the experiment as run") if experiment_path.exists() else None
     name = experiment.name if experiment else run_dir.resolve().name  # the same for any target
     return RunExport(run=run_dir.resolve().name, experiment=name, links=tuple(links),

@@ -65,8 +65,12 @@ def write_whole(path: Path, text: str) -> None:
     """A temporary file renamed over the target: an interrupted write leaves the old one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except BaseException:  # a full disk, an interrupt: no temporary file left beside it
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class CheckRecord(_File):
