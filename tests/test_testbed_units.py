@@ -1,4 +1,5 @@
-"""The testbed's pure parts: topology validation, addressing, the plan, expected gradients."""
+"""The testbed's pure parts: topology validation, addressing, the plan, expected gradients,
+the text `up` and `status` print."""
 
 import ipaddress
 
@@ -120,3 +121,45 @@ def test_the_testbed_front_end_routes_by_the_variable_linkgrad_route_sets():
 
     assert nginx.VARIABLE == routing.VARIABLE
     assert routing.nginx_fixed_ratio(1.0, ("app_first", "app_first")) == nginx.DEFAULT_ROUTES
+
+
+def _printed(info, width: int = 80) -> str:
+    import io
+
+    from rich.console import Console
+
+    from coordinator.cli.testbed import _print_testbed
+
+    out = io.StringIO()
+    _print_testbed(Console(file=out, width=width, force_terminal=True, color_system="standard"),
+                   info, {"web/nginx": True})
+    return out.getvalue()
+
+
+def test_up_and_status_show_each_host_s_cgroup_or_say_in_yellow_why_none():
+    from pathlib import Path
+
+    from testbed.cgroups import V1_CONTROLLERS, Hierarchy, cgroup_dirs, unavailable
+    from testbed.lifecycle import describe
+    from testbed.topology import HostSpec, Topology
+
+    h = Hierarchy(1, Path("/sys/fs/cgroup"), V1_CONTROLLERS)
+    directory = Path("/var/tmp/linkgrad-testbed-abcd")
+    plan = plan_testbed(DEFAULT, "abcd", ipaddress.IPv4Network("192.168.200.0/24"))
+    own = {x.name: cgroup_dirs(h, "abcd", x.name) for x in plan.hosts}
+    text = _printed(describe(plan, DEFAULT, directory, host_cgroups=own))
+    assert "/linkgrad-abcd/client" in text  # whole, in 80 columns
+    assert "cgroups:" not in text
+    # roles that make the table too wide for 80 columns: no cgroup column (--json has it)
+    two = Topology(name="two", hosts=(HostSpec(name="front", roles=("client", "web", "cache")),
+                                      HostSpec(name="back", roles=("app", "db"))))
+    plan = plan_testbed(two, "abcd", ipaddress.IPv4Network("192.168.200.0/24"))
+    own = {x.name: cgroup_dirs(h, "abcd", x.name) for x in plan.hosts}
+    assert "/linkgrad-abcd/front" in _printed(describe(plan, two, directory, host_cgroups=own),
+                                              width=120)
+    assert "linkgrad-abcd/" not in _printed(describe(plan, two, directory, host_cgroups=own))
+    # measured as the machine: why, in yellow
+    text = _printed(describe(plan, two, directory, cgroups_note=unavailable(None)))
+    assert "\x1b[33mcgroups: no cgroup v1 controller" in text
+    assert "measured as the machine" in text.replace("\n", " ")
+    assert "linkgrad-abcd/" not in text

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from coordinator.cli.command import Command, CommandGroup
@@ -187,17 +189,35 @@ def _print(console: Console, as_json: bool, result: RemovalReport | dict[str, st
 
 def _print_testbed(console: Console, info: DescribedTestbed,
                    services: dict[str, bool] | None = None) -> None:
-    """`up`'s and `status`'s table of hosts, where to reach them and, for `status`, whether
-    every service runs."""
-    table = Table("host", "namespace", "address", "roles", title=f"testbed {info.tag}")
-    for h in info.hosts:
-        table.add_row(h.name, h.namespace, h.address, ", ".join(h.roles))
+    """`up`'s and `status`'s table of hosts, where to reach them (with each host's cgroup
+    where the terminal is wide enough), why the hosts have no cgroups if they have none
+    and, for `status`, whether every service runs."""
+    table = _hosts_table(info, any(h.cgroups for h in info.hosts))
+    if Measurement.get(console, console.options, table).maximum > console.width:
+        table = _hosts_table(info, False)  # `--json` has them
     console.print(table)
     console.print(f"front end: {info.frontend_url}  web log: {info.web_log.path}"
                   f"\nssh: ssh -F {info.ssh_config} <host>")
+    if info.cgroups_note is not None:
+        console.print(f"[yellow]cgroups: {escape(info.cgroups_note)}")
     if services is not None:
         down_ = [k for k, ok in services.items() if not ok]
         console.print("all services running" if not down_ else f"not running: {down_}")
+
+
+def _hosts_table(info: DescribedTestbed, cgroup: bool) -> Table:
+    table = Table("host", "namespace", "address", "roles", *(["cgroup"] if cgroup else []),
+                  title=f"testbed {info.tag}")
+    for h in info.hosts:
+        table.add_row(h.name, h.namespace, h.address, ", ".join(h.roles),
+                      *([_cgroup_name(h.cgroups)] if cgroup else []))
+    return table
+
+
+def _cgroup_name(dirs: dict[str, Path]) -> str:
+    """The host's cgroup below each hierarchy's root, as /proc/PID/cgroup names it: the same
+    `/linkgrad-TAG/HOST` in every v1 controller; "-": none."""
+    return next((f"/{d.parent.name}/{d.name}" for d in dirs.values()), "-")
 
 
 COMMANDS = (
