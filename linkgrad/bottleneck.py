@@ -1,11 +1,12 @@
 """Which resource limits a transfer (Kissel et al. §V.C): the one whose instantaneous throughput
 is lowest, if a t-test says it is lower than each of the others.
 
-Each resource of a transfer (disk read, network send and receive, disk write) is summarised by
-calipers per interval; the interval's mean of nbytes/duration is its *instantaneous throughput*
-tput_i: what the resource moves while it is doing I/O, not while it waits for the others. The
+Each resource of a transfer (disk read, network send and receive, disk write, each side's CPU)
+is summarised by calipers per interval; what it moved over the time it spent moving it is its
+*instantaneous throughput* tput_i in that interval (`linkgrad.protocol.transfer.tput_i`): what
+the resource moves while it is at work, not while it waits for the others. The
 resource with the lowest mean tput_i over the intervals is the candidate; one-sided t-tests
-(Welch's, the intervals' means as the samples) of "its mean is lower" against every other decide,
+(Welch's, the intervals' tput_i as the samples) of "its mean is lower" against every other decide,
 each at alpha / 2 because the candidate was chosen as the lowest (ALPHA).
 Where one is not significant, the bottleneck may be any of the statistically similar resources,
 and the verdict says which.
@@ -20,12 +21,19 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-__all__ = ["ALPHA", "Comparison", "Verdict", "bottleneck"]
+__all__ = ["ALPHA", "UNTESTED", "Comparison", "Verdict", "bottleneck"]
 
 # The chance of naming one of two resources that are in truth alike. The candidate is picked as
 # the lower of the two, so its one-sided test is made at ALPHA / 2: at ALPHA it would name one
 # of two alike resources twice as often as ALPHA says.
 ALPHA = 0.05
+
+# Resources a transfer measures that are shown but not tested, and why. The paper tests
+# network *read* only: a send blocks while the receiver's window is full, so it is as slow as
+# whatever is slowest after it (a slow disk write reads as a slow send) and cannot be told
+# from it.
+UNTESTED = {"network.send": "a send waits for the receiver's window, so it is as slow as "
+                            "whatever is slowest after it: shown, not tested"}
 
 
 @dataclass(frozen=True)
