@@ -1,160 +1,283 @@
 """A disk-to-disk transfer of linkgrad's own over TCP, with calipers on each resource (Kissel
 et al. §V.C, as their instrumented GridFTP): disk read and network send on the sender, network
-receive and disk write on the receiver. One JSON line per interval and side: each resource's
-calipers over that interval (`linkgrad.bottleneck` reads their mean rates), then a last line.
+receive and disk write on the receiver, and each side's CPU. One JSON line per interval and
+side (`linkgrad.protocol.transfer`): each resource's calipers over that interval, which
+`linkgrad.bottleneck` tests; then a last line, or an error line.
 
-The disks are read and written with O_DIRECT, so a disk's own speed is measured rather than the
-page cache's (and the blkio throttle of a host's cgroup applies: it limits direct I/O). Where
-the file system refuses O_DIRECT (tmpfs), the line says so and the cache is used.
+Each side runs its disk and its network in two threads with DEPTH blocks between them, as
+GridFTP overlaps them: the slowest resource is then busy all the time and the others wait for
+it. (One thread doing both in turn would leave the disk idle while it sends, and an idle
+throttled disk reads fast when it next runs.) What each resource is charged, so that it counts
+the resource at work and not waiting for the others (the paper's *instantaneous throughput*;
+`sniffer.transfer_meter` on waits for a CPU):
 
-    python -m sniffer.transfer receive --port P --path FILE [--interval-s 1]
-    python -m sniffer.transfer send --to ADDR:PORT --path FILE [--size BYTES] [--interval-s 1]
+- disk.read, disk.write: the read or write call, with O_DIRECT, so a disk's own speed is
+  measured rather than the page cache's (and the blkio throttle of a host's cgroup applies: it
+  limits direct I/O). Where the file system refuses O_DIRECT (tmpfs) the line says so.
+- network.receive: from the first bytes of a block being there (the wait for them is the
+  sender's time) until the whole block has come: a slow network stretches it, a slow sender
+  does not (it sends each block whole).
+- network.send: the send call. It blocks while the receiver's window is full, so it is slow
+  whenever anything after it is; shown, not tested (`linkgrad.bottleneck.UNTESTED`).
+- cpu.sender, cpu.receiver: per block, both threads' time on a CPU and waiting for one.
+
+The receiver makes its file new (never over an existing one) before it says `ready`; the
+sender makes its source when given `--size` and there is none (with `--new`, one that exists
+is refused; without, it is sent). A file a side made is removed when the
+transfer fails or is stopped (SIGTERM, SIGHUP: the lease `injector.leased` ends), and after
+it succeeds with `--remove`; a file it did not make is never removed. Exit status 0 done, 2 a
+path that cannot be used, 1 any other failure, each failure said in an `error` line.
+
+    python -m sniffer.transfer receive --port P --path FILE [--interval-s 1] [--remove]
+    python -m sniffer.transfer send --to ADDR:PORT --path FILE [--size BYTES [--new]]
+        [--interval-s 1] [--remove]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
-import json
 import mmap
 import os
+import queue
+import select
+import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from linkgrad.calipers import Calipers
+from linkgrad.protocol.transfer import TransferFailed, TransferReady
+from sniffer.transfer_files import (
+    BLOCK,
+    PathProblem,
+    create,
+    open_direct,
+    remove_file,
+    write_source,
+)
+from sniffer.transfer_meter import Meter, ThreadClock, write_line
 
-__all__ = ["BLOCK", "Meter", "main", "receive", "send"]
+__all__ = ["BLOCK", "PathProblem", "Stopped", "main", "receive", "send"]
 
-BLOCK = 1 << 20  # bytes per read and write: GridFTP's 256 KiB ×4, a multiple of any sector
 ALIGN = 4096  # O_DIRECT's buffer, offset and length alignment (a page covers every sector)
+DEPTH = 4  # blocks in flight between a side's disk and network threads, as GridFTP keeps several
+QUIET_S = 120.0  # no byte from the peer for this long: the transfer is dead
 
 
-class Meter:
-    """Per-resource calipers, emitted as one line every interval and at the end."""
-
-    def __init__(self, side: str, resources: tuple[str, ...], out: IO[str], interval_s: float,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.side, self.resources, self.out, self.interval_s = side, resources, out, interval_s
-        self.clock = clock
-        self.calipers = {r: Calipers() for r in resources}
-        self.since = clock()
-        self.notes: list[str] = []
-
-    def time(self, resource: str, nbytes: int, start_s: float, end_s: float) -> None:
-        self.calipers[resource].time(float(nbytes), start_s, end_s)
-        if end_s - self.since >= self.interval_s:
-            self.emit()
-
-    def emit(self, event: str = "calipers", **extra: object) -> None:
-        now = self.clock()
-        line = {"event": event, "side": self.side, "from_s": self.since, "to_s": now,
-                "resources": {r: c.summary().model_dump() for r, c in self.calipers.items()},
-                **({"notes": self.notes} if self.notes else {}), **extra}
-        self.out.write(json.dumps(line) + "\n")
-        self.out.flush()
-        self.calipers = {r: Calipers() for r in self.resources}
-        self.since = now
-
-
-def _open_direct(path: Path, flags: int, meter: Meter) -> tuple[int, bool]:
-    try:
-        return os.open(path, flags | os.O_DIRECT, 0o600), True
-    except OSError as e:
-        if e.errno != errno.EINVAL:
-            raise
-        meter.notes.append(f"{path}: the file system refuses O_DIRECT: the page cache is "
-                           "measured, not the disk")
-        return os.open(path, flags, 0o600), False
-
-
-def _make_source(path: Path, size: int) -> None:
-    """A file of `size` bytes to send, written through the cache and synced to the disk (it is
-    then read back with O_DIRECT, from the disk)."""
-    block = os.urandom(BLOCK)  # not zeros: nothing on the way may compress or skip them
-    with path.open("wb") as f:
-        left = size
-        while left > 0:
-            left -= f.write(block[:min(left, BLOCK)])
-        f.flush()
-        os.fsync(f.fileno())
+class Stopped(Exception):
+    """SIGTERM or SIGHUP: the lease ended; files made are removed on the way out."""
 
 
 def send(address: tuple[str, int], path: Path, size: int | None, out: IO[str],
-         interval_s: float = 1.0) -> int:
-    """Send `path` (made first, of `size` bytes, if `size` is given); the bytes sent."""
-    meter = Meter("send", ("disk.read", "network.send"), out, interval_s)
-    if size is not None:
-        _make_source(path, size)
-    total = path.stat().st_size
-    fd, _ = _open_direct(path, os.O_RDONLY, meter)
-    buf = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT needs
-    sent = 0
-    started = time.time()
+         interval_s: float = 1.0, remove: bool = False, new: bool = False) -> int:
+    """Send `path`, made first (`size` bytes) if it does not exist and `size` is given; with
+    `new`, one that exists is refused rather than sent. The bytes sent."""
+    meter = Meter("send", ("disk.read", "network.send"), "cpu.sender", out, interval_s)
+    made = False
     try:
-        with socket.create_connection(address, timeout=30) as sock:
-            sock.sendall(total.to_bytes(8, "big"))
-            while sent < total:
-                t0 = time.time()
-                n = os.readv(fd, [buf])
-                t1 = time.time()
-                if n == 0:
-                    break
-                meter.time("disk.read", n, t0, t1)
-                sock.sendall(memoryview(buf)[:n])
-                meter.time("network.send", n, t1, time.time())
-                sent += n
-            sock.shutdown(socket.SHUT_WR)
-            sock.recv(1)  # the receiver's close: everything is on its disk
-    finally:
-        os.close(fd)
-        buf.close()
-    meter.emit("done", bytes=sent, seconds=time.time() - started)
+        if size is not None and (new or not path.exists()):
+            create(path)
+            made = True  # from here on `path` is ours
+            write_source(path, size)
+        elif not path.is_file():
+            raise PathProblem(f"no file {path} to send" if size is None and not path.exists()
+                              else f"{path} is not a file to send")
+        sent = _send(address, path, meter)
+    except BaseException:
+        if made:
+            remove_file(path)
+        raise
+    if made and remove:
+        remove_file(path)
     return sent
 
 
+class _Handoff:
+    """Blocks between a side's two threads: `free` buffers, `full` ones as (buffer, bytes,
+    the CPU seconds the first thread spent on it). None in either queue ends the other
+    thread; a worker thread's exception is kept for the main thread to raise."""
+
+    def __init__(self) -> None:
+        self.free: queue.Queue[mmap.mmap | None] = queue.Queue()
+        for _ in range(DEPTH):
+            self.free.put(mmap.mmap(-1, BLOCK))  # page-aligned, as O_DIRECT needs
+        self.full: queue.Queue[tuple[mmap.mmap, int, float] | None] = queue.Queue()
+        self.error: BaseException | None = None
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.free.put(None)
+        self.full.put(None)
+
+    def raise_error(self) -> None:
+        raise self.error or RuntimeError("the other thread stopped")
+
+
+def _send(address: tuple[str, int], path: Path, meter: Meter) -> int:
+    try:
+        fd, _ = open_direct(path, os.O_RDONLY, meter.notes)
+    except OSError as e:
+        raise PathProblem(f"cannot read {path}: {e.strerror}") from e
+    total = os.fstat(fd).st_size
+    handoff = _Handoff()
+    sent = 0
+    try:
+        with socket.create_connection(address, timeout=QUIET_S) as sock:
+            sock.sendall(total.to_bytes(8, "big"))
+            meter.start()
+            threading.Thread(target=_read_blocks, args=(fd, total, path, handoff, meter),
+                             name="disk.read", daemon=True).start()
+            clock = ThreadClock()
+            while sent < total:
+                item = handoff.full.get()  # the disk's time, not the network's
+                if item is None:
+                    handoff.raise_error()
+                buf, n, read_cpu_s = item  # type: ignore[misc]
+                clock.mark()
+                with memoryview(buf) as view:
+                    sock.sendall(view[:n])
+                meter.time("network.send", n, clock.lap())
+                handoff.free.put(buf)
+                sent += n
+                meter.block(n, read_cpu_s + clock.cpu_lap())
+            sock.shutdown(socket.SHUT_WR)
+            if sock.recv(1) != b"k":  # the receiver's word: everything is on its disk
+                raise ConnectionError("the receiver closed without confirming the file")
+    finally:
+        handoff.free.put(None)  # the reader stops, if it has not
+        os.close(fd)
+    meter.emit("done", sent, time.time() - meter.started)
+    return sent
+
+
+def _read_blocks(fd: int, total: int, path: Path, handoff: _Handoff, meter: Meter) -> None:
+    """The sender's disk thread: reads block after block into free buffers."""
+    clock = ThreadClock()
+    try:
+        left = total
+        while left > 0:
+            buf = handoff.free.get()  # the network's time, not the disk's
+            if buf is None:
+                return
+            clock.mark()
+            n = os.readv(fd, [buf])
+            if n == 0:
+                raise RuntimeError(f"{path} ended {left} bytes short (it shrank)")
+            meter.time("disk.read", n, clock.lap())
+            handoff.full.put((buf, n, clock.cpu_lap()))
+            left -= n
+    except BaseException as e:
+        handoff.fail(e)
+    finally:
+        clock.close()
+
+
 def receive(port: int, path: Path, out: IO[str], interval_s: float = 1.0,
-            ready: Callable[[int], None] | None = None) -> int:
-    """Take one transfer on `port` (0: any; `ready` gets the port) into `path`."""
-    meter = Meter("receive", ("network.receive", "disk.write"), out, interval_s)
+            ready: Callable[[int], None] | None = None, remove: bool = False) -> int:
+    """Make `path` (new), then take one transfer on `port` (0: any; `ready` gets the port)
+    into it; the bytes received. The file is removed if the transfer fails."""
+    meter = Meter("receive", ("network.receive", "disk.write"), "cpu.receiver", out,
+                  interval_s)
+    create(path)
+    try:
+        fd, direct = open_direct(path, os.O_WRONLY, meter.notes)
+        try:
+            got = _receive(port, fd, direct, meter, ready)
+        finally:
+            os.close(fd)
+    except BaseException:
+        remove_file(path)
+        raise
+    if remove:
+        remove_file(path)
+    return got
+
+
+def _receive(port: int, fd: int, direct: bool, meter: Meter,
+             ready: Callable[[int], None] | None) -> int:
     with socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True) as srv:
         if ready is not None:
             ready(srv.getsockname()[1])
         conn, _ = srv.accept()
-    fd, direct = _open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, meter)
-    buf = mmap.mmap(-1, BLOCK)
-    view = memoryview(buf)
-    got = filled = 0
-    started = time.time()
+    handoff = _Handoff()
+    got = 0
     try:
         with conn:
+            conn.settimeout(QUIET_S)
             total = int.from_bytes(_exactly(conn, 8), "big")
+            meter.start()
+            writer = threading.Thread(target=_write_blocks,
+                                      args=(fd, direct, total, handoff, meter),
+                                      name="disk.write", daemon=True)
+            writer.start()
+            clock = ThreadClock()
             while got < total:
-                t0 = time.time()
-                n = conn.recv_into(view[filled:], BLOCK - filled)
-                if n == 0:
-                    break
-                meter.time("network.receive", n, t0, time.time())
-                filled, got = filled + n, got + n
-                if filled == BLOCK or got == total:
-                    # O_DIRECT writes whole aligned blocks; the file is cut to size after
-                    length = -(-filled // ALIGN) * ALIGN if direct else filled
-                    t1 = time.time()
-                    os.write(fd, view[:length])
-                    meter.time("disk.write", filled, t1, time.time())
-                    filled = 0
+                buf = handoff.free.get()  # the disk's time, not the network's
+                if buf is None:
+                    handoff.raise_error()
+                _wait_readable(conn)  # the sender's time, not the network's
+                clock.mark()
+                with memoryview(buf) as view:  # type: ignore[arg-type]
+                    filled = _fill(conn, view, min(BLOCK, total - got))
+                meter.time("network.receive", filled, clock.lap(less_cpu_waits=False))
+                handoff.full.put((buf, filled, clock.cpu_lap()))  # type: ignore[arg-type]
+                got += filled
+            writer.join()
+            if handoff.error is not None:
+                handoff.raise_error()
             os.ftruncate(fd, got)
             os.fsync(fd)
             conn.sendall(b"k")
     finally:
-        view.release()
-        buf.close()
-        os.close(fd)
-    meter.emit("done", bytes=got, seconds=time.time() - started)
+        handoff.full.put(None)  # the writer stops, if it has not
+    meter.emit("done", got, time.time() - meter.started)
     return got
+
+
+def _write_blocks(fd: int, direct: bool, total: int, handoff: _Handoff, meter: Meter) -> None:
+    """The receiver's disk thread: writes each full buffer, in order."""
+    clock = ThreadClock()
+    try:
+        written = 0
+        while written < total:
+            item = handoff.full.get()  # the network's time, not the disk's
+            if item is None:
+                return
+            buf, n, receive_cpu_s = item
+            # O_DIRECT writes whole aligned blocks; the file is cut to size after
+            length = -(-n // ALIGN) * ALIGN if direct else n
+            clock.mark()
+            with memoryview(buf) as view:
+                if os.write(fd, view[:length]) != length:
+                    raise OSError(errno.ENOSPC, "a short write: the disk is full")
+            meter.time("disk.write", n, clock.lap())
+            handoff.free.put(buf)
+            written += n
+            meter.block(n, receive_cpu_s + clock.cpu_lap())
+    except BaseException as e:
+        handoff.fail(e)
+    finally:
+        clock.close()
+
+
+def _wait_readable(conn: socket.socket) -> None:
+    if not select.select([conn], [], [], QUIET_S)[0]:
+        raise TimeoutError(f"no byte from the sender for {QUIET_S:g} s")
+
+
+def _fill(conn: socket.socket, view: memoryview, want: int) -> int:
+    filled = 0
+    while filled < want:
+        n = conn.recv_into(view[filled:want])
+        if n == 0:
+            raise ConnectionError("the sender closed before sending the whole file")
+        filled += n
+    return filled
 
 
 def _exactly(conn: socket.socket, n: int) -> bytes:
@@ -167,7 +290,11 @@ def _exactly(conn: socket.socket, n: int) -> bytes:
     return data
 
 
-def main(argv: list[str] | None = None) -> int:
+def _stop(signum: int, _frame: object) -> None:
+    raise Stopped(f"stopped by {signal.Signals(signum).name}")
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sniffer.transfer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="side", required=True)
@@ -177,18 +304,45 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("send")
     s.add_argument("--to", required=True, metavar="ADDR:PORT")
     s.add_argument("--path", type=Path, required=True)
-    s.add_argument("--size", type=int, default=None)
+    s.add_argument("--size", type=int, default=None,
+                   help="make the file, of this many bytes, if it does not exist")
+    s.add_argument("--new", action="store_true",
+                   help="with --size: refuse a file that exists instead of sending it")
     for p in (r, s):
         p.add_argument("--interval-s", type=float, default=1.0)
-    args = parser.parse_args(argv)
-    if args.side == "receive":
-        receive(args.port, args.path, sys.stdout, args.interval_s,
-                ready=lambda port: print(json.dumps({"event": "ready", "port": port}),
-                                         flush=True))
-    else:
-        host, _, port = args.to.rpartition(":")
-        send((host.strip("[]"), int(port)), args.path, args.size, sys.stdout, args.interval_s)
+        p.add_argument("--remove", action="store_true",
+                       help="remove the file this side made once the transfer is done")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """0 done; 2 a path that cannot be used; 1 anything else. A failure is one `error` line
+    on stdout (the coordinator reads it there), never a traceback."""
+    args = _parser().parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
+    try:
+        if args.side == "receive":
+            receive(args.port, args.path, sys.stdout, args.interval_s,
+                    ready=lambda port: write_line(sys.stdout, TransferReady(port=port)
+                                              .model_dump_json()), remove=args.remove)
+        else:
+            host, _, port = args.to.rpartition(":")
+            send((host.strip("[]"), int(port)), args.path, args.size, sys.stdout,
+                 args.interval_s, remove=args.remove, new=args.new)
+    except PathProblem as e:
+        return _failed("input", str(e), 2)
+    except (OSError, RuntimeError, ValueError, Stopped) as e:
+        return _failed("runtime", str(e) or type(e).__name__, 1)
     return 0
+
+
+def _failed(kind: str, message: str, code: int) -> int:
+    # nobody may read any more (the lease ended): then the exit status says it
+    with contextlib.suppress(OSError):
+        write_line(sys.stdout, TransferFailed(kind=kind, message=message)  # type: ignore[arg-type]
+               .model_dump_json())
+    return code
 
 
 if __name__ == "__main__":
