@@ -19,6 +19,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from coordinator.cli import bottleneck as bottleneck_cli
 from coordinator.cli import export as export_cli
 from coordinator.cli import (
     gradient,
@@ -59,6 +60,7 @@ COMMANDS: tuple[Command | CommandGroup, ...] = (
     *paths.COMMANDS,
     *regress.COMMANDS,
     *export_cli.COMMANDS,  # export
+    *bottleneck_cli.COMMANDS,  # bottleneck
 )
 
 
