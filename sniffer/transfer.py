@@ -21,6 +21,11 @@ the resource at work and not waiting for the others (the paper's *instantaneous 
   whenever anything after it is; shown, not tested (`linkgrad.bottleneck.UNTESTED`).
 - cpu.sender, cpu.receiver: per block, both threads' time on a CPU and waiting for one.
 
+The receiver listens on the address it is given and takes the first connection that says the
+coordinator's token (`--token`, on both sides' command lines), closing any other, for up to
+`--accept-timeout-s`; it refuses a size larger than `--max-bytes`. Each file is opened once
+(never through a symbolic link) and used by its descriptor.
+
 The receiver makes its file new (never over an existing one) before it says `ready`; the
 sender makes its source when given `--size` and there is none (with `--new`, one that exists
 is refused; without, it is sent). A file a side made is removed when the
@@ -28,9 +33,10 @@ transfer fails or is stopped (SIGTERM, SIGHUP: the lease `injector.leased` ends)
 it succeeds with `--remove`; a file it did not make is never removed. Exit status 0 done, 2 a
 path that cannot be used, 1 any other failure, each failure said in an `error` line.
 
-    python -m sniffer.transfer receive --port P --path FILE [--interval-s 1] [--remove]
-    python -m sniffer.transfer send --to ADDR:PORT --path FILE [--size BYTES [--new]]
-        [--interval-s 1] [--remove]
+    python -m sniffer.transfer receive --listen ADDR --port P --token T --path FILE
+        [--max-bytes N] [--accept-timeout-s 60] [--interval-s 1] [--remove]
+    python -m sniffer.transfer send --to ADDR:PORT --token T --path FILE
+        [--size BYTES [--new]] [--interval-s 1] [--remove]
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import hmac
 import mmap
 import os
 import queue
@@ -48,6 +55,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -56,17 +64,21 @@ from sniffer.transfer_files import (
     BLOCK,
     PathProblem,
     create,
-    open_direct,
+    go_direct,
+    open_source,
     remove_file,
     write_source,
 )
 from sniffer.transfer_meter import Meter, ThreadClock, write_line
 
-__all__ = ["BLOCK", "PathProblem", "Stopped", "main", "receive", "send"]
+__all__ = ["BLOCK", "Listen", "PathProblem", "Stopped", "main", "receive", "send"]
 
 ALIGN = 4096  # O_DIRECT's buffer, offset and length alignment (a page covers every sector)
 DEPTH = 4  # blocks in flight between a side's disk and network threads, as GridFTP keeps several
 QUIET_S = 120.0  # no byte from the peer for this long: the transfer is dead
+ACCEPT_TIMEOUT_S = 60.0  # default wait for the sender that has the token
+TOKEN_TIMEOUT_S = 5.0  # a connection has this long to say the token, or it is closed
+MAX_BYTES = 1 << 50  # the largest size a receiver takes when not told less
 
 
 class Stopped(Exception):
@@ -74,20 +86,25 @@ class Stopped(Exception):
 
 
 def send(address: tuple[str, int], path: Path, size: int | None, out: IO[str],
-         interval_s: float = 1.0, remove: bool = False, new: bool = False) -> int:
+         interval_s: float = 1.0, remove: bool = False, new: bool = False, *,
+         token: str) -> int:
     """Send `path`, made first (`size` bytes) if it does not exist and `size` is given; with
-    `new`, one that exists is refused rather than sent. The bytes sent."""
+    `new`, one that exists is refused rather than sent. `token` is said first: the receiver
+    takes no transfer without it. The bytes sent."""
     meter = Meter("send", ("disk.read", "network.send"), "cpu.sender", out, interval_s)
     made = False
     try:
-        if size is not None and (new or not path.exists()):
-            create(path)
+        if size is not None and (new or not os.path.lexists(path)):
+            fd = create(path, os.O_RDWR)
             made = True  # from here on `path` is ours
-            write_source(path, size)
-        elif not path.is_file():
-            raise PathProblem(f"no file {path} to send" if size is None and not path.exists()
-                              else f"{path} is not a file to send")
-        sent = _send(address, path, meter)
+            try:
+                write_source(fd, size)
+            except BaseException:
+                os.close(fd)
+                raise
+        else:
+            fd = open_source(path)
+        sent = _send(address, fd, path, meter, token)
     except BaseException:
         if made:
             remove_file(path)
@@ -118,17 +135,15 @@ class _Handoff:
         raise self.error or RuntimeError("the other thread stopped")
 
 
-def _send(address: tuple[str, int], path: Path, meter: Meter) -> int:
-    try:
-        fd, _ = open_direct(path, os.O_RDONLY, meter.notes)
-    except OSError as e:
-        raise PathProblem(f"cannot read {path}: {e.strerror}") from e
-    total = os.fstat(fd).st_size
+def _send(address: tuple[str, int], fd: int, path: Path, meter: Meter, token: str) -> int:
+    """The file open at `fd` sent (the descriptor is closed)."""
     handoff = _Handoff()
     sent = 0
     try:
+        go_direct(fd, path, meter.notes)
+        total = os.fstat(fd).st_size
         with socket.create_connection(address, timeout=QUIET_S) as sock:
-            sock.sendall(total.to_bytes(8, "big"))
+            sock.sendall(token.encode() + total.to_bytes(8, "big"))
             meter.start()
             threading.Thread(target=_read_blocks, args=(fd, total, path, handoff, meter),
                              name="disk.read", daemon=True).start()
@@ -177,17 +192,30 @@ def _read_blocks(fd: int, total: int, path: Path, handoff: _Handoff, meter: Mete
         clock.close()
 
 
-def receive(port: int, path: Path, out: IO[str], interval_s: float = 1.0,
+@dataclass(frozen=True)
+class Listen:
+    """Where and from whom the receiver takes its one transfer: `address` (the one the
+    experiment gives its host; "" every address) and `port` (0: any free one); only a
+    connection that first says `token`, within `timeout_s`; at most `max_bytes`."""
+
+    token: str
+    address: str = ""
+    port: int = 0
+    timeout_s: float = ACCEPT_TIMEOUT_S
+    max_bytes: int = MAX_BYTES
+
+
+def receive(listen: Listen, path: Path, out: IO[str], interval_s: float = 1.0,
             ready: Callable[[int], None] | None = None, remove: bool = False) -> int:
-    """Make `path` (new), then take one transfer on `port` (0: any; `ready` gets the port)
+    """Make `path` (new), then take one transfer as `listen` says (`ready` gets the port)
     into it; the bytes received. The file is removed if the transfer fails."""
     meter = Meter("receive", ("network.receive", "disk.write"), "cpu.receiver", out,
                   interval_s)
-    create(path)
+    fd = create(path)
     try:
-        fd, direct = open_direct(path, os.O_WRONLY, meter.notes)
         try:
-            got = _receive(port, fd, direct, meter, ready)
+            direct = go_direct(fd, path, meter.notes)
+            got = _receive(listen, fd, direct, meter, ready)
         finally:
             os.close(fd)
     except BaseException:
@@ -198,18 +226,18 @@ def receive(port: int, path: Path, out: IO[str], interval_s: float = 1.0,
     return got
 
 
-def _receive(port: int, fd: int, direct: bool, meter: Meter,
+def _receive(listen: Listen, fd: int, direct: bool, meter: Meter,
              ready: Callable[[int], None] | None) -> int:
-    with socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True) as srv:
-        if ready is not None:
-            ready(srv.getsockname()[1])
-        conn, _ = srv.accept()
+    conn = _accept(listen, ready)
     handoff = _Handoff()
     got = 0
     try:
         with conn:
             conn.settimeout(QUIET_S)
             total = int.from_bytes(_exactly(conn, 8), "big")
+            if total > listen.max_bytes:
+                raise ValueError(f"the sender announced {total} bytes, more than the "
+                                 f"{listen.max_bytes} this receiver takes")
             meter.start()
             writer = threading.Thread(target=_write_blocks,
                                       args=(fd, direct, total, handoff, meter),
@@ -265,6 +293,41 @@ def _write_blocks(fd: int, direct: bool, total: int, handoff: _Handoff, meter: M
         clock.close()
 
 
+def _server(listen: Listen) -> socket.socket:
+    if not listen.address:
+        return socket.create_server(("", listen.port), family=socket.AF_INET6,
+                                    dualstack_ipv6=True)
+    family, *_, where = socket.getaddrinfo(listen.address, listen.port,
+                                           type=socket.SOCK_STREAM)[0]
+    return socket.create_server(where[:2], family=family)
+
+
+def _accept(listen: Listen, ready: Callable[[int], None] | None) -> socket.socket:
+    """The first connection that says the token; any other is closed and the wait goes on,
+    until `listen.timeout_s`."""
+    want = listen.token.encode()
+    deadline = time.monotonic() + listen.timeout_s
+    with _server(listen) as srv:
+        if ready is not None:
+            ready(srv.getsockname()[1])
+        while (left := deadline - time.monotonic()) > 0:
+            srv.settimeout(left)
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                break
+            try:
+                conn.settimeout(min(TOKEN_TIMEOUT_S, max(left, 0.01)))
+                said = _exactly(conn, len(want))
+            except OSError:
+                said = b""
+            if said and hmac.compare_digest(said, want):
+                return conn
+            conn.close()  # not the sender: a stray or hostile connection
+    raise TimeoutError(f"no sender with this transfer's token connected in "
+                       f"{listen.timeout_s:g} s")
+
+
 def _wait_readable(conn: socket.socket) -> None:
     if not select.select([conn], [], [], QUIET_S)[0]:
         raise TimeoutError(f"no byte from the sender for {QUIET_S:g} s")
@@ -285,7 +348,7 @@ def _exactly(conn: socket.socket, n: int) -> bytes:
     while len(data) < n:
         chunk = conn.recv(n - len(data))
         if not chunk:
-            raise ConnectionError("the sender closed before saying the size")
+            raise ConnectionError("the sender closed before saying the token and size")
         data += chunk
     return data
 
@@ -300,6 +363,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="side", required=True)
     r = sub.add_parser("receive")
     r.add_argument("--port", type=int, required=True)
+    r.add_argument("--listen", required=True, metavar="ADDR",
+                   help="the address to listen on (the one the experiment gives this host)")
+    r.add_argument("--accept-timeout-s", type=float, default=ACCEPT_TIMEOUT_S,
+                   help="how long to wait for the sender (default %(default)g)")
+    r.add_argument("--max-bytes", type=int, default=MAX_BYTES,
+                   help="refuse a transfer announced larger than this")
     r.add_argument("--path", type=Path, required=True)
     s = sub.add_parser("send")
     s.add_argument("--to", required=True, metavar="ADDR:PORT")
@@ -309,6 +378,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--new", action="store_true",
                    help="with --size: refuse a file that exists instead of sending it")
     for p in (r, s):
+        p.add_argument("--token", required=True,
+                       help="said by the sender first: the receiver takes no one without it")
         p.add_argument("--interval-s", type=float, default=1.0)
         p.add_argument("--remove", action="store_true",
                        help="remove the file this side made once the transfer is done")
@@ -323,13 +394,15 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, _stop)
     try:
         if args.side == "receive":
-            receive(args.port, args.path, sys.stdout, args.interval_s,
+            listen = Listen(args.token, args.listen.strip("[]"), args.port,
+                            args.accept_timeout_s, args.max_bytes)
+            receive(listen, args.path, sys.stdout, args.interval_s,
                     ready=lambda port: write_line(sys.stdout, TransferReady(port=port)
                                               .model_dump_json()), remove=args.remove)
         else:
             host, _, port = args.to.rpartition(":")
             send((host.strip("[]"), int(port)), args.path, args.size, sys.stdout,
-                 args.interval_s, remove=args.remove, new=args.new)
+                 args.interval_s, remove=args.remove, new=args.new, token=args.token)
     except PathProblem as e:
         return _failed("input", str(e), 2)
     except (OSError, RuntimeError, ValueError, Stopped) as e:

@@ -260,16 +260,18 @@ def test_sizes_and_places_are_read_strictly():
 def test_each_side_is_leased_and_removes_what_it_made_unless_kept():
     plan = TransferPlan(HostPath("a", "/s"), HostPath("b", "/d"), 1 << 20, True, 0.5, False,
                         "py")
-    assert receiver_argv(plan) == ["py", "-m", "injector.leased", "--", "py", "-m",
-                                   "sniffer.transfer", "receive", "--port", "0", "--path", "/d",
-                                   "--interval-s", "0.5", "--remove"]
-    assert sender_argv(plan, "fd00::2", 4000)[7:] == [
-        "send", "--to", "[fd00::2]:4000", "--path", "/s", "--size", "1048576", "--new",
-        "--interval-s", "0.5", "--remove"]
+    assert receiver_argv(plan, "fd00::2", "t0k") == [
+        "py", "-m", "injector.leased", "--", "py", "-m", "sniffer.transfer", "receive",
+        "--listen", "fd00::2", "--port", "0", "--token", "t0k", "--accept-timeout-s",
+        "60.1049", "--max-bytes", "1048576", "--path", "/d", "--interval-s", "0.5", "--remove"]
+    assert sender_argv(plan, "fd00::2", 4000, "t0k")[7:] == [
+        "send", "--to", "[fd00::2]:4000", "--token", "t0k", "--path", "/s", "--size",
+        "1048576", "--new", "--interval-s", "0.5", "--remove"]
     kept = TransferPlan(HostPath("a", "/s"), HostPath("b", "/d"), 1 << 20, False, 0.5, True,
                         "py")
-    assert "--remove" not in receiver_argv(kept)
-    assert "--new" not in sender_argv(kept, "h", 1)
+    assert "--remove" not in receiver_argv(kept, "h", "t")
+    assert "--max-bytes" not in receiver_argv(kept, "h", "t")  # the file there is sent whole
+    assert "--new" not in sender_argv(kept, "h", 1, "t")
 
 
 # ------------------------------------------------------------------------ what is measured

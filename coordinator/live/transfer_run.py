@@ -10,6 +10,7 @@ shell that starts, reads and closes.
 from __future__ import annotations
 
 import queue
+import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ __all__ = ["READY_TIMEOUT_S", "HostPath", "TransferPlan", "parse_host_path", "re
            "run_transfer", "sender_argv"]
 
 READY_TIMEOUT_S = 60.0  # a python to start and a file to make on a busy host
+ACCEPT_TIMEOUT_S = 60.0  # the receiver's wait for the sender, beyond making the source
+SLOW_DISK_BYTES_PER_S = 10e6  # the sender makes its source at least this fast
 CLOSE_TIMEOUT_S = 15.0  # a side to end after its channel closed (leased: TERM, then KILL)
 Say = Callable[[str], None]
 
@@ -66,27 +69,38 @@ def _options(plan: TransferPlan) -> list[str]:
     return ["--interval-s", repr(plan.interval_s), *([] if plan.keep else ["--remove"])]
 
 
-def receiver_argv(plan: TransferPlan) -> list[str]:
-    """The receiver, on any free port, leased to its channel."""
-    return [*_leased_transfer(plan, "receive"), "--port", "0", "--path",
-            plan.destination.path, *_options(plan)]
+def accept_timeout_s(plan: TransferPlan) -> float:
+    """How long the receiver waits for the sender: a minute, and the time a slow disk takes
+    to make the source first."""
+    return ACCEPT_TIMEOUT_S + (plan.size / SLOW_DISK_BYTES_PER_S if plan.new else 0.0)
 
 
-def sender_argv(plan: TransferPlan, address: str, port: int) -> list[str]:
+def receiver_argv(plan: TransferPlan, address: str, token: str) -> list[str]:
+    """The receiver, on any free port of `address` (the experiment's for the --to host),
+    taking only the sender that says `token`, leased to its channel."""
+    size = ["--max-bytes", str(plan.size)] if plan.new else []
+    return [*_leased_transfer(plan, "receive"), "--listen", address, "--port", "0",
+            "--token", token, "--accept-timeout-s", f"{accept_timeout_s(plan):g}", *size,
+            "--path", plan.destination.path, *_options(plan)]
+
+
+def sender_argv(plan: TransferPlan, address: str, port: int, token: str) -> list[str]:
     to = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
-    return [*_leased_transfer(plan, "send"), "--to", to, "--path", plan.source.path,
-            "--size", str(plan.size), *(["--new"] if plan.new else []), *_options(plan)]
+    return [*_leased_transfer(plan, "send"), "--to", to, "--token", token, "--path",
+            plan.source.path, "--size", str(plan.size), *(["--new"] if plan.new else []),
+            *_options(plan)]
 
 
 _END = object()  # a side's output ended
 
 
 class _Side:
-    """One side's channel, its lines read by a thread of its own into the shared queue."""
+    """One side's channel, its lines read by a thread of its own into the shared queue;
+    `option` is the command's option that named its path (a path problem is said there)."""
 
-    def __init__(self, what: str, channel: Channel, lines: queue.Queue[tuple[_Side, object]]
-                 ) -> None:
-        self.what, self.channel, self.lines = what, channel, lines
+    def __init__(self, what: str, option: str, channel: Channel,
+                 lines: queue.Queue[tuple[_Side, object]]) -> None:
+        self.what, self.option, self.channel, self.lines = what, option, channel, lines
         self.ended = False
         threading.Thread(target=self._read, name=f"lines {what}", daemon=True).start()
 
@@ -116,14 +130,15 @@ def run_transfer(source: Remote, destination: Remote, address: str, plan: Transf
     a side cannot use) naming the side, once both sides have stopped."""
     lines: queue.Queue[tuple[_Side, object]] = queue.Queue()
     sides: list[_Side] = []
+    token = secrets.token_hex(16)  # the receiver takes no connection that does not say it
     try:
-        receiver = _Side(f"the receiver on {destination.name}",
-                         destination.open_lines(receiver_argv(plan)), lines)
+        receiver = _Side(f"the receiver on {destination.name}", "--to",
+                         destination.open_lines(receiver_argv(plan, address, token)), lines)
         sides.append(receiver)
         port = _ready(receiver, lines, plan)
         say(f"receiving into {plan.destination} on port {port}")
-        sender = _Side(f"the sender on {source.name}",
-                       source.open_lines(sender_argv(plan, address, port)), lines)
+        sender = _Side(f"the sender on {source.name}", "--from",
+                       source.open_lines(sender_argv(plan, address, port, token)), lines)
         sides.append(sender)
         say(f"sending {plan.source} to {address}:{port}")
         got = _collect(sides, lines, plan)
@@ -183,8 +198,7 @@ def _parsed(side: _Side, line: object, plan: TransferPlan
     except InputError as e:  # the host's, not the user's
         raise RuntimeFailure(f"{side.what} said what is no transfer line: {e}") from e
     if isinstance(parsed, TransferFailed):
-        which = "--to" if "receiver" in side.what else "--from"
         if parsed.kind == "input":
-            raise InputError(Problem(f"{side.what}: {parsed.message}", field=which))
+            raise InputError(Problem(f"{side.what}: {parsed.message}", field=side.option))
         raise RuntimeFailure(f"{side.what} failed: {parsed.message}")
     return parsed
