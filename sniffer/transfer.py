@@ -166,7 +166,7 @@ def _send(address: tuple[str, int], fd: int, path: Path, meter: Meter, token: st
     finally:
         handoff.free.put(None)  # the reader stops, if it has not
         os.close(fd)
-    meter.emit("done", sent, time.time() - meter.started)
+    meter.emit("done", sent, meter.clock() - meter.started)
     return sent
 
 
@@ -263,7 +263,7 @@ def _receive(listen: Listen, fd: int, direct: bool, meter: Meter,
             conn.sendall(b"k")
     finally:
         handoff.full.put(None)  # the writer stops, if it has not
-    meter.emit("done", got, time.time() - meter.started)
+    meter.emit("done", got, meter.clock() - meter.started)
     return got
 
 

@@ -8,6 +8,12 @@ is the CPU's time, not the disk's (a 1 ms write whose wake-up waited 20 ms for t
 block, since bytes go on arriving while the thread waits. The CPU resource is charged, per
 block, both threads' time on a CPU plus their waits for one: the rate the transfer would have
 if only the CPU held it back.
+
+Every event is charged at least MIN_SPAN_S, so that each byte counted has its time: a disk call
+whose span is nothing once its CPU waits are taken off (or a block of no CPU time the kernel
+has yet counted) would otherwise add bytes to a resource's sum and none to its busy time, and
+read it too fast (`linkgrad.protocol.transfer.tput_i` divides the one by the other). Spans are
+timed by the monotonic clock (time.perf_counter); an interval's from_s and to_s are unix time.
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ from typing import IO
 from linkgrad.calipers import Calipers
 from linkgrad.protocol.transfer import TransferInterval
 
-__all__ = ["SCHEDSTAT", "CpuClock", "Meter", "ThreadClock", "write_line"]
+__all__ = ["MIN_SPAN_S", "SCHEDSTAT", "CpuClock", "Meter", "ThreadClock", "write_line"]
 
 SCHEDSTAT = "/proc/thread-self/schedstat"
+MIN_SPAN_S = 1e-6  # the least an event is charged: a microsecond, above the clocks' resolution
 Clock = Callable[[], float]
 
 
@@ -61,7 +68,7 @@ class ThreadClock:
     """One thread's timing (made in the thread it times): `mark` where a resource's time
     starts, `lap` its span when it is done, `cpu_lap` the thread's CPU time since the last."""
 
-    def __init__(self, clock: Clock = time.time) -> None:
+    def __init__(self, clock: Clock = time.perf_counter) -> None:
         self.clock = clock
         self.cpu = CpuClock.open()
         self.mark()
@@ -75,10 +82,11 @@ class ThreadClock:
 
     def lap(self, less_cpu_waits: bool = True) -> tuple[float, float]:
         """(start, end) of what ran since the last mark or lap, its end brought forward by the
-        thread's waits for a CPU in it unless `less_cpu_waits` is false."""
+        thread's waits for a CPU in it unless `less_cpu_waits` is false; at least MIN_SPAN_S
+        long."""
         wall_s, (_, waited_s) = self.clock(), self._cpu()
         end_s = wall_s - (waited_s - self.waited_s) if less_cpu_waits else wall_s
-        span = (self.wall_s, max(end_s, self.wall_s))
+        span = (self.wall_s, max(end_s, self.wall_s + MIN_SPAN_S))
         self.wall_s, self.waited_s = wall_s, waited_s
         return span
 
@@ -94,11 +102,14 @@ class ThreadClock:
 
 class Meter:
     """One side's calipers, fed from both its threads: `time` a resource's span, `block` a
-    block's CPU time (and the interval's line if the interval is over), `emit` a line."""
+    block's CPU time (and the interval's line if the interval is over), `emit` a line.
+    `clock` times (monotonic), `wall` labels each interval (unix s)."""
 
     def __init__(self, side: str, resources: tuple[str, ...], cpu_resource: str,
-                 out: IO[str], interval_s: float, clock: Clock = time.time) -> None:
+                 out: IO[str], interval_s: float, clock: Clock = time.perf_counter,
+                 wall: Clock = time.time) -> None:
         self.side, self.out, self.interval_s, self.clock = side, out, interval_s, clock
+        self.wall = wall
         self.resources = (*resources, cpu_resource)
         self.cpu_resource = cpu_resource
         self.calipers = {r: Calipers() for r in self.resources}
@@ -118,6 +129,7 @@ class Meter:
         """The first interval starts now (making the source, waiting for the sender: no
         resource's time)."""
         self.since = self.started = self.clock()
+        self.since_wall_s = self.wall()
         self.cpu_cursor_s = 0.0  # the CPU's events, laid end to end
 
     def time(self, resource: str, nbytes: int, span: tuple[float, float]) -> None:
@@ -128,7 +140,7 @@ class Meter:
         with self.lock:
             if self.cpu_measured:
                 start = self.cpu_cursor_s
-                self.cpu_cursor_s += cpu_s
+                self.cpu_cursor_s += max(cpu_s, MIN_SPAN_S)
                 self.calipers[self.cpu_resource].time(float(nbytes), start, self.cpu_cursor_s)
             if self.clock() - self.since >= self.interval_s:
                 self._emit("calipers", None, None)
@@ -139,14 +151,15 @@ class Meter:
             self._emit(event, nbytes, seconds)
 
     def _emit(self, event: str, nbytes: int | None, seconds: float | None) -> None:
-        now = self.clock()
+        now, now_wall_s = self.clock(), self.wall()
         line = TransferInterval(
-            event=event, side=self.side, from_s=self.since, to_s=now,  # type: ignore[arg-type]
+            event=event, side=self.side, from_s=self.since_wall_s,  # type: ignore[arg-type]
+            to_s=max(now_wall_s, self.since_wall_s),
             resources={r: c.summary() for r, c in self.calipers.items()},
             notes=tuple(self.notes) or None, bytes=nbytes, seconds=seconds)
         write_line(self.out, line.model_dump_json())
         self.calipers = {r: Calipers() for r in self.resources}
-        self.since = now
+        self.since, self.since_wall_s = now, now_wall_s
 
 
 def write_line(out: IO[str], line: str) -> None:

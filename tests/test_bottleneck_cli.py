@@ -5,10 +5,12 @@ machine (the real transfer and lease, no SSH), and bad input said in one sentenc
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ from coordinator.live.transfer_run import (
 from linkgrad.calipers import Calipers
 from linkgrad.errors import InputError
 from linkgrad.protocol.transfer import TransferInterval, tput_i
-from sniffer.transfer_meter import ThreadClock
+from sniffer.transfer_meter import MIN_SPAN_S, Meter, ThreadClock
 from testbed.process_channel import ProcessChannel
 
 DATA = Path(__file__).parent / "data" / "bottleneck"
@@ -308,3 +310,28 @@ def test_a_disk_is_not_charged_its_thread_s_waits_for_a_cpu_and_the_network_is()
     clock.mark()  # 10.000, 0 s waited so far
     assert clock.lap() == pytest.approx((10.0, 10.010))  # 30 ms, 20 of them waiting: 10 ms
     assert clock.lap(less_cpu_waits=False) == pytest.approx((10.030, 10.060))
+
+
+def test_a_call_that_was_all_cpu_wait_is_charged_a_floor_so_its_bytes_have_time():
+    """A 1 MiB write of 10 ms, then one whose 5 ms were all a wait for the CPU: both blocks'
+    bytes over both calls' time, never 2 MiB over the first call's 10 ms."""
+    now = iter([0.0, 1.0, 1.010, 1.015])
+    clock = ThreadClock(clock=lambda: next(now))
+    clock.cpu = ScriptedCpu((0.0, 0.0), (0.0, 0.0), (0.0, 0.005))  # type: ignore[assignment]
+    clock.mark()
+    meter = Meter("receive", ("disk.write",), "cpu.receiver", io.StringIO(), 60.0)
+    meter.time("disk.write", 1 << 20, clock.lap())
+    second = clock.lap()  # 5 ms, all of them waiting for the CPU
+    assert second == pytest.approx((1.010, 1.010 + MIN_SPAN_S))
+    meter.time("disk.write", 1 << 20, second)
+    meter.emit()
+    [line] = [TransferInterval.model_validate_json(x)
+              for x in meter.out.getvalue().splitlines()]  # type: ignore[attr-defined]
+    [rate] = tput_i([line])["disk.write"]
+    assert rate == pytest.approx(2 * (1 << 20) / (0.010 + MIN_SPAN_S))
+
+
+def test_spans_are_timed_by_the_monotonic_clock():
+    assert ThreadClock().clock is time.perf_counter
+    meter = Meter("send", ("disk.read",), "cpu.sender", io.StringIO(), 1.0)
+    assert meter.clock is time.perf_counter

@@ -113,7 +113,9 @@ def read_lines(text: str, source: str) -> list[TransferInterval]:
 def tput_i(intervals: Sequence[TransferInterval]) -> dict[str, list[float]]:
     """Resource -> its instantaneous throughput (bytes/s) in each interval it was timed in:
     the bytes it moved over the time it spent moving them (the calipers' value sum over their
-    busy time: NetLogger's dur.i).
+    busy time: NetLogger's dur.i). The meter charges every event at least a microsecond
+    (`sniffer.transfer_meter.MIN_SPAN_S`), so no bytes are in the sum without time in the
+    busy time.
 
     Kissel et al. §IV.C take mean(nbytes/dur) instead, each call weighed alike. That reads a
     throttle that lets most calls through at once and holds the next one far too fast (a
