@@ -5,6 +5,7 @@ machine (the real transfer and lease, no SSH), and bad input said in one sentenc
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import shlex
@@ -27,7 +28,7 @@ from coordinator.live.transfer_run import (
 )
 from linkgrad.calipers import Calipers
 from linkgrad.errors import InputError
-from linkgrad.protocol.transfer import TransferInterval, tput_i
+from linkgrad.protocol.transfer import TransferInterval, read_lines, tput_i
 from sniffer.transfer_meter import MIN_SPAN_S, Meter, ThreadClock
 from testbed.process_channel import ProcessChannel
 
@@ -176,6 +177,32 @@ def test_a_live_transfer_is_tested_saved_and_leaves_no_file(capsys, experiment):
     again = json.loads(out)
     assert code == 0
     assert (again["verdict"], again["tests"]) == (answer["verdict"], answer["tests"])
+
+
+def test_a_save_that_fails_comes_after_the_answer_and_leaves_nothing(capsys, experiment):
+    d = experiment.parent
+    (d / "taken").mkdir()
+    code, out, err = live(capsys, experiment, "--size", "64M", "--interval", "0.01",
+                          "--save", str(d / "taken"), "--json")
+    assert code == 2, err
+    answer, end = json.JSONDecoder().raw_decode(out)
+    assert answer["bytes"] == 64 << 20  # the answer, printed before the failure (then it)
+    assert "cannot write: Is a directory" in out[end:] + err, (out, err)
+    assert sorted(p.name for p in d.iterdir()) == ["known_hosts", "local.yaml", "taken"]
+
+
+def test_a_save_the_machine_fails_is_exit_1(capsys, monkeypatch, tmp_path):
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(bottleneck_cli, "write_whole", full)
+    monkeypatch.setattr(bottleneck_cli, "_live", lambda args: (bottleneck_cli.answer_of(
+        read_lines((DATA / "network.jsonl").read_text(), "n"), "a:/s", "b:/d", 0.05),
+        ["{}"]))
+    code, out, err = run(capsys, "x.yaml", "--save", str(tmp_path / "t.jsonl"))
+    assert code == 1
+    assert "verdict: network.receive is the bottleneck" in out
+    assert "No space left on device" in err
 
 
 def test_keep_leaves_the_files_and_an_existing_source_is_sent_as_it_is(capsys, experiment):

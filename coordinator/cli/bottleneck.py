@@ -10,6 +10,7 @@ resource name it the bottleneck or say which are statistically similar (`linkgra
 from __future__ import annotations
 
 import argparse
+import errno
 import re
 from pathlib import Path
 
@@ -24,14 +25,19 @@ from coordinator.config.experiment_file import load_experiment
 from coordinator.live.session import check_local_files, sigterm_interrupts
 from coordinator.live.ssh import Connection, Endpoint
 from coordinator.live.transfer_run import HostPath, TransferPlan, parse_host_path, run_transfer
+from coordinator.regress.files import write_whole
 from linkgrad.bottleneck import ALPHA
-from linkgrad.errors import InputError, Problem
+from linkgrad.errors import InputError, Problem, RuntimeFailure
 from linkgrad.protocol.transfer import TransferInterval, read_lines
 from linkgrad.reading import read_text
 
 DEFAULT_SIZE = 2 << 30  # 17 s at 1 Gb/s (the paper's D2D ran at 850 Mb/s); seconds on a testbed
 MAX_SIZE = 1 << 50
 _SIZE = re.compile(r"(\d+)([KMGT]?)(i?B)?", re.IGNORECASE)
+# errnos of a path the user named that cannot take a file: another path fixes them (exit 2);
+# any other (ENOSPC, EIO...) is the machine's (exit 1). As `linkgrad export` sorts them.
+_PATH_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
+                          errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP})
 
 
 def parse_size(text: str) -> int:
@@ -71,18 +77,33 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def bottleneck_command(args: argparse.Namespace) -> int:
     check_between(args.alpha, 1e-6, 0.5, "--alpha", unit="")
+    lines: list[str] = []
     if args.summaries is not None:
         _only_summaries(args)
         text = read_text(args.summaries, "a transfer's saved lines")
         answer = answer_of(read_lines(text, str(args.summaries)), str(args.summaries), None,
                          args.alpha)
     else:
-        answer = _live(args)
+        answer, lines = _live(args)
     if args.json:
         print(answer.json_text())
     else:
         print(describe(answer))
+    if args.save is not None:  # after the answer: a transfer's answer is never lost to it
+        _save(args.save, lines)
     return 0
+
+
+def _save(path: Path, lines: list[str]) -> None:
+    """Both sides' lines written whole (no temporary file left if it fails): InputError for
+    a path the user can fix, RuntimeFailure for the machine's failure."""
+    try:
+        write_whole(path, "".join(line + "\n" for line in lines))
+    except OSError as e:
+        if e.errno in _PATH_ERRNOS:
+            raise InputError(Problem(f"cannot write: {e.strerror or e}", str(path),
+                                     field="--save")) from e
+        raise RuntimeFailure(f"cannot write {path}: {e.strerror or e}") from e
 
 
 def _only_summaries(args: argparse.Namespace) -> None:
@@ -95,8 +116,8 @@ def _only_summaries(args: argparse.Namespace) -> None:
                                  field="--summaries"))
 
 
-def _live(args: argparse.Namespace) -> BottleneckAnswer:
-    """The transfer, after every check that needs no host; its answer."""
+def _live(args: argparse.Namespace) -> tuple[BottleneckAnswer, list[str]]:
+    """The transfer, after every check that needs no host; its answer and its lines."""
     missing = [name for name, value in (("EXPERIMENT", args.experiment),
                                         ("--from", args.source), ("--to", args.destination))
                if value is None]
@@ -121,17 +142,7 @@ def _live(args: argparse.Namespace) -> BottleneckAnswer:
                         args.interval, args.keep, experiment.ssh.python)
     lines = _transfer(experiment, endpoints, plan)
     intervals = [TransferInterval.model_validate_json(line) for line in lines]
-    answer = answer_of(intervals, str(source), str(destination), args.alpha)
-    if args.save is not None:  # a whole transfer, written whole
-        tmp = args.save.with_name(args.save.name + ".tmp")
-        try:
-            tmp.write_text("".join(line + "\n" for line in lines))
-            tmp.replace(args.save)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            raise InputError(Problem(f"cannot write: {e.strerror or e}", str(args.save),
-                                     field="--save")) from e
-    return answer
+    return answer_of(intervals, str(source), str(destination), args.alpha), lines
 
 
 def _check_hosts(experiment: Experiment, path: Path, *ends: HostPath) -> None:
