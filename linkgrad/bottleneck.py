@@ -1,4 +1,4 @@
-"""Which resource limits a transfer (Kissel et al. §V.C): the one whose instantaneous throughput
+"""Which resource limits a transfer (Kissel et al. §IV.C): the one whose instantaneous throughput
 is lowest, if a t-test says it is lower than each of the others.
 
 Each resource of a transfer (disk read, network send and receive, disk write, each side's CPU)
@@ -9,14 +9,21 @@ resource with the lowest mean tput_i over the intervals is the candidate; one-si
 (Welch's, the intervals' tput_i as the samples) of "its mean is lower" against every other decide,
 each at alpha / 2 because the candidate was chosen as the lowest (ALPHA).
 Where one is not significant, the bottleneck may be any of the statistically similar resources,
-and the verdict says which.
+and the verdict says which. Resources that cannot be told from what follows them (UNTESTED:
+network send) are kept out of the tests, and shown: `bottleneck(tput_i(lines))` is the answer
+`linkgrad bottleneck` gives.
+
+    >>> v = bottleneck({"disk.write": [40e6, 41e6, 39e6], "network.receive": [110e6, 112e6,
+    ...                 111e6], "network.send": [40e6, 40e6, 41e6]})
+    >>> v.describe(), v.untested == {"network.send": UNTESTED["network.send"]}
+    ('disk.write is the bottleneck', True)
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
@@ -50,10 +57,11 @@ class Comparison:
 @dataclass(frozen=True)
 class Verdict:
     candidate: str  # the lowest mean tput_i
-    means: dict[str, float]  # resource -> mean tput_i over its intervals (bytes/s)
+    means: dict[str, float]  # resource -> mean tput_i over its intervals (bytes/s), untested too
     intervals: dict[str, int]
     comparisons: tuple[Comparison, ...]
     alpha: float
+    untested: dict[str, str] = field(default_factory=dict)  # shown, not tested: why
 
     @property
     def similar(self) -> tuple[str, ...]:
@@ -71,20 +79,23 @@ class Verdict:
                 + " (any of them may be the bottleneck)")
 
 
-def bottleneck(tput_i: Mapping[str, Sequence[float]], alpha: float = ALPHA) -> Verdict:
-    """`tput_i`: resource -> its per-interval mean instantaneous throughput. ValueError with
-    fewer than two resources, or a resource of fewer than two finite intervals (no variance,
-    no test)."""
-    series = {name: np.asarray([x for x in values if math.isfinite(x)], dtype=float)
-              for name, values in tput_i.items()}
+def bottleneck(tput_i: Mapping[str, Sequence[float]], alpha: float = ALPHA,
+               untested: Mapping[str, str] = UNTESTED) -> Verdict:
+    """`tput_i`: resource -> its per-interval mean instantaneous throughput; those named in
+    `untested` (resource -> why) are given their means but kept out of the tests. ValueError
+    with fewer than two tested resources, or a tested one of fewer than two finite intervals
+    (no variance, no test)."""
+    every = {name: np.asarray([x for x in values if math.isfinite(x)], dtype=float)
+             for name, values in tput_i.items()}
+    series = {name: x for name, x in every.items() if name not in untested}
     if len(series) < 2:
         raise ValueError(f"{len(series)} resource(s): a bottleneck is one of two or more")
     short = sorted(name for name, x in series.items() if len(x) < 2)
     if short:
         raise ValueError(f"fewer than two intervals with a throughput for {', '.join(short)}: "
                          "no variance to test (run the transfer longer)")
-    means = {name: float(x.mean()) for name, x in series.items()}
-    candidate = min(means, key=lambda n: (means[n], n))
+    means = {name: float(x.mean()) for name, x in every.items() if len(x)}
+    candidate = min(series, key=lambda n: (means[n], n))
     low = series[candidate]
     comparisons = []
     for name in sorted(series):
@@ -99,5 +110,5 @@ def bottleneck(tput_i: Mapping[str, Sequence[float]], alpha: float = ALPHA) -> V
             t, p = float(result.statistic), float(result.pvalue)
             dof = float(result.df)
         comparisons.append(Comparison(name, t, dof, p, p < alpha / 2))
-    return Verdict(candidate, means, {n: len(x) for n, x in series.items()},
-                   tuple(comparisons), alpha)
+    return Verdict(candidate, means, {n: len(x) for n, x in every.items() if len(x)},
+                   tuple(comparisons), alpha, {n: untested[n] for n in every if n in untested})

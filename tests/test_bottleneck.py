@@ -1,11 +1,11 @@
-"""The bottleneck test (Kissel et al. §V.C) on series with a known answer."""
+"""The bottleneck test (Kissel et al. §IV.C) on series with a known answer."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from linkgrad.bottleneck import bottleneck
+from linkgrad.bottleneck import UNTESTED, bottleneck
 
 RNG = np.random.default_rng(7)
 
@@ -45,3 +45,16 @@ def test_what_cannot_be_tested_is_said():
         bottleneck({"network": [1.0, 2.0], "disk.read": [1.0, float("nan")]})
     v = bottleneck({"a": [1.0, 1.0], "b": [2.0, 2.0]})  # constant series: no variance
     assert v.bottleneck == "a"
+
+
+def test_network_send_is_shown_but_left_out_of_the_tests_by_default():
+    """A send as slow as the disk write after it: without UNTESTED they would be similar."""
+    write = _series(0.4e9)
+    send = list(write)  # alike: the tests could never tell them apart
+    v = bottleneck({"disk.write": write, "network.send": send, "network.receive": _series(1e9)})
+    assert v.bottleneck == "disk.write"
+    assert v.untested == {"network.send": UNTESTED["network.send"]}
+    assert v.means["network.send"] == pytest.approx(np.mean(send))
+    assert "network.send" not in {c.other for c in v.comparisons}
+    everything = bottleneck({"disk.write": write, "network.send": send}, untested={})
+    assert {everything.candidate, *everything.similar} == {"disk.write", "network.send"}

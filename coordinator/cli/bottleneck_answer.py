@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import statistics
 import textwrap
 
 from coordinator.cli.answer import Answer, absent_when_none
-from linkgrad.bottleneck import UNTESTED, Verdict, bottleneck
+from linkgrad.bottleneck import Verdict, bottleneck
 from linkgrad.errors import InputError, Problem, RuntimeFailure
 from linkgrad.protocol.transfer import TransferInterval, tput_i
 
@@ -52,10 +51,8 @@ def answer_of(intervals: list[TransferInterval], source: str, destination: str |
             alpha: float) -> BottleneckAnswer:
     """The tests on a whole transfer's intervals; `destination` None: they were saved in the
     file `source` (a transfer too short to test is that file's problem, exit 2)."""
-    series = tput_i(intervals)
-    tested = {r: x for r, x in series.items() if r not in UNTESTED}
     try:
-        verdict = bottleneck(tested, alpha)
+        verdict = bottleneck(tput_i(intervals), alpha)
     except ValueError as e:
         if destination is None:
             raise InputError(Problem(str(e), source)) from e
@@ -65,9 +62,10 @@ def answer_of(intervals: list[TransferInterval], source: str, destination: str |
     return BottleneckAnswer(
         source=source, destination=destination, bytes=received.bytes or 0,
         seconds=received.seconds or 0.0,
-        resources=[ResourceRow(resource=r, tput_i_bytes_per_s=statistics.fmean(x),
-                               intervals=len(x), tested=r in tested, why_not=UNTESTED.get(r))
-                   for r, x in sorted(series.items(), key=lambda kv: statistics.fmean(kv[1]))],
+        resources=[ResourceRow(resource=r, tput_i_bytes_per_s=mean,
+                               intervals=verdict.intervals[r], tested=r not in verdict.untested,
+                               why_not=verdict.untested.get(r))
+                   for r, mean in sorted(verdict.means.items(), key=lambda kv: kv[1])],
         candidate=verdict.candidate, bottleneck=verdict.bottleneck,
         similar=list(verdict.similar), verdict=verdict.describe(), alpha=alpha,
         tests=[TTest(other=c.other, t=c.t, dof=c.dof, p=c.p, lower=c.lower)
