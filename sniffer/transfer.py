@@ -1,5 +1,5 @@
 """A disk-to-disk transfer of linkgrad's own over TCP, with calipers on each resource (Kissel
-et al. §V.C, as their instrumented GridFTP): disk read and network send on the sender, network
+et al. §IV.C, as their instrumented GridFTP): disk read and network send on the sender, network
 receive and disk write on the receiver, and each side's CPU. One JSON line per interval and
 side (`linkgrad.protocol.transfer`): each resource's calipers over that interval, which
 `linkgrad.bottleneck` tests; then a last line, or an error line.
