@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sniffer import transfer_files
 from sniffer.transfer import Listen, main, receive, send
 
 TOKEN = "0123456789abcdef0123456789abcdef"
@@ -93,3 +94,18 @@ def test_a_symbolic_link_at_a_path_is_refused_in_a_sentence(tmp_path: Path, caps
 
 def _lines_of(text: str) -> list[dict]:  # type: ignore[type-arg]
     return [json.loads(line) for line in text.splitlines()]
+
+
+def test_the_source_is_synced_every_64_mib_not_at_once_at_the_end(tmp_path: Path, monkeypatch):
+    """A stop (SIGTERM) is handled between syncs: never after one sync of gigabytes."""
+    synced: list[int] = []
+    monkeypatch.setattr(transfer_files, "SYNC_EVERY", 3 << 20)
+    monkeypatch.setattr(os, "fdatasync", lambda fd: synced.append(os.lseek(fd, 0, os.SEEK_CUR)))
+    fd = transfer_files.create(tmp_path / "source.bin", os.O_RDWR)
+    try:
+        transfer_files.write_source(fd, (10 << 20) + 5)
+        assert synced == [3 << 20, 6 << 20, 9 << 20]
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 0  # rewound, to be read back
+    finally:
+        os.close(fd)
+    assert (tmp_path / "source.bin").stat().st_size == (10 << 20) + 5
