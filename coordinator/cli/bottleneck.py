@@ -10,7 +10,6 @@ resource name it the bottleneck or say which are statistically similar (`linkgra
 from __future__ import annotations
 
 import argparse
-import errno
 import re
 from pathlib import Path
 
@@ -25,20 +24,15 @@ from coordinator.config.experiment_file import load_experiment
 from coordinator.live.session import check_local_files, sigterm_interrupts
 from coordinator.live.ssh import Connection, Endpoint
 from coordinator.live.transfer_run import HostPath, TransferPlan, parse_host_path, run_transfer
-from coordinator.regress.files import write_whole
+from coordinator.regress.files import write_error, write_whole
 from linkgrad.bottleneck import ALPHA
-from linkgrad.errors import InputError, Problem, RuntimeFailure
+from linkgrad.errors import InputError, Problem
 from linkgrad.protocol.transfer import TransferInterval, read_lines
 from linkgrad.reading import read_text
 
 DEFAULT_SIZE = 2 << 30  # 17 s at 1 Gb/s (the paper's D2D ran at 850 Mb/s); seconds on a testbed
 MAX_SIZE = 1 << 50
 _SIZE = re.compile(r"(\d+)([KMGT]?)(i?B)?", re.IGNORECASE)
-# errnos of a path the user named that cannot take a file: another path fixes them (exit 2);
-# any other (ENOSPC, EIO...) is the machine's (exit 1). As `linkgrad export` sorts them.
-_PATH_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
-                          errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP})
-
 
 def parse_size(text: str) -> int:
     """Bytes: `1073741824`, `512M`, `2G`, `2GiB` (powers of 1024)."""
@@ -100,10 +94,7 @@ def _save(path: Path, lines: list[str]) -> None:
     try:
         write_whole(path, "".join(line + "\n" for line in lines))
     except OSError as e:
-        if e.errno in _PATH_ERRNOS:
-            raise InputError(Problem(f"cannot write: {e.strerror or e}", str(path),
-                                     field="--save")) from e
-        raise RuntimeFailure(f"cannot write {path}: {e.strerror or e}") from e
+        raise write_error(e, path, "--save") from e
 
 
 def _only_summaries(args: argparse.Namespace) -> None:

@@ -8,7 +8,6 @@ would write or send, and neither writes nor sends.
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib.metadata
 import socket
 import textwrap
@@ -23,8 +22,8 @@ from coordinator.config.strict_json import dumps
 from coordinator.export import archive_put, esmond, perfsonar, prometheus
 from coordinator.export.proxy_auth import authorization, redacted
 from coordinator.export.source import RunExport, read_run
-from coordinator.regress.files import write_whole
-from linkgrad.errors import InputError, Problem, RuntimeFailure
+from coordinator.regress.files import write_error, write_whole
+from linkgrad.errors import InputError, Problem
 from linkgrad.reading import read_text
 
 WIDTH = 80
@@ -76,24 +75,11 @@ def _version() -> str:
         return "unknown"
 
 
-# errnos that say the path the user named cannot take a file (a missing or wrong directory,
-# no permission, a read-only mount, a name too long): another path fixes them, so exit 2; any
-# other (ENOSPC, EIO, EDQUOT...) is the machine's and exits 1
-_PATH_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
-                          errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP})
-
-
-def _write_error(e: OSError, path: Path, option: str) -> InputError | RuntimeFailure:
-    if e.errno in _PATH_ERRNOS:
-        return InputError(Problem(f"cannot write: {e.strerror or e}", str(path), field=option))
-    return RuntimeFailure(f"cannot write {path}: {e.strerror or e}")
-
-
 def _check_output(path: Path, option: str) -> None:
     try:
         is_dir, parent_is_dir = path.is_dir(), path.parent.is_dir()
     except OSError as e:  # stat itself failed: a name too long, a directory not searchable
-        raise _write_error(e, path, option) from e
+        raise write_error(e, path, option) from e
     if is_dir:
         raise InputError(Problem("is a directory: name a file in it", str(path), field=option))
     if not parent_is_dir:
@@ -106,7 +92,7 @@ def _written(write: Callable[[], None], path: Path, option: str) -> None:
     try:
         write()
     except OSError as e:
-        raise _write_error(e, path, option) from e
+        raise write_error(e, path, option) from e
 
 
 def _say(*paragraphs: str) -> None:

@@ -5,6 +5,7 @@ another tool is InputError naming it, its line and field."""
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from coordinator.config.strict_json import dumps
 from coordinator.regress.check import Check, Kind, Verdict, rounded
 from coordinator.regress.measures import GradientMeasure, NightMeasures
 from coordinator.regress.values import CheckValues, NoValues
-from linkgrad.errors import InputError, Problem
+from linkgrad.errors import InputError, Problem, RuntimeFailure
 from linkgrad.reading import loads_json, problems_of, read_json, read_text
 
 BASELINE_FORMAT = "linkgrad regress baseline"
@@ -71,6 +72,20 @@ def write_whole(path: Path, text: str) -> None:
     except BaseException:  # a full disk, an interrupt: no temporary file left beside it
         tmp.unlink(missing_ok=True)
         raise
+
+
+# errnos that say the path the user named cannot take a file (a missing or wrong directory,
+# no permission, a read-only mount, a name too long): another path fixes them, so exit 2; any
+# other (ENOSPC, EIO, EDQUOT...) is the machine's and exits 1
+PATH_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
+                         errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP})
+
+
+def write_error(e: OSError, path: Path, option: str) -> InputError | RuntimeFailure:
+    """A failed write of the file `option` named, as the user's (exit 2) or the machine's."""
+    if e.errno in PATH_ERRNOS:
+        return InputError(Problem(f"cannot write: {e.strerror or e}", str(path), field=option))
+    return RuntimeFailure(f"cannot write {path}: {e.strerror or e}")
 
 
 class CheckRecord(_File):
