@@ -185,7 +185,8 @@ def test_a_partner_that_does_not_overlap_or_a_late_baseline_is_exit_2(capsys, co
     assert "--baseline-end" in capsys.readouterr().err
 
 
-SUBCOMMANDS = ["gradient", "plan", "inject", "testbed", "run", "report", "predict", "latency",
+SUBCOMMANDS = ["gradient", "plan", "inject", "testbed", "run", "report", "explain", "predict",
+               "latency",
                "place", "route", "profile", "paths", "regress", "export", "bottleneck"]
 
 

@@ -41,6 +41,10 @@ FORBIDDEN = {
     "coordinator.config": ("coordinator.live", "coordinator.cli", *REMOTE, *PRESENTATION),
     "coordinator.live": ("coordinator.cli", "injector", "sniffer", *PRESENTATION),
     # the nights' comparison: run directories in, checks out; no SSH, testbed or presentation
+    # a run directory in, each gradient explained out: no SSH, testbed or presentation
+    "coordinator.explain": ("coordinator.live", "coordinator.cli", "coordinator.regress",
+                            "coordinator.export", *REMOTE, "testbed", "injector", "sniffer",
+                            *PRESENTATION),
     "coordinator.regress": ("coordinator.live", "coordinator.cli", *REMOTE, "testbed",
                             "injector", "sniffer", *PRESENTATION),
 }

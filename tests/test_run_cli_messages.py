@@ -23,7 +23,7 @@ from tests.fakes.testbed_status import up_status
 
 CROSSINGS = {"/two": 2, "/none": 0}
 FILES = ("graph.json", "baseline.json", "plan.json", "gradients.json", "report.html",
-         "weblog.log", "snap.json", "hosts.json", "run.json")
+         "explain.json", "weblog.log", "snap.json", "hosts.json", "run.json")
 
 
 def write_experiment(tmp_path: Path, **parameters: object) -> Path:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.cli import bottleneck as bottleneck_cli
+from coordinator.cli import explain as explain_cli
 from coordinator.cli import export as export_cli
 from coordinator.cli import (
     gradient,
@@ -52,6 +53,7 @@ COMMANDS: tuple[Command | CommandGroup, ...] = (
     *injector_cli.COMMANDS,  # inject
     *testbed_cli.COMMANDS,  # testbed up|down|status|load|routes
     *run.COMMANDS,  # run, report
+    *explain_cli.COMMANDS,  # explain
     *predict.COMMANDS,
     *latency.COMMANDS,
     *place.COMMANDS,

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from coordinator.cli.command import Command
+from coordinator.cli.explain import print_explanation
 from coordinator.cli.terminal import terminal
 from coordinator.config.coordinator_process import interrupted_reason, still_running
 from coordinator.config.experiment import Experiment
@@ -19,6 +20,8 @@ from coordinator.config.run_dir import RunDir, read_record
 from coordinator.config.run_records import RunJournal
 from coordinator.config.strict_json import dumps
 from coordinator.config.yamlconf import line_of
+from coordinator.explain.answer import Explanation
+from coordinator.explain.run import EXPLAIN_FILE, explain_run, write_explanation
 from coordinator.live.run import run_experiment
 from coordinator.live.session import check_local_files
 from linkgrad.errors import InputError, LinkgradError, Problem, RuntimeFailure
@@ -47,9 +50,14 @@ def report_command(args: argparse.Namespace) -> int:
         terminal(stderr=True).print(f"run.json says running, but {interrupted}: the run was "
                                     "interrupted", markup=False, soft_wrap=True)
     target = write_report(args.run_dir, interrupted)
-    print(dumps({"report": str(target), "status": "interrupted" if interrupted
-                 else journal.status, **({"reason": interrupted} if interrupted else {})},
-                indent=None) if args.json else target)
+    explanation = write_explanation(args.run_dir, interrupted)
+    if args.json:
+        print(dumps({"report": str(target), "status": "interrupted" if interrupted
+                     else journal.status, **({"reason": interrupted} if interrupted else {}),
+                     **explanation.model_dump(mode="json")}, indent=None))
+        return 0
+    print_explanation(explanation)
+    print(f"report: {target}")
     return 0
 
 
@@ -114,6 +122,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise
     finally:  # a report of what was measured, however the run ended
         report = _report_if_measured(run_dir)
+        explanation = _explanation(run_dir)
     resume = _resume_argv(journal, run_dir, args.experiment)
     if args.json:
         status = {**journal.model_dump(mode="json", exclude_none=True), "run_dir": str(run_dir),
@@ -124,6 +133,9 @@ def run_command(args: argparse.Namespace) -> int:
     _say_outcome(console, journal, run_dir, args.experiment)
     for problem in journal.cleanup_problems or []:
         console.print(f"[red]cleanup failed:[/] {escape(problem)}")
+    if explanation is not None and explanation.rows:
+        console.print()
+        print_explanation(explanation, console)
     return 0 if journal.succeeded else 1
 
 
@@ -147,6 +159,7 @@ def _kept(run_dir: Path, journal: RunJournal) -> dict[str, str]:
         "plan.json": lambda: "the square wave's period and delay",
         "gradients.json": lambda: _measured(journal),
         "report.html": lambda: "the link gradient graph and every link's series",
+        "explain.json": lambda: "each gradient beside its causal paths, with a verdict",
         "weblog.log": lambda: "the web log's requests",
         "snap.json": lambda: "SNAP's TCP profile of every host (classes per link)",
         "paths.json": lambda: "causal paths per transaction (crossings per link)",
@@ -202,6 +215,21 @@ def _say_outcome(console: Console, journal: RunJournal, run_dir: Path, experimen
         what = (f"{left} link{'s' if left != 1 else ''} left to measure" if left is not None
                 else "no link planned yet")
         console.print(f"{what}: {shlex.join(resume)}", markup=False, soft_wrap=True)
+
+
+def _explanation(run_dir: Path) -> Explanation | None:
+    """explain.json, when the run got as far as its experiment; one that cannot be made is
+    said (the run's outcome stands)."""
+    if not (run_dir / "experiment.json").exists() or not (run_dir / "run.json").exists():
+        return None
+    try:
+        explanation = explain_run(run_dir)
+        if explanation.rows:  # a run stopped in its passive phase before paths: nothing
+            RunDir(run_dir).write(EXPLAIN_FILE, explanation.model_dump(mode="json"))
+        return explanation
+    except (LinkgradError, OSError) as e:
+        terminal(stderr=True).print(f"no explain.json: {e}", markup=False, soft_wrap=True)
+    return None
 
 
 def _report_if_measured(run_dir: Path) -> Path | None:

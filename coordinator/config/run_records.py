@@ -25,6 +25,7 @@ from coordinator.config.fields import Float, Int, Str, compile_regex, is_none
 from linkgrad.graph import GraphLink
 from linkgrad.hostprobe.load import HostLoad
 from linkgrad.protocol.record import InjectionRecord
+from linkgrad.snap.evidence import LinkKey
 from linkgrad.spectral.result import GradientResult
 from linkgrad.spectral.wave_plan import Precision, WavePlan
 from linkgrad.watch import ResponseBaseline
@@ -166,6 +167,18 @@ class MeasuredLink(_Record):
     def of(cls, link: GraphLink) -> MeasuredLink:
         return cls(**asdict(link), label=link.label)
 
+    @property
+    def paths_key(self) -> str:
+        """Its host pair as the causal paths count crossings: "src->dst"."""
+        return f"{self.src_host}->{self.dst_host}"
+
+    def snap_key(self) -> LinkKey | None:
+        """The link's ends for SNAP's evidence; None when a file left its ports out (a port
+        of 0 would match every connection between the two hosts)."""
+        if self.src_port is None or self.dst_port is None:
+            return None
+        return LinkKey(self.src_host, self.src_port, self.dst_host, self.dst_port)
+
 
 class MeasurementKey(NamedTuple):
     """What a finished measurement is known by (for --resume): its link, and the delay of
@@ -199,6 +212,11 @@ class LinkMeasurement(WaveEstimate):
     @property
     def key(self) -> MeasurementKey:
         return MeasurementKey(self.link.label, self.planned_ms)
+
+    @property
+    def window(self) -> tuple[float, float]:
+        """The square wave's cycles, Unix s."""
+        return self.record.start, self.record.start + self.record.period_s * self.record.cycles
 
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from coordinator.config.run_dir import RunDir
-from coordinator.config.run_records import LinkMeasurement, MeasuredLink
+from coordinator.config.run_records import LinkMeasurement
 from coordinator.config.snap_file import HostSnapReport, SnapFile, read_snap
 from linkgrad.protocol.snap import Profiling
-from linkgrad.snap.evidence import LinkKey, link_classes
+from linkgrad.snap.evidence import link_classes
 
 PHASES = ("passive", "measurement")
 
@@ -22,24 +22,12 @@ def snap_file(profiling: dict[str, Profiling], reports: list[HostSnapReport],
     return SnapFile(hosts=profiling, addresses=hosts, reports=reports)
 
 
-def link_key(link: MeasuredLink) -> LinkKey | None:
-    """The link's ends for SNAP's evidence; None when a file left its ports out (a port of 0
-    would match every connection between the two hosts)."""
-    if link.src_port is None or link.dst_port is None:
-        return None
-    return LinkKey(link.src_host, link.src_port, link.dst_host, link.dst_port)
-
-
-def _window(m: LinkMeasurement) -> tuple[float, float]:
-    return m.record.start, m.record.start + m.record.period_s * m.record.cycles
-
-
 def injected_us(m: LinkMeasurement, every: list[LinkMeasurement]) -> float:
     """The delay on `m`'s host pair during its measurement: its own and that of any link of
     the pair measured at the same time (either direction: ACKs cross it too)."""
-    start, end = _window(m)
+    start, end = m.window
     return sum(o.record.magnitude_ms * 1e3 for o in every
-               if set(o.pair) == set(m.pair) and _window(o)[0] < end and _window(o)[1] > start)
+               if set(o.pair) == set(m.pair) and o.window[0] < end and o.window[1] > start)
 
 
 def with_snap(measurement: LinkMeasurement, reports: Sequence[HostSnapReport],
@@ -48,10 +36,10 @@ def with_snap(measurement: LinkMeasurement, reports: Sequence[HostSnapReport],
     """`measurement` with the classes its link showed in the passive phase and while it was
     measured (the square wave's cycles; an RTT the `injected` delay (µs) explains is no
     delayed ACK there)."""
-    key = link_key(measurement.link)
+    key = measurement.link.snap_key()
     if key is None:
         return measurement
-    windows = {"measurement": (*_window(measurement), injected)}
+    windows = {"measurement": (*measurement.window, injected)}
     if training is not None:
         windows["passive"] = (*training, 0.0)
     snap = {phase: {name: round(s, 3) for name, s in link_classes(

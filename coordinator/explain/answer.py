@@ -1,0 +1,72 @@
+"""A run explained, typed: `explain.json`, `linkgrad explain --json` and `report --json` print
+this model; the terminal's table and the report read its attributes."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from linkgrad.explain.explained import Explained
+from linkgrad.hostprobe.load import HostLoad
+
+__all__ = ["CauseRow", "ExplainRow", "Explanation", "RunSummary"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CauseRow(_Model):
+    kind: str
+    text: str
+
+
+class ExplainRow(_Model):
+    transaction: str
+    link: str  # the run's label
+    pair: str  # its host pair, as the paths count crossings
+    gradient: float | None  # None: not injected, or its requests gave none
+    ci95: tuple[float, float] | None
+    passive_gradient: float | None  # None: no causal paths for it
+    passive_ci95: tuple[float, float] | None
+    passive_requests: int | None  # the transaction's traced requests
+    snap: dict[str, float] | None  # Table 2 class -> seconds while the link was measured
+    hosts: dict[str, HostLoad] | None  # the link's hosts while it was measured
+    verdict: str
+    cause: str | None  # the causes in one sentence (above and below only)
+    causes: list[CauseRow]
+    notes: list[str]  # the estimate's own
+
+    @classmethod
+    def of(cls, e: Explained, snap: dict[str, float] | None,
+           hosts: dict[str, HostLoad] | None) -> ExplainRow:
+        p = e.passive
+        return cls(transaction=e.transaction, link=e.link, pair=e.pair,
+                   gradient=e.gradient, ci95=e.ci95,
+                   passive_gradient=round(p.estimate, 4) if p else None,
+                   passive_ci95=(round(p.ci95[0], 4), round(p.ci95[1], 4)) if p else None,
+                   passive_requests=p.requests if p else None, snap=snap, hosts=hosts,
+                   verdict=e.verdict, cause=e.cause,
+                   causes=[CauseRow(kind=c.kind, text=c.text) for c in e.causes],
+                   notes=list(e.notes))
+
+
+class RunSummary(_Model):
+    experiment: str
+    run_dir: str
+    status: str  # run.json's, or "interrupted"
+    reason: str | None
+    started: float  # Unix s
+    ended: float | None
+    duration_s: float | None
+    hosts: list[str]
+    graph_links: int
+    injected_links: int  # of the graph's (and any the experiment named beside it)
+    traced_requests: dict[str, int]  # per transaction, in the causal paths
+    verdicts: dict[str, int]
+    findings: list[str]  # what matters most, a sentence each
+    next_step: str
+
+
+class Explanation(_Model):
+    summary: RunSummary
+    rows: list[ExplainRow]

@@ -1,0 +1,64 @@
+"""Every (transaction, link) of a run explained: the injected links' gradients beside the
+passive gradients of their causal paths, and every other link of the graph from its paths
+alone (`passive-only`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from coordinator.config.hosts_file import HostsFile
+from coordinator.config.run_dir import linearity_of
+from coordinator.config.run_records import LinkMeasurement, MeasuredLink
+from coordinator.config.snap_file import SnapFile
+from coordinator.explain.evidence import link_evidence
+from linkgrad.explain.explained import Explained, explain
+from linkgrad.explain.passive import PassiveGradient, PatternCrossings, passive_gradient
+from linkgrad.paths.result import PathsResult
+
+__all__ = ["explained_rows", "passive_of"]
+
+
+def passive_of(paths: PathsResult | None, transaction: str,
+               link: MeasuredLink) -> PassiveGradient | None:
+    """The transaction's passive gradient on `link`; None where the paths cannot say: no
+    paths, no traced request of the transaction, or an end of the link not traced."""
+    if paths is None:
+        return None
+    traced = paths.traced_hosts
+    if traced is not None and not {link.src_host, link.dst_host} <= set(traced):
+        return None
+    patterns = paths.transactions.get(transaction, ())
+    return passive_gradient([PatternCrossings(p.count, p.crossings) for p in patterns],
+                            link.paths_key, paths.transaction_requests.get(transaction))
+
+
+def explained_rows(measurements: Sequence[LinkMeasurement], graph: Sequence[MeasuredLink],
+                   transactions: Sequence[str], paths: PathsResult | None,
+                   snap: SnapFile | None, hosts: HostsFile | None) -> list[Explained]:
+    """A row per transaction and link, the injected links first in the graph's order. A link
+    measured at several delays is explained at its least (a gradient is a derivative)."""
+    least: dict[str, LinkMeasurement] = {}
+    for m in measurements:
+        held = least.get(m.link.label)
+        if held is None or m.record.magnitude_ms < held.record.magnitude_ms:
+            least[m.link.label] = m
+    linear = linearity_of(list(measurements))
+    links = [*(m.link for m in least.values()),
+             *(g for g in graph if g.label not in least)]
+    rows = []
+    for name in transactions:
+        patterns = paths.transactions.get(name, ()) if paths else ()
+        for link in links:
+            passive = passive_of(paths, name, link)
+            m = least.get(link.label)
+            t = m.transactions.get(name) if m else None
+            if m is None and passive is None:
+                continue  # neither side says anything of it
+            if m is None or t is None or t.gradient is None:
+                rows.append(explain(name, link.label, link.paths_key, None, None, passive, None,
+                                    tuple(t.notes) if t else ()))
+                continue
+            evidence = link_evidence(m, name, snap, hosts, linear, patterns)
+            rows.append(explain(name, link.label, link.paths_key, t.gradient, t.ci95, passive,
+                                evidence, tuple(t.notes)))
+    return rows

@@ -1,0 +1,160 @@
+"""A run directory explained: every file it has read (each optional but the experiment and
+its journal), each (transaction, link) explained, and the summary a person reads first."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from coordinator.config.hosts_file import HostsFile, read_hosts
+from coordinator.config.paths_file import read_paths_file
+from coordinator.config.run_dir import RunDir, read_measurements, read_record, read_run_file
+from coordinator.config.run_records import (
+    ExperimentAsRun,
+    LinkMeasurement,
+    MeasuredLink,
+    RunJournal,
+)
+from coordinator.config.snap_file import SnapFile, read_snap
+from coordinator.explain.answer import ExplainRow, Explanation, RunSummary
+from coordinator.explain.rows import explained_rows
+from linkgrad.errors import InputError
+from linkgrad.explain.explained import Explained
+from linkgrad.hostprobe.load import HostLoad
+from linkgrad.paths.result import PathsResult
+from linkgrad.reading import problems_of
+
+__all__ = ["EXPLAIN_FILE", "explain_run", "write_explanation"]
+
+EXPLAIN_FILE = "explain.json"
+_GRAPH = TypeAdapter(list[MeasuredLink])
+T = TypeVar("T")
+
+
+def explain_run(run_dir: Path, interrupted: str | None = None) -> Explanation:
+    """`run_dir` explained; `interrupted`: why a journal that says running is not. A passive
+    file that cannot be read leaves its evidence out and is said in the findings."""
+    experiment = read_record(run_dir / "experiment.json", ExperimentAsRun,
+                             "the experiment as run")
+    journal = read_record(run_dir / "run.json", RunJournal, "how the run went")
+    unread: list[str] = []
+    measurements = _optional(run_dir / "gradients.json", read_measurements, unread) or []
+    graph = _optional(run_dir / "graph.json", _read_graph, unread) or []
+    paths: PathsResult | None = _optional(run_dir / "paths.json", read_paths_file, unread)
+    snap: SnapFile | None = _optional(run_dir, read_snap, unread)
+    hosts: HostsFile | None = _optional(run_dir, read_hosts, unread)
+    explained = explained_rows(measurements, graph, list(experiment.transactions), paths,
+                               snap, hosts)
+    by_label = {m.link.label: m for m in measurements}
+    rows = [ExplainRow.of(e, *_measured_evidence(by_label.get(e.link), e.gradient))
+            for e in explained]
+    return Explanation(summary=_summary(run_dir, experiment, journal, interrupted,
+                                        measurements, graph, paths, explained, unread),
+                       rows=rows)
+
+
+def write_explanation(run_dir: Path, interrupted: str | None = None) -> Explanation:
+    """`explain_run`, kept as `explain.json` beside the run's other files (nulls written, as
+    `--json` prints it)."""
+    e = explain_run(run_dir, interrupted)
+    RunDir(run_dir).write(EXPLAIN_FILE, e.model_dump(mode="json"))
+    return e
+
+
+def _optional(path: Path, read: Callable[[Path], T], unread: list[str]) -> T | None:
+    """`read(path)`, None when the file is missing; one that cannot be read is said."""
+    try:
+        return read(path) if path.exists() else None
+    except InputError as e:
+        unread.append(str(e))
+        return None
+
+
+def _read_graph(path: Path) -> list[MeasuredLink]:
+    try:
+        return _GRAPH.validate_python(read_run_file(path, "the communication graph"))
+    except ValidationError as e:
+        raise InputError(problems_of(e, str(path))) from e
+
+
+def _measured_evidence(m: LinkMeasurement | None, gradient: float | None
+                       ) -> tuple[dict[str, float] | None, dict[str, HostLoad] | None]:
+    if m is None or gradient is None:
+        return None, None
+    hosts = {h: load for h, load in (m.hosts or {}).items() if h in m.pair} or None
+    return (m.snap or {}).get("measurement"), hosts
+
+
+def _summary(run_dir: Path, experiment: ExperimentAsRun, journal: RunJournal,
+             interrupted: str | None, measurements: list[LinkMeasurement],
+             graph: list[MeasuredLink], paths: PathsResult | None,
+             rows: list[Explained], unread: list[str]) -> RunSummary:
+    ended = journal.ended if journal.ended is not None else (None if interrupted is None
+                                                             else time.time())
+    injected = {m.link.label for m in measurements}
+    verdicts = Counter(r.verdict for r in rows)
+    return RunSummary(
+        experiment=experiment.name, run_dir=str(run_dir),
+        status="interrupted" if interrupted else journal.status,
+        reason=interrupted or journal.reason, started=journal.started, ended=ended,
+        duration_s=None if ended is None else round(ended - journal.started, 1),
+        hosts=[h.name for h in experiment.hosts],
+        graph_links=len({g.label for g in graph} | injected), injected_links=len(injected),
+        traced_requests=dict(paths.transaction_requests) if paths else {},
+        verdicts=dict(sorted(verdicts.items())),
+        findings=_findings(rows, paths, unread), next_step=_next_step(rows, run_dir))
+
+
+def _findings(rows: list[Explained], paths: PathsResult | None,
+              unread: list[str]) -> list[str]:
+    out = []
+    for name in dict.fromkeys(r.transaction for r in rows):
+        mine = [r for r in rows if r.transaction == name]
+        top = max(mine, key=_strength)
+        if not _matters(top):
+            out.append(f"{name}: no link matters (every gradient's interval reaches 0)")
+            continue
+        value = top.gradient if top.gradient is not None else top.passive.estimate
+        out.append(f"{name}: most on {top.pair}, {value:.2f} ms per ms ({top.verdict})")
+    off = [r for r in rows if r.verdict in ("above", "below")]
+    for r in off:
+        out.append(f"{r.transaction} on {r.pair}: {r.gradient:.2f}, {r.verdict} its paths' "
+                   f"{r.passive.estimate:.2f}: {r.cause}")
+    if paths is None:
+        out.append("no causal paths: each gradient stands without a passive check")
+    out += [f"left out: {u}" for u in unread]
+    return out
+
+
+def _matters(r: Explained) -> bool:
+    """Its gradient's interval lies above 0 (or, not injected, the paths cross it)."""
+    if r.gradient is not None:
+        return (r.ci95 or (r.gradient, r.gradient))[0] > 0
+    return r.passive is not None and r.passive.ci95[0] > 0
+
+
+def _strength(r: Explained) -> float:
+    if r.gradient is not None:
+        return r.gradient
+    return r.passive.estimate if r.passive else 0.0
+
+
+def _next_step(rows: list[Explained], run_dir: Path) -> str:
+    unexplained = sorted({r.pair for r in rows
+                          if any(c.kind == "unexplained" for c in r.causes)})
+    passive_only = sorted({r.pair for r in rows if r.verdict == "passive-only"
+                           and r.passive is not None and r.passive.estimate > 0})
+    if unexplained:
+        return (f"measure {', '.join(unexplained)} again with more cycles (parameters.cycles) "
+                "and read `linkgrad profile` on its hosts: nothing the run saw explains its "
+                "gradient")
+    if passive_only:
+        return (f"{', '.join(passive_only)} carry traffic but were not injected: add them to "
+                "parameters.include to measure them, or take their passive gradients as such")
+    return (f"predict a move: linkgrad predict --gradients {run_dir / 'gradients.json'} "
+            "--latencies NOW.yaml --placement NEW.yaml")

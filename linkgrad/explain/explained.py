@@ -1,0 +1,43 @@
+"""One (transaction, link) explained: both gradients, the verdict and its causes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from linkgrad.explain.evidence import LinkEvidence
+from linkgrad.explain.passive import PassiveGradient
+from linkgrad.explain.verdict import Cause, Verdict, causes_above, causes_below, judge
+
+__all__ = ["Explained", "explain"]
+
+
+@dataclass(frozen=True)
+class Explained:
+    transaction: str
+    link: str  # the run's label
+    pair: str  # its host pair, "src->dst", as the paths count crossings
+    gradient: float | None  # None: not injected
+    ci95: tuple[float, float] | None
+    passive: PassiveGradient | None  # None: no paths for the transaction or the pair
+    verdict: Verdict
+    causes: tuple[Cause, ...]  # for above and below: what the evidence names, else unexplained
+    notes: tuple[str, ...] = ()  # the estimate's own (a wide interval, a drift, ...)
+
+    @property
+    def cause(self) -> str | None:
+        return "; ".join(c.text for c in self.causes) or None
+
+
+def explain(transaction: str, link: str, pair: str, gradient: float | None,
+            ci95: tuple[float, float] | None, passive: PassiveGradient | None,
+            evidence: LinkEvidence | None, notes: tuple[str, ...] = ()) -> Explained:
+    verdict = judge(gradient, ci95, passive)
+    causes: list[Cause] = []
+    if verdict in ("above", "below"):
+        if evidence is not None:
+            causes = (causes_above if verdict == "above" else causes_below)(evidence)
+        causes = causes or [Cause("unexplained", "unexplained: no passive evidence accounts "
+                                  f"for a gradient {verdict} the paths' crossings")]
+    return Explained(transaction=transaction, link=link, pair=pair, gradient=gradient,
+                     ci95=ci95, passive=passive, verdict=verdict, causes=tuple(causes),
+                     notes=notes)

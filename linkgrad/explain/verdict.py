@@ -1,0 +1,128 @@
+"""The verdict on a measured gradient beside its passive one, and the cause the evidence
+names for a difference.
+
+A gradient counts the round trips a request's critical path makes over a link (Chen 2008
+§2.1); the causal paths count the application's messages. They part where TCP or the host
+adds crossings the messages do not show (above: a reply of several windows, a handshake per
+request, Nagle's wait for an ACK, a retransmission, a queue that grows with the delay, a
+saturated host) or where the critical path is not one chain (below: parallel branches and
+asynchronous calls, whose delay is partly or wholly hidden).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from linkgrad.explain.evidence import HostBusy, LinkEvidence
+from linkgrad.explain.passive import PassiveGradient
+
+__all__ = ["AGREE_WITHIN", "DELAYED_ACK_SHARE", "HOST_SATURATED", "INITIAL_WINDOW_SEGMENTS",
+           "NEW_CONNECTION_PER_REQUEST", "OFF_CRITICAL", "OWN_CPU_GROWTH", "Cause", "Verdict",
+           "causes_above", "causes_below", "judge"]
+
+Verdict = Literal["agree", "above", "below", "passive-only", "active-only"]
+
+# Intervals this close still agree: a gradient measures a little beside the ideal count
+# (second-order effects of the delay itself, tests/test_run_netns.py).
+AGREE_WITHIN = 0.1
+INITIAL_WINDOW_SEGMENTS = 10  # Linux's initial congestion window (RFC 6928)
+NEW_CONNECTION_PER_REQUEST = 0.5  # connections opened per crossing request, at least
+DELAYED_ACK_SHARE = 0.1  # of the link's connection-seconds
+HOST_SATURATED = 0.9  # machine CPU or disk busy share
+OWN_CPU_GROWTH = (1.5, 0.25)  # own cores grew this many times and by this many cores
+OFF_CRITICAL = 0.9  # a link's crossings on the critical path less often than this
+
+
+@dataclass(frozen=True)
+class Cause:
+    kind: str  # "window", "handshake", "loss", "nagle", "queue", "host", "parallel", ...
+    text: str
+
+
+def judge(gradient: float | None, ci95: tuple[float, float] | None,
+          passive: PassiveGradient | None) -> Verdict:
+    """Which side is higher beyond both intervals (and `AGREE_WITHIN`), or which side is
+    missing. A gradient without an interval is compared as a point."""
+    if gradient is None:
+        return "passive-only"
+    if passive is None:
+        return "active-only"
+    lo, hi = ci95 or (gradient, gradient)
+    plo, phi = passive.ci95
+    if lo - AGREE_WITHIN > phi:
+        return "above"
+    if hi + AGREE_WITHIN < plo:
+        return "below"
+    return "agree"
+
+
+def causes_above(e: LinkEvidence) -> list[Cause]:
+    """What adds round trips the messages do not show, most specific first."""
+    found: list[Cause] = []
+    window = {k: e.snap.get(k, 0.0) for k in ("receiver_window", "send_buffer")}
+    big = [d for d in e.traffic
+           if (d.segments_per_write or 0) > INITIAL_WINDOW_SEGMENTS]
+    if big or any(window.values()):
+        sizes = ", ".join(f"{d.src_host}->{d.dst_host} {d.bytes_per_write / 1e3:.0f} kB "
+                          f"({d.segments_per_write:.0f} segments)" for d in big
+                          if d.bytes_per_write is not None and d.segments_per_write)
+        limits = ", ".join(f"{k.replace('_', ' ')} {s:.1f} s" for k, s in window.items() if s)
+        found.append(Cause("window", "messages larger than one window take several round "
+                           "trips (" + "; ".join(x for x in (sizes and f"per write {sizes}",
+                                                            limits and f"SNAP {limits}")
+                                                 if x) + ")"))
+    if e.window_requests:
+        opened = max((d.opened for d in e.traffic), default=0)  # each end sees it
+        if opened / e.window_requests >= NEW_CONNECTION_PER_REQUEST:
+            found.append(Cause("handshake", f"a new connection per request ({opened} opened "
+                               f"while {e.window_requests} requests were measured): each "
+                               "handshake crosses the link"))
+    loss = {k: e.snap.get(k, 0.0) for k in ("fast_retransmit", "timeout")}
+    if any(loss.values()):
+        found.append(Cause("loss", "retransmissions cost round trips (SNAP " + ", ".join(
+            f"{k.replace('_', ' ')} {s:.1f} s" for k, s in loss.items() if s) + ")"))
+    for t in e.trends:
+        if t.differ and t.high > t.low:
+            found.append(Cause("queue", f"a queue or lock behind the link: the gradient grows "
+                               f"with the {t.what} ({t.low:.2f} to {t.high:.2f})"))
+    for h in e.hosts:
+        if (why := _busy(h)) is not None:
+            found.append(Cause("host", f"{h.host} busy during the measurement ({why})"))
+    total = sum(e.snap.values())
+    delayed = e.snap.get("delayed_ack", 0.0)
+    if total > 0 and delayed / total >= DELAYED_ACK_SHARE:
+        found.append(Cause("nagle", f"delayed ACKs with Nagle hold small writes for an ACK "
+                           f"(SNAP delayed ack {delayed:.1f} of {total:.1f} "
+                           "connection-seconds)"))
+    return found
+
+
+def causes_below(e: LinkEvidence) -> list[Cause]:
+    """What hides some of the link's delay from the response."""
+    found: list[Cause] = []
+    if e.packets_delayed == 0:
+        found.append(Cause("injection", "no packet was delayed: the injector saw none of "
+                           "the link's traffic"))
+    b = e.branches
+    if b is not None and b.parallel:
+        found.append(Cause("parallel", "parallel branches: sent beside "
+                           + ", ".join(b.parallel)
+                           + f" (on the critical path {b.critical_share:.0%} of the time)"))
+    elif b is not None and b.crossing_requests and b.critical_share < OFF_CRITICAL:
+        found.append(Cause("async", f"asynchronous calls: on the critical path "
+                           f"{b.critical_share:.0%} of the time"))
+    return found
+
+
+def _busy(h: HostBusy) -> str | None:
+    if h.cpu_busy is not None and h.cpu_busy >= HOST_SATURATED:
+        return f"machine CPU {h.cpu_busy:.0%}"
+    if h.disk_busy is not None and h.disk_busy >= HOST_SATURATED:
+        return f"disk {h.disk_busy:.0%} busy"
+    times, plus = OWN_CPU_GROWTH
+    if (h.own_cores is not None and h.passive_own_cores is not None
+            and h.own_cores >= times * h.passive_own_cores
+            and h.own_cores - h.passive_own_cores >= plus):
+        return f"own CPU {h.own_cores:.2f} cores against {h.passive_own_cores:.2f} passive"
+    return None
