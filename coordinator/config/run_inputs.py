@@ -1,6 +1,12 @@
 """What a prediction, a placement or a route reads from a run: each transaction's gradient
 curve per host pair, the pairs that carried traffic, the current means, and the checks that a
-changed pair was measured."""
+changed pair was measured.
+
+Where the run did not inject a link, `explain.json` beside `gradients.json` may give its
+passive gradient (the causal paths' crossings, `linkgrad explain`): it stands in as an
+estimate, its standard error from its wider 95% interval, and is kept apart (`passive`) so
+every answer can say which of its gradients were not measured. A measured gradient always
+wins; a run without explain.json reads as before."""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from pydantic import (
     ValidationError,
 )
 
+from coordinator.config.explain_file import ExplainFile, passive_estimates, read_explain_file
 from coordinator.config.run_dir import read_measurements, read_record, read_run_file
 from coordinator.config.run_hosts import Mention, check_run_hosts
 from coordinator.config.run_records import (
@@ -40,6 +47,14 @@ class RunInputs:
     patterns: dict[str, str] = field(default_factory=dict)  # transaction -> URL regex, if named
     # pairs that (also) talked IPv6: (proto, src address, dst address) as the graph saw them
     ipv6_traffic: dict[Pair, set[tuple[str, str, str]]] = field(default_factory=dict)
+    # transaction -> the pairs whose curve in `gradients` is a passive gradient (explain.json)
+    passive: dict[str, set[Pair]] = field(default_factory=dict)
+
+    def passive_pairs(self, transaction: str | None = None) -> set[Pair]:
+        """The pairs whose gradient is passive, of one transaction or of any."""
+        if transaction is not None:
+            return self.passive.get(transaction, set())
+        return {p for pairs in self.passive.values() for p in pairs}
 
 
 def pair_gradients(links: list[LinkMeasurement]) -> dict[str, dict[Pair, Curve]]:
@@ -77,12 +92,28 @@ def measured_range(links: list[LinkMeasurement]) -> dict[Pair, float]:
     for link in links:
         out[link.pair] = max(out.get(link.pair, 0.0), link.record.magnitude_ms)
     return out
+def with_passive(measured: dict[str, dict[Pair, Curve]],
+                 passive: dict[str, dict[Pair, Estimate]]
+                 ) -> tuple[dict[str, dict[Pair, Curve]], dict[str, set[Pair]]]:
+    """`measured` with every passive gradient of a (transaction, pair) it lacks, and which
+    those are: a measured gradient always wins."""
+    out = {name: dict(per_pair) for name, per_pair in measured.items()}
+    added: dict[str, set[Pair]] = {}
+    for name, per_pair in passive.items():
+        for pair, estimate in per_pair.items():
+            if pair not in out.get(name, {}):
+                out.setdefault(name, {})[pair] = Curve(estimate)
+                added.setdefault(name, set()).add(pair)
+    return out, added
+
+
 _GRAPH = TypeAdapter(list[GraphEntry])
 
 
 def load_run(gradients_file: Path) -> RunInputs:
     run_dir = gradients_file.parent
     links = read_measurements(gradients_file)
+    explained = read_explain_file(run_dir / "explain.json")
     graph = read_run_file(run_dir / "graph.json", "the communication graph")
     try:
         entries = _GRAPH.validate_python(graph)
@@ -91,12 +122,16 @@ def load_run(gradients_file: Path) -> RunInputs:
     baseline = read_record(run_dir / "baseline.json", BaselineFile, "the current response times")
     experiment = read_record(run_dir / "experiment.json", ExperimentAsRun,
                              "the experiment as run")
-    check_run_hosts(_host_mentions(links, entries, gradients_file, run_dir / "graph.json"),
+    check_run_hosts(_host_mentions(links, entries, gradients_file, run_dir / "graph.json",
+                                   explained, run_dir / "explain.json"),
                     [h.name for h in experiment.hosts], run_dir / "experiment.json")
+    gradients, passive = with_passive(pair_gradients(links),
+                                      passive_estimates(explained) if explained else {})
     return RunInputs(
         run_dir=run_dir,
         hosts=[h.name for h in experiment.hosts],
-        gradients=pair_gradients(links),
+        gradients=gradients,
+        passive=passive,
         traffic=_traffic(entries),
         ipv6_traffic=_ipv6_traffic(entries),
         current_ms={name: Estimate(b.mean_ms, b.se_ms)
@@ -108,14 +143,19 @@ def load_run(gradients_file: Path) -> RunInputs:
 
 
 def _host_mentions(links: list[LinkMeasurement], graph: list[GraphEntry], gradients_file: Path,
-                   graph_file: Path) -> Iterator[tuple[str, Mention]]:
-    """Every host gradients.json and graph.json name, with the file and field naming it."""
+                   graph_file: Path, explained: ExplainFile | None, explain_file: Path
+                   ) -> Iterator[tuple[str, Mention]]:
+    """Every host gradients.json, graph.json and explain.json name, with the file and field
+    naming it."""
     for i, m in enumerate(links):
         for side, host in (("src_host", m.pair[0]), ("dst_host", m.pair[1])):
             yield host, (gradients_file, f"links.{i}.link.{side}")
     for i, g in enumerate(graph):
         for side, host in (("src_host", g.src_host), ("dst_host", g.dst_host)):
             yield host, (graph_file, f"{i}.{side}")
+    for i, row in enumerate(explained.rows if explained else []):
+        for host in row.hosts:
+            yield host, (explain_file, f"rows.{i}.pair")
 
 
 def _traffic(graph: list[GraphEntry]) -> dict[Pair, set[str]]:
@@ -143,11 +183,28 @@ def require_measured(run: RunInputs, changes: dict[Pair, Estimate], why: str,
         raise InputError(Problem(
             f"{', '.join(f'{a}->{b}' for a, b in missing)} carry traffic and change latency "
             f"{why}, but the run measured no gradient on them (measure them: "
-            "parameters.include)", source, field=field))
+            f"parameters.include; or take their passive gradients: {PASSIVE_HINT})", source,
+            field=field))
+
+
+PASSIVE_HINT = "`linkgrad report RUN_DIR` writes explain.json beside gradients.json"
 
 
 def unmeasured(run: RunInputs, changed: set[Pair]) -> list[Pair]:
     """Pairs whose latency changes and that carried traffic, but whose gradient no link of
-    the run measured: a prediction without them would silently assume 0."""
+    the run measured nor explain.json gave: a prediction without them would silently
+    assume 0."""
     measured = {pair for per_pair in run.gradients.values() for pair in per_pair}
     return sorted(p for p in changed if p in run.traffic and p not in measured)
+
+
+def pair_names(pairs: set[Pair]) -> list[str]:
+    """Host pairs as an answer names them: "a<->b" where both directions are there."""
+    out = []
+    for a, b in sorted(pairs):
+        if (b, a) in pairs:
+            if a < b:
+                out.append(f"{a}<->{b}")
+        else:
+            out.append(f"{a}->{b}")
+    return out
