@@ -13,7 +13,8 @@ from rich.table import Table
 from coordinator.cli.command import Command
 from coordinator.cli.predict_answer import PlacementAnswer, PredictAnswer, ValidationAnswer
 from coordinator.cli.terminal import terminal
-from coordinator.config.latencies import latency_sites, load_latencies
+from coordinator.config.latencies import latency_sites
+from coordinator.config.path_latencies import run_latencies
 from coordinator.config.run_inputs import load_run
 from coordinator.config.what_if import placement_changes
 from linkgrad.errors import InputError, Problem
@@ -23,7 +24,9 @@ from linkgrad.prediction import predict
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gradients", required=True, type=Path, metavar="RUN/gradients.json",
                    help="a run's gradients (its directory also gives graph and baseline)")
-    p.add_argument("--latencies", required=True, type=Path, metavar="NOW.yaml")
+    p.add_argument("--latencies", type=Path, metavar="NOW.yaml",
+                   help="the current one-way latencies (default: the run's causal paths' "
+                        "network delays, every host its own site)")
     p.add_argument("--placement", required=True, type=Path, action="append",
                    metavar="NEW.yaml", help="where components move (repeatable: compared)")
     p.add_argument("--validate", action="store_true",
@@ -38,11 +41,15 @@ def predict_command(args: argparse.Namespace) -> int:
     if not 0 < args.window_s <= 3600:  # NaN too
         raise InputError(Problem(f"must be above 0 and at most 3600 s, got {args.window_s}",
                                  field="--window-s"))
-    run, latencies = load_run(args.gradients), load_latencies(args.latencies)
+    run = load_run(args.gradients)
+    source = run_latencies(args.latencies, [run.run_dir], run.hosts, run.talking_pairs())
+    latencies = source.latencies
+    if source.note and not args.json:
+        terminal(stderr=True).print(source.note)
     known = latency_sites(latencies, run.hosts)  # once, however many placements
     placements, changes_of = [], []
     for path in args.placement:
-        placement, changes = placement_changes(run, latencies, args.latencies, path,
+        placement, changes = placement_changes(run, latencies, Path(source.name), path,
                                                known)
         changes_of.append(changes)
         placements.append(PlacementAnswer.of(
@@ -57,7 +64,8 @@ def predict_command(args: argparse.Namespace) -> int:
             args.window_s, _say(args.json))
         placements = [p.model_copy(update={"validation": ValidationAnswer.of(v, CYCLES)})
                       for p, v in zip(placements, validations, strict=True)]
-    answer = PredictAnswer(run=str(run.run_dir), placements=placements)
+    answer = PredictAnswer(run=str(run.run_dir), placements=placements,
+                           latencies_note=source.note)
     if args.json:
         print(answer.json_text())
     else:
@@ -86,6 +94,9 @@ def _print(placements: list[PlacementAnswer]) -> None:
                         ("yes" if v.inside else "[red]no") if v else "-"]
             table.add_row(*row)
         console.print(table)
+        if r.passive_pairs:
+            console.print(f"passive gradients (explain.json, not measured) for "
+                          f"{', '.join(r.passive_pairs)}")
         for name, t in r.transactions.items():
             for note in t.notes:
                 console.print(f"[yellow]{name}: {note}")
@@ -102,5 +113,7 @@ COMMANDS = (
             _arguments, predict_command,
             epilog="Latencies file: `sites: {HOST: SITE}` (default: every host is its own site) "
                    "and `latency_ms: {'a<->b': MS, 'a->b': {mean: MS, se: MS}}` (one way; se is "
-                   "the standard error of the mean). Placement file: `move: {HOST: SITE}`."),
+                   "the standard error of the mean); without --latencies, the run's paths.json "
+                   "gives them. Placement file: `move: {HOST: SITE}`. Links the run did not "
+                   "inject take their passive gradient from its explain.json, labelled."),
 )

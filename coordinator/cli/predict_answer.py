@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from coordinator.cli.answer import Answer, absent_when_none
-from coordinator.config.run_inputs import RunInputs
+from coordinator.config.run_inputs import RunInputs, pair_names
 from coordinator.config.run_records import Pair
 from linkgrad.prediction import Estimate, Prediction
 
@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # paramiko is slow to load: the live part is imported when va
     from coordinator.live.validate import ValidatedTransaction, Validation
 
 __all__ = ["LatencyChange", "PlacementAnswer", "PredictAnswer", "Term",
-           "TransactionPrediction", "ValidatedAnswer", "ValidationAnswer"]
+           "TransactionPrediction", "ValidatedAnswer", "ValidationAnswer", "passive_note",
+           "passive_used"]
 
 
 class LatencyChange(Answer):
@@ -43,6 +44,7 @@ class Term(Answer):
     change_ms: float
     curvature_per_ms: float | None = absent_when_none()
     curvature_se: float | None = absent_when_none()
+    passive: bool | None = absent_when_none()  # true: explain.json's passive gradient
 
 
 class TransactionPrediction(Answer):
@@ -59,6 +61,7 @@ class TransactionPrediction(Answer):
     def of(cls, p: Prediction, run: RunInputs, changes: dict[Pair, Estimate]
            ) -> TransactionPrediction:
         lo, hi = p.ci95
+        passive = run.passive_pairs(p.transaction)
         return cls(
             current_ms=round(p.current_ms.mean, 3), current_se_ms=round(p.current_ms.se, 3),
             predicted_ms=round(p.predicted_ms, 3), se_ms=round(p.se_ms, 3),
@@ -70,19 +73,33 @@ class TransactionPrediction(Answer):
                         delta_se_ms=round(t.delta_ms.se, 3), change_ms=round(t.change_ms, 3),
                         **({"curvature_per_ms": round(t.curve.curvature.mean, 6),
                             "curvature_se": round(t.curve.curvature.se, 6)}
-                           if t.curve.curvature.se else {}))
+                           if t.curve.curvature.se else {}),
+                        **({"passive": True} if t.pair in passive else {}))
                    for t in p.terms],
             notes=_notes(p, run, changes))
 
 
+def passive_used(p: Prediction, run: RunInputs) -> set[Pair]:
+    """The pairs of `p`'s terms whose gradient is passive (explain.json's)."""
+    return {t.pair for t in p.terms} & run.passive_pairs(p.transaction)
+
+
+def passive_note(pairs: set[Pair]) -> str:
+    return (f"uses passive gradients for {', '.join(pair_names(pairs))} (explain.json's "
+            "causal paths, not measured)")
+
+
 def _notes(p: Prediction, run: RunInputs, changes: dict[Pair, Estimate]) -> list[str]:
-    """What the prediction lacks, where it is curved, and where it extrapolates."""
+    """What the prediction lacks, which gradients are passive, where it is curved, and where
+    it extrapolates."""
     mine = run.gradients.get(p.transaction, {})
+    passive = passive_used(p, run)
     lacking = sorted(pair for pair, d in changes.items()
                      if d.mean and pair not in mine and _measured(run, pair))
     return (
         [f"no gradient of {p.transaction} on {a}->{b} (too few of its requests during "
          "that measurement): its change there is missing" for a, b in lacking]
+        + ([passive_note(passive)] if passive else [])
         + [f"{a}->{b} is not linear: {t.curve.curvature.mean:+.4f} ms per ms² (measured at "
            "several delays), used in the prediction" for t in p.terms for a, b in [t.pair]
            if abs(t.curve.curvature.mean) > 2 * t.curve.curvature.se > 0]
@@ -138,12 +155,15 @@ class PlacementAnswer(Answer):
     move: dict[str, str]  # host -> its new site
     latency_changes_ms: dict[str, LatencyChange]
     transactions: dict[str, TransactionPrediction]
+    passive_pairs: list[str]  # pairs whose passive gradient (explain.json) a prediction uses
     validation: ValidationAnswer | None = absent_when_none()
 
     @classmethod
     def of(cls, source: str, move: dict[str, str], changes: dict[Pair, Estimate],
            predictions: dict[str, Prediction], run: RunInputs) -> PlacementAnswer:
+        passive = {pair for p in predictions.values() for pair in passive_used(p, run)}
         return cls(placement=source, move=move, latency_changes_ms=_pairs(changes, 3),
+                   passive_pairs=pair_names(passive),
                    transactions={n: TransactionPrediction.of(p, run, changes)
                                  for n, p in sorted(predictions.items())})
 
@@ -151,3 +171,4 @@ class PlacementAnswer(Answer):
 class PredictAnswer(Answer):
     run: str  # the run directory
     placements: list[PlacementAnswer]
+    latencies_note: str | None = absent_when_none()  # where latencies came from the paths

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, PrivateAttr, field_validator
 
 from coordinator.config.fields import Float, InputModel, Str
 from coordinator.config.yamlconf import line_of, load_yaml
@@ -51,6 +51,15 @@ class Latencies(InputModel):
     sites: dict[Str, Site] = Field(default_factory=dict)  # host -> site (default: its own)
     latency_ms: dict[Str, Annotated[Float, Field(ge=0, le=MAX_LATENCY_MS)] | Latency] = Field(
         min_length=1)
+    # None: every host pair needs a latency. Set by `only_for` (never by a file): latencies
+    # from the paths know the hosts that talked, and a prediction needs no others
+    _needed: frozenset[tuple[str, str]] | None = PrivateAttr(None)
+
+    def only_for(self, pairs: Iterable[tuple[str, str]]) -> Latencies:
+        """These latencies, asked only for the host pairs `pairs` (both ways)."""
+        out, given = self.model_copy(), list(pairs)
+        out._needed = frozenset({*given, *((b, a) for a, b in given)})
+        return out
 
     @field_validator("latency_ms")
     @classmethod
@@ -118,7 +127,8 @@ def placement_site_problems(placement: Placement, placement_file: Path | None,
 def latency_changes(hosts: list[str], latencies: Latencies, placement: Placement,
                     latencies_file: str = "<latencies>",
                     placement_file: Path | None = None) -> dict[tuple[str, str], Estimate]:
-    """Δl (ms) for every ordered pair of distinct hosts whose latency changes.
+    """Δl (ms) for every ordered pair of distinct hosts whose latency changes (of those
+    `latencies` are asked for, see `only_for`).
 
     A pair that keeps its sites changes by exactly 0; otherwise the new and the old latency are
     independent measurements and their variances add. InputError names every unknown host and
@@ -138,7 +148,8 @@ def latency_changes(hosts: list[str], latencies: Latencies, placement: Placement
     for a in hosts:
         for b in hosts:
             before, after = (site[a], site[b]), (new[a], new[b])
-            if a == b or before == after:
+            if a == b or before == after or (
+                    latencies._needed is not None and (a, b) not in latencies._needed):
                 continue
             for pair in (before, after):
                 if pair not in table:

@@ -50,6 +50,10 @@ class RunInputs:
     # transaction -> the pairs whose curve in `gradients` is a passive gradient (explain.json)
     passive: dict[str, set[Pair]] = field(default_factory=dict)
 
+    def talking_pairs(self) -> set[Pair]:
+        """The pairs a prediction may need a latency for: traffic seen, or a gradient."""
+        return set(self.traffic) | {p for per_pair in self.gradients.values() for p in per_pair}
+
     def passive_pairs(self, transaction: str | None = None) -> set[Pair]:
         """The pairs whose gradient is passive, of one transaction or of any."""
         if transaction is not None:
