@@ -47,13 +47,23 @@ def test_every_measured_gradient_of_the_testbed_agrees_with_its_paths(tmp_path, 
         assert set(r) >= {"transaction", "link", "gradient", "ci95", "passive_gradient",
                           "passive_ci95", "snap", "hosts", "verdict", "cause"}
         assert r["link"] in ("tcp app1:0 -> db:5432", "tcp db:5432 -> app1:0")
-        assert r["passive_gradient"] == pytest.approx(truth[r["transaction"]], abs=0.06)
-        lo, hi = r["passive_ci95"]
-        assert lo <= r["passive_gradient"] <= hi
+        # the paths' count, and the calibrated estimate around it, wider
+        assert r["crossings"] == pytest.approx(truth[r["transaction"]], abs=0.06)
+        lo, hi = r["crossings_ci95"]
+        assert lo <= r["crossings"] <= hi
+        plo, phi = r["passive_ci95"]
+        assert plo < lo
+        assert phi > hi
+        assert plo <= r["passive_gradient"] <= phi
+        # both halves agree: one estimate, inside both and narrower than the measurement
+        clo, chi = r["combined_ci95"]
+        assert clo <= r["combined"] <= chi
+        assert chi - clo < r["ci95"][1] - r["ci95"][0]
         assert r["cause"] is None
     summary = out["summary"]
     assert summary["injected_links"] == 2
     assert summary["verdicts"] == {"agree": 8}
+    assert summary["calibration"].startswith("shipped (")
     assert summary["traced_requests"]["ViewItem"] == 292
     assert any(f.startswith("async: no link matters") for f in summary["findings"])
     assert "linkgrad predict" in summary["next_step"]

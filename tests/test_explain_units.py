@@ -248,7 +248,8 @@ def _row(transaction: str, link: str, pair: str, gradient: float | None,
     return ExplainRow(transaction=transaction, link=link, pair=pair, gradient=gradient,
                       ci95=None if gradient is None else (gradient - 10.5, gradient + 10.5),
                       passive_gradient=kw.get("passive", 41.8), passive_ci95=(40.1, 43.9),
-                      passive_requests=500, snap=None, hosts=None,
+                      crossings=41.8, crossings_ci95=(40.1, 43.9), combined=None,
+                      combined_ci95=None, passive_requests=500, snap=None, hosts=None,
                       verdict=str(kw.get("verdict", "agree")), cause=None, causes=[],
                       notes=list(kw.get("notes", [])))  # type: ignore[arg-type]
 
@@ -261,6 +262,7 @@ def test_the_table_fits_80_columns_with_long_links_large_numbers_and_notes():
     summary = RunSummary(experiment="e" * 90, run_dir="/r", status="completed", reason=None,
                          started=0.0, ended=10.0, duration_s=10.0, hosts=["a"], graph_links=6,
                          injected_links=3, traced_requests={}, verdicts={"below": 3},
+                         calibration="c " * 60, strategy="s " * 60,
                          findings=["f " * 70], next_step="n " * 70)
     lines = explanation_lines(Explanation(summary=summary, rows=rows))
     assert max(map(len, lines)) <= 80, max(lines, key=len)

@@ -40,6 +40,8 @@ FORBIDDEN = {
     "testbed": ("yaml", *REMOTE),
     "coordinator.config": ("coordinator.live", "coordinator.cli", *REMOTE, *PRESENTATION),
     "coordinator.live": ("coordinator.cli", "injector", "sniffer", *PRESENTATION),
+    # (live may use coordinator.explain: passive-first chooses the links after the passive
+    # phase; explain never imports live)
     # the nights' comparison: run directories in, checks out; no SSH, testbed or presentation
     # a run directory in, each gradient explained out: no SSH, testbed or presentation
     "coordinator.explain": ("coordinator.live", "coordinator.cli", "coordinator.regress",

@@ -223,6 +223,14 @@ BASE = ("name: x\n"
      r"x.yaml:9: field 'parameters.exclude.1' .*bad regex after 're:'"),
     ("parameters:\n  exclude: ['app[12]->db']\n",
      r"x.yaml:7: field 'parameters.exclude.0' .*not a link selector: expected SRC->DST"),
+    ("parameters:\n  strategy: passive-first\n  questions:\n    - move: {db: remote}\n"
+     "    - move: {cache: remote}\n",
+     r"x.yaml:10: field 'parameters.questions.1.move.cache' moves host 'cache', which is not"),
+    ("parameters:\n  questions:\n    - move: {db: remote}\n",
+     r"x.yaml:7: field 'parameters' .*questions choose the links to inject only with "
+     r"strategy: passive-first"),
+    ("parameters:\n  strategy: passive_first\n",
+     r"x.yaml:7: field 'parameters.strategy' .*'active' or 'passive-first'"),
 ])
 def test_a_host_the_experiment_does_not_have_or_a_bad_selector_is_exit_2_at_its_line(
         tmp_path, capsys, tail, expected):

@@ -21,7 +21,7 @@ def explanation_lines(e: Explanation, width: int = WIDTH) -> list[str]:
     if not e.rows:
         return [*lines, "nothing to explain: no gradient measured and no causal paths",
                 *_wrap(f"next: {e.summary.next_step}", width, "  ")]
-    values = [(_pair(r.gradient, r.ci95), _pair(r.passive_gradient, r.passive_ci95))
+    values = [(_pair(r.gradient, r.ci95), _pair(r.crossings, r.crossings_ci95))
               for r in e.rows]
     value_w = max(9, *(len(v) for pair in values for v in pair))
     # "  link  measured  passive  verdict": 2 + link + 2 + 2 values + 2 + 2 + verdict; where
@@ -35,7 +35,7 @@ def explanation_lines(e: Explanation, width: int = WIDTH) -> list[str]:
     lines += [""]
     lines += [x for n in common for x in _wrap(f"every gradient: {n}", width, "")]
     lines += [f"  {'' if stacked else 'link':<{link_w}}  {'measured':<{value_w}}  "
-              f"{'passive':<{value_w}}  verdict"]
+              f"{'crossings':<{value_w}}  verdict"]
     current = None
     for r, (measured, passive) in zip(e.rows, values, strict=True):
         if r.transaction != current:
@@ -46,6 +46,12 @@ def explanation_lines(e: Explanation, width: int = WIDTH) -> list[str]:
             lines.append(f"  {names[r.link]}")
         lines.append(f"  {'' if stacked else names[r.link]:<{link_w}}  {measured:<{value_w}}  "
                      f"{passive:<{value_w}}  {r.verdict}")
+        if r.combined is not None and r.combined_ci95 is not None:
+            lines += _wrap(f"combined: {_pair(r.combined, r.combined_ci95)}", width, "    ")
+        elif r.gradient is None and r.passive_gradient is not None and r.passive_ci95 and (
+                r.passive_gradient, r.passive_ci95) != (r.crossings, r.crossings_ci95):
+            lines += _wrap(f"passive estimate: {_pair(r.passive_gradient, r.passive_ci95)}",
+                           width, "    ")
         for c in r.causes:
             lines += _wrap(f"cause: {c.text}", width, "    ")
         for n in r.notes:
@@ -73,6 +79,9 @@ def _summary_lines(s: RunSummary, width: int) -> list[str]:
         lines += _wrap(f"why: {s.reason}", width, "  ")
     if counts:
         lines += _wrap(f"verdicts: {counts}", width, "  ")
+    lines += _wrap(f"strategy: {s.strategy}", width, "  ")
+    calibration = s.calibration or "none (too few points): the passive side uncalibrated"
+    lines += _wrap(f"calibration: {calibration}", width, "  ")
     for f in s.findings:
         lines += _wrap(f"- {f}", width, "  ")
     return lines

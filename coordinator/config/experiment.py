@@ -109,6 +109,12 @@ class WebLog(_Strict):
     log_format: Str | None = None
 
 
+class Question(_Strict):
+    """A placement to be predicted (`linkgrad predict --placement`'s `move:`)."""
+
+    move: dict[Str, Str] = Field(min_length=1, max_length=1000)
+
+
 class Parameters(_Strict):
     """Thesis §3.2's knobs and linkgrad's safety limits."""
 
@@ -155,6 +161,14 @@ class Parameters(_Strict):
     magnitudes_ms: tuple[Float, ...] = Field((), max_length=16, description="measure every "
                                              "link at each of these delays (the curvature of "
                                              "thesis ch. 6)")
+    strategy: Literal["active", "passive-first"] = Field(
+        "active", description="active: inject every selected link; passive-first: after the "
+        "passive phase, inject only the links the questions need or the passive evidence "
+        "leaves ambiguous, and give the rest their calibrated passive gradients")
+    questions: tuple[Question, ...] = Field((), max_length=64, description="with "
+                                            "passive-first: the placements to be predicted "
+                                            "({move: {HOST: SITE}}): every link of a moved "
+                                            "host is injected")
     inject_at: Literal["receiver", "sender"] = Field(
         "receiver", description="which end of a link holds its packets. The receiver delays "
         "them as a network does; the sender keeps held packets charged to the socket, so TCP "
@@ -174,6 +188,13 @@ class Parameters(_Strict):
             raise ValueError(f"give two or more different delays of at least "
                              f"{MIN_MAGNITUDE_MS:g} ms (or none)")
         return tuple(sorted(values))
+
+    @model_validator(mode="after")
+    def _questions_need_passive_first(self) -> Parameters:
+        if self.questions and self.strategy != "passive-first":
+            raise ValueError("questions choose the links to inject only with strategy: "
+                             "passive-first (the active strategy injects every link)")
+        return self
 
     @model_validator(mode="after")
     def _within_cap(self) -> Parameters:
@@ -341,6 +362,11 @@ class Experiment(_Strict):
                 field = "rate_per_s" if self.workload.rate_per_s is not None else "clients"
                 out.append((("workload", field), "the load generator needs the "
                             "application's URL: give frontend_url (a testbed: tag sets it)"))
+        for i, question in enumerate(self.parameters.questions):
+            for host in question.move:
+                if host not in names:
+                    out.append((("parameters", "questions", i, "move", host),
+                                f"moves host {host!r}, which is not {known}"))
         for field in ("include", "exclude"):
             for i, text in enumerate(getattr(self.parameters, field)):
                 for host in parse_selector(text).host_names:

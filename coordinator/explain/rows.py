@@ -11,6 +11,7 @@ from coordinator.config.run_dir import linearity_of
 from coordinator.config.run_records import LinkMeasurement, MeasuredLink
 from coordinator.config.snap_file import SnapFile
 from coordinator.explain.evidence import link_evidence
+from linkgrad.explain.calibration import Calibration
 from linkgrad.explain.explained import Explained, explain
 from linkgrad.explain.passive import PassiveGradient, PatternCrossings, passive_gradient
 from linkgrad.paths.result import PathsResult
@@ -34,7 +35,8 @@ def passive_of(paths: PathsResult | None, transaction: str,
 
 def explained_rows(measurements: Sequence[LinkMeasurement], graph: Sequence[MeasuredLink],
                    transactions: Sequence[str], paths: PathsResult | None,
-                   snap: SnapFile | None, hosts: HostsFile | None) -> list[Explained]:
+                   snap: SnapFile | None, hosts: HostsFile | None,
+                   calibration: Calibration | None = None) -> list[Explained]:
     """A row per transaction and link, the injected links first in the graph's order. A link
     measured at several delays is explained at its least (a gradient is a derivative)."""
     least: dict[str, LinkMeasurement] = {}
@@ -56,9 +58,9 @@ def explained_rows(measurements: Sequence[LinkMeasurement], graph: Sequence[Meas
                 continue  # neither side says anything of it
             if m is None or t is None or t.gradient is None:
                 rows.append(explain(name, link.label, link.paths_key, None, None, passive, None,
-                                    tuple(t.notes) if t else ()))
+                                    tuple(t.notes) if t else (), calibration))
                 continue
             evidence = link_evidence(m, name, snap, hosts, linear, patterns)
             rows.append(explain(name, link.label, link.paths_key, t.gradient, t.ci95, passive,
-                                evidence, tuple(t.notes)))
+                                evidence, tuple(t.notes), calibration))
     return rows

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -22,6 +23,8 @@ from coordinator.config.run_records import (
 )
 from coordinator.config.snap_file import SnapFile, read_snap
 from coordinator.explain.answer import ExplainRow, Explanation, RunSummary
+from coordinator.explain.calibration_points import calibration_for
+from coordinator.explain.choice import STRATEGY_FILE, StrategyFile
 from coordinator.explain.rows import explained_rows
 from linkgrad.errors import InputError
 from linkgrad.explain.explained import Explained
@@ -29,33 +32,59 @@ from linkgrad.hostprobe.load import HostLoad
 from linkgrad.paths.result import PathsResult
 from linkgrad.reading import problems_of
 
-__all__ = ["EXPLAIN_FILE", "explain_run", "write_explanation"]
+__all__ = ["EXPLAIN_FILE", "RunFiles", "explain_run", "load_run_files", "write_explanation"]
 
 EXPLAIN_FILE = "explain.json"
 _GRAPH = TypeAdapter(list[MeasuredLink])
 T = TypeVar("T")
 
 
-def explain_run(run_dir: Path, interrupted: str | None = None) -> Explanation:
-    """`run_dir` explained; `interrupted`: why a journal that says running is not. A passive
-    file that cannot be read leaves its evidence out and is said in the findings."""
+@dataclass(frozen=True)
+class RunFiles:
+    """What a run directory holds for the explanation (each passive file None when absent or
+    unreadable; `unread` says why)."""
+
+    experiment: ExperimentAsRun
+    journal: RunJournal
+    measurements: list[LinkMeasurement]
+    graph: list[MeasuredLink]
+    paths: PathsResult | None
+    snap: SnapFile | None
+    hosts: HostsFile | None
+    strategy: StrategyFile | None  # passive-first's choice (None: every link was injected)
+    unread: list[str]
+
+
+def load_run_files(run_dir: Path) -> RunFiles:
+    """The experiment and its journal must be read (InputError naming them); the rest are
+    optional: one that cannot be read is left out and said in `unread`."""
     experiment = read_record(run_dir / "experiment.json", ExperimentAsRun,
                              "the experiment as run")
     journal = read_record(run_dir / "run.json", RunJournal, "how the run went")
     unread: list[str] = []
-    measurements = _optional(run_dir / "gradients.json", read_measurements, unread) or []
-    graph = _optional(run_dir / "graph.json", _read_graph, unread) or []
-    paths: PathsResult | None = _optional(run_dir / "paths.json", read_paths_file, unread)
-    snap: SnapFile | None = _optional(run_dir, read_snap, unread)
-    hosts: HostsFile | None = _optional(run_dir, read_hosts, unread)
-    explained = explained_rows(measurements, graph, list(experiment.transactions), paths,
-                               snap, hosts)
-    by_label = {m.link.label: m for m in measurements}
+    return RunFiles(
+        experiment=experiment, journal=journal,
+        measurements=_optional(run_dir / "gradients.json", read_measurements, unread) or [],
+        graph=_optional(run_dir / "graph.json", _read_graph, unread) or [],
+        paths=_optional(run_dir / "paths.json", read_paths_file, unread),
+        snap=_optional(run_dir, read_snap, unread),
+        hosts=_optional(run_dir, read_hosts, unread),
+        strategy=_optional(run_dir / STRATEGY_FILE, _read_strategy, unread), unread=unread)
+
+
+def explain_run(run_dir: Path, interrupted: str | None = None) -> Explanation:
+    """`run_dir` explained; `interrupted`: why a journal that says running is not. The
+    passive side is calibrated by the shipped points and the runs beside this one."""
+    f = load_run_files(run_dir)
+    calibration = calibration_for(run_dir)
+    explained = explained_rows(f.measurements, f.graph, list(f.experiment.transactions),
+                               f.paths, f.snap, f.hosts, calibration)
+    by_label = {m.link.label: m for m in f.measurements}
     rows = [ExplainRow.of(e, *_measured_evidence(by_label.get(e.link), e.gradient))
             for e in explained]
-    return Explanation(summary=_summary(run_dir, experiment, journal, interrupted,
-                                        measurements, graph, paths, explained, unread),
-                       rows=rows)
+    summary = _summary(run_dir, f, interrupted, explained)
+    return Explanation(summary=summary.model_copy(update={
+        "calibration": calibration.describe() if calibration else None}), rows=rows)
 
 
 def write_explanation(run_dir: Path, interrupted: str | None = None) -> Explanation:
@@ -75,6 +104,10 @@ def _optional(path: Path, read: Callable[[Path], T], unread: list[str]) -> T | N
         return None
 
 
+def _read_strategy(path: Path) -> StrategyFile:
+    return read_record(path, StrategyFile, "passive-first's choice of links")
+
+
 def _read_graph(path: Path) -> list[MeasuredLink]:
     try:
         return _GRAPH.validate_python(read_run_file(path, "the communication graph"))
@@ -90,10 +123,10 @@ def _measured_evidence(m: LinkMeasurement | None, gradient: float | None
     return (m.snap or {}).get("measurement"), hosts
 
 
-def _summary(run_dir: Path, experiment: ExperimentAsRun, journal: RunJournal,
-             interrupted: str | None, measurements: list[LinkMeasurement],
-             graph: list[MeasuredLink], paths: PathsResult | None,
-             rows: list[Explained], unread: list[str]) -> RunSummary:
+def _summary(run_dir: Path, f: RunFiles, interrupted: str | None,
+             rows: list[Explained]) -> RunSummary:
+    experiment, journal, measurements, graph, paths = (f.experiment, f.journal,
+                                                       f.measurements, f.graph, f.paths)
     ended = journal.ended if journal.ended is not None else (None if interrupted is None
                                                              else time.time())
     injected = {m.link.label for m in measurements}
@@ -106,8 +139,18 @@ def _summary(run_dir: Path, experiment: ExperimentAsRun, journal: RunJournal,
         hosts=[h.name for h in experiment.hosts],
         graph_links=len({g.label for g in graph} | injected), injected_links=len(injected),
         traced_requests=dict(paths.transaction_requests) if paths else {},
-        verdicts=dict(sorted(verdicts.items())),
-        findings=_findings(rows, paths, unread), next_step=_next_step(rows, run_dir))
+        verdicts=dict(sorted(verdicts.items())), calibration=None,
+        strategy=_strategy(f.strategy),
+        findings=_findings(rows, paths, f.unread), next_step=_next_step(rows, run_dir))
+
+
+def _strategy(record: StrategyFile | None) -> str:
+    if record is None:
+        return "active: every selected link injected"
+    passive = [c.link for c in record.links if not c.inject]
+    return (f"passive-first: {len(record.links) - len(passive)} of {len(record.links)} links "
+            f"injected, {len(passive)} left to their calibrated passive gradients "
+            "(strategy.json says why)")
 
 
 def _findings(rows: list[Explained], paths: PathsResult | None,

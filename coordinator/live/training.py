@@ -9,10 +9,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from coordinator.config.experiment_files import field_problem
+from coordinator.config.paths_file import read_paths_file
 from coordinator.config.run_dir import RunDir
 from coordinator.config.run_records import BaselineFile, MeasuredLink, PlanFile
+from coordinator.explain.calibration_points import calibration_for
+from coordinator.explain.choice import STRATEGY_FILE, choose, link_facts
 from coordinator.live import paths_evidence
 from coordinator.live.clock import sleep_checking
+from coordinator.live.paths_evidence import PATHS_FILE
 from coordinator.live.session import Say, Session
 from linkgrad.errors import InputError
 from linkgrad.graph import (
@@ -78,6 +82,32 @@ def train(session: Session, out: RunDir, say: Say) -> Training:
     return Training(build_graph(session.reports, hosts, p.message_threshold), start, end)
 
 
+def passive_first(session: Session, out: RunDir, links: list[GraphLink],
+                  window: tuple[float, float], say: Say) -> list[GraphLink]:
+    """The links to inject after the passive phase: those a question needs or whose passive
+    evidence is ambiguous (strategy.json keeps each choice and its reasons)."""
+    experiment = session.experiment
+    try:
+        paths = read_paths_file(out.path / PATHS_FILE) if (out.path / PATHS_FILE).exists() \
+            else None
+    except InputError as e:  # no paths: every link ambiguous, said by its reasons
+        say(f"[yellow]passive-first: the paths cannot be read ({e})")
+        paths = None
+    calibration = calibration_for(out.path)
+    facts = link_facts([MeasuredLink.of(g) for g in links], list(experiment.transactions),
+                       paths, session.snap_reports,
+                       {**session.addresses, **session.ipv6_addresses}, window)
+    choices, record = choose(facts, [q.move for q in experiment.parameters.questions],
+                             calibration.describe() if calibration else None)
+    out.write(STRATEGY_FILE, record.model_dump(mode="json"))
+    chosen = {c.label for c in choices if c.inject}
+    say(f"passive-first: {len(chosen)} of {len(choices)} links to inject; calibration: "
+        f"{record.calibration or 'none'}")
+    for c in choices:
+        say(f"  {'inject' if c.inject else 'passive'} {c.label}: {'; '.join(c.reasons)}")
+    return [g for g in links if g.label in chosen]
+
+
 def train_until_enough(session: Session, start: float, say: Say) -> None:
     """Go on until the training holds what the spectrum needs at the request rate seen
     (`training_needed_s`), or `max_training_s`; say how long and why."""
@@ -135,6 +165,8 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
     say(f"graph: {len(training.graph)} links, {len(candidates)} between the application's nodes")
     for line in explain_selection(candidates, p.include, p.exclude):
         say(f"  {line}")
+    if p.strategy == "passive-first":
+        links = passive_first(session, out, links, (start, end), say)
     for note in wave.notes:
         say(f"plan: {note}")
     return base, wave, links

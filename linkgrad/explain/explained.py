@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from linkgrad.explain.calibration import Calibrated, Calibration, calibrate, combine
 from linkgrad.explain.evidence import LinkEvidence
 from linkgrad.explain.passive import PassiveGradient
 from linkgrad.explain.verdict import Cause, Verdict, causes_above, causes_below, judge
@@ -19,6 +20,8 @@ class Explained:
     gradient: float | None  # None: not injected
     ci95: tuple[float, float] | None
     passive: PassiveGradient | None  # None: no paths for the transaction or the pair
+    calibrated: Calibrated | None  # the passive gradient as an estimate (None: no calibration)
+    combined: Calibrated | None  # both halves in one, where they agree
     verdict: Verdict
     causes: tuple[Cause, ...]  # for above and below: what the evidence names, else unexplained
     notes: tuple[str, ...] = ()  # the estimate's own (a wide interval, a drift, ...)
@@ -30,8 +33,16 @@ class Explained:
 
 def explain(transaction: str, link: str, pair: str, gradient: float | None,
             ci95: tuple[float, float] | None, passive: PassiveGradient | None,
-            evidence: LinkEvidence | None, notes: tuple[str, ...] = ()) -> Explained:
+            evidence: LinkEvidence | None, notes: tuple[str, ...] = (),
+            calibration: Calibration | None = None) -> Explained:
+    """The verdict compares the gradient with the crossings the paths counted (what TCP and
+    the hosts add beyond the messages is the cause to find); the calibration makes the
+    passive gradient an estimate, and, where the two agree, a prior for the measurement."""
     verdict = judge(gradient, ci95, passive)
+    calibrated = calibrate(passive, calibration) if passive and calibration else None
+    combined = None
+    if verdict == "agree" and calibrated is not None and gradient is not None:
+        combined = combine(gradient, ci95 or (gradient, gradient), calibrated)
     causes: list[Cause] = []
     if verdict in ("above", "below"):
         if evidence is not None:
@@ -39,5 +50,5 @@ def explain(transaction: str, link: str, pair: str, gradient: float | None,
         causes = causes or [Cause("unexplained", "unexplained: no passive evidence accounts "
                                   f"for a gradient {verdict} the paths' crossings")]
     return Explained(transaction=transaction, link=link, pair=pair, gradient=gradient,
-                     ci95=ci95, passive=passive, verdict=verdict, causes=tuple(causes),
-                     notes=notes)
+                     ci95=ci95, passive=passive, calibrated=calibrated, combined=combined,
+                     verdict=verdict, causes=tuple(causes), notes=notes)

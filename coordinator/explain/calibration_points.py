@@ -1,0 +1,99 @@
+"""The calibration's points: the shipped ones (`calibration.json`, made by
+`benchmarks/explain_calibration.py` on the testbed's applications) and the user's own, from
+the other runs beside this one (their `explain.json`: every row where both halves measured)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from linkgrad.explain.calibration import Z95, Calibration, CalibrationPoint, fit_calibration
+
+__all__ = ["SHIPPED", "ShippedPoints", "calibration_for", "points_of_rows", "shipped_points"]
+
+SHIPPED = Path(__file__).with_name("calibration.json")
+MAX_RUNS = 200  # the newest other runs read: an output directory of years stays quick
+
+
+class _Point(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    passive: float
+    passive_se: float
+    gradient: float
+    gradient_se: float
+    source: str
+
+
+class ShippedPoints(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    made: str  # the command that made it, and when
+    runs: list[str]
+    points: list[_Point]
+
+
+class _Row(BaseModel):  # the fields of an explain.json row a point needs
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    transaction: str
+    pair: str
+    gradient: float | None = None
+    ci95: tuple[float, float] | None = None
+    crossings: float | None = None
+    crossings_ci95: tuple[float, float] | None = None
+
+
+def shipped_points(path: Path = SHIPPED) -> ShippedPoints:
+    return ShippedPoints.model_validate_json(path.read_text())
+
+
+def points_of_rows(rows: Iterable[dict], source: str) -> list[CalibrationPoint]:
+    """Every row of an explain.json where the gradient and the crossings were both measured."""
+    out = []
+    for raw in rows:
+        r = _Row.model_validate(raw)
+        if r.gradient is None or r.ci95 is None or r.crossings is None \
+                or r.crossings_ci95 is None:
+            continue
+        out.append(CalibrationPoint(
+            passive=r.crossings, passive_se=_se(r.crossings_ci95), gradient=r.gradient,
+            gradient_se=_se(r.ci95), source=f"{source} {r.transaction} {r.pair}"))
+    return out
+
+
+def calibration_for(run_dir: Path) -> Calibration | None:
+    """The shipped points and those of the runs beside `run_dir` (not its own: a row would
+    be its own prior), fitted; a neighbour that cannot be read is left out and counted."""
+    shipped = shipped_points()
+    points = [CalibrationPoint(**p.model_dump()) for p in shipped.points]
+    mine, runs, unread = [], 0, 0
+    for other in _neighbours(run_dir):
+        try:
+            data = json.loads((other / "explain.json").read_text())
+            found = points_of_rows(data["rows"], other.name)
+        except (OSError, ValueError, KeyError, TypeError, ValidationError):
+            unread += 1
+            continue
+        runs += bool(found)
+        mine += found
+    described = f"shipped ({len(points)} points from {len(shipped.runs)} testbed runs)"
+    if mine:
+        described += f" and {len(mine)} points from {runs} of your runs in {run_dir.parent}"
+    if unread:
+        described += f" ({unread} unreadable explain.json left out)"
+    return fit_calibration([*points, *mine], described)
+
+
+def _neighbours(run_dir: Path) -> list[Path]:
+    try:
+        found = [p for p in run_dir.resolve().parent.iterdir()
+                 if p.is_dir() and p.resolve() != run_dir.resolve()
+                 and (p / "explain.json").is_file()]
+    except OSError:
+        return []
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)[:MAX_RUNS]
+
+
+def _se(ci: tuple[float, float]) -> float:
+    return (ci[1] - ci[0]) / (2 * Z95)

@@ -1,0 +1,101 @@
+"""Passive first: after the passive phase, which links to inject. A link is injected where a
+question needs its gradient measured (a placement to predict moves one of its hosts) or where
+the passive evidence is ambiguous; every other link keeps its calibrated passive gradient.
+
+Ambiguous (each a reason said to the user):
+- no paths: the paths never cross the link though the graph saw traffic on it, or an end of it
+  was not traced: nothing passive stands for it;
+- mixed paths: a transaction's patterns (each of at least `MIXED_SHARE` of its requests) cross
+  it a different number of times (a cache hit or miss, a load balancer's choice): which share
+  the delay meets is what a measurement settles;
+- unstable: the crossings' own interval is wide (few requests, many unplaced);
+- TCP problems: SNAP saw the link limited by something other than the application in the
+  passive phase (send buffer, receiver window, retransmissions): TCP adds round trips the
+  messages do not show;
+- no calibration: the passive side's error is not known, so it stands for nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from linkgrad.explain.passive import PassiveGradient
+
+__all__ = ["MIXED_BY", "MIXED_SHARE", "TCP_PROBLEMS", "UNSTABLE_HALF_WIDTH", "LinkChoice", "LinkFacts",
+           "choose_links"]
+
+MIXED_SHARE = 0.05  # of a transaction's requests: patterns rarer than this may be mislinked
+MIXED_BY = 0.5  # crossings: two patterns this far apart on a link cross it differently
+UNSTABLE_HALF_WIDTH = (0.1, 0.1)  # crossings, and relative: the larger of the two
+TCP_PROBLEMS = ("send_buffer", "receiver_window", "fast_retransmit", "timeout")
+
+
+@dataclass(frozen=True)
+class LinkFacts:
+    """What the passive phase knows of one link."""
+
+    label: str
+    pair: str  # "src->dst"
+    hosts: tuple[str, str]
+    traced: bool  # both ends' messages were traced
+    crossings: Mapping[str, PassiveGradient | None]  # per transaction
+    patterns: Mapping[str, Sequence[tuple[float, float]]] = field(default_factory=dict)
+    # per transaction: (share of its requests, crossings of this link) per pattern
+    snap: Mapping[str, float] = field(default_factory=dict)  # class -> seconds, passive phase
+
+
+@dataclass(frozen=True)
+class LinkChoice:
+    label: str
+    inject: bool
+    reasons: tuple[str, ...]  # why injected; or, for a passive one, why it may stay so
+
+
+def choose_links(links: Sequence[LinkFacts], moved: Sequence[frozenset[str]],
+                 calibrated: bool) -> list[LinkChoice]:
+    """Each link injected or left passive, with its reasons. `moved`: per question, the
+    hosts its placement moves."""
+    out = []
+    for link in links:
+        reasons = _needs(link, moved, calibrated)
+        if reasons:
+            out.append(LinkChoice(link.label, True, tuple(reasons)))
+        else:
+            out.append(LinkChoice(link.label, False, ("its paths are clear and calibrated",)))
+    return out
+
+
+def _needs(link: LinkFacts, moved: Sequence[frozenset[str]], calibrated: bool) -> list[str]:
+    reasons = []
+    for i, hosts in enumerate(moved, 1):
+        if hosts & set(link.hosts):
+            reasons.append(f"question {i} moves {', '.join(sorted(hosts & set(link.hosts)))}")
+    if not calibrated:
+        reasons.append("no calibration of the passive side")
+    if not link.traced:
+        reasons.append("no paths: an end was not traced")
+    elif not any(g is not None and g.ci95[1] > 0 for g in link.crossings.values()):
+        reasons.append("no paths cross it")
+    mixed = [t for t, pats in link.patterns.items() if _mixed(pats)]
+    if mixed:
+        reasons.append(f"mixed paths ({', '.join(sorted(mixed))})")
+    unstable = [t for t, g in link.crossings.items() if g is not None and _unstable(g)]
+    if unstable:
+        reasons.append(f"unstable paths ({', '.join(sorted(unstable))})")
+    problems = [f"{k.replace('_', ' ')} {link.snap[k]:.1f} s" for k in TCP_PROBLEMS
+                if link.snap.get(k, 0.0) > 0]
+    if problems:
+        reasons.append(f"TCP problems ({', '.join(problems)})")
+    return reasons
+
+
+def _mixed(patterns: Sequence[tuple[float, float]]) -> bool:
+    common = [c for share, c in patterns if share >= MIXED_SHARE]
+    return len(common) > 1 and max(common) - min(common) >= MIXED_BY
+
+
+def _unstable(g: PassiveGradient) -> bool:
+    absolute, relative = UNSTABLE_HALF_WIDTH
+    half = (g.ci95[1] - g.ci95[0]) / 2
+    return half > max(absolute, relative * abs(g.estimate))

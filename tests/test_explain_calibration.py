@@ -1,0 +1,132 @@
+"""The passive side's calibration (DerSimonian–Laird over residuals), the calibrated passive
+gradient, both halves combined, and passive-first's choice of links."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from coordinator.explain.calibration_points import SHIPPED, points_of_rows, shipped_points
+from linkgrad.explain.calibration import (
+    MIN_POINTS,
+    CalibrationPoint,
+    calibrate,
+    combine,
+    fit_calibration,
+)
+from linkgrad.explain.passive import PassiveGradient, PatternCrossings, passive_gradient
+from linkgrad.explain.strategy import LinkFacts, choose_links
+
+
+def _points(bias: float, spread: float, se: float, n: int, seed: int = 1
+            ) -> list[CalibrationPoint]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        passive = float(rng.choice([0.0, 1.0, 2.0, 8.0, 40.0]))
+        scale = max(passive, 1.0)
+        truth = passive + scale * (bias + spread * rng.standard_normal())
+        out.append(CalibrationPoint(passive=passive, passive_se=0.0,
+                                    gradient=truth + se * scale * rng.standard_normal(),
+                                    gradient_se=se * scale, source=f"p{i}"))
+    return out
+
+
+def test_the_fit_recovers_a_known_bias_and_a_spread_beyond_the_points_own_errors():
+    cal = fit_calibration(_points(bias=0.05, spread=0.04, se=0.03, n=400), "sim")
+    assert cal is not None
+    assert cal.bias == pytest.approx(0.05, abs=0.01)
+    assert cal.spread == pytest.approx(0.04, abs=0.01)
+    assert cal.points == 400
+
+
+def test_points_whose_own_errors_explain_them_give_no_spread():
+    cal = fit_calibration(_points(bias=0.0, spread=0.0, se=0.05, n=300), "sim")
+    assert cal is not None
+    assert cal.spread < 0.01
+    assert abs(cal.bias) < 3 * cal.bias_se
+
+
+def test_too_few_points_are_no_calibration():
+    assert fit_calibration(_points(0.0, 0.0, 0.1, MIN_POINTS - 1), "sim") is None
+
+
+def test_the_calibrated_passive_gradient_is_shifted_and_wider_than_its_count():
+    cal = fit_calibration(_points(bias=0.05, spread=0.04, se=0.03, n=400), "sim")
+    assert cal is not None
+    count = passive_gradient([PatternCrossings(1000, {"a->b": 40.0})], "a->b")
+    assert count is not None
+    c = calibrate(count, cal)
+    assert c.estimate == pytest.approx(40 * (1 + cal.bias))
+    half = 1.959964 * math.hypot(cal.spread, cal.bias_se) * 40
+    assert c.ci95[1] - c.ci95[0] == pytest.approx(count.ci95[1] - count.ci95[0] + 2 * half)
+
+
+def test_combining_weighs_each_half_by_its_precision():
+    prior = calibrate(PassiveGradient(2.0, (2.0, 2.0), 0.0, 1000, 0, 0.0),
+                      fit_calibration(_points(0.0, 0.05, 0.01, 200), "sim"))
+    wide = combine(2.6, (1.4, 3.8), prior)  # a measurement of ±1.2 hardly moves it
+    assert wide.estimate == pytest.approx(prior.estimate, abs=0.02)
+    assert wide.ci95[1] - wide.ci95[0] <= prior.ci95[1] - prior.ci95[0]
+    sharp = combine(2.3, (2.29, 2.31), prior)  # ±0.01 all but decides it
+    assert sharp.estimate == pytest.approx(2.3, abs=0.005)
+
+
+def test_the_shipped_points_read_and_fit():
+    shipped = shipped_points(SHIPPED)
+    assert shipped.runs
+    assert len(shipped.points) >= MIN_POINTS
+    assert fit_calibration([CalibrationPoint(**p.model_dump()) for p in shipped.points],
+                           "shipped") is not None
+
+
+def test_an_explain_json_row_is_a_point_only_where_both_halves_measured():
+    rows = [{"transaction": "t", "pair": "a->b", "gradient": 2.1, "ci95": [1.9, 2.3],
+             "crossings": 2.0, "crossings_ci95": [1.98, 2.0], "verdict": "agree"},
+            {"transaction": "t", "pair": "b->c", "gradient": None, "ci95": None,
+             "crossings": 1.0, "crossings_ci95": [0.99, 1.0]}]
+    (p,) = points_of_rows(rows, "run")
+    assert p.gradient == 2.1
+    assert p.passive == 2.0
+    assert p.gradient_se == pytest.approx(0.4 / 3.919928)
+    assert p.source == "run t a->b"
+
+
+# -- passive first ----------------------------------------------------------------------------
+
+def _facts(label: str, crossings: float = 1.0, **kw: object) -> LinkFacts:
+    src, dst = label.split("->")
+    g = passive_gradient([PatternCrossings(500, {label: crossings})], label)
+    return LinkFacts(label=label, pair=label, hosts=(src, dst), traced=kw.get("traced", True),
+                     crossings={"t": g}, patterns=kw.get("patterns", {"t": [(1.0, crossings)]}),
+                     snap=kw.get("snap", {}))  # type: ignore[arg-type]
+
+
+def test_clear_calibrated_paths_stay_passive_and_each_ambiguity_is_injected():
+    links = [_facts("web->app"),
+             _facts("app->cache", 0.3, patterns={"t": [(0.7, 0.0), (0.3, 1.0)]}),
+             _facts("app->db", snap={"receiver_window": 2.0}),
+             _facts("app->log", 0.0),
+             _facts("app->peer", traced=False)]
+    chosen = {c.label: c for c in choose_links(links, [], calibrated=True)}
+    assert not chosen["web->app"].inject
+    assert chosen["app->cache"].reasons == ("mixed paths (t)",)
+    assert chosen["app->db"].reasons == ("TCP problems (receiver window 2.0 s)",)
+    assert chosen["app->log"].reasons == ("no paths cross it",)
+    assert chosen["app->peer"].reasons == ("no paths: an end was not traced",)
+
+
+def test_a_question_moving_a_host_injects_its_links_and_no_calibration_injects_all():
+    links = [_facts("web->app"), _facts("app->db")]
+    by_question = choose_links(links, [frozenset({"db"})], calibrated=True)
+    assert [(c.label, c.inject) for c in by_question] == [("web->app", False),
+                                                          ("app->db", True)]
+    assert by_question[1].reasons == ("question 1 moves db",)
+    assert all(c.inject for c in choose_links(links, [], calibrated=False))
+
+
+def test_rare_patterns_are_not_mixed_paths():
+    rare = _facts("app->db", 2.0, patterns={"t": [(0.97, 2.0), (0.03, 1.0)]})
+    assert not choose_links([rare], [], calibrated=True)[0].inject
