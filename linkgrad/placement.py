@@ -12,24 +12,34 @@ searched exhaustively. Large ones (hundreds of components and sites) by best-imp
 search — every single move scored at once with matrix products — from several starts; its
 answer comes with a Gilmore–Lawler-style lower bound on the optimum, so the gap to the best
 possible placement is known.
+
+A ranked placement's interval (`difference`) comes from the gradients' and the latencies'
+standard errors, term by term; two placements are within noise of each other when the 95%
+interval of their difference holds 0.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from linkgrad.prediction import Curve, Estimate
+
 __all__ = [
     "EXHAUSTIVE_LIMIT",
+    "Compared",
     "PlacementProblem",
     "SearchResult",
+    "difference",
     "exhaustive",
     "improve",
     "local_search",
     "lower_bound",
+    "placement_latency",
     "search",
 ]
 
@@ -45,17 +55,19 @@ class PlacementProblem:
     allowed: np.ndarray  # (hosts, sites) bool: where each host may go
     current: np.ndarray  # (hosts,) site index of each host now
     curvature: np.ndarray | None = field(default=None)  # (hosts, hosts) coefficient of L²
+    latency_se_ms: np.ndarray | None = field(default=None)  # (sites, sites); None: exact
 
     @classmethod
     def from_curves(cls, hosts: tuple[str, ...], sites: tuple[str, ...], latency_ms: np.ndarray,
                     gradient: np.ndarray, curvature: np.ndarray, allowed: np.ndarray,
-                    current: np.ndarray) -> PlacementProblem:
+                    current: np.ndarray, latency_se_ms: np.ndarray | None = None
+                    ) -> PlacementProblem:
         """From weighted gradients and curvatures (per ms of latency *change*): the linear
         coefficient absorbs the curvature's cross term −2·c·L⁰ around the current latency."""
         now = latency_ms[np.ix_(current, current)]
         has_curvature = bool(np.any(curvature))
         return cls(hosts, sites, latency_ms, gradient - 2 * curvature * now, allowed, current,
-                   curvature if has_curvature else None)
+                   curvature if has_curvature else None, latency_se_ms)
 
     def terms(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """(host-pair coefficient, site-pair matrix) pairs whose products make up the cost."""
@@ -72,6 +84,78 @@ class PlacementProblem:
     @property
     def size(self) -> int:
         return math.prod(int(n) for n in self.allowed.sum(axis=1))
+
+
+SitePair = tuple[Hashable, Hashable]
+
+
+@dataclass(frozen=True)
+class Compared:
+    """One transaction's curve on one host pair, with its weight (its share of the mix times
+    its application's importance, over the importances' sum) and the pair's sites now and
+    under the two placements compared."""
+
+    weight: float
+    curve: Curve
+    now: SitePair
+    first: SitePair
+    second: SitePair
+
+
+def difference(terms: Iterable[Compared], latency: Mapping[SitePair, Estimate]) -> Estimate:
+    """Σ weight·(change under the first placement − under the second), ms, with its standard
+    error; `latency`: one-way latency between sites (a pair whose sites do not change needs
+    none).
+
+    Per term, with d₁, d₂ the pair's latency change under each, the difference is exactly
+    (d₁ − d₂)·(g + c·(d₁ + d₂)), and d₁ − d₂ is the latency between its sites under the first
+    minus that under the second: the current one cancels, and the same sites at both give
+    exactly 0. Its variance has two parts. The gradients': per term, as for a prediction
+    (`linkgrad.prediction.Term`), the terms taken as independent (one injection gives every
+    transaction's gradient on a link: correlated terms aside). The latencies': one
+    measurement serves every pair between its two sites, so each latency's coefficient is
+    summed over the terms before it is squared; a latency equal both ways (mean and se) is
+    taken as one "a<->b" measurement serving both directions."""
+    mean = variance = 0.0
+    coefficient: dict[SitePair, float] = {}
+    se_of: dict[SitePair, float] = {}
+    for t in terms:
+        if t.first == t.second:
+            continue
+        # the latency now matters only to a curvature's slope (and is there: the pair talks)
+        now = latency[t.now].mean if t.now in latency else 0.0
+        l1, l2 = latency[t.first], latency[t.second]
+        d1, d2 = l1.mean - now, l2.mean - now
+        g, c, cov = t.curve.gradient, t.curve.curvature, t.curve.covariance
+        both = d1 + d2
+        slope = g.mean + c.mean * both  # exact: f(d1) − f(d2) = (d1 − d2)·slope
+        slope_var = g.variance + both**2 * c.variance + 2 * both * cov
+        dd, dd_var = d1 - d2, l1.variance + l2.variance
+        mean += t.weight * dd * slope
+        variance += t.weight**2 * (dd**2 * slope_var + slope_var * dd_var)
+        for pair, sign in ((t.first, 1.0), (t.second, -1.0)):
+            key = _measurement(pair, latency)
+            coefficient[key] = coefficient.get(key, 0.0) + sign * t.weight * slope
+            se_of[key] = latency[pair].se
+    variance += sum((k * se_of[key]) ** 2 for key, k in coefficient.items())
+    return Estimate(float(mean), math.sqrt(max(variance, 0.0)))
+
+
+def _measurement(pair: SitePair, latency: Mapping[SitePair, Estimate]) -> SitePair:
+    """The latency measurement behind `pair`: one for both directions where they are equal."""
+    back = (pair[1], pair[0])
+    if back != pair and latency.get(back) == latency[pair] and str(back) < str(pair):
+        return back
+    return pair
+
+
+def placement_latency(problem: PlacementProblem) -> dict[SitePair, Estimate]:
+    """The problem's latency matrix as `difference` reads it, keyed by site index."""
+    se = problem.latency_se_ms if problem.latency_se_ms is not None else \
+        np.zeros_like(problem.latency_ms)
+    n = len(problem.sites)
+    return {(a, b): Estimate(float(problem.latency_ms[a, b]), float(se[a, b]))
+            for a in range(n) for b in range(n)}
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -12,14 +13,23 @@ from pathlib import Path
 import numpy as np
 from rich.table import Table
 
-from coordinator.cli.answer import Answer
+from coordinator.cli.answer import Answer, absent_when_none
 from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.candidates import check_candidates, load_candidates
-from coordinator.config.latencies import Latencies, latency_sites, load_latencies, one_way
-from coordinator.config.run_inputs import RunInputs, load_run, unmeasured
+from coordinator.config.latencies import Latencies, latency_sites, one_way
+from coordinator.config.path_latencies import run_latencies
+from coordinator.config.run_inputs import RunInputs, load_run, pair_names, unmeasured
 from linkgrad.errors import InputError, Problem
-from linkgrad.placement import PlacementProblem, SearchResult, search
+from linkgrad.placement import (
+    Compared,
+    PlacementProblem,
+    SearchResult,
+    difference,
+    placement_latency,
+    search,
+)
+from linkgrad.prediction import Z95, Estimate
 
 
 @dataclass(frozen=True)
@@ -45,14 +55,32 @@ class App:
                 out[pair] = (g + share * curve.gradient.mean, c + share * curve.curvature.mean)
         return out
 
-    def current_ms(self) -> float:
-        return sum(share * self.run.current_ms[n].mean for n, share in self.mix.items())
+    def current_ms(self) -> Estimate:
+        """The mix's mean now; the transactions' means taken as independent."""
+        return Estimate(
+            sum(share * self.run.current_ms[n].mean for n, share in self.mix.items()),
+            math.sqrt(sum((share * self.run.current_ms[n].se) ** 2
+                          for n, share in self.mix.items())))
+
+    def compared(self, problem: PlacementProblem, first: np.ndarray, second: np.ndarray,
+                 scale: float = 1.0) -> list[Compared]:
+        """Every transaction's curve per host pair, weighted by its share of the mix times
+        `scale`, with the pair's sites now and under `first` and `second`."""
+        at = {h: i for i, h in enumerate(problem.hosts)}
+        cur = problem.current
+        return [Compared(scale * share, curve, (int(cur[at[a]]), int(cur[at[b]])),
+                         (int(first[at[a]]), int(first[at[b]])),
+                         (int(second[at[a]]), int(second[at[b]])))
+                for name, share in self.mix.items()
+                for (a, b), curve in self.run.gradients.get(name, {}).items()]
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--app", required=True, action="append", metavar="RUN/gradients.json[=W]",
                    help="an application's run, with its importance W (default 1); repeatable")
-    p.add_argument("--latencies", required=True, type=Path, metavar="SITES.yaml")
+    p.add_argument("--latencies", type=Path, metavar="SITES.yaml",
+                   help="sites and one-way latencies (default: the runs' causal paths' "
+                        "network delays, every host its own site)")
     p.add_argument("--candidates", required=True, type=Path, metavar="CANDIDATES.yaml")
     p.add_argument("--top", type=int, default=5, help="placements to show (default 5)")
 
@@ -102,6 +130,8 @@ def build_problem(apps: list[App], latencies: Latencies, candidates: dict[str, l
     table = one_way(latencies)
     lat = np.array([[table[(a, b)].mean if (a, b) in table else np.nan for b in sites]
                     for a in sites])
+    lat_se = np.array([[table[(a, b)].se if (a, b) in table else 0.0 for b in sites]
+                       for a in sites])
     gradient, curvature = np.zeros((2, len(hosts), len(hosts)))
     at = {h: i for i, h in enumerate(hosts)}
     for app in apps:
@@ -115,7 +145,7 @@ def build_problem(apps: list[App], latencies: Latencies, candidates: dict[str, l
     _check_latencies(gradient + curvature, allowed, current, lat, hosts, sites,
                      (latencies_file, candidates_file))
     return PlacementProblem.from_curves(hosts, sites, np.nan_to_num(lat), gradient, curvature,
-                                        allowed, current)
+                                        allowed, current, lat_se)
 
 
 def _check_latencies(weight: np.ndarray, allowed: np.ndarray, current: np.ndarray,
@@ -157,16 +187,21 @@ def place_command(args: argparse.Namespace) -> int:
         raise InputError(Problem(f"must be 1 or more, got {args.top}", field="--top"))
     apps = _apps(args.app)
     candidates = load_candidates(args.candidates)
-    latencies = load_latencies(args.latencies)
     hosts = [h for a in apps for h in a.run.hosts]
+    source = run_latencies(args.latencies, [a.run.run_dir for a in apps], hosts,
+                           {p for a in apps for p in a.run.talking_pairs()})
+    latencies = source.latencies
+    if source.note and not args.json:
+        terminal(stderr=True).print(source.note)
     check_candidates(candidates, args.candidates, hosts, latency_sites(latencies, hosts),
-                     str(args.latencies))
+                     source.name)
     _check_measured(apps, candidates, args.candidates)
-    problem = build_problem(apps, latencies, candidates, str(args.latencies),
-                            str(args.candidates))
+    problem = build_problem(apps, latencies, candidates, source.name, str(args.candidates))
     started = time.perf_counter()
     result = search(problem, args.top)
     out = place_answer(problem, result, apps, time.perf_counter() - started)
+    if source.note:
+        out = out.model_copy(update={"latencies_note": source.note})
     if args.json:
         print(out.json_text())
     else:
@@ -177,7 +212,11 @@ def place_command(args: argparse.Namespace) -> int:
 class RankedPlacement(Answer):
     move: dict[str, str]  # host -> its new site; empty: stay
     weighted_change_ms: float  # importance-weighted change of the apps' means
+    weighted_change_ci95: tuple[float, float]
     apps_mean_ms: dict[str, float]  # each app's predicted mean
+    apps_mean_ci95: dict[str, tuple[float, float]]
+    # the 95% interval of its weighted change minus the best's holds 0 (never the best's own)
+    within_noise: bool
     notes: list[str]
 
 
@@ -188,29 +227,57 @@ class PlaceAnswer(Answer):
     gap_bound_ms: float  # the best is at most this far above the optimum
     apps_now_ms: dict[str, float]
     ranked: list[RankedPlacement]
+    passive_pairs: dict[str, list[str]]  # app -> pairs a ranked placement changes whose
+    # gradient is passive (explain.json)
+    latencies_note: str | None = absent_when_none()  # where latencies came from the paths
+
+
+def _ci(e: Estimate, digits: int = 3) -> tuple[float, float]:
+    return round(e.mean - Z95 * e.se, digits), round(e.mean + Z95 * e.se, digits)
 
 
 def place_answer(problem: PlacementProblem, result: SearchResult, apps: list[App],
                  seconds: float) -> PlaceAnswer:
     now = problem.cost(problem.current)
     total = sum(a.importance for a in apps)
-    ranked = []
-    for cost, placement in result.ranked:
+    latency = placement_latency(problem)
+    best = np.array(result.ranked[0][1])
+    ranked, passive_used = [], {a.name: set() for a in apps}
+
+    def weighted(first: np.ndarray, second: np.ndarray) -> Estimate:
+        return difference([c for a in apps
+                           for c in a.compared(problem, first, second, a.importance / total)],
+                          latency)
+
+    for i, (cost, placement) in enumerate(result.ranked):
+        at = np.array(placement)
         moves = {h: problem.sites[s] for h, s, c in zip(problem.hosts, placement,
                                                         problem.current, strict=True) if s != c}
-        per_app, notes = {}, []
+        per_app, per_app_ci, notes = {}, {}, []
         for a in apps:  # each pair's latency change, once per app and placement
             weights = a.weights()
             deltas = _deltas(problem, weights, placement)
-            per_app[a.name] = round(a.current_ms() + _change(weights, deltas), 3)
+            current = a.current_ms()
+            per_app[a.name] = round(current.mean + _change(weights, deltas), 3)
+            change = difference(a.compared(problem, at, problem.current), latency)
+            per_app_ci[a.name] = _ci(Estimate(per_app[a.name],
+                                              math.hypot(current.se, change.se)))
             notes += _extrapolated(a, deltas)
-        ranked.append(RankedPlacement(move=moves,
-                                      weighted_change_ms=round((cost - now) / total, 3),
-                                      apps_mean_ms=per_app, notes=notes))
+            if passive := {p for p in a.run.passive_pairs() if deltas.get(p)}:
+                passive_used[a.name] |= passive
+                notes.append(f"{a.name}: uses passive gradients for "
+                             f"{', '.join(pair_names(passive))} (explain.json, not measured)")
+        change, versus_best = weighted(at, problem.current), weighted(at, best)
+        ranked.append(RankedPlacement(
+            move=moves, weighted_change_ms=round((cost - now) / total, 3),
+            weighted_change_ci95=_ci(Estimate((cost - now) / total, change.se)),
+            apps_mean_ms=per_app, apps_mean_ci95=per_app_ci,
+            within_noise=i > 0 and versus_best.mean - Z95 * versus_best.se <= 0, notes=notes))
     return PlaceAnswer(method=result.method, placements_evaluated=result.evaluated,
                        seconds=round(seconds, 3), gap_bound_ms=round(result.gap_ms / total, 3),
-                       apps_now_ms={a.name: round(a.current_ms(), 3) for a in apps},
-                       ranked=ranked)
+                       apps_now_ms={a.name: round(a.current_ms().mean, 3) for a in apps},
+                       ranked=ranked,
+                       passive_pairs={n: pair_names(p) for n, p in passive_used.items() if p})
 
 
 def _deltas(problem: PlacementProblem, weights: dict[tuple[str, str], tuple[float, float]],
@@ -240,15 +307,22 @@ def _extrapolated(app: App, deltas: dict[tuple[str, str], float]) -> list[str]:
 def _print(out: PlaceAnswer) -> None:
     console = terminal()
     apps = list(out.apps_now_ms)
-    table = Table("rank", "moves", "weighted change ms", *[f"{a} mean ms" for a in apps],
+    table = Table("rank", "moves", "weighted change ms [95%]",
+                  *[f"{a} mean ms [95%]" for a in apps], "vs best",
                   title=f"{out.method}, {out.placements_evaluated} placements scored in "
                         f"{out.seconds:g} s")
-    table.add_row("now", "-", "0", *[f"{out.apps_now_ms[a]:.1f}" for a in apps])
+    table.add_row("now", "-", "0", *[f"{out.apps_now_ms[a]:.1f}" for a in apps], "")
     for i, r in enumerate(out.ranked, 1):
         moves = ", ".join(f"{h} → {s}" for h, s in r.move.items()) or "(stay)"
-        table.add_row(str(i), moves, f"{r.weighted_change_ms:+.2f}",
-                      *[f"{r.apps_mean_ms[a]:.1f}" for a in apps])
+        lo, hi = r.weighted_change_ci95
+        table.add_row(str(i), moves, f"{r.weighted_change_ms:+.3g} [{lo:+.3g}, {hi:+.3g}]",
+                      *[f"{r.apps_mean_ms[a]:.4g} [{r.apps_mean_ci95[a][0]:.4g}, "
+                        f"{r.apps_mean_ci95[a][1]:.4g}]" for a in apps],
+                      "best" if i == 1 else "within noise" if r.within_noise else "worse")
     console.print(table)
+    if len(out.ranked) > 1 and out.ranked[1].within_noise:
+        console.print("within noise: the placements so marked differ from the best by less "
+                      "than the 95% interval of their difference")
     for i, r in enumerate(out.ranked, 1):
         for note in r.notes:
             console.print(f"[yellow]{i}: {note}[/]")
