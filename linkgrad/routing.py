@@ -5,7 +5,13 @@ the copy where its predicted mean response time is lower (by its link gradients:
 that talks mostly to the web server goes to the near copy, one that talks mostly to the
 database to the far one). A fixed ratio r sends r of every transaction to the first copy; its
 mean is linear in r, so the best fixed ratio is all-or-nothing under the linear model, and the
-per-transaction choice is never worse than it.
+per-transaction choice is never worse than it — but for the transactions it keeps where they
+are on a difference within noise.
+
+A choice is only as good as the predictions' intervals: where the difference between the two
+copies' means has a 95% interval containing 0, the transaction is within noise and stays at
+the copy where the component is now (if one is), rather than moving on a difference the
+measurements cannot tell from none.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from linkgrad.prediction import Z95
 
 __all__ = [
     "UPSTREAM",
@@ -39,10 +47,41 @@ class Route:
     transaction: str
     share: float  # of the requests
     at_ms: tuple[float, float]  # predicted mean at copy 0 and copy 1
+    se_ms: tuple[float, float] = (0.0, 0.0)  # each prediction's standard error
+    # of at_ms[1] - at_ms[0]: less than from se_ms alone, the current mean (and any pair whose
+    # latency is the same at both copies) cancelling (`linkgrad.placement.difference`)
+    difference_se_ms: float = 0.0
+    current: int | None = None  # the copy where the component is now, if either
+
+    @property
+    def ci95(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """Each copy's predicted mean's 95% interval."""
+        return ((self.at_ms[0] - Z95 * self.se_ms[0], self.at_ms[0] + Z95 * self.se_ms[0]),
+                (self.at_ms[1] - Z95 * self.se_ms[1], self.at_ms[1] + Z95 * self.se_ms[1]))
+
+    @property
+    def better(self) -> int:
+        """The copy with the lower predicted mean (the first on a tie)."""
+        return 0 if self.at_ms[0] <= self.at_ms[1] else 1
+
+    @property
+    def difference_ci95(self) -> tuple[float, float]:
+        """95% interval of (the other copy's mean − the better's): ≥ 0 at its middle."""
+        d = abs(self.at_ms[0] - self.at_ms[1])
+        return d - Z95 * self.difference_se_ms, d + Z95 * self.difference_se_ms
+
+    @property
+    def within_noise(self) -> bool:
+        """The difference's interval contains 0: either copy, as far as the run can tell."""
+        return self.difference_ci95[0] <= 0
 
     @property
     def copy(self) -> int:
-        return 0 if self.at_ms[0] <= self.at_ms[1] else 1
+        """Where to send it: the better copy, unless within noise and the component is now
+        at the other (no move on a difference nobody can see)."""
+        if self.within_noise and self.current is not None:
+            return self.current
+        return self.better
 
     @property
     def gain_ms(self) -> float:
@@ -65,14 +104,23 @@ class RoutingAdvice:
 
     @property
     def per_transaction_ms(self) -> float:
-        return sum(r.share * min(r.at_ms) for r in self.routes)
+        """The mix's mean, each transaction at the copy it is routed to."""
+        return sum(r.share * r.at_ms[r.copy] for r in self.routes)
 
 
-def advise(mix: Mapping[str, float], at_copy: tuple[Mapping[str, float], Mapping[str, float]]
+def advise(mix: Mapping[str, float], at_copy: tuple[Mapping[str, float], Mapping[str, float]],
+           se: tuple[Mapping[str, float], Mapping[str, float]] | None = None,
+           difference_se_ms: Mapping[str, float] | None = None, current: int | None = None
            ) -> RoutingAdvice:
-    """`mix`: transaction -> share; `at_copy`: predicted mean per transaction at each copy."""
-    return RoutingAdvice(tuple(Route(n, share, (at_copy[0][n], at_copy[1][n]))
-                               for n, share in sorted(mix.items())))
+    """`mix`: transaction -> share; `at_copy`: predicted mean per transaction at each copy,
+    `se` their standard errors and `difference_se_ms` each difference's (without, every
+    choice is taken as exact); `current`: the copy where the component is
+    now, if either."""
+    return RoutingAdvice(tuple(
+        Route(n, share, (at_copy[0][n], at_copy[1][n]),
+              (se[0][n], se[1][n]) if se else (0.0, 0.0),
+              difference_se_ms[n] if difference_se_ms else 0.0, current)
+        for n, share in sorted(mix.items())))
 
 
 def url_pattern(transaction: str, patterns: Mapping[str, str]) -> str:
@@ -133,7 +181,8 @@ def nginx_map(advice: RoutingAdvice, patterns: Mapping[str, str],
         lines.append(f"    {_quoted('~' + url_pattern(r.transaction, patterns))} "
                      f"{upstreams[r.copy]};  # {_comment(r.transaction)}: "
                      f"{r.at_ms[r.copy]:.1f} ms, "
-                     f"{r.at_ms[other]:.1f} at {upstreams[other]}")
+                     f"{r.at_ms[other]:.1f} at {upstreams[other]}"
+                     + (" (within noise: either)" if r.within_noise else ""))
     lines += [f"    default {upstreams[0 if ratio == 1.0 else 1]};", "}"]
     return "\n".join(lines) + "\n"
 

@@ -1,6 +1,7 @@
 """Placement search: exhaustive, local search and its bound, and `linkgrad place`."""
 
 import json
+import math
 import subprocess
 
 import numpy as np
@@ -225,7 +226,20 @@ def test_route_command_on_a_run(tmp_path, capsys):
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["transactions"]["ViewItem"]["to"] == "edge"  # next to app1
-    assert out["gain_ms"] >= 0
+    assert out["current"] == "core"
+    view = out["transactions"]["ViewItem"]
+    assert not view["within_noise"]
+    # two pairs, each 2.0 ± 0.02 per ms (0.2 ms over the 10 ms injected) times 20 ms: the
+    # current mean cancels in the difference, the latencies are exact here
+    half = 1.959964 * math.sqrt(2 * (20 * 0.02) ** 2)
+    assert view["difference_ci95"] == pytest.approx([80 - half, 80 + half], abs=2e-3)
+    # async: 0.01 ± 0.01 per ms on app1<->db, 0.4 ms less at the edge, ± 0.55: it stays
+    # where the database is now, and the routing is that much worse than the best fixed
+    # ratio (all to the edge) for a difference the run cannot tell from none
+    quiet = out["transactions"]["async"]
+    assert quiet["within_noise"] and quiet["to"] == "core"
+    assert quiet["difference_ci95"][0] < 0 < quiet["difference_ci95"][1]
+    assert out["gain_ms"] == pytest.approx(-0.25 * 0.4, abs=1e-3)
     # from a deployment where everything is at the edge: app1's copy at the core only helps
     # once the database has moved there (the base placement)
     (d / "edge.yaml").write_text("sites: {web: edge, app1: edge, db: edge}\n"

@@ -16,20 +16,24 @@ from coordinator.config.latencies import (
     check_site,
     latency_changes,
     latency_sites,
-    load_latencies,
     load_placement,
+    one_way,
     placement_site_problems,
     unknown_site,
 )
-from coordinator.config.run_inputs import RunInputs, load_run, require_measured
+from coordinator.config.path_latencies import run_latencies
+from coordinator.config.run_inputs import RunInputs, load_run, pair_names, require_measured
 from linkgrad.errors import InputError, Problem
-from linkgrad.prediction import predict
+from linkgrad.placement import Compared, difference
+from linkgrad.prediction import Prediction, predict
 from linkgrad.routing import RoutingAdvice, advise, nginx_map, upstream_problem
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gradients", required=True, type=Path, metavar="RUN/gradients.json")
-    p.add_argument("--latencies", required=True, type=Path, metavar="SITES.yaml")
+    p.add_argument("--latencies", type=Path, metavar="SITES.yaml",
+                   help="sites and one-way latencies (default: the run's causal paths' "
+                        "network delays, every host its own site)")
     p.add_argument("--component", required=True, help="the host whose tier is copied")
     p.add_argument("--copies", required=True, nargs=2, metavar="SITE",
                    help="the two sites with a copy")
@@ -58,21 +62,34 @@ def route_command(args: argparse.Namespace) -> int:
         raise InputError(Problem(f"{args.component!r} is not a host of the run (the hosts "
                                  f"of {run.run_dir / 'experiment.json'}: "
                                  f"{', '.join(run.hosts)})", field="--component"))
-    latencies = load_latencies(args.latencies)
+    source = run_latencies(args.latencies, [run.run_dir], run.hosts, run.talking_pairs())
+    latencies = source.latencies
+    if source.note and not args.json and not args.nginx:  # --nginx prints config alone
+        terminal(stderr=True).print(source.note)
     base = load_placement(args.placement) if args.placement else None
-    _check_sites(args, latencies, base, run.hosts)
-    at_copy, moved = [], base.move if base else {}
+    _check_sites(args, latencies, source.name, base, run.hosts)
+    at_copy: list[dict[str, Prediction]] = []
+    moved = base.move if base else {}
     for site in args.copies:
         changes = latency_changes(run.hosts, latencies,
                                   Placement(move={**moved, args.component: site}),
-                                  str(args.latencies), args.placement)
+                                  source.name, args.placement)
         require_measured(run, changes, f"with {args.component} at {site}", field="--copies")
-        at_copy.append({n: p.predicted_ms
-                        for n, p in predict(run.current_ms, run.gradients, changes).items()})
+        at_copy.append(predict(run.current_ms, run.gradients, changes))
+    now = moved.get(args.component, latencies.sites.get(args.component, args.component))
     total = sum(run.requests.values())
-    advice = advise({n: c / total for n, c in run.requests.items()}, (at_copy[0], at_copy[1]))
+    advice = advise({n: c / total for n, c in run.requests.items()},
+                    ({n: p.predicted_ms for n, p in at_copy[0].items()},
+                     {n: p.predicted_ms for n, p in at_copy[1].items()}),
+                    ({n: p.se_ms for n, p in at_copy[0].items()},
+                     {n: p.se_ms for n, p in at_copy[1].items()}),
+                    _difference_se(run, latencies, moved, args.component, args.copies),
+                    args.copies.index(now) if now in args.copies else None)
+    passive = {t.pair for at in at_copy for p in at.values() for t in p.terms
+               if t.pair in run.passive_pairs(p.transaction)}
     routes = _nginx(advice, run, args.nginx) if args.nginx else None
-    out = RouteAnswer.of(advice, (args.copies[0], args.copies[1]), routes)
+    out = RouteAnswer.of(advice, (args.copies[0], args.copies[1]), routes,
+                         pair_names(passive), source.note)
     if args.json:  # strict JSON whatever else is asked: the map is one of its strings
         print(out.json_text())
     elif routes is not None:
@@ -82,11 +99,26 @@ def route_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_sites(args: argparse.Namespace, latencies: Latencies, base: Placement | None,
-                 hosts: list[str]) -> None:
+def _difference_se(run: RunInputs, latencies: Latencies, moved: dict[str, str],
+                   component: str, copies: list[str]) -> dict[str, float]:
+    """Per transaction, the standard error of its mean at the second copy minus at the
+    first: the current mean cancels, and so does every pair whose sites are the same at both
+    (`linkgrad.placement.difference` says what else is assumed)."""
+    now = {h: latencies.sites.get(h, h) for h in run.hosts}
+    at = [{**now, **moved, component: site} for site in copies]
+    table = one_way(latencies)
+    return {name: difference([Compared(1.0, curve, (now[a], now[b]), (at[1][a], at[1][b]),
+                                       (at[0][a], at[0][b]))
+                              for (a, b), curve in run.gradients.get(name, {}).items()],
+                             table).se
+            for name in run.current_ms}
+
+
+def _check_sites(args: argparse.Namespace, latencies: Latencies, source: str,
+                 base: Placement | None, hosts: list[str]) -> None:
     """Every site --copies and --placement name is one the latencies file knows: a typo is
     reported where it is, naming the latencies file (not as a pair missing from it)."""
-    source, known = str(args.latencies), latency_sites(latencies, hosts)
+    known = latency_sites(latencies, hosts)
     problems = [Problem(why, field="--copies") for site in args.copies
                 if (why := unknown_site(site, known, source)) is not None]
     if base is not None:
@@ -109,8 +141,11 @@ def _nginx(advice: RoutingAdvice, run: RunInputs, upstreams: list[str]) -> str:
 
 class CopyRoute(Answer):
     share: float  # of the requests
-    to: str  # the site of the better copy
+    to: str  # the site of the better copy; within noise, the current one if either is
     predicted_ms: dict[str, float]  # site -> the transaction's mean with the copy there
+    ci95: dict[str, tuple[float, float]]  # site -> that mean's 95% interval
+    difference_ci95: tuple[float, float]  # of the worse copy's mean minus the better's
+    within_noise: bool  # that interval holds 0: either copy
 
 
 class BestFixed(Answer):
@@ -125,18 +160,29 @@ class RouteAnswer(Answer):
     best_fixed: BestFixed
     fixed_ratios_ms: dict[str, float]  # share to the first copy -> the mix's mean
     gain_ms: float
+    passive_pairs: list[str]  # pairs whose passive gradient (explain.json) a prediction uses
+    current: str | None = absent_when_none()  # the copy where the component is now, if either
     nginx_map: str | None = absent_when_none()  # with --nginx
+    latencies_note: str | None = absent_when_none()  # where latencies came from the paths
 
     @classmethod
-    def of(cls, advice: RoutingAdvice, copies: tuple[str, str], nginx: str | None = None
+    def of(cls, advice: RoutingAdvice, copies: tuple[str, str], nginx: str | None = None,
+           passive_pairs: list[str] | None = None, latencies_note: str | None = None
            ) -> RouteAnswer:
         ratio, fixed = advice.best_fixed
+        now = {r.current for r in advice.routes} - {None}
         return cls(
-            copies=copies,
+            copies=copies, current=copies[now.pop()] if now else None,
             transactions={r.transaction: CopyRoute(
                 share=round(r.share, 4), to=copies[r.copy],
-                predicted_ms={c: round(ms, 3) for c, ms in zip(copies, r.at_ms, strict=True)})
+                predicted_ms={c: round(ms, 3) for c, ms in zip(copies, r.at_ms, strict=True)},
+                ci95={c: (round(lo, 3), round(hi, 3))
+                      for c, (lo, hi) in zip(copies, r.ci95, strict=True)},
+                difference_ci95=(round(r.difference_ci95[0], 3),
+                                 round(r.difference_ci95[1], 3)),
+                within_noise=r.within_noise)
                 for r in advice.routes},
+            passive_pairs=passive_pairs or [], latencies_note=latencies_note,
             per_transaction_ms=round(advice.per_transaction_ms, 3),
             best_fixed=BestFixed(to_first=ratio, mean_ms=round(fixed, 3)),
             fixed_ratios_ms={f"{r:.2f}": round(advice.fixed_ratio_ms(r), 3)
@@ -146,15 +192,30 @@ class RouteAnswer(Answer):
 
 def _print(out: RouteAnswer) -> None:
     a, b = out.copies
-    table = Table("transaction", "share", f"at {a} ms", f"at {b} ms", "route to")
+    table = Table("transaction", "share", f"at {a} ms [95%]", f"at {b} ms [95%]",
+                  "difference ms [95%]", "route to")
     for name, t in out.transactions.items():
-        table.add_row(name, f"{t.share:.2f}", f"{t.predicted_ms[a]:.1f}",
-                      f"{t.predicted_ms[b]:.1f}", t.to)
+        lo, hi = t.difference_ci95
+        table.add_row(name, f"{t.share:.2f}", _at(t, a), _at(t, b),
+                      f"{(lo + hi) / 2:.3g} [{lo:.3g}, {hi:.3g}]",
+                      (f"within noise: either (stays at {t.to})" if out.current else
+                       f"within noise: either ({t.to}, the lower)") if t.within_noise
+                      else t.to)
     terminal().print(table)
+    if out.passive_pairs:
+        terminal().print(f"uses passive gradients (explain.json, not measured) for "
+                         f"{', '.join(out.passive_pairs)}")
     terminal().print(f"mix mean: {out.per_transaction_ms:.1f} ms routed per transaction, "
                      f"{out.best_fixed.mean_ms:.1f} ms at the best fixed ratio "
                      f"({out.best_fixed.to_first:.0%} to {a}): "
-                     f"{out.gain_ms:.1f} ms better")
+                     + (f"{out.gain_ms:.3g} ms better" if out.gain_ms > 0 else "no better"))
+
+
+def _at(t: CopyRoute, site: str) -> str:
+    """A mean and its interval, to the digits that tell them apart (a 0.02 ms difference
+    is no difference at one decimal)."""
+    lo, hi = t.ci95[site]
+    return f"{t.predicted_ms[site]:.4g} [{lo:.4g}, {hi:.4g}]"
 
 
 COMMANDS = (
