@@ -178,8 +178,9 @@ class RouteAnswer(Answer):
                 predicted_ms={c: round(ms, 3) for c, ms in zip(copies, r.at_ms, strict=True)},
                 ci95={c: (round(lo, 3), round(hi, 3))
                       for c, (lo, hi) in zip(copies, r.ci95, strict=True)},
-                difference_ci95=(round(r.difference_ci95[0], 3),
-                                 round(r.difference_ci95[1], 3)),
+                # to µs: a difference of hundredths of a ms is the case in question
+                difference_ci95=(round(r.difference_ci95[0], 6),
+                                 round(r.difference_ci95[1], 6)),
                 within_noise=r.within_noise)
                 for r in advice.routes},
             passive_pairs=passive_pairs or [], latencies_note=latencies_note,
@@ -192,12 +193,12 @@ class RouteAnswer(Answer):
 
 def _print(out: RouteAnswer) -> None:
     a, b = out.copies
-    table = Table("transaction", "share", f"at {a} ms [95%]", f"at {b} ms [95%]",
-                  "difference ms [95%]", "route to")
+    table = Table("transaction", "share", f"at {a}", f"at {b}", "difference", "route to",
+                  title="predicted mean ms ± its 95% interval")
     for name, t in out.transactions.items():
         lo, hi = t.difference_ci95
-        table.add_row(name, f"{t.share:.2f}", _at(t, a), _at(t, b),
-                      f"{(lo + hi) / 2:.3g} [{lo:.3g}, {hi:.3g}]",
+        table.add_row(name, f"{t.share:.2f}", _at(t.predicted_ms[a], t.ci95[a]),
+                      _at(t.predicted_ms[b], t.ci95[b]), _at((lo + hi) / 2, (lo, hi)),
                       (f"within noise: either (stays at {t.to})" if out.current else
                        f"within noise: either ({t.to}, the lower)") if t.within_noise
                       else t.to)
@@ -211,11 +212,10 @@ def _print(out: RouteAnswer) -> None:
                      + (f"{out.gain_ms:.3g} ms better" if out.gain_ms > 0 else "no better"))
 
 
-def _at(t: CopyRoute, site: str) -> str:
-    """A mean and its interval, to the digits that tell them apart (a 0.02 ms difference
-    is no difference at one decimal)."""
-    lo, hi = t.ci95[site]
-    return f"{t.predicted_ms[site]:.4g} [{lo:.4g}, {hi:.4g}]"
+def _at(mean: float, ci: tuple[float, float]) -> str:
+    """A mean ± its interval's half, to the digits that tell them apart (a 0.02 ms
+    difference is no difference at one decimal)."""
+    return f"{mean:.4g} ± {(ci[1] - ci[0]) / 2:.2g}"
 
 
 COMMANDS = (
