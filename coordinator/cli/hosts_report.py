@@ -46,11 +46,12 @@ def _disk(s: ReportedRates, own: bool) -> float | None:
     return sum(d.read_bytes_per_s + d.write_bytes_per_s for d in disks) / 1e6 if disks else None
 
 
-PANELS: tuple[tuple[str, Value], ...] = (
-    ("CPU (cores; a host's own cgroup where it has one, else the machine)", _cpu),
-    ("memory (MiB; own cgroup where it has one)", _memory),
-    ("network in+out (MB/s, loopback left out)", _network),
-    ("disk read+write (MB/s; own cgroup where it has one)", _disk),
+# title, the y axis's unit, the value
+PANELS: tuple[tuple[str, str, Value], ...] = (
+    ("CPU (cores; a host's own cgroup where it has one, else the machine)", "cores", _cpu),
+    ("memory (MiB; own cgroup where it has one)", "MiB", _memory),
+    ("network in+out (MB/s, loopback left out)", "MB/s", _network),
+    ("disk read+write (MB/s; own cgroup where it has one)", "MB/s", _disk),
 )
 
 
@@ -81,7 +82,8 @@ def figure(file: HostsFile, links: list[LinkMeasurement]) -> str:
     reports = [r for s in file.hosts.values() for r in s.reports]
     t0 = min(r.from_s for r in reports)
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(11, 2.2 * len(PANELS)), sharex=True)
-    for ax, (title, value) in zip(axes, PANELS, strict=True):
+    for ax, (title, unit, value) in zip(axes, PANELS, strict=True):
+        ax.set_ylabel(unit)
         for name, series in sorted(file.hosts.items()):
             xs, ys = _steps(series, value, t0)
             if xs:
@@ -99,7 +101,7 @@ def figure(file: HostsFile, links: list[LinkMeasurement]) -> str:
                          xycoords=("data", "axes fraction"), fontsize=6, rotation=90,
                          va="top", color="#a33")
     axes[0].legend(fontsize=7, ncol=min(6, len(file.hosts)), loc="upper right")
-    axes[-1].set_xlabel("seconds from the first report (light red: a group of links "
+    axes[-1].set_xlabel("s from the first report (light red: a group of links "
                         "injected, adaptive cycles too; darker: the measured cycles)")
     return png_img(fig)
 

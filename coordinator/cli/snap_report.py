@@ -15,12 +15,14 @@ from linkgrad.snap.evidence import correlated_resources
 TOP = 8  # resources shown
 
 
-def classes_text(seconds: dict[str, float] | None) -> str:
-    """`receiver_window 3.2 s, app_limited 40.1 s`; problems first, by time."""
+def classes_text(seconds: dict[str, float] | None, unit: str = " s") -> str:
+    """`receiver_window 3.2 s, app_limited 40.1 s`; problems first, by time. The seconds
+    are connection-seconds (each connection's seconds in the class, summed): the report
+    names the unit once in its header and passes `unit=""`."""
     if not seconds:
         return "-"
     ordered = sorted(seconds.items(), key=lambda kv: (kv[0] == "app_limited", -kv[1]))
-    return ", ".join(f"{name} {s:.1f} s" for name, s in ordered)
+    return ", ".join(f"{name} {s:.1f}{unit}" for name, s in ordered)
 
 
 def ranked(snap: SnapFile, window: tuple[float, float] | None = None,
@@ -69,21 +71,26 @@ def html_section(snap: SnapFile | None, links: list[LinkMeasurement],
         return ["<h2>SNAP</h2><p>no snap.json: this run profiled no TCP connection</p>"]
     rows = "".join(
         f"<tr><td>{html.escape(lk.link.label)}</td>"
-        f"<td>{html.escape(classes_text((lk.snap or {}).get('passive')))}</td>"
-        f"<td>{html.escape(classes_text((lk.snap or {}).get('measurement')))}</td></tr>"
+        f"<td>{html.escape(classes_text((lk.snap or {}).get('passive'), ''))}</td>"
+        f"<td>{html.escape(classes_text((lk.snap or {}).get('measurement'), ''))}</td></tr>"
         for lk in links)
     scores = resource_rows(ranked(snap, passive))
     resources = "".join(
         f"<tr><td>{html.escape(r.resource)}</td><td>{_acc(r.acc)}"
         f"{' <b>above α</b>' if r.above_alpha else ''}</td><td>{r.connections}</td>"
-        f"<td>{html.escape(classes_text(r.problems_s))}</td></tr>" for r in scores)
+        f"<td>{html.escape(classes_text(r.problems_s, ''))}</td></tr>" for r in scores)
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in missing_notes(snap))
     return ["<h2>SNAP: TCP classes per link</h2>",
-            f"<table><tr><th>link</th><th>passive phase</th><th>its measurement</th></tr>"
+            "<p>Each class in connection-seconds: the seconds each of the link's connections "
+            "spent in it, summed over the connections (so they can exceed the phase's own "
+            "length).</p>",
+            "<table><tr><th>link</th><th>passive phase (connection-seconds)</th>"
+            "<th>its measurement (connection-seconds)</th></tr>"
             f"{rows}</table>",
             "<h3>Shared resources by ACC (α = 0.4)"
             f"{', over the passive phase' if passive else ''}</h3>",
-            f"<table><tr><th>resource</th><th>ACC</th><th>connections</th><th>problems</th>"
+            "<table><tr><th>resource</th><th>ACC</th><th>connections</th>"
+            "<th>problems (connection-seconds)</th>"
             f"</tr>{resources}</table>", f"<ul>{notes}</ul>" if notes else ""]
 
 
