@@ -1,5 +1,5 @@
-"""The report's causal-path section and the saved-trace file: timelines, crossings beside
-gradients, and a bad trace named by file and line."""
+"""The report's causal-path section and the saved-trace file: timelines annotated with each
+hop's gradient, SNAP classes and hosts' load, and a bad trace named by file and line."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.cli.paths_report import crossing_rows, svg_timeline, timeline
-from coordinator.config.run_records import LinkMeasurement, MeasuredLink
+from coordinator.cli.paths_report import hop_notes, svg_timeline, timeline
 from coordinator.config.trace_file import read_trace, write_trace
+from coordinator.explain.answer import ExplainRow
 from linkgrad.errors import InputError
+from linkgrad.hostprobe.load import HostLoad
 from linkgrad.paths.reconcile import HostRecord, HostTrace
-from linkgrad.paths.result import HopResult, PatternResult
-from linkgrad.spectral.result import GradientResult
+from linkgrad.paths.result import HopResult
 
 HOPS = (
     HopResult(label="CLIENT->web:80", parent=-1, link="client->web", node_delay_s=None,
@@ -32,25 +32,38 @@ def test_a_timeline_starts_each_hop_its_node_delay_after_its_parent_arrived() ->
     assert send == pytest.approx([0.0, 1.5, 4.5])
     assert arrive == pytest.approx([1.0, 2.5, 5.5])
     svg = svg_timeline(HOPS)
-    assert svg.count("<line") == 3
+    assert svg.count("data-mark='network'") == 3
+    assert svg.count("data-mark='tick'") == len("012345")  # 0 to 5.5 ms by 1
     assert "web-&gt;app1:8000" in svg
 
 
-def _link(label: str, src: str, dst: str, gradient: float, lo: float, hi: float
-          ) -> LinkMeasurement:
-    # only the link and its transactions are read: the rest of a measurement is left out
-    return LinkMeasurement.model_construct(
-        link=MeasuredLink(label=label, src_host=src, dst_host=dst),
-        transactions={"ViewItem": GradientResult(gradient=gradient, ci95=(lo, hi))})
+def _row(pair: str, gradient: float | None, passive: float | None) -> ExplainRow:
+    # only what a timeline reads: the rest of a row is left out
+    return ExplainRow.model_construct(
+        transaction="ViewItem", link=f"tcp {pair}", pair=pair, gradient=gradient,
+        ci95=None if gradient is None else (1.9, 2.1), passive_gradient=passive,
+        passive_ci95=(0.9, 1.1), snap=None, hosts=None)
 
 
-def test_crossings_are_set_beside_gradients_and_disagreement_flagged() -> None:
-    dominant = PatternResult(key="", count=1, score=1.0, max_probability=1.0, response_s=None,
-                             crossings={"app1->db": 2.0}, hops=())
-    rows = crossing_rows({"ViewItem": (dominant,)},
-                         [_link("tcp app1:0 -> db:5432", "app1", "db", 1.95, 1.9, 2.0),
-                          _link("tcp web:0 -> app1:8000", "web", "app1", 1.0, 0.9, 1.1)])
-    assert [(r.crossings, r.disagree) for r in rows] == [(2.0, False), (0.0, True)]
+def test_each_hop_says_its_links_gradient_and_its_evidence_once_under_it() -> None:
+    load = HostLoad(seconds=30, cgroup_cpu_cores=0.5, cpu_busy=0.6)
+    rows = [_row("web->app1", None, 1.0),
+            _row("app1->web", 2.0, 1.9).model_copy(update={
+                "snap": {"delayed_ack": 12.5, "app_limited": 3.0},
+                "hosts": {"app1": load, "web": load}})]
+    hops = (*HOPS, HOPS[2])  # a link crossed twice: its evidence said under the first hop
+    notes = hop_notes(hops, rows)
+    assert [n.value for n in notes] == ["no gradient", "1.00 [0.90, 1.10] passive",
+                                        "2.00 [1.90, 2.10] measured",
+                                        "2.00 [1.90, 2.10] measured"]
+    assert notes[2].details == (
+        "SNAP app1->web: delayed_ack 12.5, app_limited 3.0 (connection-seconds)",
+        "app1: CPU 0.50 cores own (machine 60%)", "web: CPU 0.50 cores own (machine 60%)")
+    assert notes[3].details == ()
+    svg = svg_timeline(hops, notes)
+    assert "2.00 [1.90, 2.10] measured" in svg
+    assert "delayed_ack 12.5" in svg
+    assert ">ms from the request&#x27;s first message<" in svg
 
 
 def test_a_saved_trace_reads_back_and_a_bad_line_is_named(tmp_path: Path) -> None:

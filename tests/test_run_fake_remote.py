@@ -119,7 +119,9 @@ def test_the_report_draws_every_hosts_load_over_the_run_and_tables_it_per_link(t
     fake, run_dir = Fake(), tmp_path / "run"
     assert fake.run(experiment(tmp_path), run_dir).status == "completed"
     page = write_report(run_dir).read_text()
-    hosts = page[page.index("<h2>Hosts</h2>"):page.index("<h2>Causal paths</h2>")]
+    assert page.index("<h2>Summary</h2>") < page.index("<h2>Verdicts</h2>") \
+        < page.index("<h2>Hosts</h2>")  # the summary first, the detail after
+    hosts = page[page.index("<h2>Hosts</h2>"):page.index("<h2>Response series")]
     assert hosts.count("<img") == 1  # CPU, memory, network, disk: one figure
     assert "<td><i>passive phase</i></td>" in hosts
     for label in ("tcp app:0 -&gt; db:5432", "tcp db:5432 -&gt; app:0"):

@@ -1,59 +1,40 @@
-"""`report.html` of a run, a person can read: the link gradient graph drawn per transaction,
-each link's response series with its square wave overlaid, the spectrum with the injection
-frequency marked, and the tables. Self-contained (figures embedded), built from the run
-directory alone, so `linkgrad report RUN_DIR` can redo it."""
+"""`report.html` of a run, read top-down: the summary (what was measured, when, where, the
+verdicts, findings and next step), the verdict table, each transaction's causal timeline
+annotated with its links' gradients, the whole application's graph, then the detail (the
+gradient table, linearity, SNAP, hosts, each link's response series and spectrum).
+Self-contained (figures embedded), built from the run directory alone, so `linkgrad report
+RUN_DIR` can redo it."""
 
 from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from coordinator.cli import hosts_report, paths_report, snap_report
+from coordinator.cli import (
+    app_graph,
+    hosts_report,
+    paths_report,
+    report_summary,
+    report_verdicts,
+    snap_report,
+)
 from coordinator.cli.figures import plt, png_img
 from coordinator.config.hosts_file import read_hosts
 from coordinator.config.run_dir import linearity_of, read_measurements, read_record
 from coordinator.config.run_records import ExperimentAsRun, LinkMeasurement, PlanFile, RunJournal
 from coordinator.config.snap_file import read_snap
+from coordinator.explain.answer import Explanation
+from coordinator.explain.run import explain_run
 from linkgrad.errors import InputError, Problem, RuntimeFailure
 from linkgrad.protocol.record import InjectionRecord
 from linkgrad.spectral.binning import bin_series, fill_empty
 from linkgrad.transactions import group_by_transaction, patterns_from
 from linkgrad.weblog.model import RequestLog
 from linkgrad.weblog.read import bounded_lines, choose_format, line_parser
-
-
-def graph_figure(name: str, links: list[LinkMeasurement]) -> str:
-    """Hosts on a circle; each measured link an arrow labelled with the transaction's gradient."""
-    hosts = sorted({h for lk in links for h in lk.pair})
-    angle = {h: 2 * math.pi * i / max(len(hosts), 1) for i, h in enumerate(hosts)}
-    pos = {h: (math.cos(a), math.sin(a)) for h, a in angle.items()}
-    fig, ax = plt.subplots(figsize=(5, 5))
-    for h, (x, y) in pos.items():
-        ax.annotate(h, (x, y), ha="center", va="center", fontsize=11,
-                    bbox={"boxstyle": "round", "fc": "#eef", "ec": "#446"})
-    for lk in links:
-        t = lk.transactions.get(name)
-        if t is None or t.gradient is None or t.ci95 is None:
-            continue
-        src, dst = lk.pair
-        (x0, y0), (x1, y1) = pos[src], pos[dst]
-        bend = 0.15  # the two directions of a pair curve apart
-        ax.annotate("", (x1, y1), (x0, y0), arrowprops={
-            "arrowstyle": "->", "connectionstyle": f"arc3,rad={bend}",
-            "shrinkA": 22, "shrinkB": 22,  # stop short of the host labels
-            "lw": 1 + 2 * min(abs(t.gradient), 3), "color": "#a33"})
-        mx, my = (x0 + x1) / 2 + bend * (y1 - y0) / 2, (y0 + y1) / 2 - bend * (x1 - x0) / 2
-        lo, hi = t.ci95
-        ax.text(mx, my, f"{t.gradient:.2f}\n[{lo:.2f}, {hi:.2f}]", fontsize=8,
-                ha="center", color="#722")
-    ax.set_xlim(-1.5, 1.5)
-    ax.set_ylim(-1.5, 1.5)
-    ax.axis("off")
-    ax.set_title(f"{name}: link gradients (95% CI)")
-    return png_img(fig)
 
 
 def series_figures(log: RequestLog, rows: np.ndarray, record: InjectionRecord) -> str:
@@ -68,11 +49,12 @@ def series_figures(log: RequestLog, rows: np.ndarray, record: InjectionRecord) -
     series = fill_empty(means)
     centers = np.arange(n_bins) * bin_s + bin_s / 2
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3))
-    a1.plot(centers, series, lw=1, label="mean response (ms)")
+    a1.plot(centers, series, lw=1, label="mean response")
     on = wave.is_on(wave.start_s + centers)
     a1.fill_between(centers, series.min(), series.max(), where=on, alpha=0.15, color="red",
                     step="mid", label=f"delay on ({record.magnitude_ms:.1f} ms)")
-    a1.set_xlabel("seconds from the first rising edge")
+    a1.set_xlabel("s from the first rising edge")
+    a1.set_ylabel("mean response (ms)")
     a1.legend(fontsize=8)
     spectrum = np.abs(np.fft.rfft(series - series.mean()))
     freq = np.fft.rfftfreq(n_bins, bin_s)
@@ -80,7 +62,7 @@ def series_figures(log: RequestLog, rows: np.ndarray, record: InjectionRecord) -
     for m in (1, 3, 5):
         a2.axvline(m / wave.period_s, color="red", alpha=0.4 if m > 1 else 0.8, lw=1)
     a2.set_xlabel("Hz (red: injection frequency and odd harmonics)")
-    a2.set_ylabel("|FFT|")
+    a2.set_ylabel("|FFT| of the response (ms)")
     return png_img(fig)
 
 
@@ -138,37 +120,45 @@ def _weblog(run_dir: Path, experiment: ExperimentAsRun) -> RequestLog | None:
     return parse(lines, str(path)) if lines else None
 
 
-def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
-    """report.html; `interrupted`: why a journal that says running is not (its coordinator
-    is gone)."""
-    experiment = read_record(run_dir / "experiment.json", ExperimentAsRun,
-                             "the experiment as run")
-    status = read_record(run_dir / "run.json", RunJournal, "how the run went")
-    plan = read_record(run_dir / "plan.json", PlanFile, "the square wave's plan")
-    links = read_measurements(run_dir / "gradients.json")
-    log = _weblog(run_dir, experiment)
-    patterns = patterns_from(experiment.transactions)
-    groups = group_by_transaction(log.url, patterns) if log is not None else {}
-    said = ("interrupted", interrupted) if interrupted else (status.status, status.reason or "")
-    parts = [f"<h1>{html.escape(experiment.name)}</h1>",
-             f"<p>status: <b>{html.escape(said[0])}</b> "
-             f"{html.escape(said[1])}; plan: "
-             f"{html.escape('; '.join(plan.notes))}</p>",
-             "<h2>Gradients</h2>", _table(links), *_linearity(links),
-             "<h2>Link gradient graphs</h2>"]
-    parts += [graph_figure(n, links) for n in experiment.transactions]
+def _paths_section(run_dir: Path, e: Explanation | None) -> list[str]:
+    try:
+        return paths_report.html_section(paths_report.read_paths(run_dir),
+                                         e.rows if e is not None else [])
+    except InputError as err:  # a file an older linkgrad wrote: the rest of the report stands
+        return ["<h2>Causal paths</h2>",
+                f"<p>paths.json cannot be read: {html.escape(str(err))}. <code>linkgrad paths "
+                "--trace RUN/paths-trace.jsonl --save RUN/paths.json</code> remakes it from "
+                "the run's trace.</p>"]
+
+
+def _graph_section(run_dir: Path, e: Explanation | None, hosts: Sequence[str],
+                   links: list[LinkMeasurement]) -> list[str]:
+    """Every host and every link of graph.json (and any link measured beside it)."""
+    head = ["<h2>The application's graph</h2>",
+            "<p>Every host of the run and every link of its communication graph, each arrow "
+            "labelled per transaction with its gradient: measured where the link was injected "
+            "(red arrows), else the passive gradient from the causal paths, marked "
+            "<i>passive</i> (grey dashed arrows).</p>"]
+    try:
+        graph = app_graph.read_graph(run_dir)
+    except InputError as err:
+        graph = []
+        head.append(f"<p>graph.json cannot be read: {html.escape(str(err))}</p>")
+    known = {g.label for g in graph}
+    graph += [m.link for m in links if m.link.label not in known]
+    if not graph:
+        return [*head, "<p>no links: the run learned no graph</p>"]
+    return [*head, app_graph.app_graph_html(hosts, graph, e.rows if e is not None else [])]
+
+
+def _detail(run_dir: Path, links: list[LinkMeasurement], plan: PlanFile,
+            log: RequestLog | None, groups: dict[str, np.ndarray]) -> list[str]:
+    parts = ["<h2>Gradients</h2>", _table(links), *_linearity(links)]
     parts += snap_report.html_section(read_snap(run_dir), links, plan.training)
     try:
         parts += hosts_report.html_section(read_hosts(run_dir), links)
     except InputError as e:  # the rest of the report stands
         parts += ["<h2>Hosts</h2>", f"<p>hosts.json cannot be read: {html.escape(str(e))}</p>"]
-    try:
-        parts += paths_report.html_section(paths_report.read_paths(run_dir), links)
-    except InputError as e:  # a file an older linkgrad wrote: the rest of the report stands
-        parts += ["<h2>Causal paths</h2>",
-                  f"<p>paths.json cannot be read: {html.escape(str(e))}. <code>linkgrad paths "
-                  "--trace RUN/paths-trace.jsonl --save RUN/paths.json</code> remakes it from "
-                  "the run's trace.</p>"]
     parts.append("<h2>Response series and spectra</h2>")
     for lk in links:
         if not lk.transactions:
@@ -177,10 +167,44 @@ def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
         parts.append(f"<h3>{html.escape(lk.link.label)} — {html.escape(best)}</h3>")
         if log is not None and best in groups:
             parts.append(series_figures(log, groups[best], lk.record))
-    style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}")
+    return parts
+
+
+STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1250px}"
+         "table{border-collapse:collapse}"
+         "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}"
+         "tr.txn th{background:#eef}tr.v-above td,tr.v-below td{background:#fdecea}"
+         "td.nw{white-space:nowrap}p.next{background:#eef7ee;padding:6px}"
+         "svg{display:block;margin:8px 0}")
+
+
+def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
+    """report.html; `interrupted`: why a journal that says running is not (its coordinator
+    is gone)."""
+    experiment = read_record(run_dir / "experiment.json", ExperimentAsRun,
+                             "the experiment as run")
+    read_record(run_dir / "run.json", RunJournal, "how the run went")  # a run's, or no report
+    plan = read_record(run_dir / "plan.json", PlanFile, "the square wave's plan")
+    links = read_measurements(run_dir / "gradients.json")
+    log = _weblog(run_dir, experiment)
+    patterns = patterns_from(experiment.transactions)
+    groups = group_by_transaction(log.url, patterns) if log is not None else {}
+    parts = [f"<h1>{html.escape(experiment.name)}</h1>"]
+    explanation: Explanation | None = None
+    try:
+        explanation = explain_run(run_dir, interrupted)
+    except InputError as e:  # the measurements still stand below
+        parts += ["<h2>Summary</h2>", f"<p>the run cannot be explained: "
+                  f"{html.escape(str(e))}</p>"]
+    if explanation is not None:
+        parts += report_summary.html_section(explanation.summary, plan.notes)
+        parts += report_verdicts.html_section(explanation.rows)
+    hosts = explanation.summary.hosts if explanation else [h.name for h in experiment.hosts]
+    parts += _paths_section(run_dir, explanation)
+    parts += _graph_section(run_dir, explanation, hosts, links)
+    parts += _detail(run_dir, links, plan, log, groups)
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>linkgrad: "
-            f"{html.escape(experiment.name)}</title><style>{style}</style></head><body>"
+            f"{html.escape(experiment.name)}</title><style>{STYLE}</style></head><body>"
             + "\n".join(parts) + "</body></html>")
     target = run_dir / "report.html"
     try:

@@ -1,0 +1,62 @@
+"""The report's verdict table: every (transaction, link) of the explanation with its measured
+and passive gradients and intervals, the verdict, every cause and every note, so nothing the
+estimate said about itself is left out of the page."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from coordinator.explain.answer import ExplainRow
+
+__all__ = ["html_section"]
+
+
+def _value(g: float | None, ci: tuple[float, float] | None) -> str:
+    if g is None:
+        return "-"
+    return f"<b>{g:.2f}</b>" + ("" if ci is None else f" [{ci[0]:.2f}, {ci[1]:.2f}]")
+
+
+def _notes(r: ExplainRow, shared: set[str]) -> str:
+    said = [f"<i>{html.escape(c.kind)}</i>: {html.escape(c.text)}" for c in r.causes]
+    said += [html.escape(n) for n in r.notes if n not in shared]
+    return "<br>".join(said)
+
+
+def shared_notes(rows: Sequence[ExplainRow]) -> list[str]:
+    """The notes every measured row has: said once above the table, not on every row."""
+    measured = [r for r in rows if r.gradient is not None]
+    if len(measured) < 2:
+        return []
+    return [n for n in measured[0].notes if all(n in r.notes for r in measured[1:])]
+
+
+def html_section(rows: Sequence[ExplainRow]) -> list[str]:
+    if not rows:
+        return ["<h2>Verdicts</h2><p>nothing to explain: no gradient and no causal path</p>"]
+    shared = shared_notes(rows)
+    body = []
+    for name in dict.fromkeys(r.transaction for r in rows):
+        mine = [r for r in rows if r.transaction == name]
+        traced = next((r.passive_requests for r in mine if r.passive_requests), None)
+        said = "" if traced is None else f" ({traced} requests traced)"
+        body.append(f"<tr class='txn'><th colspan='5'>{html.escape(name)}{said}</th></tr>")
+        body += [f"<tr class='v-{html.escape(r.verdict)}'>"
+                 f"<td class='nw'>{html.escape(r.pair)}<br>"
+                 f"<small>{html.escape(r.link)}</small></td>"
+                 f"<td class='nw'>{_value(r.gradient, r.ci95)}</td>"
+                 f"<td class='nw'>{_value(r.passive_gradient, r.passive_ci95)}</td>"
+                 f"<td class='nw'>{html.escape(r.verdict)}</td>"
+                 f"<td>{_notes(r, set(shared))}</td></tr>"
+                 for r in mine]
+    return ["<h2>Verdicts</h2>",
+            "<p>Measured: the gradient from the injection, with its 95% interval. Passive: "
+            "the critical-path crossings of the transaction's causal paths (all patterns, "
+            "weighted by requests), calibrated, with its 95% interval. The verdict compares "
+            "the two (docs/explain.md).</p>",
+            *([f"<p>Every measured gradient: {html.escape('; '.join(shared))}.</p>"]
+              if shared else []),
+            "<table class='verdicts'><tr><th>link</th><th>measured [95%]</th>"
+            "<th>passive [95%]</th><th>verdict</th><th>causes and notes</th></tr>"
+            + "".join(body) + "</table>"]
