@@ -132,10 +132,16 @@ def test_losses_queues_and_busy_hosts_are_each_named():
     assert "own CPU 0.90 cores against 0.20 passive" in causes[3].text
 
 
-def test_delayed_acks_are_named_only_when_they_hold_a_tenth_of_the_time():
+def test_delayed_acks_are_named_only_when_the_delay_brought_them():
     assert [c.kind for c in causes_above(_evidence(
         snap={"delayed_ack": 20.0, "app_limited": 80.0}))] == ["nagle"]
+    assert [c.kind for c in causes_above(_evidence(
+        snap={"delayed_ack": 40.0, "app_limited": 60.0},
+        snap_passive={"delayed_ack": 10.0, "app_limited": 90.0}))] == ["nagle"]
     assert causes_above(_evidence(snap={"delayed_ack": 5.0, "app_limited": 95.0})) == []
+    # as common without the delay: the application's habit, not the excess
+    assert causes_above(_evidence(snap={"delayed_ack": 50.0, "app_limited": 50.0},
+                                  snap_passive={"delayed_ack": 45.0, "app_limited": 55.0})) == []
 
 
 def test_below_names_parallel_branches_asynchronous_calls_and_a_silent_injector():
@@ -273,3 +279,14 @@ def test_the_table_fits_80_columns_with_long_links_large_numbers_and_notes():
     names = [lines[i - 1].strip() for i in values]
     assert len(set(names)) == 6
     assert all(n.startswith("host-") for n in names)
+
+
+def test_the_clients_link_lies_outside_the_response_time_the_web_log_measures():
+    from coordinator.explain.rows import logged_crossings
+
+    p = PatternResult(key="k", count=10, score=10.0, max_probability=1.0, response_s=None,
+                      crossings={"client->web": 1.0, "web->client": 1.0, "web->app": 1.0,
+                                 "app->web": 1.0},
+                      hops=(_hop("req", -1, "client->web"), _hop("call", 0, "web->app"),
+                            _hop("ret", 1, "app->web"), _hop("reply", 2, "web->client")))
+    assert logged_crossings(p) == {"web->app": 1.0, "app->web": 1.0}

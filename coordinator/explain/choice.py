@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from coordinator.config.run_records import MeasuredLink
-from coordinator.explain.rows import passive_of
+from coordinator.explain.rows import logged_crossings, passive_of
 from linkgrad.explain.strategy import LinkChoice, LinkFacts, choose_links
 from linkgrad.paths.result import PathsResult
 from linkgrad.snap.evidence import Report, link_classes
@@ -47,7 +47,7 @@ def link_facts(links: Sequence[MeasuredLink], transactions: Sequence[str],
             total = (paths.transaction_requests.get(t) if paths else None) or sum(
                 p.count for p in kept)
             if total:
-                patterns[t] = [(p.count / total, p.crossings.get(link.paths_key, 0.0))
+                patterns[t] = [(p.count / total, logged_crossings(p).get(link.paths_key, 0.0))
                                for p in kept]
         key = link.snap_key()
         snap = link_classes(reports, addresses, key, window) if key else {}

@@ -39,6 +39,7 @@ def link_evidence(m: LinkMeasurement, transaction: str, snap: SnapFile | None,
     return LinkEvidence(
         window_requests=sum(x.requests for x in m.transactions.values()),
         snap=dict((m.snap or {}).get("measurement", {})),
+        snap_passive=dict((m.snap or {}).get("passive", {})),
         traffic=_traffic(m, snap),
         hosts=_hosts(m, hosts),
         trends=tuple(trends),

@@ -14,9 +14,21 @@ from coordinator.explain.evidence import link_evidence
 from linkgrad.explain.calibration import Calibration
 from linkgrad.explain.explained import Explained, explain
 from linkgrad.explain.passive import PassiveGradient, PatternCrossings, passive_gradient
-from linkgrad.paths.result import PathsResult
+from linkgrad.paths.result import PathsResult, PatternResult
 
-__all__ = ["explained_rows", "passive_of"]
+__all__ = ["explained_rows", "logged_crossings", "passive_of"]
+
+
+def logged_crossings(p: PatternResult) -> dict[str, float]:
+    """The pattern's crossings inside the response time the web log measures: the front end
+    logs from the request's arrival to the reply's last write, so the root's link (the
+    client's request) and its reverse (the reply) lie outside it; a reply larger than the
+    socket's buffers waits on the client's ACKs inside it all the same, a cause of `above`."""
+    if not p.hops:
+        return dict(p.crossings)
+    src, _, dst = p.hops[0].link.partition("->")
+    outside = {f"{src}->{dst}", f"{dst}->{src}"}
+    return {pair: c for pair, c in p.crossings.items() if pair not in outside}
 
 
 def passive_of(paths: PathsResult | None, transaction: str,
@@ -29,7 +41,7 @@ def passive_of(paths: PathsResult | None, transaction: str,
     if traced is not None and not {link.src_host, link.dst_host} <= set(traced):
         return None
     patterns = paths.transactions.get(transaction, ())
-    return passive_gradient([PatternCrossings(p.count, p.crossings) for p in patterns],
+    return passive_gradient([PatternCrossings(p.count, logged_crossings(p)) for p in patterns],
                             link.paths_key, paths.transaction_requests.get(transaction))
 
 

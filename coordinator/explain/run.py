@@ -157,11 +157,11 @@ def _findings(rows: list[Explained], paths: PathsResult | None,
               unread: list[str]) -> list[str]:
     out = []
     for name in dict.fromkeys(r.transaction for r in rows):
-        mine = [r for r in rows if r.transaction == name]
-        top = max(mine, key=_strength)
-        if not _matters(top):
+        mine = [r for r in rows if r.transaction == name and _matters(r)]
+        if not mine:
             out.append(f"{name}: no link matters (every gradient's interval reaches 0)")
             continue
+        top = max(mine, key=_strength)
         value = top.gradient if top.gradient is not None else top.passive.estimate
         out.append(f"{name}: most on {top.pair}, {value:.2f} ms per ms ({top.verdict})")
     off = [r for r in rows if r.verdict in ("above", "below")]

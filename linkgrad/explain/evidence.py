@@ -65,6 +65,7 @@ class Branches:
 class LinkEvidence:
     window_requests: int  # every transaction's requests in the measurement window
     snap: dict[str, float] = field(default_factory=dict)  # class -> seconds, measurement
+    snap_passive: dict[str, float] = field(default_factory=dict)  # the same, passive phase
     traffic: tuple[DirectionTraffic, ...] = ()  # the link's two directions
     hosts: tuple[HostBusy, ...] = ()
     trends: tuple[Trend, ...] = ()

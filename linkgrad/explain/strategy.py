@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from linkgrad.explain.passive import PassiveGradient
 
-__all__ = ["MIXED_BY", "MIXED_SHARE", "TCP_PROBLEMS", "UNSTABLE_HALF_WIDTH", "LinkChoice", "LinkFacts",
-           "choose_links"]
+__all__ = ["MIXED_BY", "MIXED_SHARE", "TCP_PROBLEMS", "UNSTABLE_HALF_WIDTH", "LinkChoice",
+           "LinkFacts", "choose_links"]
 
 MIXED_SHARE = 0.05  # of a transaction's requests: patterns rarer than this may be mislinked
 MIXED_BY = 0.5  # crossings: two patterns this far apart on a link cross it differently

@@ -17,9 +17,9 @@ from typing import Literal
 from linkgrad.explain.evidence import HostBusy, LinkEvidence
 from linkgrad.explain.passive import PassiveGradient
 
-__all__ = ["AGREE_WITHIN", "DELAYED_ACK_SHARE", "HOST_SATURATED", "INITIAL_WINDOW_SEGMENTS",
-           "NEW_CONNECTION_PER_REQUEST", "OFF_CRITICAL", "OWN_CPU_GROWTH", "Cause", "Verdict",
-           "causes_above", "causes_below", "judge"]
+__all__ = ["AGREE_WITHIN", "DELAYED_ACK_GROWTH", "DELAYED_ACK_SHARE", "HOST_SATURATED",
+           "INITIAL_WINDOW_SEGMENTS", "NEW_CONNECTION_PER_REQUEST", "OFF_CRITICAL",
+           "OWN_CPU_GROWTH", "Cause", "Verdict", "causes_above", "causes_below", "judge"]
 
 Verdict = Literal["agree", "above", "below", "passive-only", "active-only"]
 
@@ -29,6 +29,7 @@ AGREE_WITHIN = 0.1
 INITIAL_WINDOW_SEGMENTS = 10  # Linux's initial congestion window (RFC 6928)
 NEW_CONNECTION_PER_REQUEST = 0.5  # connections opened per crossing request, at least
 DELAYED_ACK_SHARE = 0.1  # of the link's connection-seconds
+DELAYED_ACK_GROWTH = 1.5  # times the passive phase's share: the delay brought them
 HOST_SATURATED = 0.9  # machine CPU or disk busy share
 OWN_CPU_GROWTH = (1.5, 0.25)  # own cores grew this many times and by this many cores
 OFF_CRITICAL = 0.9  # a link's crossings on the critical path less often than this
@@ -89,12 +90,13 @@ def causes_above(e: LinkEvidence) -> list[Cause]:
     for h in e.hosts:
         if (why := _busy(h)) is not None:
             found.append(Cause("host", f"{h.host} busy during the measurement ({why})"))
-    total = sum(e.snap.values())
-    delayed = e.snap.get("delayed_ack", 0.0)
-    if total > 0 and delayed / total >= DELAYED_ACK_SHARE:
+    share, before = _delayed_share(e.snap), _delayed_share(e.snap_passive)
+    # delayed ACKs common without the delay too are the application's habit, not the excess
+    if share >= DELAYED_ACK_SHARE and (not e.snap_passive or share >= DELAYED_ACK_GROWTH
+                                       * before):
         found.append(Cause("nagle", f"delayed ACKs with Nagle hold small writes for an ACK "
-                           f"(SNAP delayed ack {delayed:.1f} of {total:.1f} "
-                           "connection-seconds)"))
+                           f"(SNAP: {share:.0%} of the link's connection-seconds while "
+                           f"measured, {before:.0%} in the passive phase)"))
     return found
 
 
@@ -113,6 +115,11 @@ def causes_below(e: LinkEvidence) -> list[Cause]:
         found.append(Cause("async", f"asynchronous calls: on the critical path "
                            f"{b.critical_share:.0%} of the time"))
     return found
+
+
+def _delayed_share(seconds: dict[str, float]) -> float:
+    total = sum(seconds.values())
+    return seconds.get("delayed_ack", 0.0) / total if total > 0 else 0.0
 
 
 def _busy(h: HostBusy) -> str | None:
