@@ -14,7 +14,8 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.cli.app_graph import collisions, layout, link_labels, read_graph
+from coordinator.cli.app_graph import link_labels, read_graph
+from coordinator.cli.app_graph_layout import collisions, layout
 from coordinator.cli.report import write_report
 from coordinator.cli.report_svg import CHAR_EM, Box, segment_hits_box
 from coordinator.config.run_records import MeasuredLink
