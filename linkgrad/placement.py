@@ -34,6 +34,7 @@ __all__ = [
     "Compared",
     "PlacementProblem",
     "SearchResult",
+    "SitePair",
     "difference",
     "exhaustive",
     "improve",
