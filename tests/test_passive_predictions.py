@@ -303,3 +303,25 @@ def test_the_placement_difference_matches_the_problems_own_cost():
     d1, d2 = lat[2, 2] - lat[0, 1], lat[1, 0] - lat[0, 1]
     assert d.mean == pytest.approx(0.7 * ((1.5 * d1 + 0.02 * d1**2) - (1.5 * d2 + 0.02 * d2**2)))
     assert asdict(curve)  # a plain dataclass, as the placement reads it
+
+
+def test_place_moves_a_host_on_passive_gradients_and_names_them(tmp_path, capsys):
+    d = _explained(_run_dir(tmp_path))
+    (d / "sites.yaml").write_text("sites: {web: edge, app1: core, db: core}\n"
+                                  "latency_ms: {edge<->edge: 0.1, core<->core: 0.1,"
+                                  " edge<->core: 20.1}\n")
+    (d / "candidates.yaml").write_text("candidates: {app1: [core, edge]}\n")
+    argv = ["place", "--app", str(d / "gradients.json"), "--latencies", str(d / "sites.yaml"),
+            "--candidates", str(d / "candidates.yaml"), "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["passive_pairs"] == {d.name: ["app1<->web"]}
+    stay, edge = out["ranked"]  # beside the web server: 20 ms less on web<->app1 (passive),
+    assert edge["move"] == {"app1": "edge"}  # 20 ms more on app1<->db (measured): worse
+    # ViewItem (3/4): 2·1.0·(−20) + 2·2.0·20; async (1/4): 0.5·(−20) + 2·0.01·20
+    assert edge["weighted_change_ms"] == pytest.approx(
+        0.75 * (-40 + 80) + 0.25 * (-10 + 0.4), abs=1e-3)
+    assert f"{d.name}: uses passive gradients for app1<->web" in " ".join(edge["notes"])
+    assert stay["notes"] == []
+    (d / "explain.json").unlink()  # without it the move cannot be predicted
+    assert main(argv) == 2
