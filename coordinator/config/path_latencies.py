@@ -54,7 +54,7 @@ class PathLatencies:
     latencies: Latencies  # every host its own site
     both_ways: list[str]  # "a<->b" averaged over both directions
     one_way: list[str]  # "a<->b" from one direction alone (the other had no delay)
-    same_host: list[str]  # hosts whose latency to themselves is taken as 0
+    same_host: list[str]  # hosts whose latency to themselves is taken as 0 (± the least)
 
 
 def path_latencies(delays: dict[tuple[str, str], Estimate], hosts: Iterable[str]
@@ -63,7 +63,8 @@ def path_latencies(delays: dict[tuple[str, str], Estimate], hosts: Iterable[str]
     two hosts' clocks is off by their offset one way and by minus it the other, so each pair
     is the mean of both directions ("a<->b", as `linkgrad latency` gives round trip / 2); a
     pair seen one way only takes that way for both. A host with itself (components moved
-    together) is 0 ms: loopback, not measured."""
+    together) is 0 ms: loopback, not measured, so with an se that covers the least
+    latency between two hosts."""
     table: dict[str, float | Latency] = {}
     both, one = [], []
     for a, b in sorted({tuple(sorted(link)) for link in delays}):
@@ -80,9 +81,12 @@ def path_latencies(delays: dict[tuple[str, str], Estimate], hosts: Iterable[str]
         # clock offsets can leave a mean below 0: no latency is, so it is 0 with its se
         table[f"{a}<->{b}"] = Latency(mean=min(max(mean, 0.0), MAX_LATENCY_MS),
                                       se=min(se, MAX_LATENCY_MS))
+    # a host with itself is not in the paths: 0 ms, its se half the least latency between
+    # two hosts, so anything from nothing to that is inside its interval
+    least = min((e.mean for e in delays.values() if e.mean > 0), default=0.0)
     same = sorted(set(hosts))
     for h in same:
-        table.setdefault(f"{h}<->{h}", 0.0)
+        table.setdefault(f"{h}<->{h}", Latency(mean=0.0, se=min(least / 2, MAX_LATENCY_MS)))
     return PathLatencies(Latencies(latency_ms=table), both, one, same)
 
 
@@ -121,5 +125,6 @@ def run_latencies(latencies_file: Path | None, run_dirs: list[Path], hosts: Iter
             if found.both_ways else f"latencies from the causal paths in {source}")
     if found.one_way:
         note += f"; {', '.join(found.one_way)} from one direction only"
-    note += "; a host with itself 0 ms (not measured). Give --latencies to use others."
+    note += ("; a host with itself 0 ms (not measured: ± half the least between two hosts). "
+             "Give --latencies to use others.")
     return LatencySource(found.latencies.only_for(needed), source, note)
