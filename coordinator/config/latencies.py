@@ -159,9 +159,12 @@ def latency_changes(hosts: list[str], latencies: Latencies, placement: Placement
                 changes[(a, b)] = Estimate(now.mean - old.mean,
                                            (old.variance + now.variance) ** 0.5)
     if missing:
-        raise InputError([Problem(f"no latency for {a}->{b} (give '{a}->{b}' or '{a}<->{b}')",
-                                  latencies_file, field="latency_ms")
-                          for a, b in sorted(missing)])
+        from_paths = latencies._needed is not None
+        raise InputError([Problem(
+            f"no latency for {a}->{b} ("
+            + (f"the causal paths have none: give --latencies FILE with '{a}<->{b}'"
+               if from_paths else f"give '{a}->{b}' or '{a}<->{b}'") + ")",
+            latencies_file, field="latency_ms") for a, b in sorted(missing)])
     return changes
 
 
