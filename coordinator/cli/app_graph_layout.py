@@ -90,8 +90,8 @@ def _place(arrow: Arrow, side: float, lines: list[str], hosts: dict[str, Box],
     length = math.hypot(x1 - x0, y1 - y0) or 1.0
     mx, my = -(y1 - y0) / length * side, (x1 - x0) / length * side  # the side's normal
     reach = abs(mx) * w / 2 + abs(my) * h / 2  # the box's half-extent along it
-    for d in (GAP_PX + 2, 12, 24, 40, 60):
-        for t in (0.5, 0.4, 0.6, 0.3, 0.7, 0.2, 0.8):
+    for d in (GAP_PX + 2, 12, 24, 40, 60, 90, 130):
+        for t in (0.5, 0.4, 0.6, 0.3, 0.7, 0.2, 0.8, 0.15, 0.85):
             cx = x0 + (x1 - x0) * t + mx * (d + reach)
             cy = y0 + (y1 - y0) * t + my * (d + reach)
             box = Box(cx - w / 2, cy - h / 2, w, h)
