@@ -19,7 +19,8 @@ def _value(g: float | None, ci: tuple[float, float] | None) -> str:
 
 
 def _notes(r: ExplainRow, shared: set[str]) -> str:
-    said = [f"<i>{html.escape(c.kind)}</i>: {html.escape(c.text)}" for c in r.causes]
+    said = [("" if c.text.startswith(c.kind) else f"<i>{html.escape(c.kind)}</i>: ")
+            + html.escape(c.text) for c in r.causes]  # the kind, unless the text says it
     said += [html.escape(n) for n in r.notes if n not in shared]
     return "<br>".join(said)
 
