@@ -210,3 +210,16 @@ def test_an_older_run_without_passive_files_still_reports(tmp_path) -> None:
     (tmp_path / "run" / "graph.json").write_text("[{")
     page = write_report(tmp_path / "run").read_text()
     assert "graph.json cannot be read" in page
+
+
+def test_a_run_that_cannot_be_explained_still_reports_its_measurements(tmp_path,
+                                                                        monkeypatch) -> None:
+    def broken(run_dir: Path, interrupted: str | None = None) -> None:
+        raise ValueError("a calibration file of another version")
+
+    monkeypatch.setattr("coordinator.cli.report.explain_run", broken)
+    page = write_report(report_run(tmp_path)).read_text()
+    assert "the run cannot be explained: a calibration file of another version" in page
+    assert "class='checked timeline'" in page  # unannotated
+    assert "class='checked app-graph'" in page
+    assert "<h2>Gradients</h2>" in page

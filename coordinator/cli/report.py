@@ -193,7 +193,8 @@ def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
     explanation: Explanation | None = None
     try:
         explanation = explain_run(run_dir, interrupted)
-    except InputError as e:  # the measurements still stand below
+    except (InputError, ValueError) as e:  # a file (or a shipped calibration) it cannot
+        # read: the measurements, paths and graph still stand below, unexplained
         parts += ["<h2>Summary</h2>", f"<p>the run cannot be explained: "
                   f"{html.escape(str(e))}</p>"]
     if explanation is not None:
