@@ -220,6 +220,7 @@ def test_a_run_that_cannot_be_explained_still_reports_its_measurements(tmp_path,
     monkeypatch.setattr("coordinator.cli.report.explain_run", broken)
     page = write_report(report_run(tmp_path)).read_text()
     assert "the run cannot be explained: a calibration file of another version" in page
+    assert "status: <b>completed</b>" in page
     assert "class='checked timeline'" in page  # unannotated
     assert "class='checked app-graph'" in page
     assert "<h2>Gradients</h2>" in page
