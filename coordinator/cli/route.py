@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from rich.table import Table
@@ -213,9 +214,13 @@ def _print(out: RouteAnswer) -> None:
 
 
 def _at(mean: float, ci: tuple[float, float]) -> str:
-    """A mean ± its interval's half, to the digits that tell them apart (a 0.02 ms
+    """A mean ± its interval's half, the mean to the half's second digit (a 0.02 ms
     difference is no difference at one decimal)."""
-    return f"{mean:.4g} ± {(ci[1] - ci[0]) / 2:.2g}"
+    half = (ci[1] - ci[0]) / 2
+    if not (math.isfinite(half) and half > 0 and math.isfinite(mean)):
+        return f"{mean:.4g} ± {half:.2g}"
+    digits = max(0, 1 - math.floor(math.log10(half)))
+    return f"{mean:.{digits}f} ± {half:.2g}"
 
 
 COMMANDS = (
