@@ -207,6 +207,10 @@ def one_run(experiment: Path, env: dict[str, str]) -> tuple[dict[str, Any], floa
     run_dir = Path(status["run_dir"])
     gradients = run_dir / "gradients.json"
     result = json.loads(gradients.read_text()) if gradients.exists() else {"links": []}
+    explained = run_dir / "explain.json"  # the run's own, made at its end (issue 30)
+    if explained.exists():
+        result["explain_rows"] = json.loads(explained.read_text())["rows"]
+        result["calibration"] = json.loads(explained.read_text())["summary"]["calibration"]
     return result, seconds, status["status"]
 
 
@@ -220,10 +224,15 @@ def judged(cell: dict[str, Any], expected: Truth) -> dict[str, Any]:
                                 cell["delay_ms"])
     value, se = mixed(conditions, cell.get("busy_by_kind", {}))
     slack = float(np.hypot((hi - lo) / 2, 1.96 * se))
+    # the answer a user reads: both halves combined where they agreed, else the measurement
+    alo, ahi = cell.get("combined_ci95") or (lo, hi)
     return {**cell, "truth": value, "truth_se": se, "truth_delay_ms": at_ms,
             "truth_mixed": set(conditions) != {"none"},
             "held": lo <= value <= hi,
-            "held_within_truth_error": abs(cell["gradient"] - value) <= slack}
+            "held_within_truth_error": abs(cell["gradient"] - value) <= slack,
+            "answer_held": alo <= value <= ahi,
+            "half_width_rel": (hi - lo) / 2 / max(abs(value), 1.0),
+            "answer_half_width_rel": (ahi - alo) / 2 / max(abs(value), 1.0)}
 
 
 def with_shares(cell: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
@@ -241,8 +250,11 @@ def with_shares(cell: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
 def cells(result: dict[str, Any], expected: Truth) -> list[dict[str, Any]]:
     """Every measured cell of a run's --json result that has a truth (judged by `main`)."""
     out = []
+    explained = {(r["transaction"], r["link"]): r for r in result.get("explain_rows", [])}
     for link in result["links"]:
         label = f"{link['link']['src_host']}->{link['link']['dst_host']}"
+        both = {name: explained.get((name, link["link"]["label"]), {})
+                for name in link["transactions"]}
         for name, t in link["transactions"].items():
             if (name, label) not in expected or t["gradient"] is None:
                 continue
@@ -254,7 +266,10 @@ def cells(result: dict[str, Any], expected: Truth) -> list[dict[str, Any]]:
                         "window": [record["start"],
                                    record["start"] + record["period_s"] * record["cycles"]],
                         "interval_from": t.get("interval_from"), "notes": t["notes"],
-                        "by_level": t.get("by_level")})
+                        "by_level": t.get("by_level"),
+                        "verdict": both[name].get("verdict"),
+                        "combined": both[name].get("combined"),
+                        "combined_ci95": both[name].get("combined_ci95")})
     return out
 
 
@@ -278,7 +293,15 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
                      "mean_se": statistics.mean(c["se"] for c in cs),
                      "truth_se": cs[0]["truth_se"],
                      "held": sum(c["held"] for c in cs), "n": len(cs)})
+    answered = [c for c in every if "answer_held" in c]
     return {"held": sum(c["held"] for c in every),
+            "answer_held": sum(c["answer_held"] for c in answered),
+            "answered": len(answered),
+            "combined_cells": sum(c.get("combined") is not None for c in answered),
+            "median_half_width_rel": (statistics.median(c["half_width_rel"] for c in answered)
+                                      if answered else None),
+            "median_answer_half_width_rel": (statistics.median(
+                c["answer_half_width_rel"] for c in answered) if answered else None),
             "held_within_truth_error": sum(c["held_within_truth_error"] for c in every),
             "cells": len(every), "rows": rows,
             "delays_ms": sorted({round(c["delay_ms"], 2) for c in every}),
@@ -303,6 +326,12 @@ def to_markdown(app: str, condition: str, args: argparse.Namespace,
              f" ({s['held'] / max(s['cells'], 1):.0%})** (goal: 90% or more); allowing for the "
              f"truth's own 95% error, {s['held_within_truth_error']} of {s['cells']}. Delays the "
              f"runs chose: {', '.join(f'{d:g}' for d in s['delays_ms'])} ms."
+             + (f" **Both halves (`explain.json`'s combined where the verdict was agree, "
+                f"{s['combined_cells']} of {s['answered']} cells; else the measurement): the "
+                f"truth inside in {s['answer_held']} of {s['answered']}; median half-width "
+                f"{s['median_answer_half_width_rel']:.0%} of the truth against "
+                f"{s['median_half_width_rel']:.0%} measured alone** (goal: 15% or less, "
+                "coverage still 90% or more)." if s.get("answered") else "")
              + (" The truth of a cell under load is the steady-load slopes mixed in the "
                 "shares of time each kind of work ran in its link's injection window"
                 + (f" ({whole} cells of runs stored before windows were: over their whole run)"

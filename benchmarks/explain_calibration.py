@@ -4,7 +4,7 @@ testbed's applications, written to coordinator/explain/calibration.json (the poi
 own runs are added to them when a run is explained) with the fitted bias and spread in
 benchmarks/RESULTS.md.
 
-    .venv/bin/python -m benchmarks.explain_calibration RUN_DIR [RUN_DIR ...]
+    .venv/bin/python -m benchmarks.explain_calibration APP=RUN_DIR [APP=RUN_DIR ...]
 
 Each run is explained afresh without any calibration (its rows' crossings and gradients are
 what the points need). The runs: `linkgrad run experiments/calibration/testbed-all.yaml` on
@@ -27,7 +27,7 @@ from coordinator.explain.run import load_run_files
 from linkgrad.explain.calibration import Z95, CalibrationPoint, fit_calibration
 
 
-def run_points(run_dir: Path) -> list[CalibrationPoint]:
+def run_points(app: str, run_dir: Path) -> list[CalibrationPoint]:
     files = load_run_files(run_dir)
     rows = explained_rows(files.measurements, files.graph, list(files.experiment.transactions),
                           files.paths, files.snap, files.hosts, calibration=None)
@@ -39,39 +39,52 @@ def run_points(run_dir: Path) -> list[CalibrationPoint]:
             passive=round(r.passive.estimate, 4),
             passive_se=round((r.passive.ci95[1] - r.passive.ci95[0]) / (2 * Z95), 5),
             gradient=r.gradient, gradient_se=round((r.ci95[1] - r.ci95[0]) / (2 * Z95), 5),
-            source=f"{files.experiment.name}/{run_dir.name} {r.transaction} {r.pair}"))
+            source=f"{run_dir.name} {r.transaction} {r.pair}", group=app))
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", type=Path, nargs="+")
+    ap.add_argument("runs", nargs="+", metavar="APP=RUN_DIR",
+                    help="a run directory and the application it ran (rubis, mediawiki, ...)")
     args = ap.parse_args(argv)
-    points = [p for run in args.runs for p in run_points(run)]
+    runs = [(app, Path(path)) for app, _, path in (r.partition("=") for r in args.runs)]
+    points = [p for app, run in runs for p in run_points(app, run)]
     cal = fit_calibration(points, "shipped")
     if cal is None:
         print(f"{len(points)} points: too few to fit", file=sys.stderr)
         return 1
-    made = (f"benchmarks/explain_calibration.py {' '.join(r.name for r in args.runs)} "
+    made = (f"benchmarks/explain_calibration.py {' '.join(f'{a}={r.name}' for a, r in runs)} "
             f"({time.strftime('%Y-%m-%d')})")
-    SHIPPED.write_text(json.dumps({"made": made, "runs": [r.name for r in args.runs],
+    SHIPPED.write_text(json.dumps({"made": made, "runs": [f"{a}={r.name}" for a, r in runs],
                                    "points": [p.__dict__ for p in points]}, indent=1) + "\n")
+    per_app = []
+    for app in dict.fromkeys(a for a, _ in runs):
+        own = fit_calibration(points, app, own=app)
+        if own is not None:
+            per_app.append(f"{app} alone: bias {own.bias:+.1%} ± {Z95 * own.bias_se:.1%}, "
+                           f"spread {own.spread:.1%} ({own.points} points)")
     lines = ["## Explanation: the passive side's calibration "
              "(`benchmarks/explain_calibration.py`)",
              "",
              f"{len(points)} (transaction, link) points where a run measured the gradient and "
-             f"its causal paths counted the crossings, from {len(args.runs)} runs: "
-             + ", ".join(f"`{r.name}`" for r in args.runs) + ". The gradient is, on average, "
-             f"the crossings plus **{cal.bias:+.1%}** (± {Z95 * cal.bias_se:.1%}) of them (of 1 "
+             f"its causal paths counted the crossings, from {len(runs)} runs: "
+             + ", ".join(f"`{r.name}` ({a})" for a, r in runs) + ". Each application alone "
+             "(what a user's own runs of it would give): " + "; ".join(per_app) + ". For an "
+             f"application of its own the calibration is their mean: the gradient is the "
+             f"crossings plus **{cal.bias:+.1%}** (± {Z95 * cal.bias_se:.1%}) of them (of 1 "
              f"below 1 crossing), with a spread beyond both sides' own errors of "
-             f"**{cal.spread:.1%}** (DerSimonian–Laird τ). These are the points "
-             "`coordinator/explain/calibration.json` ships; a user's own runs are added to them.",
-             "", "| run | transaction | link | crossings | gradient [95%] | residual / scale |",
-             "|---|---|---|---|---|---|"]
+             f"**{cal.spread:.1%}** (DerSimonian–Laird τ, within an application and between "
+             "them). These are the points `coordinator/explain/calibration.json` ships; a "
+             "user's own runs are added to them, and their own application's fit serves once "
+             "it has 5 points.",
+             "", "| app | run | transaction | link | crossings | gradient [95%] | "
+             "residual / scale |", "|---|---|---|---|---|---|---|"]
     for p in points:
         run, transaction, pair = p.source.rsplit(" ", 2)
-        lines.append(f"| {run} | {transaction} | {pair} | {p.passive:.3f} | {p.gradient:.3f} "
-                     f"± {Z95 * p.gradient_se:.3f} | {(p.gradient - p.passive) / p.scale:+.3f} |")
+        lines.append(f"| {p.group} | {run} | {transaction} | {pair} | {p.passive:.3f} | "
+                     f"{p.gradient:.3f} ± {Z95 * p.gradient_se:.3f} | "
+                     f"{(p.gradient - p.passive) / p.scale:+.3f} |")
     update_section("explain-calibration", "\n".join(lines))
     print(cal.describe())
     return 0

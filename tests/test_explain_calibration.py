@@ -49,6 +49,24 @@ def test_points_whose_own_errors_explain_them_give_no_spread():
     assert abs(cal.bias) < 3 * cal.bias_se
 
 
+def _grouped(group: str, bias: float, seed: int) -> list[CalibrationPoint]:
+    return [CalibrationPoint(p.passive, p.passive_se, p.gradient, p.gradient_se, p.source,
+                             group) for p in _points(bias, 0.02, 0.01, 200, seed)]
+
+
+def test_applications_apart_give_a_new_one_their_spread_and_an_own_one_its_own_fit():
+    points = [*_grouped("a", 0.0, 1), *_grouped("b", 0.10, 2), *_grouped("c", 0.05, 3)]
+    new = fit_calibration(points, "sim", own="unknown")
+    assert new is not None
+    assert new.bias == pytest.approx(0.05, abs=0.01)
+    assert new.spread > 0.04  # the applications' biases lie ±0.05 apart
+    own = fit_calibration(points, "sim", own="b")
+    assert own is not None
+    assert own.bias == pytest.approx(0.10, abs=0.01)
+    assert own.spread == pytest.approx(0.02, abs=0.01)
+    assert own.described.endswith("its own 200 points")
+
+
 def test_too_few_points_are_no_calibration():
     assert fit_calibration(_points(0.0, 0.0, 0.1, MIN_POINTS - 1), "sim") is None
 
@@ -87,11 +105,12 @@ def test_an_explain_json_row_is_a_point_only_where_both_halves_measured():
              "crossings": 2.0, "crossings_ci95": [1.98, 2.0], "verdict": "agree"},
             {"transaction": "t", "pair": "b->c", "gradient": None, "ci95": None,
              "crossings": 1.0, "crossings_ci95": [0.99, 1.0]}]
-    (p,) = points_of_rows(rows, "run")
+    (p,) = points_of_rows(rows, "run", "shop")
     assert p.gradient == 2.1
     assert p.passive == 2.0
     assert p.gradient_se == pytest.approx(0.4 / 3.919928)
     assert p.source == "run t a->b"
+    assert p.group == "shop"
 
 
 # -- passive first ----------------------------------------------------------------------------

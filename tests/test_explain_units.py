@@ -265,7 +265,8 @@ def test_the_table_fits_80_columns_with_long_links_large_numbers_and_notes():
                  f"database-server-{i}:3306", f"host-{i}-with-a-long-name->database-server-{i}",
                  -123.45 if i % 2 else None, verdict="passive-only" if i % 2 == 0 else "below",
                  notes=["wider than wanted: " + "x " * 60]) for i in range(6)]
-    summary = RunSummary(experiment="e" * 90, run_dir="/r", status="completed", reason=None,
+    summary = RunSummary(experiment="e" * 90, application="e", run_dir="/r",
+                         status="completed", reason=None,
                          started=0.0, ended=10.0, duration_s=10.0, hosts=["a"], graph_links=6,
                          injected_links=3, traced_requests={}, verdicts={"below": 3},
                          calibration="c " * 60, strategy="s " * 60,

@@ -291,6 +291,9 @@ class Probes(_Strict):
 
 class Experiment(_Strict):
     name: RunName  # the run directory's name: one path component
+    # what application this measures: runs of one application share the explanation's
+    # calibration whatever their names (default: the name; a testbed: tag gives its app's)
+    application: Str | None = None
     testbed: TestbedTag | None = None  # a `linkgrad testbed` tag: hosts, ssh, web_log from it
     hosts: tuple[Host, ...] = ()
     ssh: Ssh | None = None

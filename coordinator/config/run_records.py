@@ -270,7 +270,13 @@ def _regexes(transactions: dict[str, str]) -> dict[str, str]:
 class ExperimentAsRun(_ReadBack):
     """`experiment.json`, as far as a prediction or a report reads it."""
 
+    @property
+    def app(self) -> str:
+        """The application it measured, as the explanation's calibration groups runs."""
+        return self.application or self.name
+
     name: Str = "run"
+    application: Str | None = None  # None: an older run's, or the name stands for it
     hosts: list[HostAsRun] = Field(default_factory=list)
     web_log: WebLogAsRun | None = None
     transactions: Annotated[dict[Str, Str], AfterValidator(_regexes)] = Field(

@@ -28,4 +28,5 @@ def from_testbed(experiment: Experiment, path: Path, root: Path | None) -> Exper
         "ssh": Ssh(config=info.ssh_config, known_hosts=info.known_hosts, python=sys.executable),
         "web_log": WebLog(host=log.host, path=str(log.path), format=log.format,
                           log_format=log.log_format),
-        "frontend_url": info.frontend_url})
+        "frontend_url": info.frontend_url,
+        "application": experiment.application or info.app})

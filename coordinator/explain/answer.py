@@ -72,6 +72,7 @@ def _interval(ci: tuple[float, float]) -> tuple[float, float]:
 
 class RunSummary(_Model):
     experiment: str
+    application: str  # as the calibration groups runs (the experiment's, else its name)
     run_dir: str
     status: str  # run.json's, or "interrupted"
     reason: str | None

@@ -25,6 +25,7 @@ class _Point(BaseModel):
     gradient: float
     gradient_se: float
     source: str
+    group: str  # the application
 
 
 class ShippedPoints(BaseModel):
@@ -48,8 +49,9 @@ def shipped_points(path: Path = SHIPPED) -> ShippedPoints:
     return ShippedPoints.model_validate_json(path.read_text())
 
 
-def points_of_rows(rows: Iterable[dict], source: str) -> list[CalibrationPoint]:
-    """Every row of an explain.json where the gradient and the crossings were both measured."""
+def points_of_rows(rows: Iterable[dict], source: str, group: str) -> list[CalibrationPoint]:
+    """Every row of an explain.json where the gradient and the crossings were both measured
+    (`group`: the application, a user's run's experiment name)."""
     out = []
     for raw in rows:
         r = _Row.model_validate(raw)
@@ -58,20 +60,24 @@ def points_of_rows(rows: Iterable[dict], source: str) -> list[CalibrationPoint]:
             continue
         out.append(CalibrationPoint(
             passive=r.crossings, passive_se=_se(r.crossings_ci95), gradient=r.gradient,
-            gradient_se=_se(r.ci95), source=f"{source} {r.transaction} {r.pair}"))
+            gradient_se=_se(r.ci95), source=f"{source} {r.transaction} {r.pair}",
+            group=group))
     return out
 
 
-def calibration_for(run_dir: Path) -> Calibration | None:
+def calibration_for(run_dir: Path, experiment: str) -> Calibration | None:
     """The shipped points and those of the runs beside `run_dir` (not its own: a row would
-    be its own prior), fitted; a neighbour that cannot be read is left out and counted."""
+    be its own prior), fitted for the application `experiment` names (its own runs' points
+    when there are enough); a neighbour that cannot be read is left out and counted."""
     shipped = shipped_points()
     points = [CalibrationPoint(**p.model_dump()) for p in shipped.points]
     mine, runs, unread = [], 0, 0
     for other in _neighbours(run_dir):
         try:
             data = json.loads((other / "explain.json").read_text())
-            found = points_of_rows(data["rows"], other.name)
+            summary = data["summary"]
+            found = points_of_rows(data["rows"], other.name,
+                                   summary.get("application") or summary["experiment"])
         except (OSError, ValueError, KeyError, TypeError, ValidationError):
             unread += 1
             continue
@@ -82,7 +88,7 @@ def calibration_for(run_dir: Path) -> Calibration | None:
         described += f" and {len(mine)} points from {runs} of your runs in {run_dir.parent}"
     if unread:
         described += f" ({unread} unreadable explain.json left out)"
-    return fit_calibration([*points, *mine], described)
+    return fit_calibration([*points, *mine], described, own=experiment)
 
 
 def _neighbours(run_dir: Path) -> list[Path]:

@@ -76,7 +76,7 @@ def explain_run(run_dir: Path, interrupted: str | None = None) -> Explanation:
     """`run_dir` explained; `interrupted`: why a journal that says running is not. The
     passive side is calibrated by the shipped points and the runs beside this one."""
     f = load_run_files(run_dir)
-    calibration = calibration_for(run_dir)
+    calibration = calibration_for(run_dir, f.experiment.app)
     explained = explained_rows(f.measurements, f.graph, list(f.experiment.transactions),
                                f.paths, f.snap, f.hosts, calibration)
     by_label = {m.link.label: m for m in f.measurements}
@@ -132,7 +132,7 @@ def _summary(run_dir: Path, f: RunFiles, interrupted: str | None,
     injected = {m.link.label for m in measurements}
     verdicts = Counter(r.verdict for r in rows)
     return RunSummary(
-        experiment=experiment.name, run_dir=str(run_dir),
+        experiment=experiment.name, application=experiment.app, run_dir=str(run_dir),
         status="interrupted" if interrupted else journal.status,
         reason=interrupted or journal.reason, started=journal.started, ended=ended,
         duration_s=None if ended is None else round(ended - journal.started, 1),

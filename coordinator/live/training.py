@@ -93,7 +93,7 @@ def passive_first(session: Session, out: RunDir, links: list[GraphLink],
     except InputError as e:  # no paths: every link ambiguous, said by its reasons
         say(f"[yellow]passive-first: the paths cannot be read ({e})")
         paths = None
-    calibration = calibration_for(out.path)
+    calibration = calibration_for(out.path, experiment.application or experiment.name)
     facts = link_facts([MeasuredLink.of(g) for g in links], list(experiment.transactions),
                        paths, session.snap_reports,
                        {**session.addresses, **session.ipv6_addresses}, window)

@@ -10,6 +10,13 @@ miscount grows with the messages; near 0 it is absolute). Their mean is the bias
 spread beyond what the two sides' own standard errors explain is the random-effects variance
 τ² of DerSimonian and Laird (1986), so a calibrated passive gradient is passive + bias·s with
 a standard error sqrt(se² + (τ² + se_bias²)·s²).
+
+Applications differ (one's replies exceed a window, another's paths are linked cleanly), so
+the points are grouped by application and fitted at two levels: within each application as
+above, and between applications over their biases (the same random-effects estimate, each
+bias with its own standard error). For an application with enough points of its own (the
+user's runs of it) its own fit serves; for any other, the mean bias of the applications, and a
+spread of both levels: within an application and between them.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ class CalibrationPoint:
     gradient: float
     gradient_se: float
     source: str  # "run transaction pair", for the record
+    group: str = ""  # the application it was measured on
 
     @property
     def scale(self) -> float:
@@ -63,24 +71,51 @@ class Calibrated:
     ci95: tuple[float, float]
 
 
-def fit_calibration(points: Sequence[CalibrationPoint], described: str
-                    ) -> Calibration | None:
-    """DerSimonian–Laird over the points' residuals; None with fewer than MIN_POINTS."""
-    if len(points) < MIN_POINTS:
+def fit_calibration(points: Sequence[CalibrationPoint], described: str,
+                    own: str | None = None) -> Calibration | None:
+    """The calibration for application `own` (its own points when it has MIN_POINTS, else
+    every application's, both levels); None with fewer than MIN_POINTS in all."""
+    groups: dict[str, list[CalibrationPoint]] = {}
+    for p in points:
+        groups.setdefault(p.group, []).append(p)
+    if own is not None and len(groups.get(own, ())) >= MIN_POINTS:
+        fit = _random_effects(*_residuals(groups[own]))
+        return Calibration(bias=fit[0], bias_se=fit[1], spread=fit[2], points=len(groups[own]),
+                           described=f"{described}; its own {len(groups[own])} points")
+    fitted = [(_random_effects(*_residuals(g)), len(g)) for g in groups.values()
+              if len(g) >= MIN_POINTS]
+    if not fitted:
         return None
+    if len(fitted) == 1:  # one application: no spread between applications can be read
+        (bias, bias_se, spread), n = fitted[0]
+        return Calibration(bias=bias, bias_se=bias_se, spread=spread, points=n,
+                           described=f"{described}; one application")
+    within2 = sum(n * tau ** 2 for (_, _, tau), n in fitted) / sum(n for _, n in fitted)
+    bias, bias_se, between = _random_effects([f[0] for f, _ in fitted],
+                                             [f[1] ** 2 for f, _ in fitted])
+    return Calibration(bias=bias, bias_se=bias_se, spread=math.sqrt(within2 + between ** 2),
+                       points=sum(n for _, n in fitted),
+                       described=f"{described}; {len(fitted)} applications")
+
+
+def _residuals(points: Sequence[CalibrationPoint]) -> tuple[list[float], list[float]]:
     d = [(p.gradient - p.passive) / p.scale for p in points]
     # a residual's own variance: both sides' standard errors, on its scale (never 0: a
     # passive gradient and a gradient both exact would weigh infinitely)
     v = [max((p.gradient_se ** 2 + p.passive_se ** 2) / p.scale ** 2, 1e-8) for p in points]
+    return d, v
+
+
+def _random_effects(d: Sequence[float], v: Sequence[float]) -> tuple[float, float, float]:
+    """DerSimonian–Laird: the mean of `d` (variances `v`), its standard error, and τ."""
     w = [1 / x for x in v]
     fixed = sum(wi * di for wi, di in zip(w, d, strict=True)) / sum(w)
     q = sum(wi * (di - fixed) ** 2 for wi, di in zip(w, d, strict=True))
     c = sum(w) - sum(wi * wi for wi in w) / sum(w)
-    tau2 = max(0.0, (q - (len(points) - 1)) / c) if c > 0 else 0.0
+    tau2 = max(0.0, (q - (len(d) - 1)) / c) if c > 0 else 0.0
     w_star = [1 / (x + tau2) for x in v]
-    bias = sum(wi * di for wi, di in zip(w_star, d, strict=True)) / sum(w_star)
-    return Calibration(bias=bias, bias_se=math.sqrt(1 / sum(w_star)), spread=math.sqrt(tau2),
-                       points=len(points), described=described)
+    mean = sum(wi * di for wi, di in zip(w_star, d, strict=True)) / sum(w_star)
+    return mean, math.sqrt(1 / sum(w_star)), math.sqrt(tau2)
 
 
 def calibrate(p: PassiveGradient, cal: Calibration) -> Calibrated:
