@@ -60,24 +60,22 @@ def main(argv: list[str] | None = None) -> int:
                                    "points": [p.__dict__ for p in points]}, indent=1) + "\n")
     per_app = []
     for app in dict.fromkeys(a for a, _ in runs):
-        own = fit_calibration(points, app, own=app)
+        own = fit_calibration(points, f"{app} alone", own=app)
         if own is not None:
-            per_app.append(f"{app} alone: bias {own.bias:+.1%} ± {Z95 * own.bias_se:.1%}, "
-                           f"spread {own.spread:.1%} ({own.points} points)")
+            per_app.append(f"{own.describe()} ({own.points} points)")
     lines = ["## Explanation: the passive side's calibration "
              "(`benchmarks/explain_calibration.py`)",
              "",
              f"{len(points)} (transaction, link) points where a run measured the gradient and "
              f"its causal paths counted the crossings, from {len(runs)} runs: "
-             + ", ".join(f"`{r.name}` ({a})" for a, r in runs) + ". Each application alone "
-             "(what a user's own runs of it would give): " + "; ".join(per_app) + ". For an "
-             f"application of its own the calibration is their mean: the gradient is the "
-             f"crossings plus **{cal.bias:+.1%}** (± {Z95 * cal.bias_se:.1%}) of them (of 1 "
-             f"below 1 crossing), with a spread beyond both sides' own errors of "
-             f"**{cal.spread:.1%}** (DerSimonian–Laird τ, within an application and between "
-             "them). These are the points `coordinator/explain/calibration.json` ships; a "
-             "user's own runs are added to them, and their own application's fit serves once "
-             "it has 5 points.",
+             + ", ".join(f"`{r.name}` ({a})" for a, r in runs) + ". Residuals are relative "
+             "(gradient − crossings) / crossings from one crossing up, absolute below, each "
+             "family fitted by DerSimonian–Laird within each application and between them. "
+             "Each application alone (what a user's own runs of it would give): "
+             + "; ".join(per_app) + f". **A new application gets: {cal.describe()}.** These "
+             "are the points `coordinator/explain/calibration.json` ships; a user's own runs "
+             "are added to them, and their own application's fit serves once it has 5 points "
+             "in a family.",
              "", "| app | run | transaction | link | crossings | gradient [95%] | "
              "residual / scale |", "|---|---|---|---|---|---|---|"]
     for p in points:
@@ -87,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{(p.gradient - p.passive) / p.scale:+.3f} |")
     update_section("explain-calibration", "\n".join(lines))
     print(cal.describe())
+    for line in per_app:
+        print(line)
     return 0
 
 

@@ -37,16 +37,20 @@ def _points(bias: float, spread: float, se: float, n: int, seed: int = 1
 def test_the_fit_recovers_a_known_bias_and_a_spread_beyond_the_points_own_errors():
     cal = fit_calibration(_points(bias=0.05, spread=0.04, se=0.03, n=400), "sim")
     assert cal is not None
-    assert cal.bias == pytest.approx(0.05, abs=0.01)
-    assert cal.spread == pytest.approx(0.04, abs=0.01)
+    assert cal.relative is not None
+    assert cal.absolute is not None
+    assert cal.relative.bias == pytest.approx(0.05, abs=0.01)
+    assert cal.relative.spread == pytest.approx(0.04, abs=0.01)
+    assert cal.absolute.bias == pytest.approx(0.05, abs=0.02)  # the same, on a scale of 1
     assert cal.points == 400
 
 
 def test_points_whose_own_errors_explain_them_give_no_spread():
     cal = fit_calibration(_points(bias=0.0, spread=0.0, se=0.05, n=300), "sim")
     assert cal is not None
-    assert cal.spread < 0.01
-    assert abs(cal.bias) < 3 * cal.bias_se
+    assert cal.relative is not None
+    assert cal.relative.spread < 0.01
+    assert abs(cal.relative.bias) < 3 * cal.relative.bias_se
 
 
 def _grouped(group: str, bias: float, seed: int) -> list[CalibrationPoint]:
@@ -58,17 +62,31 @@ def test_applications_apart_give_a_new_one_their_spread_and_an_own_one_its_own_f
     points = [*_grouped("a", 0.0, 1), *_grouped("b", 0.10, 2), *_grouped("c", 0.05, 3)]
     new = fit_calibration(points, "sim", own="unknown")
     assert new is not None
-    assert new.bias == pytest.approx(0.05, abs=0.01)
-    assert new.spread > 0.04  # the applications' biases lie ±0.05 apart
+    assert new.relative is not None
+    assert new.relative.bias == pytest.approx(0.05, abs=0.01)
+    assert new.relative.spread > 0.04  # the applications' biases lie ±0.05 apart
     own = fit_calibration(points, "sim", own="b")
     assert own is not None
-    assert own.bias == pytest.approx(0.10, abs=0.01)
-    assert own.spread == pytest.approx(0.02, abs=0.01)
-    assert own.described.endswith("its own 200 points")
+    assert own.relative is not None
+    assert own.relative.bias == pytest.approx(0.10, abs=0.01)
+    assert own.relative.spread == pytest.approx(0.02, abs=0.01)
+    assert "relative from its own points" in own.described
 
 
 def test_too_few_points_are_no_calibration():
     assert fit_calibration(_points(0.0, 0.0, 0.1, MIN_POINTS - 1), "sim") is None
+
+
+def test_a_link_no_path_crosses_is_calibrated_in_absolute_crossings_not_shifted_by_a_ratio():
+    points = [CalibrationPoint(p.passive, p.passive_se, p.gradient, p.gradient_se, p.source)
+              for p in _points(bias=0.10, spread=0.02, se=0.01, n=300)
+              if p.passive >= 1.0]
+    points += [CalibrationPoint(0.0, 0.0, 0.003 * (-1) ** i, 0.01, f"z{i}") for i in range(60)]
+    cal = fit_calibration(points, "sim")
+    assert cal is not None
+    zero = calibrate(PassiveGradient(0.0, (0.0, 0.0), 0.0, 500, 0, 0.0), cal)
+    assert abs(zero.estimate) < 0.01  # not 0.10 of a scale of 1
+    assert zero.ci95[1] - zero.ci95[0] < 0.05
 
 
 def test_the_calibrated_passive_gradient_is_shifted_and_wider_than_its_count():
@@ -77,9 +95,18 @@ def test_the_calibrated_passive_gradient_is_shifted_and_wider_than_its_count():
     count = passive_gradient([PatternCrossings(1000, {"a->b": 40.0})], "a->b")
     assert count is not None
     c = calibrate(count, cal)
-    assert c.estimate == pytest.approx(40 * (1 + cal.bias))
-    half = 1.959964 * math.hypot(cal.spread, cal.bias_se) * 40
-    assert c.ci95[1] - c.ci95[0] == pytest.approx(count.ci95[1] - count.ci95[0] + 2 * half)
+    assert cal.relative is not None
+    assert cal.absolute is not None
+    shift, sd = cal.error(40.0)
+    assert shift == pytest.approx(40 * cal.relative.bias + cal.absolute.bias)
+    assert sd == pytest.approx(math.sqrt(
+        (cal.relative.spread ** 2 + cal.relative.bias_se ** 2) * 40 ** 2
+        + cal.absolute.spread ** 2 + cal.absolute.bias_se ** 2))
+    assert c.estimate == pytest.approx(40 + shift)
+    assert c.ci95[1] - c.ci95[0] == pytest.approx(count.ci95[1] - count.ci95[0]
+                                                  + 2 * 1.959964 * sd)
+    # continuous across the families' boundary: a count of 0.49 and one of 0.51 alike
+    assert cal.error(0.49)[1] == pytest.approx(cal.error(0.51)[1], rel=0.1)
 
 
 def test_combining_weighs_each_half_by_its_precision():

@@ -71,8 +71,11 @@ def calibration_for(run_dir: Path, experiment: str) -> Calibration | None:
     when there are enough); a neighbour that cannot be read is left out and counted."""
     shipped = shipped_points()
     points = [CalibrationPoint(**p.model_dump()) for p in shipped.points]
+    made_from = {run.partition("=")[2] for run in shipped.runs}
     mine, runs, unread = [], 0, 0
     for other in _neighbours(run_dir):
+        if other.name in made_from:  # the shipped points' own runs: counted once
+            continue
         try:
             data = json.loads((other / "explain.json").read_text())
             summary = data["summary"]

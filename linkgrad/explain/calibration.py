@@ -5,11 +5,12 @@ where the link was not injected).
 
 The passive gradient counts messages; the gradient also sees what the messages do not show
 (TCP's extra round trips, a mislinked path, the delay's second-order effects). Each pair gives
-a residual d = (gradient − passive) / s on the scale s = max(|passive|, 1 crossing) (a
-miscount grows with the messages; near 0 it is absolute). Their mean is the bias, and the
-spread beyond what the two sides' own standard errors explain is the random-effects variance
-τ² of DerSimonian and Laird (1986), so a calibrated passive gradient is passive + bias·s with
-a standard error sqrt(se² + (τ² + se_bias²)·s²).
+a residual d = (gradient − passive) / s: relative (s = passive) from half a crossing up, where
+a miscount grows with the messages, and absolute (s = 1) below, two families fitted apart and
+applied together (bias b_rel·passive + b_abs, variance summed the same way).
+Their mean is the bias, and the spread beyond what the two sides' own standard errors explain
+is the random-effects variance τ² of DerSimonian and Laird (1986), so a calibrated passive
+gradient is passive + bias·s with a standard error sqrt(se² + (τ² + se_bias²)·s²) per family.
 
 Applications differ (one's replies exceed a window, another's paths are linked cleanly), so
 the points are grouped by application and fitted at two levels: within each application as
@@ -28,10 +29,10 @@ from dataclasses import dataclass
 from linkgrad.explain.passive import PassiveGradient
 
 __all__ = ["MIN_POINTS", "SCALE_FLOOR", "Z95", "Calibrated", "Calibration", "CalibrationPoint",
-           "calibrate", "combine", "fit_calibration"]
+           "Fit", "calibrate", "combine", "fit_calibration"]
 
 Z95 = 1.959964
-SCALE_FLOOR = 1.0  # crossings: below it a residual is read as absolute
+SCALE_FLOOR = 0.5  # crossings: a point below it is fitted in absolute terms
 MIN_POINTS = 5  # fewer say nothing of a spread
 
 
@@ -48,20 +49,59 @@ class CalibrationPoint:
 
     @property
     def scale(self) -> float:
-        return max(abs(self.passive), SCALE_FLOOR)
+        """Its residual's: the count itself from a crossing up, else 1 (absolute)."""
+        return abs(self.passive) if abs(self.passive) >= SCALE_FLOOR else 1.0
+
+    @property
+    def relative(self) -> bool:
+        return abs(self.passive) >= SCALE_FLOOR
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One family of residuals fitted: their mean, its standard error, and τ."""
+
+    bias: float
+    bias_se: float
+    spread: float
+    points: int
 
 
 @dataclass(frozen=True)
 class Calibration:
-    bias: float  # relative (on the scale): the gradient is passive + bias·s on average
-    bias_se: float
-    spread: float  # τ: the relative sd of the gradient about the calibrated passive
-    points: int
+    """Two families: a count of a crossing or more errs in proportion (a miscount grows with
+    the messages), one below it errs in absolute crossings (a link the paths say nothing
+    crosses still has the measurement's own second-order effects)."""
+
+    relative: Fit | None  # residuals / crossings, fitted where crossings ≥ SCALE_FLOOR
+    absolute: Fit | None  # residuals in crossings, fitted below it
     described: str  # where the points came from
 
+    @property
+    def points(self) -> int:
+        return sum(f.points for f in (self.relative, self.absolute) if f is not None)
+
     def describe(self) -> str:
-        return (f"{self.described}: bias {self.bias:+.1%} ± {Z95 * self.bias_se:.1%}, "
-                f"spread {self.spread:.1%}")
+        parts = []
+        if self.relative is not None:
+            r = self.relative
+            parts.append(f"bias {r.bias:+.1%} ± {Z95 * r.bias_se:.1%}, spread {r.spread:.1%}")
+        if self.absolute is not None:
+            a = self.absolute
+            parts.append(f"and {a.bias:+.3f} ± {Z95 * a.bias_se:.3f} crossings, spread "
+                         f"{a.spread:.3f}")
+        return f"{self.described}: {'; '.join(parts)}"
+
+    def error(self, crossings: float) -> tuple[float, float]:
+        """The bias and the sd of the gradient about a count: both families at once, the
+        relative one in proportion to the count and the absolute one beside it, so a count
+        of 0.99 and one of 1.01 are calibrated alike."""
+        shift, var = 0.0, 0.0
+        for fit, scale in ((self.relative, abs(crossings)), (self.absolute, 1.0)):
+            if fit is not None:
+                shift += fit.bias * scale
+                var += (fit.spread ** 2 + fit.bias_se ** 2) * scale ** 2
+        return shift, math.sqrt(var)
 
 
 @dataclass(frozen=True)
@@ -73,29 +113,39 @@ class Calibrated:
 
 def fit_calibration(points: Sequence[CalibrationPoint], described: str,
                     own: str | None = None) -> Calibration | None:
-    """The calibration for application `own` (its own points when it has MIN_POINTS, else
-    every application's, both levels); None with fewer than MIN_POINTS in all."""
+    """The calibration for application `own` (its own points in a family when it has
+    MIN_POINTS there, else every application's, both levels); None with too few points."""
+    relative = _fit_family([p for p in points if p.relative], own)
+    absolute = _fit_family([p for p in points if not p.relative], own)
+    if relative is None and absolute is None:
+        return None
+    said = [f"{what} from {x[1]}" for what, x in (("relative", relative),
+                                                  ("absolute", absolute)) if x is not None]
+    return Calibration(relative=relative[0] if relative else None,
+                       absolute=absolute[0] if absolute else None,
+                       described=f"{described} ({', '.join(said)})")
+
+
+def _fit_family(points: Sequence[CalibrationPoint], own: str | None
+                ) -> tuple[Fit, str] | None:
     groups: dict[str, list[CalibrationPoint]] = {}
     for p in points:
         groups.setdefault(p.group, []).append(p)
     if own is not None and len(groups.get(own, ())) >= MIN_POINTS:
-        fit = _random_effects(*_residuals(groups[own]))
-        return Calibration(bias=fit[0], bias_se=fit[1], spread=fit[2], points=len(groups[own]),
-                           described=f"{described}; its own {len(groups[own])} points")
+        n = len(groups[own])
+        return Fit(*_random_effects(*_residuals(groups[own])), points=n), "its own points"
     fitted = [(_random_effects(*_residuals(g)), len(g)) for g in groups.values()
               if len(g) >= MIN_POINTS]
     if not fitted:
         return None
     if len(fitted) == 1:  # one application: no spread between applications can be read
         (bias, bias_se, spread), n = fitted[0]
-        return Calibration(bias=bias, bias_se=bias_se, spread=spread, points=n,
-                           described=f"{described}; one application")
+        return Fit(bias, bias_se, spread, n), "one application"
     within2 = sum(n * tau ** 2 for (_, _, tau), n in fitted) / sum(n for _, n in fitted)
     bias, bias_se, between = _random_effects([f[0] for f, _ in fitted],
                                              [f[1] ** 2 for f, _ in fitted])
-    return Calibration(bias=bias, bias_se=bias_se, spread=math.sqrt(within2 + between ** 2),
-                       points=sum(n for _, n in fitted),
-                       described=f"{described}; {len(fitted)} applications")
+    return (Fit(bias, bias_se, math.sqrt(within2 + between ** 2), sum(n for _, n in fitted)),
+            f"{len(fitted)} applications")
 
 
 def _residuals(points: Sequence[CalibrationPoint]) -> tuple[list[float], list[float]]:
@@ -121,9 +171,7 @@ def _random_effects(d: Sequence[float], v: Sequence[float]) -> tuple[float, floa
 def calibrate(p: PassiveGradient, cal: Calibration) -> Calibrated:
     """The passive gradient as an estimate of the gradient: shifted by the bias, its count
     interval widened by the spread and the bias's own uncertainty."""
-    s = max(abs(p.estimate), SCALE_FLOOR)
-    shift = cal.bias * s
-    extra = math.sqrt(cal.spread ** 2 + cal.bias_se ** 2) * s
+    shift, extra = cal.error(p.estimate)
     lo, hi = p.ci95
     # the count interval's own width (its unseen share included), read as a normal one's
     se = math.hypot(max(p.se, (hi - lo) / (2 * Z95)), extra)
