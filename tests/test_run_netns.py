@@ -143,6 +143,21 @@ def test_run_measures_known_gradients_in_both_directions(testbed, tag, concurren
             name, top)
         assert top["crossings"].get("web->app1") == pytest.approx(1, abs=0.05), (name, top)
     assert (run_dir / "paths-trace.jsonl").stat().st_size > 0  # for `linkgrad paths --trace`
+    # the run ends with the answer: each transaction's gradient on app1<->db beside what its
+    # paths count there, a verdict (most agree: 150 of 154 did on the whole testbed graph),
+    # on the terminal with a next step, and in explain.json
+    explained = json.loads((run_dir / "explain.json").read_text())
+    rows = {(r["transaction"], r["pair"]): r for r in explained["rows"]}
+    pairs = ("app1->db", "db->app1")
+    for name, truth in EXPECTED.items():
+        for pair in pairs:
+            assert rows[(name, pair)]["crossings"] == pytest.approx(truth, abs=0.15), (
+                rows[(name, pair)])
+    verdicts = [rows[(name, pair)]["verdict"] for name in EXPECTED for pair in pairs]
+    assert verdicts.count("agree") >= 6, verdicts
+    assert rows[("ViewItem", "app1->web")]["verdict"] == "passive-only"  # not injected
+    assert "  link " in done.stderr
+    assert "\nnext: " in done.stderr
     page = (run_dir / "report.html").read_text()
     assert "SNAP: TCP classes per link" in page
     # series, the hosts' figure (the graph is one SVG, with every link of graph.json)
