@@ -30,7 +30,8 @@ from linkgrad.explain.calibration import Z95, CalibrationPoint, fit_calibration
 def run_points(app: str, run_dir: Path) -> list[CalibrationPoint]:
     files = load_run_files(run_dir)
     rows = explained_rows(files.measurements, files.graph, list(files.experiment.transactions),
-                          files.paths, files.snap, files.hosts, calibration=None)
+                          files.paths, files.snap, files.hosts, calibration=None,
+                          training=files.training)
     out = []
     for r in rows:
         if r.gradient is None or r.ci95 is None or r.passive is None:

@@ -94,8 +94,9 @@ def _evidence(**kw: object) -> LinkEvidence:
 
 
 def _direction(opened: int = 2, writes: float = 100, segments: float = 100,
-               write_bytes: float = 20_000) -> DirectionTraffic:
-    return DirectionTraffic("db", "app", opened, writes, write_bytes, segments)
+               write_bytes: float = 20_000, opened_passive: int | None = None
+               ) -> DirectionTraffic:
+    return DirectionTraffic("db", "app", opened, opened_passive, writes, write_bytes, segments)
 
 
 def test_replies_of_many_segments_are_named_as_several_round_trips():
@@ -110,22 +111,31 @@ def test_snap_window_limits_are_named_with_their_seconds():
     assert "receiver window 3.2 s" in causes[0].text
 
 
-def test_a_connection_per_request_is_named_and_a_pool_is_not():
-    per_request = causes_above(_evidence(traffic=(_direction(opened=900),
-                                                  _direction(opened=900))))
-    assert [c.kind for c in per_request] == ["handshake"]
-    assert "900 opened while 1000 requests" in per_request[0].text  # one per connection
-    assert causes_above(_evidence(traffic=(_direction(opened=8),))) == []
+def test_connections_the_delay_brought_are_named_and_a_habit_or_a_pool_is_not():
+    grown = causes_above(_evidence(traffic=(_direction(opened=900, opened_passive=20),
+                                            _direction(opened=900, opened_passive=20)),
+                                   passive_requests=1000))
+    assert [c.kind for c in grown] == ["handshake"]
+    assert "(0.90 while measured, 0.02 in the passive phase)" in grown[0].text
+    # a connection per request all along (PHP's MySQL): the paths counted those handshakes
+    habit = _evidence(traffic=(_direction(opened=900, opened_passive=880),),
+                      passive_requests=1000)
+    assert causes_above(habit) == []
+    assert causes_above(_evidence(traffic=(_direction(opened=8),))) == []  # a pool
 
 
 def test_losses_queues_and_busy_hosts_are_each_named():
     causes = causes_above(_evidence(
         snap={"fast_retransmit": 1.5, "app_limited": 50.0},
+        snap_passive={"fast_retransmit": 0.1, "app_limited": 50.0},
         trends=(Trend("delay", 1.0, 1.4, differ=True), Trend("load", 1.0, 0.9, differ=True),
                 Trend("load", 1.0, 1.6, differ=False)),
         hosts=(HostBusy("db", 0.95, None, None, None), HostBusy("app", 0.3, 0.9, 0.2, 0.1),
-               HostBusy("web", 0.3, 0.3, 0.2, 0.1))))
-    assert [c.kind for c in causes] == ["loss", "queue", "host", "host"]
+               HostBusy("web", 0.3, 0.3, 0.2, 0.1),
+               HostBusy("cache", 0.7, None, None, None, passive_cpu_busy=0.3))))
+    assert [c.kind for c in causes] == ["loss", "queue", "host", "host", "host"]
+    assert "machine CPU 70% against 30% passive" in causes[4].text
+    assert "2.9% of the link's connection-seconds while measured, 0.2%" in causes[0].text
     assert "grows with the delay (1.00 to 1.40)" in causes[1].text
     assert "db busy" in causes[2].text
     assert "machine CPU 95%" in causes[2].text
@@ -291,3 +301,11 @@ def test_the_clients_link_lies_outside_the_response_time_the_web_log_measures():
                       hops=(_hop("req", -1, "client->web"), _hop("call", 0, "web->app"),
                             _hop("ret", 1, "app->web"), _hop("reply", 2, "web->client")))
     assert logged_crossings(p) == {"web->app": 1.0, "app->web": 1.0}
+
+
+def test_rare_or_habitual_retransmissions_are_no_cause():
+    rare = _evidence(snap={"fast_retransmit": 0.3, "app_limited": 100.0})
+    habitual = _evidence(snap={"fast_retransmit": 3.0, "app_limited": 100.0},
+                         snap_passive={"fast_retransmit": 2.8, "app_limited": 100.0})
+    assert causes_above(rare) == []
+    assert causes_above(habitual) == []

@@ -27,7 +27,10 @@ def passive_window(hosts: HostsFile | None) -> tuple[float, float] | None:
 
 def link_evidence(m: LinkMeasurement, transaction: str, snap: SnapFile | None,
                   hosts: HostsFile | None, linear: Sequence[Linearity],
-                  patterns: Sequence[PatternResult]) -> LinkEvidence:
+                  patterns: Sequence[PatternResult],
+                  training: tuple[float, float] | None = None) -> LinkEvidence:
+    """`training`: the passive phase (plan.json's), beside which the measurement's traffic
+    is read."""
     t = m.transactions[transaction]
     trends = [Trend("delay", x.points[0].gradient, x.points[-1].gradient, differ=not x.linear)
               for x in linear if x.link == m.link.label and x.transaction == transaction]
@@ -38,23 +41,27 @@ def link_evidence(m: LinkMeasurement, transaction: str, snap: SnapFile | None,
                             differ=level.differ))
     return LinkEvidence(
         window_requests=sum(x.requests for x in m.transactions.values()),
+        passive_requests=sum(x.baseline_requests for x in m.transactions.values()),
         snap=dict((m.snap or {}).get("measurement", {})),
         snap_passive=dict((m.snap or {}).get("passive", {})),
-        traffic=_traffic(m, snap),
+        traffic=_traffic(m, snap, training),
         hosts=_hosts(m, hosts),
         trends=tuple(trends),
         branches=branches(patterns, m.link.paths_key),
         packets_delayed=m.packets_delayed)
 
 
-def _traffic(m: LinkMeasurement, snap: SnapFile | None) -> tuple[DirectionTraffic, ...]:
+def _traffic(m: LinkMeasurement, snap: SnapFile | None,
+             training: tuple[float, float] | None) -> tuple[DirectionTraffic, ...]:
     key = m.link.snap_key()
     if snap is None or key is None:
         return ()
     out = []
     for k in (key, LinkKey(key.dst_host, key.dst_port, key.src_host, key.src_port)):
         seen = link_traffic(snap.reports, snap.addresses, k, m.window)
-        out.append(DirectionTraffic(k.src_host, k.dst_host, seen.opened, seen.writes,
+        before = link_traffic(snap.reports, snap.addresses, k, training) if training else None
+        out.append(DirectionTraffic(k.src_host, k.dst_host, seen.opened,
+                                    before.opened if before else None, seen.writes,
                                     seen.write_bytes, seen.segments))
     return tuple(out)
 
@@ -68,7 +75,8 @@ def _hosts(m: LinkMeasurement, hosts: HostsFile | None) -> tuple[HostBusy, ...]:
         series = hosts.hosts.get(name) if hosts else None
         before = series.load_during(*window) if series and window else None
         out.append(HostBusy(name, load.cpu_busy, load.cgroup_cpu_cores,
-                            before.cgroup_cpu_cores if before else None, load.disk_busy))
+                            before.cgroup_cpu_cores if before else None, load.disk_busy,
+                            before.cpu_busy if before else None))
     return tuple(out)
 
 

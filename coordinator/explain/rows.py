@@ -48,7 +48,8 @@ def passive_of(paths: PathsResult | None, transaction: str,
 def explained_rows(measurements: Sequence[LinkMeasurement], graph: Sequence[MeasuredLink],
                    transactions: Sequence[str], paths: PathsResult | None,
                    snap: SnapFile | None, hosts: HostsFile | None,
-                   calibration: Calibration | None = None) -> list[Explained]:
+                   calibration: Calibration | None = None,
+                   training: tuple[float, float] | None = None) -> list[Explained]:
     """A row per transaction and link, the injected links first in the graph's order. A link
     measured at several delays is explained at its least (a gradient is a derivative)."""
     least: dict[str, LinkMeasurement] = {}
@@ -72,7 +73,7 @@ def explained_rows(measurements: Sequence[LinkMeasurement], graph: Sequence[Meas
                 rows.append(explain(name, link.label, link.paths_key, None, None, passive, None,
                                     tuple(t.notes) if t else (), calibration))
                 continue
-            evidence = link_evidence(m, name, snap, hosts, linear, patterns)
+            evidence = link_evidence(m, name, snap, hosts, linear, patterns, training)
             rows.append(explain(name, link.label, link.paths_key, t.gradient, t.ci95, passive,
                                 evidence, tuple(t.notes), calibration))
     return rows

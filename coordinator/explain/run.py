@@ -19,6 +19,7 @@ from coordinator.config.run_records import (
     ExperimentAsRun,
     LinkMeasurement,
     MeasuredLink,
+    PlanFile,
     RunJournal,
 )
 from coordinator.config.snap_file import SnapFile, read_snap
@@ -52,6 +53,7 @@ class RunFiles:
     snap: SnapFile | None
     hosts: HostsFile | None
     strategy: StrategyFile | None  # passive-first's choice (None: every link was injected)
+    training: tuple[float, float] | None  # the passive phase (plan.json's), Unix s
     unread: list[str]
 
 
@@ -69,7 +71,9 @@ def load_run_files(run_dir: Path) -> RunFiles:
         paths=_optional(run_dir / "paths.json", read_paths_file, unread),
         snap=_optional(run_dir, read_snap, unread),
         hosts=_optional(run_dir, read_hosts, unread),
-        strategy=_optional(run_dir / STRATEGY_FILE, _read_strategy, unread), unread=unread)
+        strategy=_optional(run_dir / STRATEGY_FILE, _read_strategy, unread),
+        training=plan.training if (plan := _optional(run_dir / "plan.json", _read_plan,
+                                                     unread)) else None, unread=unread)
 
 
 def explain_run(run_dir: Path, interrupted: str | None = None) -> Explanation:
@@ -78,7 +82,7 @@ def explain_run(run_dir: Path, interrupted: str | None = None) -> Explanation:
     f = load_run_files(run_dir)
     calibration = calibration_for(run_dir, f.experiment.app)
     explained = explained_rows(f.measurements, f.graph, list(f.experiment.transactions),
-                               f.paths, f.snap, f.hosts, calibration)
+                               f.paths, f.snap, f.hosts, calibration, f.training)
     by_label = {m.link.label: m for m in f.measurements}
     rows = [ExplainRow.of(e, *_measured_evidence(by_label.get(e.link), e.gradient))
             for e in explained]
@@ -102,6 +106,10 @@ def _optional(path: Path, read: Callable[[Path], T], unread: list[str]) -> T | N
     except InputError as e:
         unread.append(str(e))
         return None
+
+
+def _read_plan(path: Path) -> PlanFile:
+    return read_record(path, PlanFile, "the square wave's plan")
 
 
 def _read_strategy(path: Path) -> StrategyFile:

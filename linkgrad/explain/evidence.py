@@ -16,6 +16,7 @@ class DirectionTraffic:
     src_host: str
     dst_host: str
     opened: int  # connections first seen in the window
+    opened_passive: int | None  # the same in the passive phase (None: not known)
     writes: float
     write_bytes: float
     segments: float  # data segments sent
@@ -39,6 +40,7 @@ class HostBusy:
     own_cores: float | None  # the host's cgroup's
     passive_own_cores: float | None
     disk_busy: float | None
+    passive_cpu_busy: float | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Branches:
 @dataclass(frozen=True)
 class LinkEvidence:
     window_requests: int  # every transaction's requests in the measurement window
+    passive_requests: int = 0  # and in the passive phase (0: not known)
     snap: dict[str, float] = field(default_factory=dict)  # class -> seconds, measurement
     snap_passive: dict[str, float] = field(default_factory=dict)  # the same, passive phase
     traffic: tuple[DirectionTraffic, ...] = ()  # the link's two directions

@@ -17,9 +17,10 @@ from typing import Literal
 from linkgrad.explain.evidence import HostBusy, LinkEvidence
 from linkgrad.explain.passive import PassiveGradient
 
-__all__ = ["AGREE_WITHIN", "DELAYED_ACK_GROWTH", "DELAYED_ACK_SHARE", "HOST_SATURATED",
-           "INITIAL_WINDOW_SEGMENTS", "NEW_CONNECTION_PER_REQUEST", "OFF_CRITICAL",
-           "OWN_CPU_GROWTH", "Cause", "Verdict", "causes_above", "causes_below", "judge"]
+__all__ = ["AGREE_WITHIN", "DELAYED_ACK_SHARE", "GROWTH", "HOST_SATURATED",
+           "INITIAL_WINDOW_SEGMENTS", "LOSS", "LOSS_SHARE", "MACHINE_CPU_GROWTH",
+           "NEW_CONNECTION_PER_REQUEST", "OFF_CRITICAL", "OWN_CPU_GROWTH", "Cause", "Verdict",
+           "causes_above", "causes_below", "judge"]
 
 Verdict = Literal["agree", "above", "below", "passive-only", "active-only"]
 
@@ -27,11 +28,14 @@ Verdict = Literal["agree", "above", "below", "passive-only", "active-only"]
 # (second-order effects of the delay itself, tests/test_run_netns.py).
 AGREE_WITHIN = 0.1
 INITIAL_WINDOW_SEGMENTS = 10  # Linux's initial congestion window (RFC 6928)
-NEW_CONNECTION_PER_REQUEST = 0.5  # connections opened per crossing request, at least
+NEW_CONNECTION_PER_REQUEST = 0.5  # connections opened per request measured, at least
 DELAYED_ACK_SHARE = 0.1  # of the link's connection-seconds
-DELAYED_ACK_GROWTH = 1.5  # times the passive phase's share: the delay brought them
+GROWTH = 1.5  # times the passive phase's share: the delay brought them
+LOSS = ("fast_retransmit", "timeout")
+LOSS_SHARE = 0.01  # of the link's connection-seconds
 HOST_SATURATED = 0.9  # machine CPU or disk busy share
 OWN_CPU_GROWTH = (1.5, 0.25)  # own cores grew this many times and by this many cores
+MACHINE_CPU_GROWTH = 0.2  # the machine's busy share grew this much (and 1.5 times)
 OFF_CRITICAL = 0.9  # a link's crossings on the critical path less often than this
 
 
@@ -73,16 +77,15 @@ def causes_above(e: LinkEvidence) -> list[Cause]:
                            "trips (" + "; ".join(x for x in (sizes and f"per write {sizes}",
                                                             limits and f"SNAP {limits}")
                                                  if x) + ")"))
-    if e.window_requests:
-        opened = max((d.opened for d in e.traffic), default=0)  # each end sees it
-        if opened / e.window_requests >= NEW_CONNECTION_PER_REQUEST:
-            found.append(Cause("handshake", f"a new connection per request ({opened} opened "
-                               f"while {e.window_requests} requests were measured): each "
-                               "handshake crosses the link"))
-    loss = {k: e.snap.get(k, 0.0) for k in ("fast_retransmit", "timeout")}
-    if any(loss.values()):
-        found.append(Cause("loss", "retransmissions cost round trips (SNAP " + ", ".join(
-            f"{k.replace('_', ' ')} {s:.1f} s" for k, s in loss.items() if s) + ")"))
+    # the paths count the set-ups they saw, and SNAP's classes the passive phase had: only
+    # what the delay brought is an excess (a pool that opens connections as latency grows)
+    if (found_handshake := _handshakes(e)) is not None:
+        found.append(found_handshake)
+    loss, loss_before = _share(e.snap, LOSS), _share(e.snap_passive, LOSS)
+    if loss >= LOSS_SHARE and _grew(loss, loss_before, bool(e.snap_passive)):
+        found.append(Cause("loss", f"retransmissions cost round trips (SNAP: fast "
+                           f"retransmit or timeout {loss:.1%} of the link's connection-seconds "
+                           f"while measured, {loss_before:.1%} in the passive phase)"))
     for t in e.trends:
         if t.differ and t.high > t.low:
             found.append(Cause("queue", f"a queue or lock behind the link: the gradient grows "
@@ -90,10 +93,9 @@ def causes_above(e: LinkEvidence) -> list[Cause]:
     for h in e.hosts:
         if (why := _busy(h)) is not None:
             found.append(Cause("host", f"{h.host} busy during the measurement ({why})"))
-    share, before = _delayed_share(e.snap), _delayed_share(e.snap_passive)
+    share, before = _share(e.snap, ("delayed_ack",)), _share(e.snap_passive, ("delayed_ack",))
     # delayed ACKs common without the delay too are the application's habit, not the excess
-    if share >= DELAYED_ACK_SHARE and (not e.snap_passive or share >= DELAYED_ACK_GROWTH
-                                       * before):
+    if share >= DELAYED_ACK_SHARE and _grew(share, before, bool(e.snap_passive)):
         found.append(Cause("nagle", f"delayed ACKs with Nagle hold small writes for an ACK "
                            f"(SNAP: {share:.0%} of the link's connection-seconds while "
                            f"measured, {before:.0%} in the passive phase)"))
@@ -117,17 +119,44 @@ def causes_below(e: LinkEvidence) -> list[Cause]:
     return found
 
 
-def _delayed_share(seconds: dict[str, float]) -> float:
+def _share(seconds: dict[str, float], classes: tuple[str, ...]) -> float:
+    """The classes' share of the link's connection-seconds (each class counted apart, as SNAP
+    sums them)."""
     total = sum(seconds.values())
-    return seconds.get("delayed_ack", 0.0) / total if total > 0 else 0.0
+    return sum(seconds.get(c, 0.0) for c in classes) / total if total > 0 else 0.0
+
+
+def _grew(now: float, before: float, known: bool) -> bool:
+    """More while measured than in the passive phase by GROWTH (or no passive phase seen)."""
+    return not known or now >= GROWTH * before
+
+
+def _handshakes(e: LinkEvidence) -> Cause | None:
+    if not e.window_requests:
+        return None
+    opened = max((d.opened for d in e.traffic), default=0)  # each end sees it
+    now = opened / e.window_requests
+    before_counts = [d.opened_passive for d in e.traffic if d.opened_passive is not None]
+    known = bool(before_counts) and e.passive_requests > 0
+    before = max(before_counts) / e.passive_requests if known else 0.0
+    if now < NEW_CONNECTION_PER_REQUEST or not _grew(now, before, known):
+        return None
+    return Cause("handshake", f"new connections per request grew with the delay ({now:.2f} "
+                 f"while measured, {before:.2f} in the passive phase): each handshake adds "
+                 "round trips the paths did not count")
 
 
 def _busy(h: HostBusy) -> str | None:
     if h.cpu_busy is not None and h.cpu_busy >= HOST_SATURATED:
         return f"machine CPU {h.cpu_busy:.0%}"
+    times, plus = OWN_CPU_GROWTH
+    if (h.cpu_busy is not None and h.passive_cpu_busy is not None
+            and h.cpu_busy >= times * h.passive_cpu_busy
+            and h.cpu_busy - h.passive_cpu_busy >= MACHINE_CPU_GROWTH):
+        return (f"machine CPU {h.cpu_busy:.0%} against {h.passive_cpu_busy:.0%} passive: "
+                "other work ran")
     if h.disk_busy is not None and h.disk_busy >= HOST_SATURATED:
         return f"disk {h.disk_busy:.0%} busy"
-    times, plus = OWN_CPU_GROWTH
     if (h.own_cores is not None and h.passive_own_cores is not None
             and h.own_cores >= times * h.passive_own_cores
             and h.own_cores - h.passive_own_cores >= plus):
