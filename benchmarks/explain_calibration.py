@@ -22,9 +22,15 @@ from pathlib import Path
 
 from benchmarks.results_md import update_section
 from coordinator.explain.calibration_points import SHIPPED
-from coordinator.explain.rows import explained_rows
-from coordinator.explain.run import load_run_files
-from linkgrad.explain.calibration import Z95, CalibrationPoint, fit_calibration
+from coordinator.explain.rows import explained_rows, least_delay
+from coordinator.explain.run import RunFiles, load_run_files
+from linkgrad.explain.calibration import Z95, CalibrationPoint, fit_calibration, measured_se
+
+
+def dof_of(files: RunFiles, link: str, transaction: str) -> int | None:
+    m = least_delay(files.measurements).get(link)
+    t = m.transactions.get(transaction) if m else None
+    return t.dof if t else None
 
 
 def run_points(app: str, run_dir: Path) -> list[CalibrationPoint]:
@@ -39,8 +45,9 @@ def run_points(app: str, run_dir: Path) -> list[CalibrationPoint]:
         out.append(CalibrationPoint(
             passive=round(r.passive.estimate, 4),
             passive_se=round((r.passive.ci95[1] - r.passive.ci95[0]) / (2 * Z95), 5),
-            gradient=r.gradient, gradient_se=round((r.ci95[1] - r.ci95[0]) / (2 * Z95), 5),
-            source=f"{run_dir.name} {r.transaction} {r.pair}", group=app))
+            gradient=r.gradient,
+            gradient_se=round(measured_se(r.ci95, dof_of(files, r.link, r.transaction)), 5),
+            source=f"{run_dir.name} {r.transaction} {r.pair}", group=app, run=run_dir.name))
     return out
 
 

@@ -84,7 +84,7 @@ def test_a_link_no_path_crosses_is_calibrated_in_absolute_crossings_not_shifted_
     points += [CalibrationPoint(0.0, 0.0, 0.003 * (-1) ** i, 0.01, f"z{i}") for i in range(60)]
     cal = fit_calibration(points, "sim")
     assert cal is not None
-    zero = calibrate(PassiveGradient(0.0, (0.0, 0.0), 0.0, 500, 0, 0.0), cal)
+    zero = calibrate(PassiveGradient(0.0, (0.0, 0.0), 0.0, 500, 0), cal)
     assert abs(zero.estimate) < 0.01  # not 0.10 of a scale of 1
     assert zero.ci95[1] - zero.ci95[0] < 0.05
 
@@ -103,14 +103,40 @@ def test_the_calibrated_passive_gradient_is_shifted_and_wider_than_its_count():
         (cal.relative.spread ** 2 + cal.relative.bias_se ** 2) * 40 ** 2
         + cal.absolute.spread ** 2 + cal.absolute.bias_se ** 2))
     assert c.estimate == pytest.approx(40 + shift)
-    assert c.ci95[1] - c.ci95[0] == pytest.approx(count.ci95[1] - count.ci95[0]
-                                                  + 2 * 1.959964 * sd)
+    assert c.ci95 == pytest.approx((count.ci95[0] + shift - 1.959964 * sd,
+                                    count.ci95[1] + shift + 1.959964 * sd))
+    assert c.se == pytest.approx((c.ci95[1] - c.ci95[0]) / (2 * 1.959964))  # one reading
     # continuous across the families' boundary: a count of 0.49 and one of 0.51 alike
     assert cal.error(0.49)[1] == pytest.approx(cal.error(0.51)[1], rel=0.1)
 
 
+def test_rows_of_one_run_moving_together_widen_the_bias_not_the_spread():
+    rng = np.random.default_rng(5)
+    points = []
+    for run in range(4):  # each run's rows share an offset: 40 rows are 4 pieces of evidence
+        offset = 0.05 * rng.standard_normal()
+        points += [CalibrationPoint(2.0, 0.0, 2.0 * (1 + offset + 0.01 * rng.standard_normal()),
+                                    0.02, f"r{run} t{i}", "app", f"r{run}") for i in range(40)]
+    alone = [CalibrationPoint(p.passive, p.passive_se, p.gradient, p.gradient_se, p.source,
+                              p.group) for p in points]  # the runs not said
+    clustered = fit_calibration(points, "sim")
+    naive = fit_calibration(alone, "sim")
+    assert clustered is not None
+    assert naive is not None
+    assert clustered.relative is not None
+    assert naive.relative is not None
+    assert clustered.relative.bias_se > 2 * naive.relative.bias_se
+
+
+def test_the_measurements_se_is_read_with_its_t_quantile():
+    from linkgrad.explain.calibration import measured_se
+
+    assert measured_se((0.0, 2 * 2.570582), 5) == pytest.approx(1.0, rel=1e-5)
+    assert measured_se((0.0, 2 * 1.959964), None) == pytest.approx(1.0, rel=1e-5)
+
+
 def test_combining_weighs_each_half_by_its_precision():
-    prior = calibrate(PassiveGradient(2.0, (2.0, 2.0), 0.0, 1000, 0, 0.0),
+    prior = calibrate(PassiveGradient(2.0, (2.0, 2.0), 0.0, 1000, 0),
                       fit_calibration(_points(0.0, 0.05, 0.01, 200), "sim"))
     wide = combine(2.6, (1.4, 3.8), prior)  # a measurement of ±1.2 hardly moves it
     assert wide.estimate == pytest.approx(prior.estimate, abs=0.02)
@@ -176,3 +202,15 @@ def test_a_question_moving_a_host_injects_its_links_and_no_calibration_injects_a
 def test_rare_patterns_are_not_mixed_paths():
     rare = _facts("app->db", 2.0, patterns={"t": [(0.97, 2.0), (0.03, 1.0)]})
     assert not choose_links([rare], [], calibrated=True)[0].inject
+
+
+def test_the_clients_link_stays_passive_and_one_habit_of_many_queries_is_not_mixed():
+    client = LinkFacts(label="client->web", pair="client->web", hosts=("client", "web"),
+                       traced=True, crossings={"t": None}, outside=True)
+    wiki = _facts("web->db", 42.0, patterns={"t": [(0.84, 42.0), (0.07, 41.0)]})
+    chosen = {c.label: c for c in choose_links([client, wiki], [], calibrated=True)}
+    assert not chosen["client->web"].inject
+    assert "outside the response time" in chosen["client->web"].reasons[0]
+    assert not chosen["web->db"].inject
+    moved = choose_links([client], [frozenset({"client"})], calibrated=True)
+    assert moved[0].inject  # a question moving it still asks for it

@@ -8,10 +8,10 @@ import pytest
 
 from coordinator.cli.explain_text import explanation_lines, link_names
 from coordinator.explain.answer import ExplainRow, Explanation, RunSummary
-from coordinator.explain.evidence import branches
 from linkgrad.explain.evidence import Branches, DirectionTraffic, HostBusy, LinkEvidence, Trend
 from linkgrad.explain.explained import explain
 from linkgrad.explain.passive import PatternCrossings, passive_gradient
+from linkgrad.explain.paths_view import branches
 from linkgrad.explain.verdict import AGREE_WITHIN, causes_above, causes_below, judge
 from linkgrad.paths.result import HopResult, PatternResult
 from linkgrad.snap.evidence import LinkKey
@@ -105,10 +105,15 @@ def test_replies_of_many_segments_are_named_as_several_round_trips():
     assert "40 kB (30 segments)" in causes[0].text
 
 
-def test_snap_window_limits_are_named_with_their_seconds():
-    causes = causes_above(_evidence(snap={"receiver_window": 3.2, "app_limited": 100.0}))
+def test_snap_window_limits_the_delay_brought_are_named_with_their_share():
+    causes = causes_above(_evidence(snap={"receiver_window": 3.2, "app_limited": 96.8},
+                                    snap_passive={"app_limited": 100.0}))
     assert [c.kind for c in causes] == ["window"]
-    assert "receiver window 3.2 s" in causes[0].text
+    assert "receiver window or send buffer 3.2% of the link's connection-seconds while " \
+        "measured, 0.0% in the passive phase" in causes[0].text
+    assert causes_above(_evidence(snap={"receiver_window": 0.3, "app_limited": 99.7})) == []
+    assert causes_above(_evidence(snap={"send_buffer": 3.0, "app_limited": 97.0},
+                                  snap_passive={"send_buffer": 2.9, "app_limited": 97.0})) == []
 
 
 def test_connections_the_delay_brought_are_named_and_a_habit_or_a_pool_is_not():
@@ -154,6 +159,13 @@ def test_delayed_acks_are_named_only_when_the_delay_brought_them():
                                   snap_passive={"delayed_ack": 45.0, "app_limited": 55.0})) == []
 
 
+def test_a_wide_measurement_adds_chance_to_its_causes():
+    passive = passive_gradient([_p(1000, a_b=1.0)], "a->b")
+    row = explain("t", "tcp a:0 -> b:80", "a->b", 2.0, (1.8, 2.2), passive, _evidence(),
+                  notes=("wider than wanted: ±0.2 against ±0.1",))
+    assert [c.kind for c in row.causes] == ["unexplained", "noise"]
+
+
 def test_below_names_parallel_branches_asynchronous_calls_and_a_silent_injector():
     par = causes_below(_evidence(branches=Branches(100, 0.6, ("app->cache",))))
     assert [c.kind for c in par] == ["parallel"]
@@ -163,6 +175,8 @@ def test_below_names_parallel_branches_asynchronous_calls_and_a_silent_injector(
     assert "30%" in asy[0].text
     assert [c.kind for c in causes_below(_evidence(packets_delayed=0))] == ["injection"]
     assert causes_below(_evidence(branches=Branches(100, 1.0, ()))) == []
+    # nearly always critical: a sibling hides none of its delay
+    assert causes_below(_evidence(branches=Branches(100, 0.95, ("web->client",)))) == []
 
 
 def test_a_difference_no_evidence_accounts_for_is_unexplained():
@@ -263,6 +277,7 @@ def _row(transaction: str, link: str, pair: str, gradient: float | None,
          **kw: object) -> ExplainRow:
     return ExplainRow(transaction=transaction, link=link, pair=pair, gradient=gradient,
                       ci95=None if gradient is None else (gradient - 10.5, gradient + 10.5),
+                      gradient_se=None if gradient is None else 5.36,
                       passive_gradient=kw.get("passive", 41.8), passive_ci95=(40.1, 43.9),
                       crossings=41.8, crossings_ci95=(40.1, 43.9), combined=None,
                       combined_ci95=None, passive_requests=500, snap=None, hosts=None,
@@ -293,7 +308,7 @@ def test_the_table_fits_80_columns_with_long_links_large_numbers_and_notes():
 
 
 def test_the_clients_link_lies_outside_the_response_time_the_web_log_measures():
-    from coordinator.explain.rows import logged_crossings
+    from linkgrad.explain.paths_view import logged_crossings
 
     p = PatternResult(key="k", count=10, score=10.0, max_probability=1.0, response_s=None,
                       crossings={"client->web": 1.0, "web->client": 1.0, "web->app": 1.0,

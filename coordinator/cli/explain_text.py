@@ -41,7 +41,8 @@ def explanation_lines(e: Explanation, width: int = WIDTH) -> list[str]:
         if r.transaction != current:
             current = r.transaction
             traced = e.summary.traced_requests.get(current)
-            lines.append(current + (f" ({traced} requests traced)" if traced else ""))
+            lines += _wrap(current + (f" ({traced} requests traced)" if traced else ""),
+                           width, "")
         if stacked:
             lines.append(f"  {names[r.link]}")
         lines.append(f"  {'' if stacked else names[r.link]:<{link_w}}  {measured:<{value_w}}  "

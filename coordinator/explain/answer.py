@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from linkgrad.explain.calibration import measured_se
 from linkgrad.explain.explained import Explained
 from linkgrad.hostprobe.load import HostLoad
 
@@ -26,6 +27,7 @@ class ExplainRow(_Model):
     pair: str  # its host pair, as the paths count crossings
     gradient: float | None  # None: not injected, or its requests gave none
     ci95: tuple[float, float] | None
+    gradient_se: float | None  # read off ci95 with its degrees of freedom
     # the passive gradient as an estimate of the gradient: the crossings calibrated (the
     # crossings alone where no calibration is at hand); None: no causal paths for it
     passive_gradient: float | None
@@ -44,11 +46,12 @@ class ExplainRow(_Model):
 
     @classmethod
     def of(cls, e: Explained, snap: dict[str, float] | None,
-           hosts: dict[str, HostLoad] | None) -> ExplainRow:
+           hosts: dict[str, HostLoad] | None, dof: int | None = None) -> ExplainRow:
         p, c = e.passive, e.calibrated
         as_estimate = (c.estimate, c.ci95) if c else (p.estimate, p.ci95) if p else None
         return cls(transaction=e.transaction, link=e.link, pair=e.pair,
                    gradient=e.gradient, ci95=e.ci95,
+                   gradient_se=_round(measured_se(e.ci95, dof)) if e.ci95 else None,
                    passive_gradient=_round(as_estimate[0]) if as_estimate else None,
                    passive_ci95=_interval(as_estimate[1]) if as_estimate else None,
                    crossings=_round(p.estimate) if p else None,

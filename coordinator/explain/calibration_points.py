@@ -26,6 +26,7 @@ class _Point(BaseModel):
     gradient_se: float
     source: str
     group: str  # the application
+    run: str  # its run directory's name
 
 
 class ShippedPoints(BaseModel):
@@ -41,6 +42,7 @@ class _Row(BaseModel):  # the fields of an explain.json row a point needs
     pair: str
     gradient: float | None = None
     ci95: tuple[float, float] | None = None
+    gradient_se: float | None = None  # older files: read off ci95 as a normal interval
     crossings: float | None = None
     crossings_ci95: tuple[float, float] | None = None
 
@@ -60,15 +62,18 @@ def points_of_rows(rows: Iterable[dict], source: str, group: str) -> list[Calibr
             continue
         out.append(CalibrationPoint(
             passive=r.crossings, passive_se=_se(r.crossings_ci95), gradient=r.gradient,
-            gradient_se=_se(r.ci95), source=f"{source} {r.transaction} {r.pair}",
-            group=group))
+            gradient_se=r.gradient_se if r.gradient_se is not None else _se(r.ci95),
+            source=f"{source} {r.transaction} {r.pair}", group=group, run=source))
     return out
 
 
-def calibration_for(run_dir: Path, experiment: str) -> Calibration | None:
-    """The shipped points and those of the runs beside `run_dir` (not its own: a row would
-    be its own prior), fitted for the application `experiment` names (its own runs' points
-    when there are enough); a neighbour that cannot be read is left out and counted."""
+def calibration_for(run_dir: Path, application: str, before: float | None = None
+                    ) -> Calibration | None:
+    """The shipped points and those of the runs beside `run_dir` that started before it
+    (`before`, Unix s: not itself, a row would be its own prior; nor a later run, so two runs
+    are never each other's and a run's explanation stays what it was), fitted for
+    `application` (its own runs' points when there are enough); a neighbour that cannot be
+    read is left out and counted."""
     shipped = shipped_points()
     points = [CalibrationPoint(**p.model_dump()) for p in shipped.points]
     made_from = {run.partition("=")[2] for run in shipped.runs}
@@ -77,6 +82,9 @@ def calibration_for(run_dir: Path, experiment: str) -> Calibration | None:
         if other.name in made_from:  # the shipped points' own runs: counted once
             continue
         try:
+            started = json.loads((other / "run.json").read_text())["started"]
+            if before is not None and not started < before:
+                continue
             data = json.loads((other / "explain.json").read_text())
             summary = data["summary"]
             found = points_of_rows(data["rows"], other.name,
@@ -91,7 +99,7 @@ def calibration_for(run_dir: Path, experiment: str) -> Calibration | None:
         described += f" and {len(mine)} points from {runs} of your runs in {run_dir.parent}"
     if unread:
         described += f" ({unread} unreadable explain.json left out)"
-    return fit_calibration([*points, *mine], described, own=experiment)
+    return fit_calibration([*points, *mine], described, own=application)
 
 
 def _neighbours(run_dir: Path) -> list[Path]:

@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from coordinator.config.run_records import MeasuredLink
-from coordinator.explain.rows import logged_crossings, passive_of
+from coordinator.explain.rows import passive_of
+from linkgrad.explain.paths_view import logged_crossings, root_pairs
 from linkgrad.explain.strategy import LinkChoice, LinkFacts, choose_links
 from linkgrad.paths.result import PathsResult
 from linkgrad.snap.evidence import Report, link_classes
@@ -49,13 +50,16 @@ def link_facts(links: Sequence[MeasuredLink], transactions: Sequence[str],
             if total:
                 patterns[t] = [(p.count / total, logged_crossings(p).get(link.paths_key, 0.0))
                                for p in kept]
+        roots = {pair for t in transactions for p in (
+            paths.transactions.get(t, ()) if paths else ()) for pair in root_pairs(p)}
         key = link.snap_key()
         snap = link_classes(reports, addresses, key, window) if key else {}
         out.append(LinkFacts(label=link.label, pair=link.paths_key,
                              hosts=(link.src_host, link.dst_host),
                              traced=paths is not None and (paths.traced_hosts is None or {
                                  link.src_host, link.dst_host} <= traced),
-                             crossings=crossings, patterns=patterns, snap=snap))
+                             crossings=crossings, patterns=patterns, snap=snap,
+                             outside=link.paths_key in roots))
     return out
 
 

@@ -8,13 +8,14 @@ from collections.abc import Sequence
 from coordinator.config.hosts_file import HostsFile
 from coordinator.config.run_records import LinkMeasurement
 from coordinator.config.snap_file import SnapFile
-from linkgrad.explain.evidence import Branches, DirectionTraffic, HostBusy, LinkEvidence, Trend
+from linkgrad.explain.evidence import DirectionTraffic, HostBusy, LinkEvidence, Trend
+from linkgrad.explain.paths_view import branches
 from linkgrad.linearity import Linearity
 from linkgrad.paths.result import PatternResult
 from linkgrad.snap.evidence import LinkKey
 from linkgrad.snap.traffic import link_traffic
 
-__all__ = ["branches", "link_evidence", "passive_window"]
+__all__ = ["link_evidence", "passive_window"]
 
 
 def passive_window(hosts: HostsFile | None) -> tuple[float, float] | None:
@@ -78,28 +79,3 @@ def _hosts(m: LinkMeasurement, hosts: HostsFile | None) -> tuple[HostBusy, ...]:
                             before.cgroup_cpu_cores if before else None, load.disk_busy,
                             before.cpu_busy if before else None))
     return tuple(out)
-
-
-def branches(patterns: Sequence[PatternResult], pair: str) -> Branches | None:
-    """How the transaction's patterns send `pair`'s messages: the requests that cross it,
-    the share of its crossings on the critical path, and the messages a parent sends beside
-    one of its (WAP5 links a message to the one its sender last received: siblings leave
-    together, in parallel or without waiting)."""
-    crossing = 0
-    weight = critical = 0.0
-    parallel: set[str] = set()
-    for p in patterns:
-        mine = [i for i, h in enumerate(p.hops) if h.link == pair]
-        if not mine:
-            continue
-        crossing += p.count
-        for i in mine:
-            weight += p.count
-            critical += p.count * p.hops[i].critical
-            parent = p.hops[i].parent
-            parallel |= {h.link for j, h in enumerate(p.hops)
-                         if j != i and parent >= 0 and h.parent == parent and h.link != pair}
-    if not crossing:
-        return None
-    return Branches(crossing_requests=crossing, critical_share=critical / weight,
-                    parallel=tuple(sorted(parallel)))

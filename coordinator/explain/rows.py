@@ -14,21 +14,10 @@ from coordinator.explain.evidence import link_evidence
 from linkgrad.explain.calibration import Calibration
 from linkgrad.explain.explained import Explained, explain
 from linkgrad.explain.passive import PassiveGradient, PatternCrossings, passive_gradient
-from linkgrad.paths.result import PathsResult, PatternResult
+from linkgrad.explain.paths_view import logged_crossings
+from linkgrad.paths.result import PathsResult
 
-__all__ = ["explained_rows", "logged_crossings", "passive_of"]
-
-
-def logged_crossings(p: PatternResult) -> dict[str, float]:
-    """The pattern's crossings inside the response time the web log measures: the front end
-    logs from the request's arrival to the reply's last write, so the root's link (the
-    client's request) and its reverse (the reply) lie outside it; a reply larger than the
-    socket's buffers waits on the client's ACKs inside it all the same, a cause of `above`."""
-    if not p.hops:
-        return dict(p.crossings)
-    src, _, dst = p.hops[0].link.partition("->")
-    outside = {f"{src}->{dst}", f"{dst}->{src}"}
-    return {pair: c for pair, c in p.crossings.items() if pair not in outside}
+__all__ = ["explained_rows", "least_delay", "passive_of"]
 
 
 def passive_of(paths: PathsResult | None, transaction: str,
@@ -41,8 +30,22 @@ def passive_of(paths: PathsResult | None, transaction: str,
     if traced is not None and not {link.src_host, link.dst_host} <= set(traced):
         return None
     patterns = paths.transactions.get(transaction, ())
+    # the unplaced requests may take any pattern of the trace, not only the kept ones
+    most = max((logged_crossings(p).get(link.paths_key, 0.0) for p in paths.patterns),
+               default=0.0)
     return passive_gradient([PatternCrossings(p.count, logged_crossings(p)) for p in patterns],
-                            link.paths_key, paths.transaction_requests.get(transaction))
+                            link.paths_key, paths.transaction_requests.get(transaction), most)
+
+
+def least_delay(measurements: Sequence[LinkMeasurement]) -> dict[str, LinkMeasurement]:
+    """Per link, its measurement at the least delay (a gradient is a derivative), which the
+    row's gradient, SNAP classes and hosts' load all come from."""
+    least: dict[str, LinkMeasurement] = {}
+    for m in measurements:
+        held = least.get(m.link.label)
+        if held is None or m.record.magnitude_ms < held.record.magnitude_ms:
+            least[m.link.label] = m
+    return least
 
 
 def explained_rows(measurements: Sequence[LinkMeasurement], graph: Sequence[MeasuredLink],
@@ -52,12 +55,11 @@ def explained_rows(measurements: Sequence[LinkMeasurement], graph: Sequence[Meas
                    training: tuple[float, float] | None = None) -> list[Explained]:
     """A row per transaction and link, the injected links first in the graph's order. A link
     measured at several delays is explained at its least (a gradient is a derivative)."""
-    least: dict[str, LinkMeasurement] = {}
-    for m in measurements:
-        held = least.get(m.link.label)
-        if held is None or m.record.magnitude_ms < held.record.magnitude_ms:
-            least[m.link.label] = m
+    least = least_delay(measurements)
     linear = linearity_of(list(measurements))
+    # a transaction the gradients name that the experiment no longer does still has rows
+    transactions = list(dict.fromkeys([*transactions, *(
+        n for m in least.values() for n in m.transactions)]))
     links = [*(m.link for m in least.values()),
              *(g for g in graph if g.label not in least)]
     rows = []
@@ -67,7 +69,7 @@ def explained_rows(measurements: Sequence[LinkMeasurement], graph: Sequence[Meas
             passive = passive_of(paths, name, link)
             m = least.get(link.label)
             t = m.transactions.get(name) if m else None
-            if m is None and passive is None:
+            if (t is None or t.gradient is None) and passive is None:
                 continue  # neither side says anything of it
             if m is None or t is None or t.gradient is None:
                 rows.append(explain(name, link.label, link.paths_key, None, None, passive, None,
@@ -75,5 +77,5 @@ def explained_rows(measurements: Sequence[LinkMeasurement], graph: Sequence[Meas
                 continue
             evidence = link_evidence(m, name, snap, hosts, linear, patterns, training)
             rows.append(explain(name, link.label, link.paths_key, t.gradient, t.ci95, passive,
-                                evidence, tuple(t.notes), calibration))
+                                evidence, tuple(t.notes), calibration, t.dof))
     return rows

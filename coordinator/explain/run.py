@@ -3,7 +3,6 @@ its journal), each (transaction, link) explained, and the summary a person reads
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from coordinator.config.snap_file import SnapFile, read_snap
 from coordinator.explain.answer import ExplainRow, Explanation, RunSummary
 from coordinator.explain.calibration_points import calibration_for
 from coordinator.explain.choice import STRATEGY_FILE, StrategyFile
-from coordinator.explain.rows import explained_rows
+from coordinator.explain.rows import explained_rows, least_delay
 from linkgrad.errors import InputError
 from linkgrad.explain.explained import Explained
 from linkgrad.hostprobe.load import HostLoad
@@ -80,12 +79,12 @@ def explain_run(run_dir: Path, interrupted: str | None = None) -> Explanation:
     """`run_dir` explained; `interrupted`: why a journal that says running is not. The
     passive side is calibrated by the shipped points and the runs beside this one."""
     f = load_run_files(run_dir)
-    calibration = calibration_for(run_dir, f.experiment.app)
+    calibration = calibration_for(run_dir, f.experiment.app, f.journal.started)
     explained = explained_rows(f.measurements, f.graph, list(f.experiment.transactions),
                                f.paths, f.snap, f.hosts, calibration, f.training)
-    by_label = {m.link.label: m for m in f.measurements}
-    rows = [ExplainRow.of(e, *_measured_evidence(by_label.get(e.link), e.gradient))
-            for e in explained]
+    by_label = least_delay(f.measurements)
+    rows = [ExplainRow.of(e, *_measured_evidence(by_label.get(e.link), e.gradient),
+                          _dof(by_label.get(e.link), e.transaction)) for e in explained]
     summary = _summary(run_dir, f, interrupted, explained)
     return Explanation(summary=summary.model_copy(update={
         "calibration": calibration.describe() if calibration else None}), rows=rows)
@@ -123,6 +122,11 @@ def _read_graph(path: Path) -> list[MeasuredLink]:
         raise InputError(problems_of(e, str(path))) from e
 
 
+def _dof(m: LinkMeasurement | None, transaction: str) -> int | None:
+    t = m.transactions.get(transaction) if m else None
+    return t.dof if t else None
+
+
 def _measured_evidence(m: LinkMeasurement | None, gradient: float | None
                        ) -> tuple[dict[str, float] | None, dict[str, HostLoad] | None]:
     if m is None or gradient is None:
@@ -135,8 +139,7 @@ def _summary(run_dir: Path, f: RunFiles, interrupted: str | None,
              rows: list[Explained]) -> RunSummary:
     experiment, journal, measurements, graph, paths = (f.experiment, f.journal,
                                                        f.measurements, f.graph, f.paths)
-    ended = journal.ended if journal.ended is not None else (None if interrupted is None
-                                                             else time.time())
+    ended = journal.ended  # an interrupted run's end is not known: no duration
     injected = {m.link.label for m in measurements}
     verdicts = Counter(r.verdict for r in rows)
     return RunSummary(
@@ -149,7 +152,8 @@ def _summary(run_dir: Path, f: RunFiles, interrupted: str | None,
         traced_requests=dict(paths.transaction_requests) if paths else {},
         verdicts=dict(sorted(verdicts.items())), calibration=None,
         strategy=_strategy(f.strategy),
-        findings=_findings(rows, paths, f.unread), next_step=_next_step(rows, run_dir))
+        findings=_findings(rows, paths, f.unread),
+        next_step=_next_step(rows, run_dir, f.strategy is not None))
 
 
 def _strategy(record: StrategyFile | None) -> str:
@@ -195,17 +199,23 @@ def _strength(r: Explained) -> float:
     return r.passive.estimate if r.passive else 0.0
 
 
-def _next_step(rows: list[Explained], run_dir: Path) -> str:
+def _next_step(rows: list[Explained], run_dir: Path, passive_first: bool) -> str:
+    if not rows:
+        return ("nothing to explain yet: resume the run (linkgrad run EXPERIMENT --resume "
+                f"{run_dir}) or look at what it kept")
     unexplained = sorted({r.pair for r in rows
                           if any(c.kind == "unexplained" for c in r.causes)})
     passive_only = sorted({r.pair for r in rows if r.verdict == "passive-only"
                            and r.passive is not None and r.passive.estimate > 0})
     if unexplained:
         return (f"measure {', '.join(unexplained)} again with more cycles (parameters.cycles) "
-                "and read `linkgrad profile` on its hosts: nothing the run saw explains its "
-                "gradient")
+                "or at several delays (parameters.magnitudes_ms), and read `linkgrad profile` "
+                "on its hosts: nothing the run saw explains its gradient")
+    if passive_only and passive_first:
+        return (f"{', '.join(passive_only)} stand on their calibrated passive gradients: a "
+                "question (parameters.questions) or strategy: active measures them")
     if passive_only:
         return (f"{', '.join(passive_only)} carry traffic but were not injected: add them to "
                 "parameters.include to measure them, or take their passive gradients as such")
     return (f"predict a move: linkgrad predict --gradients {run_dir / 'gradients.json'} "
-            "--latencies NOW.yaml --placement NEW.yaml")
+            "--placement NEW.yaml (the current latencies from the paths, or --latencies)")

@@ -10,10 +10,10 @@ import numpy as np
 
 from coordinator.config.experiment_files import field_problem
 from coordinator.config.paths_file import read_paths_file
-from coordinator.config.run_dir import RunDir
+from coordinator.config.run_dir import RunDir, read_record
 from coordinator.config.run_records import BaselineFile, MeasuredLink, PlanFile
 from coordinator.explain.calibration_points import calibration_for
-from coordinator.explain.choice import STRATEGY_FILE, choose, link_facts
+from coordinator.explain.choice import STRATEGY_FILE, StrategyFile, choose, link_facts
 from coordinator.live import paths_evidence
 from coordinator.live.clock import sleep_checking
 from coordinator.live.paths_evidence import PATHS_FILE
@@ -87,13 +87,25 @@ def passive_first(session: Session, out: RunDir, links: list[GraphLink],
     """The links to inject after the passive phase: those a question needs or whose passive
     evidence is ambiguous (strategy.json keeps each choice and its reasons)."""
     experiment = session.experiment
+    if (out.path / STRATEGY_FILE).exists():  # a resumed run keeps the links it chose
+        try:
+            earlier = read_record(out.path / STRATEGY_FILE, StrategyFile,
+                                  "passive-first's choice of links")
+        except InputError as e:
+            say(f"[yellow]passive-first: the earlier choice cannot be read ({e}): chosen again")
+        else:
+            chosen = {c.link for c in earlier.links if c.inject}
+            say(f"passive-first: the earlier choice kept ({STRATEGY_FILE}): {len(chosen)} of "
+                f"{len(earlier.links)} links to inject")
+            return [g for g in links if g.label in chosen]
     try:
         paths = read_paths_file(out.path / PATHS_FILE) if (out.path / PATHS_FILE).exists() \
             else None
     except InputError as e:  # no paths: every link ambiguous, said by its reasons
         say(f"[yellow]passive-first: the paths cannot be read ({e})")
         paths = None
-    calibration = calibration_for(out.path, experiment.application or experiment.name)
+    calibration = calibration_for(out.path, experiment.application or experiment.name,
+                                  window[0])
     facts = link_facts([MeasuredLink.of(g) for g in links], list(experiment.transactions),
                        paths, session.snap_reports,
                        {**session.addresses, **session.ipv6_addresses}, window)

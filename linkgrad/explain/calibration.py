@@ -26,10 +26,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from scipy import stats
+
 from linkgrad.explain.passive import PassiveGradient
 
 __all__ = ["MIN_POINTS", "SCALE_FLOOR", "Z95", "Calibrated", "Calibration", "CalibrationPoint",
-           "Fit", "calibrate", "combine", "fit_calibration"]
+           "Fit", "calibrate", "combine", "fit_calibration", "measured_se"]
 
 Z95 = 1.959964
 SCALE_FLOOR = 0.5  # crossings: a point below it is fitted in absolute terms
@@ -46,6 +48,7 @@ class CalibrationPoint:
     gradient_se: float
     source: str  # "run transaction pair", for the record
     group: str = ""  # the application it was measured on
+    run: str = ""  # the run: its rows share cycles and load, so they are not independent
 
     @property
     def scale(self) -> float:
@@ -133,19 +136,49 @@ def _fit_family(points: Sequence[CalibrationPoint], own: str | None
         groups.setdefault(p.group, []).append(p)
     if own is not None and len(groups.get(own, ())) >= MIN_POINTS:
         n = len(groups[own])
-        return Fit(*_random_effects(*_residuals(groups[own])), points=n), "its own points"
-    fitted = [(_random_effects(*_residuals(g)), len(g)) for g in groups.values()
-              if len(g) >= MIN_POINTS]
+        return Fit(*_within(groups[own]), points=n), "its own points"
+    fitted = [(_within(g), len(g)) for g in groups.values() if len(g) >= MIN_POINTS]
     if not fitted:
         return None
-    if len(fitted) == 1:  # one application: no spread between applications can be read
+    if len(fitted) == 1:  # one application: the spread between applications is not known
         (bias, bias_se, spread), n = fitted[0]
-        return Fit(bias, bias_se, spread, n), "one application"
-    within2 = sum(n * tau ** 2 for (_, _, tau), n in fitted) / sum(n for _, n in fitted)
-    bias, bias_se, between = _random_effects([f[0] for f, _ in fitted],
-                                             [f[1] ** 2 for f, _ in fitted])
-    return (Fit(bias, bias_se, math.sqrt(within2 + between ** 2), sum(n for _, n in fitted)),
+        return Fit(bias, bias_se, spread, n), "one application (none to compare it with)"
+    # each application's spread alike, however many points it gave
+    within2 = sum(tau ** 2 for (_, _, tau), _ in fitted) / len(fitted)
+    biases, variances = [f[0] for f, _ in fitted], [f[1] ** 2 for f, _ in fitted]
+    bias, _, between = _random_effects(biases, variances)
+    return (Fit(bias, _hartung_knapp(biases, variances, between ** 2),
+                math.sqrt(within2 + between ** 2), sum(n for _, n in fitted)),
             f"{len(fitted)} applications")
+
+
+def _within(points: Sequence[CalibrationPoint]) -> tuple[float, float, float]:
+    """One application: DerSimonian–Laird over its points, the bias's standard error the
+    larger of the model's and the one robust to the rows of a run moving together."""
+    d, v = _residuals(points)
+    bias, bias_se, tau = _random_effects(d, v)
+    runs: dict[str, float] = {}
+    total = 0.0
+    for p, di, vi in zip(points, d, v, strict=True):
+        w = 1 / (vi + tau ** 2)
+        runs[p.run] = runs.get(p.run, 0.0) + w * (di - bias)
+        total += w
+    if len(runs) > 1:  # a sandwich over runs, with its small-sample factor
+        clustered = math.sqrt(len(runs) / (len(runs) - 1) * sum(x * x for x in runs.values()))
+        bias_se = max(bias_se, clustered / total)
+    return bias, bias_se, tau
+
+
+def _hartung_knapp(d: Sequence[float], v: Sequence[float], tau2: float) -> float:
+    """The mean's standard error over few studies (Hartung and Knapp 2001): the weighted
+    spread of the means about it, scaled by Student's t with k − 1 degrees of freedom to a
+    normal quantile's terms (two applications give a very wide bias: what two can say)."""
+    w = [1 / (x + tau2) for x in v]
+    mean = sum(wi * di for wi, di in zip(w, d, strict=True)) / sum(w)
+    k = len(d)
+    q = sum(wi * (di - mean) ** 2 for wi, di in zip(w, d, strict=True)) / ((k - 1) * sum(w))
+    se = max(math.sqrt(q), math.sqrt(1 / sum(w)))
+    return se * float(stats.t.ppf(0.975, k - 1)) / Z95
 
 
 def _residuals(points: Sequence[CalibrationPoint]) -> tuple[list[float], list[float]]:
@@ -173,18 +206,25 @@ def calibrate(p: PassiveGradient, cal: Calibration) -> Calibrated:
     interval widened by the spread and the bias's own uncertainty."""
     shift, extra = cal.error(p.estimate)
     lo, hi = p.ci95
-    # the count interval's own width (its unseen share included), read as a normal one's
-    se = math.hypot(max(p.se, (hi - lo) / (2 * Z95)), extra)
-    return Calibrated(estimate=p.estimate + shift, se=se,
-                      ci95=(lo + shift - Z95 * extra, hi + shift + Z95 * extra))
+    # the count's interval (asymmetric where unplaced requests may cross more) widened on
+    # both sides; one se read off it, for `combine`, so interval and se never disagree
+    lo, hi = lo + shift - Z95 * extra, hi + shift + Z95 * extra
+    return Calibrated(estimate=p.estimate + shift, se=(hi - lo) / (2 * Z95), ci95=(lo, hi))
 
 
-def combine(gradient: float, ci95: tuple[float, float], prior: Calibrated
-            ) -> Calibrated:
+def measured_se(ci95: tuple[float, float], dof: int | None) -> float:
+    """A measurement's standard error from its 95% interval: Student's t with its degrees of
+    freedom where known (a normal quantile would make the se a third too large at 5)."""
+    q = float(stats.t.ppf(0.975, dof)) if dof else Z95
+    return (ci95[1] - ci95[0]) / (2 * q)
+
+
+def combine(gradient: float, ci95: tuple[float, float], prior: Calibrated,
+            dof: int | None = None) -> Calibrated:
     """The measurement and the calibrated passive gradient in one estimate, each weighted by
-    its precision (the measurement's se read off its 95% interval as a normal one's: its t
-    quantile's extra width is kept as a little extra caution, not lost)."""
-    se_m = max((ci95[1] - ci95[0]) / (2 * Z95), 1e-9)
+    its precision. Only where the verdict is agree: a pre-test, whose effect on the
+    interval's coverage is measured (benchmarks/coverage.py), not assumed away."""
+    se_m = max(measured_se(ci95, dof), 1e-9)
     se_p = max(prior.se, 1e-9)
     w_m, w_p = 1 / se_m ** 2, 1 / se_p ** 2
     estimate = (w_m * gradient + w_p * prior.estimate) / (w_m + w_p)

@@ -7,7 +7,14 @@ from dataclasses import dataclass
 from linkgrad.explain.calibration import Calibrated, Calibration, calibrate, combine
 from linkgrad.explain.evidence import LinkEvidence
 from linkgrad.explain.passive import PassiveGradient
-from linkgrad.explain.verdict import Cause, Verdict, causes_above, causes_below, judge
+from linkgrad.explain.verdict import (
+    Cause,
+    Verdict,
+    causes_above,
+    causes_below,
+    judge,
+    noise,
+)
 
 __all__ = ["Explained", "explain"]
 
@@ -34,7 +41,7 @@ class Explained:
 def explain(transaction: str, link: str, pair: str, gradient: float | None,
             ci95: tuple[float, float] | None, passive: PassiveGradient | None,
             evidence: LinkEvidence | None, notes: tuple[str, ...] = (),
-            calibration: Calibration | None = None) -> Explained:
+            calibration: Calibration | None = None, dof: int | None = None) -> Explained:
     """The verdict compares the gradient with the crossings the paths counted (what TCP and
     the hosts add beyond the messages is the cause to find); the calibration makes the
     passive gradient an estimate, and, where the two agree, a prior for the measurement."""
@@ -42,13 +49,15 @@ def explain(transaction: str, link: str, pair: str, gradient: float | None,
     calibrated = calibrate(passive, calibration) if passive and calibration else None
     combined = None
     if verdict == "agree" and calibrated is not None and gradient is not None:
-        combined = combine(gradient, ci95 or (gradient, gradient), calibrated)
+        combined = combine(gradient, ci95 or (gradient, gradient), calibrated, dof)
     causes: list[Cause] = []
     if verdict in ("above", "below"):
         if evidence is not None:
             causes = (causes_above if verdict == "above" else causes_below)(evidence)
         causes = causes or [Cause("unexplained", "unexplained: no passive evidence accounts "
                                   f"for a gradient {verdict} the paths' crossings")]
+        if (chance := noise(notes)) is not None:
+            causes.append(chance)
     return Explained(transaction=transaction, link=link, pair=pair, gradient=gradient,
                      ci95=ci95, passive=passive, calibrated=calibrated, combined=combined,
                      verdict=verdict, causes=tuple(causes), notes=notes)

@@ -6,9 +6,10 @@ A cache hit 70% of the time crosses the cache link on 30% of requests: the passi
 is 0.3, where the dominant pattern alone would say 0. Its interval comes from the path counts:
 the requests' crossings are a sample, their mean has a standard error; the requests whose
 pattern was not kept (`analyse` keeps a transaction's likeliest few) are unknown and widen
-the interval to anything between 0 and the most crossings a kept pattern has, and so does a
-share of 3/n for patterns no request showed (the rule of three: with n requests, a pattern
-none of them took is rarer than 3/n at 95%).
+the interval to anything between 0 and the most crossings a pattern of the trace makes, and so
+does a share of 3/n for patterns no request showed (the rule of three: with n requests, a
+pattern none of them took is rarer than 3/n at 95%). Two 95% bounds taken together make the
+interval conservative, wider than 95% needs.
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ class PassiveGradient:
     se: float  # of the kept patterns' mean
     requests: int  # traced requests of the transaction
     unmatched: int  # of them, in patterns not kept: counted in the interval, not the mean
-    unseen_share: float  # of the requests the interval leaves to any crossings (0 to most)
 
 
 def passive_gradient(patterns: Sequence[PatternCrossings], pair: str,
-                     requests: int | None = None) -> PassiveGradient | None:
+                     requests: int | None = None, most: float = 0.0) -> PassiveGradient | None:
     """The mean crossings of `pair` on the critical path over `patterns`; None without any
-    request. `requests`: the transaction's traced requests (None: the patterns' sum)."""
+    request. `requests`: the transaction's traced requests (None: the patterns' sum); `most`:
+    the most crossings any pattern of the trace makes (the unplaced requests' bound, at least
+    the kept patterns')."""
     counts = [p.count for p in patterns if p.count > 0]
     n = sum(counts)
     if n == 0:
@@ -61,10 +63,10 @@ def passive_gradient(patterns: Sequence[PatternCrossings], pair: str,
     lo, hi = max(0.0, mean - half), mean + half
     unmatched = total - n
     unseen = min(1.0, (unmatched + 3) / total)
-    most = max(values)
+    most = max(most, *values)
     lo, hi = lo * (1 - unseen), hi * (1 - unseen) + most * unseen
     return PassiveGradient(estimate=mean, ci95=(lo, hi), se=se, requests=total,
-                           unmatched=unmatched, unseen_share=unseen)
+                           unmatched=unmatched)
 
 
 def _frac(v: float) -> float:

@@ -19,8 +19,8 @@ from linkgrad.explain.passive import PassiveGradient
 
 __all__ = ["AGREE_WITHIN", "DELAYED_ACK_SHARE", "GROWTH", "HOST_SATURATED",
            "INITIAL_WINDOW_SEGMENTS", "LOSS", "LOSS_SHARE", "MACHINE_CPU_GROWTH",
-           "NEW_CONNECTION_PER_REQUEST", "OFF_CRITICAL", "OWN_CPU_GROWTH", "Cause", "Verdict",
-           "causes_above", "causes_below", "judge"]
+           "NEW_CONNECTION_PER_REQUEST", "OFF_CRITICAL", "OWN_CPU_GROWTH", "WINDOW",
+           "WINDOW_SHARE", "Cause", "Verdict", "causes_above", "causes_below", "judge", "noise"]
 
 Verdict = Literal["agree", "above", "below", "passive-only", "active-only"]
 
@@ -32,6 +32,8 @@ NEW_CONNECTION_PER_REQUEST = 0.5  # connections opened per request measured, at 
 DELAYED_ACK_SHARE = 0.1  # of the link's connection-seconds
 GROWTH = 1.5  # times the passive phase's share: the delay brought them
 LOSS = ("fast_retransmit", "timeout")
+WINDOW = ("receiver_window", "send_buffer")
+WINDOW_SHARE = 0.01  # of the link's connection-seconds
 LOSS_SHARE = 0.01  # of the link's connection-seconds
 HOST_SATURATED = 0.9  # machine CPU or disk busy share
 OWN_CPU_GROWTH = (1.5, 0.25)  # own cores grew this many times and by this many cores
@@ -65,18 +67,21 @@ def judge(gradient: float | None, ci95: tuple[float, float] | None,
 def causes_above(e: LinkEvidence) -> list[Cause]:
     """What adds round trips the messages do not show, most specific first."""
     found: list[Cause] = []
-    window = {k: e.snap.get(k, 0.0) for k in ("receiver_window", "send_buffer")}
+    limited, before = _share(e.snap, WINDOW), _share(e.snap_passive, WINDOW)
+    limited = limited if limited >= WINDOW_SHARE and _grew(limited, before,
+                                                           bool(e.snap_passive)) else 0.0
     big = [d for d in e.traffic
            if (d.segments_per_write or 0) > INITIAL_WINDOW_SEGMENTS]
-    if big or any(window.values()):
+    if big or limited:
         sizes = ", ".join(f"{d.src_host}->{d.dst_host} {d.bytes_per_write / 1e3:.0f} kB "
                           f"({d.segments_per_write:.0f} segments)" for d in big
                           if d.bytes_per_write is not None and d.segments_per_write)
-        limits = ", ".join(f"{k.replace('_', ' ')} {s:.1f} s" for k, s in window.items() if s)
+        limits = (f"SNAP: receiver window or send buffer {limited:.1%} of the link's "
+                  f"connection-seconds while measured, {before:.1%} in the passive phase"
+                  if limited else "")
         found.append(Cause("window", "messages larger than one window take several round "
                            "trips (" + "; ".join(x for x in (sizes and f"per write {sizes}",
-                                                            limits and f"SNAP {limits}")
-                                                 if x) + ")"))
+                                                            limits) if x) + ")"))
     # the paths count the set-ups they saw, and SNAP's classes the passive phase had: only
     # what the delay brought is an excess (a pool that opens connections as latency grows)
     if (found_handshake := _handshakes(e)) is not None:
@@ -109,14 +114,24 @@ def causes_below(e: LinkEvidence) -> list[Cause]:
         found.append(Cause("injection", "no packet was delayed: the injector saw none of "
                            "the link's traffic"))
     b = e.branches
-    if b is not None and b.parallel:
-        found.append(Cause("parallel", "parallel branches: sent beside "
-                           + ", ".join(b.parallel)
-                           + f" (on the critical path {b.critical_share:.0%} of the time)"))
-    elif b is not None and b.crossing_requests and b.critical_share < OFF_CRITICAL:
-        found.append(Cause("async", f"asynchronous calls: on the critical path "
-                           f"{b.critical_share:.0%} of the time"))
+    # a link on the critical path nearly always cannot hide its delay behind a sibling
+    if b is not None and b.crossing_requests and b.critical_share < OFF_CRITICAL:
+        if b.parallel:
+            found.append(Cause("parallel", "parallel branches: sent beside "
+                               + ", ".join(b.parallel) + f" (on the critical path "
+                               f"{b.critical_share:.0%} of the time)"))
+        else:
+            found.append(Cause("async", f"asynchronous calls: on the critical path "
+                               f"{b.critical_share:.0%} of the time"))
     return found
+
+
+def noise(notes: tuple[str, ...]) -> Cause | None:
+    """A measurement wider than planned may miss by chance: said beside any cause."""
+    if any(n.startswith("wider than wanted") for n in notes):
+        return Cause("noise", "the measurement is wider than planned (its note): 1 in 20 "
+                     "intervals misses by chance, more often a wide one from few cycles")
+    return None
 
 
 def _share(seconds: dict[str, float], classes: tuple[str, ...]) -> float:
