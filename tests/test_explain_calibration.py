@@ -214,3 +214,37 @@ def test_the_clients_link_stays_passive_and_one_habit_of_many_queries_is_not_mix
     assert not chosen["web->db"].inject
     moved = choose_links([client], [frozenset({"client"})], calibrated=True)
     assert moved[0].inject  # a question moving it still asks for it
+
+
+def _neighbour(root, name: str, started: float, application: str = "shop", n: int = 6,
+               bias: float = 0.0) -> None:
+    import json
+
+    run = root / name
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"status": "completed", "started": started,
+                                              "links_done": 1}))
+    rows = [{"transaction": f"t{i}", "pair": "a->b", "gradient": 2.0 * (1 + bias) + 0.01 * i,
+             "ci95": [1.9, 2.1], "gradient_se": 0.05, "crossings": 2.0,
+             "crossings_ci95": [1.99, 2.0]} for i in range(n)]
+    (run / "explain.json").write_text(json.dumps({
+        "summary": {"experiment": name, "application": application}, "rows": rows}))
+
+
+def test_a_run_is_calibrated_by_the_runs_of_its_application_before_it_never_itself(tmp_path):
+    from coordinator.explain.calibration_points import calibration_for
+
+    _neighbour(tmp_path, "early", 100.0, bias=0.10)
+    _neighbour(tmp_path, "later", 300.0, bias=-0.5)  # after the run: not its prior
+    _neighbour(tmp_path, "other-app", 150.0, application="blog", bias=0.9)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "run.json").write_text('{"started": 50}')
+    (tmp_path / "broken" / "explain.json").write_text("{")
+    _neighbour(tmp_path, "me", 200.0, bias=-0.9)  # the run itself
+    cal = calibration_for(tmp_path / "me", "shop", before=200.0)
+    assert cal is not None
+    assert cal.relative is not None
+    assert "relative from its own points" in cal.described
+    assert cal.relative.bias == pytest.approx(0.10 + 0.0125, abs=0.01)  # early's rows only
+    assert "from 2 of your runs" in cal.described  # early and other-app, not later nor me
+    assert "1 unreadable explain.json left out" in cal.described
