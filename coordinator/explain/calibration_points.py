@@ -75,7 +75,9 @@ def calibration_for(run_dir: Path, application: str, before: float | None = None
     `application` (its own runs' points when there are enough); a neighbour that cannot be
     read is left out and counted."""
     shipped = shipped_points()
-    points = [CalibrationPoint(**p.model_dump()) for p in shipped.points]
+    # a shipped run explained again is not its own prior either
+    points = [CalibrationPoint(**p.model_dump()) for p in shipped.points
+              if p.run != run_dir.name]
     made_from = {run.partition("=")[2] for run in shipped.runs}
     mine, runs, unread = [], 0, 0
     for other in _neighbours(run_dir):
