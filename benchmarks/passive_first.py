@@ -14,7 +14,9 @@ measures there is 0, not the crossing count transactions.py gives.
 
     linkgrad testbed up && .venv/bin/python -m benchmarks.passive_first
 
-Writes benchmarks/out/passive_first.json and its section of benchmarks/RESULTS.md.
+    .venv/bin/python -m benchmarks.passive_first --experiment experiments/testbed-quick.yaml
+
+Writes benchmarks/out/passive_first-EXPERIMENT.json and its section of benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ OUT = Path(__file__).with_name("out")
 QUESTION = {"move": {"db": "remote"}}
 
 
-def run(strategy: str, root: Path) -> dict[str, Any]:
-    spec = yaml.safe_load(EXPERIMENT.read_text())
+def run(strategy: str, root: Path, experiment: Path = EXPERIMENT) -> dict[str, Any]:
+    spec = yaml.safe_load(experiment.read_text())
     spec["name"] = f"pf-{strategy}"
+    spec["parameters"].pop("include", None)  # the whole graph
     # apart: a run beside another would take its rows into its calibration (a user's own
     # runs), and the figure is the shipped calibration's
     spec["output"] = str(root / f"runs-{strategy}")
@@ -95,11 +98,12 @@ def judge(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def markdown(results: list[dict[str, Any]]) -> str:
-    lines = ["## Passive first against every link injected (`benchmarks/passive_first.py`)", "",
+def markdown(results: list[dict[str, Any]], experiment: Path) -> str:
+    lines = [f"## Passive first against every link injected, {experiment.stem} "
+             "(`benchmarks/passive_first.py`)", "",
              f"One run of each strategy on the RUBiS-like testbed, one after the other: "
-             f"`{EXPERIMENT.relative_to(ROOT)}` (every link, 11 transactions, a fixed 10 ms "
-             "wave of 4 cycles, 4 links at once), passive-first asking one question (move db). "
+             f"`{experiment.relative_to(ROOT)}` on its whole graph (its transactions and "
+             "wave as written there), passive-first asking one question (move db). "
              "Each (transaction, link) with a known gradient (testbed/transactions.py; the "
              "client's link left out: outside the logged response time) judged by the answer "
              "`explain.json` gives: combined where the halves agree, else the measurement, "
@@ -149,21 +153,32 @@ def main() -> int:
                     help="an active run made before by this script: explained again, not run")
     ap.add_argument("--active-seconds", type=float, default=0.0,
                     help="with --active: the time it took")
+    ap.add_argument("--passive-first", type=Path, metavar="RUN_DIR",
+                    help="a passive-first run made before by this script: explained again")
+    ap.add_argument("--passive-first-seconds", type=float, default=0.0,
+                    help="with --passive-first: the time it took")
+    ap.add_argument("--experiment", type=Path, default=EXPERIMENT,
+                    help="the testbed experiment both strategies run, on its whole graph "
+                    f"(default {EXPERIMENT.relative_to(ROOT)})")
     args = ap.parse_args()
+    args.experiment = args.experiment.resolve()
     root = scratch_root("passive_first")
+    made = {"active": (args.active, args.active_seconds),
+            "passive-first": (args.passive_first, args.passive_first_seconds)}
     results = []
     for strategy in ("active", "passive-first"):
-        if strategy == "active" and args.active is not None:
-            r = explained(strategy, args.active, args.active_seconds)
+        if made[strategy][0] is not None:
+            r = explained(strategy, *made[strategy])
         else:
-            r = run(strategy, root)
+            r = run(strategy, root, args.experiment)
         r["cells"] = judge(r)
         results.append(r)
         print(f"{strategy}: {r['seconds']:.0f} s, {r['links_injected']} links, "
               f"{sum(c['held'] for c in r['cells'])}/{len(r['cells'])} held", flush=True)
     OUT.mkdir(exist_ok=True)
-    (OUT / "passive_first.json").write_text(json.dumps(results, indent=1))
-    update_section("passive-first", markdown(results))
+    name = args.experiment.stem
+    (OUT / f"passive_first-{name}.json").write_text(json.dumps(results, indent=1))
+    update_section(f"passive-first-{name}", markdown(results, args.experiment))
     return 0
 
 

@@ -248,3 +248,17 @@ def test_a_run_is_calibrated_by_the_runs_of_its_application_before_it_never_itse
     assert cal.relative.bias == pytest.approx(0.10 + 0.0125, abs=0.01)  # early's rows only
     assert "from 2 of your runs" in cal.described  # early and other-app, not later nor me
     assert "1 unreadable explain.json left out" in cal.described
+
+
+def test_ambiguous_paths_are_no_prior_however_well_the_wide_measurement_agrees():
+    from linkgrad.explain.explained import explain
+
+    cal = fit_calibration(_points(0.0, 0.02, 0.01, 200), "sim")
+    passive = passive_gradient([PatternCrossings(800, {"a->b": 1.0}),
+                                PatternCrossings(200, {"a->b": 0.0})], "a->b")
+    wide = (-0.2, 1.8)  # agrees with anything
+    clear = explain("t", "l", "a->b", 0.8, wide, passive, None, calibration=cal)
+    mixed = explain("t", "l", "a->b", 0.8, wide, passive, None, calibration=cal, clear=False)
+    assert clear.verdict == mixed.verdict == "agree"
+    assert clear.combined is not None
+    assert mixed.combined is None  # the measurement alone answers

@@ -15,6 +15,7 @@ from linkgrad.explain.calibration import Calibration
 from linkgrad.explain.explained import Explained, explain
 from linkgrad.explain.passive import PassiveGradient, PatternCrossings, passive_gradient
 from linkgrad.explain.paths_view import logged_crossings
+from linkgrad.explain.strategy import mixed_paths, unstable_count
 from linkgrad.paths.result import PathsResult
 
 __all__ = ["explained_rows", "least_delay", "passive_of"]
@@ -35,6 +36,17 @@ def passive_of(paths: PathsResult | None, transaction: str,
                default=0.0)
     return passive_gradient([PatternCrossings(p.count, logged_crossings(p)) for p in patterns],
                             link.paths_key, paths.transaction_requests.get(transaction), most)
+
+
+def _clear(paths: PathsResult | None, transaction: str, pair: str,
+           passive: PassiveGradient | None) -> bool:
+    """The transaction's paths on `pair` neither mixed nor unstable (passive-first's test)."""
+    if paths is None or passive is None or unstable_count(passive):
+        return False
+    kept = paths.transactions.get(transaction, ())
+    total = paths.transaction_requests.get(transaction) or sum(p.count for p in kept)
+    return not total or not mixed_paths(
+        [(p.count / total, logged_crossings(p).get(pair, 0.0)) for p in kept])
 
 
 def least_delay(measurements: Sequence[LinkMeasurement]) -> dict[str, LinkMeasurement]:
@@ -77,5 +89,6 @@ def explained_rows(measurements: Sequence[LinkMeasurement], graph: Sequence[Meas
                 continue
             evidence = link_evidence(m, name, snap, hosts, linear, patterns, training)
             rows.append(explain(name, link.label, link.paths_key, t.gradient, t.ci95, passive,
-                                evidence, tuple(t.notes), calibration, t.dof))
+                                evidence, tuple(t.notes), calibration, t.dof,
+                                clear=_clear(paths, name, link.paths_key, passive)))
     return rows

@@ -41,14 +41,19 @@ class Explained:
 def explain(transaction: str, link: str, pair: str, gradient: float | None,
             ci95: tuple[float, float] | None, passive: PassiveGradient | None,
             evidence: LinkEvidence | None, notes: tuple[str, ...] = (),
-            calibration: Calibration | None = None, dof: int | None = None) -> Explained:
+            calibration: Calibration | None = None, dof: int | None = None,
+            clear: bool = True) -> Explained:
     """The verdict compares the gradient with the crossings the paths counted (what TCP and
     the hosts add beyond the messages is the cause to find); the calibration makes the
-    passive gradient an estimate, and, where the two agree, a prior for the measurement."""
+    passive gradient an estimate, and, where the two agree and the paths are `clear` (not
+    mixed, not unstable: passive-first's own test), a prior for the measurement. A wide
+    measurement agrees with anything: where the paths are ambiguous their count may be
+    wrong in a way the calibration's points never showed (a parallel branch's critical path
+    misread), and the measurement alone answers."""
     verdict = judge(gradient, ci95, passive)
     calibrated = calibrate(passive, calibration) if passive and calibration else None
     combined = None
-    if verdict == "agree" and calibrated is not None and gradient is not None:
+    if verdict == "agree" and clear and calibrated is not None and gradient is not None:
         combined = combine(gradient, ci95 or (gradient, gradient), calibrated, dof)
     causes: list[Cause] = []
     if verdict in ("above", "below"):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from linkgrad.explain.passive import PassiveGradient
 
 __all__ = ["MIXED_BY", "MIXED_SHARE", "TCP_PROBLEMS", "UNSTABLE_HALF_WIDTH", "LinkChoice",
-           "LinkFacts", "choose_links"]
+           "LinkFacts", "choose_links", "mixed_paths", "unstable_count"]
 
 MIXED_SHARE = 0.05  # of a transaction's requests: patterns rarer than this may be mislinked
 # two patterns this far apart on a link cross it differently: half a crossing, or a tenth of
@@ -85,10 +85,10 @@ def _needs(link: LinkFacts, moved: Sequence[frozenset[str]], calibrated: bool) -
         reasons.append("no paths: an end was not traced")
     elif not any(g is not None and g.ci95[1] > 0 for g in link.crossings.values()):
         reasons.append("no paths cross it")
-    mixed = [t for t, pats in link.patterns.items() if _mixed(pats)]
+    mixed = [t for t, pats in link.patterns.items() if mixed_paths(pats)]
     if mixed:
         reasons.append(f"mixed paths ({', '.join(sorted(mixed))})")
-    unstable = [t for t, g in link.crossings.items() if g is not None and _unstable(g)]
+    unstable = [t for t, g in link.crossings.items() if g is not None and unstable_count(g)]
     if unstable:
         reasons.append(f"unstable paths ({', '.join(sorted(unstable))})")
     problems = [f"{k.replace('_', ' ')} {link.snap[k]:.1f} s" for k in TCP_PROBLEMS
@@ -98,14 +98,15 @@ def _needs(link: LinkFacts, moved: Sequence[frozenset[str]], calibrated: bool) -
     return reasons
 
 
-def _mixed(patterns: Sequence[tuple[float, float]]) -> bool:
+def mixed_paths(patterns: Sequence[tuple[float, float]]) -> bool:
+    """(share of requests, crossings) per pattern: common patterns crossing it apart."""
     common = [c for share, c in patterns if share >= MIXED_SHARE]
     absolute, relative = MIXED_BY
     return len(common) > 1 and max(common) - min(common) >= max(absolute,
                                                                  relative * max(common))
 
 
-def _unstable(g: PassiveGradient) -> bool:
+def unstable_count(g: PassiveGradient) -> bool:
     absolute, relative = UNSTABLE_HALF_WIDTH
     half = (g.ci95[1] - g.ci95[0]) / 2
     return half > max(absolute, relative * abs(g.estimate))
