@@ -157,6 +157,8 @@ def main() -> int:
                     help="a passive-first run made before by this script: explained again")
     ap.add_argument("--passive-first-seconds", type=float, default=0.0,
                     help="with --passive-first: the time it took")
+    ap.add_argument("--note", default="",
+                    help="a paragraph for the section (what the runs were used for)")
     ap.add_argument("--experiment", type=Path, default=EXPERIMENT,
                     help="the testbed experiment both strategies run, on its whole graph "
                     f"(default {EXPERIMENT.relative_to(ROOT)})")
@@ -178,7 +180,8 @@ def main() -> int:
     OUT.mkdir(exist_ok=True)
     name = args.experiment.stem
     (OUT / f"passive_first-{name}.json").write_text(json.dumps(results, indent=1))
-    update_section(f"passive-first-{name}", markdown(results, args.experiment))
+    update_section(f"passive-first-{name}", markdown(results, args.experiment)
+                   + (f"\n\n{args.note}" if args.note else ""))
     return 0
 
 
