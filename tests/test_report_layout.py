@@ -193,6 +193,10 @@ def test_the_report_reads_summary_verdicts_timelines_graph_then_detail(tmp_path)
         for c in r.causes:
             assert c.text in verdicts
     assert verdicts.count("<tr class='v-") == len(e.rows)
+    # the answer to use, labelled by where it came from
+    assert verdicts.count("both halves</small>") == sum(r.combined is not None for r in e.rows)
+    assert verdicts.count("passive, calibrated</small>") == sum(
+        r.gradient is None and r.passive_gradient is not None for r in e.rows)
     assert "Crossings on the dominant path" not in page
     assert "disagree" not in page
     timelines = page[page.index("<h2>Causal paths"):page.index("<h2>The application")]
