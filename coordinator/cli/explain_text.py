@@ -31,7 +31,7 @@ def explanation_lines(e: Explanation, width: int = WIDTH) -> list[str]:
     names = link_names([r.link for r in e.rows], [r.pair for r in e.rows],
                        width - 2 if stacked else room)
     link_w = 2 if stacked else max(len("link"), *(len(n) for n in names.values()))
-    common = _common_notes(e)
+    common = e.shared_notes()
     lines += [""]
     lines += [x for n in common for x in _wrap(f"every gradient: {n}", width, "")]
     lines += [f"  {'' if stacked else 'link':<{link_w}}  {'measured':<{value_w}}  "
@@ -60,14 +60,6 @@ def explanation_lines(e: Explanation, width: int = WIDTH) -> list[str]:
                 continue
             lines += _wrap(f"note: {n}", width, "    ")
     return [*lines, "", *_wrap(f"next: {e.summary.next_step}", width, "")]
-
-
-def _common_notes(e: Explanation) -> list[str]:
-    """The notes every measured gradient has, said once above the table."""
-    measured = [r for r in e.rows if r.gradient is not None]
-    if len(measured) < 2:
-        return []
-    return [n for n in measured[0].notes if all(n in r.notes for r in measured[1:])]
 
 
 def _summary_lines(s: RunSummary, width: int) -> list[str]:

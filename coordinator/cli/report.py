@@ -106,7 +106,7 @@ def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
                   f"<p>the run cannot be explained: {html.escape(str(e))}</p>"]
     if explanation is not None:
         parts += report_summary.html_section(explanation.summary, plan.notes)
-        parts += report_verdicts.html_section(explanation.rows)
+        parts += report_verdicts.html_section(explanation)
     hosts = explanation.summary.hosts if explanation else [h.name for h in experiment.hosts]
     parts += _paths_section(run_dir, explanation)
     parts += _graph_section(run_dir, explanation, hosts, links)

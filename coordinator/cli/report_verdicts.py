@@ -6,9 +6,8 @@ estimate said about itself is left out of the page."""
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
 
-from coordinator.explain.answer import ExplainRow
+from coordinator.explain.answer import ExplainRow, Explanation
 
 __all__ = ["html_section"]
 
@@ -39,18 +38,11 @@ def _notes(r: ExplainRow, shared: set[str]) -> str:
     return "<br>".join(said)
 
 
-def shared_notes(rows: Sequence[ExplainRow]) -> list[str]:
-    """The notes every measured row has: said once above the table, not on every row."""
-    measured = [r for r in rows if r.gradient is not None]
-    if len(measured) < 2:
-        return []
-    return [n for n in measured[0].notes if all(n in r.notes for r in measured[1:])]
-
-
-def html_section(rows: Sequence[ExplainRow]) -> list[str]:
+def html_section(e: Explanation) -> list[str]:
+    rows = e.rows
     if not rows:
         return ["<h2>Verdicts</h2><p>nothing to explain: no gradient and no causal path</p>"]
-    shared = shared_notes(rows)
+    shared = e.shared_notes()
     body = []
     for name in dict.fromkeys(r.transaction for r in rows):
         mine = [r for r in rows if r.transaction == name]

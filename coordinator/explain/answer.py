@@ -96,3 +96,10 @@ class RunSummary(_Model):
 class Explanation(_Model):
     summary: RunSummary
     rows: list[ExplainRow]
+
+    def shared_notes(self) -> list[str]:
+        """The notes every measured row has: said once, not on every row."""
+        measured = [r for r in self.rows if r.gradient is not None]
+        if len(measured) < 2:
+            return []
+        return [n for n in measured[0].notes if all(n in r.notes for r in measured[1:])]

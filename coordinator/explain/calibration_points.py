@@ -10,7 +10,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from linkgrad.explain.calibration import Z95, Calibration, CalibrationPoint, fit_calibration
+from linkgrad.explain.calibration import (
+    Calibration,
+    CalibrationPoint,
+    fit_calibration,
+    measured_se,
+)
 
 __all__ = ["SHIPPED", "ShippedPoints", "calibration_for", "points_of_rows", "shipped_points"]
 
@@ -61,8 +66,9 @@ def points_of_rows(rows: Iterable[dict], source: str, group: str) -> list[Calibr
                 or r.crossings_ci95 is None:
             continue
         out.append(CalibrationPoint(
-            passive=r.crossings, passive_se=_se(r.crossings_ci95), gradient=r.gradient,
-            gradient_se=r.gradient_se if r.gradient_se is not None else _se(r.ci95),
+            passive=r.crossings, passive_se=measured_se(r.crossings_ci95, None),
+            gradient=r.gradient,
+            gradient_se=r.gradient_se if r.gradient_se is not None else measured_se(r.ci95, None),
             source=f"{source} {r.transaction} {r.pair}", group=group, run=source))
     return out
 
@@ -112,7 +118,3 @@ def _neighbours(run_dir: Path) -> list[Path]:
     except OSError:
         return []
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)[:MAX_RUNS]
-
-
-def _se(ci: tuple[float, float]) -> float:
-    return (ci[1] - ci[0]) / (2 * Z95)
