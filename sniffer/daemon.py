@@ -71,8 +71,12 @@ class Sniffer:
 
     def poll(self, threshold: int = 1) -> Report:
         with self.lock:
-            ended = match_closed(self.closed(), self.previous)  # drained before the dump: a
-            current = self.dump()  # socket closing in between is in the next drain
+            current = self.dump()
+            # drained after the dump, so a last report has every socket closed before it; one
+            # closing in between is in both, and its notice's final counters win
+            ended = match_closed(self.closed(), {**self.previous, **{s.key: s for s in current}})
+            closed_now = {(s.proto, *s.addresses) for s in ended}
+            current = [s for s in current if (s.proto, *s.addresses) not in closed_now]
             owners = self.owners()
             counts = link_counts(self.previous, [*current, *ended],
                                  {**self.known_owners, **owners}, self.ephemeral)

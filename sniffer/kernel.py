@@ -7,8 +7,10 @@ IPv4-mapped addresses, which an IPv4-only dump never sees."""
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
+import select
 import socket
 import threading
 import time
@@ -101,6 +103,8 @@ class ClosedSockets:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.started: queue.Queue[BaseException | None] = queue.Queue()
+        self.diag: socket.socket | None = None
+        self.overruns = 0  # times the kernel's queue overflowed: those sockets count to last poll
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
         if (error := self.started.get(timeout=10)) is not None:
@@ -112,27 +116,44 @@ class ClosedSockets:
             diag = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
             diag.bind((0, (1 << (SKNLGRP_INET_TCP_DESTROY - 1))
                        | (1 << (SKNLGRP_INET6_TCP_DESTROY - 1))))
-            diag.settimeout(0.2)
+            diag.setblocking(False)
         except OSError as e:
             self.started.put(e)
             return
+        self.diag = diag
         self.started.put(None)
-        with diag:
+        try:
             while not self.stopping.is_set():
-                try:
-                    data = diag.recv(1 << 20)
-                except TimeoutError:
-                    continue
-                table = parse_datagram(data)
-                table = table[np.isin(table.diag["family"], FAMILIES)]
-                found = socket_records(table, "tcp")
+                select.select([diag], [], [], 0.2)
                 with self.lock:
-                    self.records += found
-                    if self.tables is not None and len(self.tables) < MAX_CLOSED_TABLES:
-                        self.tables.append((time.time(), table))
+                    self._take_queued()
+        finally:
+            with self.lock:
+                self.diag = None
+                diag.close()
+
+    def _take_queued(self) -> None:
+        """Every notice the kernel has queued, read under the lock: so a `drain` misses none
+        that came before it, even when this thread lags (a daemon's last report, under load)."""
+        while self.diag is not None:
+            try:
+                data = self.diag.recv(1 << 20)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:  # ENOBUFS: the kernel dropped notices; the next ones still come
+                if e.errno != errno.ENOBUFS:
+                    raise
+                self.overruns += 1
+                continue
+            table = parse_datagram(data)
+            table = table[np.isin(table.diag["family"], FAMILIES)]
+            self.records += socket_records(table, "tcp")
+            if self.tables is not None and len(self.tables) < MAX_CLOSED_TABLES:
+                self.tables.append((time.time(), table))
 
     def drain(self) -> list[SocketRecord]:
         with self.lock:
+            self._take_queued()
             records, self.records = self.records, []
         return records
 
@@ -144,6 +165,7 @@ class ClosedSockets:
     def drain_tables(self) -> list[tuple[float, SocketTable]]:
         """(when it was heard, the sockets) since the last call."""
         with self.lock:
+            self._take_queued()
             tables, self.tables = self.tables or [], [] if self.tables is not None else None
         return tables
 

@@ -80,3 +80,15 @@ def test_a_closed_socket_counts_to_its_last_segment_once():
     assert _messages(sniffer.poll()) == [4, 4]
     assert _messages(sniffer.poll()) == []
     assert _messages(sniffer.poll()) == [5, 5]  # 9 - 4: counted from where it was last seen
+
+
+def test_a_socket_closing_between_the_dump_and_the_drain_counts_once_to_its_end():
+    """The drain follows the dump, so a last report holds every socket closed before it; one
+    that closed in between is in both, and its notice's final counters stand, once."""
+    dumps = iter([[tcp(40001, 5432, 10, 10, inode=7)],  # start
+                  [tcp(40001, 5432, 12, 12, inode=7), tcp(40003, 5432, 2, 2, inode=8)]])
+    notices = iter([[], [tcp(40001, 5432, 15, 15, inode=0), tcp(40003, 5432, 4, 4, inode=0)]])
+    sniffer = Sniffer(lambda: next(dumps), lambda: {}, EPHEMERAL, lambda: 0.0,
+                      closed=lambda: next(notices))
+    assert _messages(sniffer.poll()) == [5 + 4, 5 + 4]  # 40001 from 10 to 15; 40003 whole
+    assert sniffer.previous == {}  # neither is waited for again
