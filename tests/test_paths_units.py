@@ -337,6 +337,35 @@ def test_a_response_written_in_parts_waits_for_the_query_between_them() -> None:
         assert pattern.crossings == {"C->W": 1, "W->C": 1, "W->D": calls, "D->W": calls}
 
 
+def test_parallel_calls_a_client_library_sends_apart_are_both_the_request_s() -> None:
+    """An event loop's handler that gathers a query and a peer call (the testbed's
+    parallel_all): httpx builds the peer's request for about 0.8 ms after the query left,
+    so the calls leave that far apart, and the reply waits for the slower answer. The peer
+    call is the request's, and the slower answer is on the critical path: the peer in 9
+    requests of 10, the database in the one whose query took longer."""
+    rows = []
+    for k in range(10):
+        t = 0.3 * k
+        db_s, peer_s = (0.25, 0.2) if k == 4 else (0.1 + 0.002 * k, 0.2 - 0.002 * k)
+        db_back, peer_back = t + 0.0008 + db_s, t + 0.0016 + peer_s
+        rows += [(t, t + 0.0001, "W", "A", 0), (t + 0.0006, t + 0.0007, "A", "D", 1),
+                 (t + 0.0014, t + 0.0015, "A", "P", 2),
+                 (db_back - 0.0001, db_back, "D", "A", 1),
+                 (peer_back - 0.0001, peer_back, "P", "A", 2),
+                 (max(db_back, peer_back) + 0.001, max(db_back, peer_back) + 0.0011,
+                  "A", "W", 0)]
+    trace = trace_of(rows, [("W", "A", 40001, 8000), ("A", "D", 40002, 5432),
+                            ("A", "P", 40003, 8000)], ("W", "A", "D", "P"))
+    settings = LinkingSettings(window_s=1.0)
+    per_root = path_instances(context_probabilities(trace, settings), settings)
+    patterns = aggregate([inst[0] for inst in per_root], trace, clock_offsets(trace))
+    assert sum(p.count for p in patterns) == 10, [p.key for p in patterns]
+    assert all(len(p.hops) == 6 for p in patterns), [p.key for p in patterns]  # both calls
+    on_path = {link: sum(p.count * p.crossings.get(link, 0.0) for p in patterns)
+               for link in ("A->D", "A->P")}
+    assert on_path == {"A->D": 1, "A->P": 9}
+
+
 def test_a_request_that_waited_in_the_backlog_matches_its_log_line_by_its_end() -> None:
     """The second request arrives 1 ms after the first, but the one worker starts it (the
     log's start) only at 50 ms: its answer's end still names its log line."""
