@@ -4,12 +4,15 @@ testbed's applications, written to coordinator/explain/calibration.json (the poi
 own runs are added to them when a run is explained) with the fitted bias and spread in
 benchmarks/RESULTS.md.
 
-    .venv/bin/python -m benchmarks.explain_calibration APP=RUN_DIR [APP=RUN_DIR ...]
+    .venv/bin/python -m benchmarks.explain_calibration [--relink] APP=RUN_DIR [APP=RUN_DIR ...]
 
 Each run is explained afresh without any calibration (its rows' crossings and gradients are
 what the points need). The runs: `linkgrad run experiments/calibration/testbed-all.yaml` on
 `linkgrad testbed up` (every link, every transaction), and `experiments/mediawiki-quick.yaml`
-on `linkgrad testbed up --app mediawiki --tag mw`.
+on `linkgrad testbed up --app mediawiki --tag mw`. `--relink` links each run's saved trace
+(`paths-trace.jsonl`) again with this linkgrad's linker, as the run did (its settings and
+budget, its web log's transactions), instead of reading its paths.json: the calibration must
+describe the linker that ships, and a fix to it changes the passive side's error.
 """
 
 from __future__ import annotations
@@ -18,13 +21,23 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.results_md import update_section
+from coordinator.config.experiment import Paths
+from coordinator.config.trace_file import read_trace
 from coordinator.explain.calibration_points import SHIPPED
 from coordinator.explain.rows import explained_rows, least_delay
 from coordinator.explain.run import RunFiles, load_run_files
+from coordinator.live.paths_evidence import TRACE_FILE, transactions_in_log
 from linkgrad.explain.calibration import Z95, CalibrationPoint, fit_calibration, measured_se
+from linkgrad.paths.analysis import analyse, client_requests
+from linkgrad.paths.hidden_workers import fold_hidden_workers
+from linkgrad.paths.reconcile import reconcile
+from linkgrad.paths.result import PathsResult
+from linkgrad.paths.wap5 import LinkingSettings
+from linkgrad.weblog.read import read_log
 
 
 def dof_of(files: RunFiles, link: str, transaction: str) -> int | None:
@@ -33,8 +46,28 @@ def dof_of(files: RunFiles, link: str, transaction: str) -> int | None:
     return t.dof if t else None
 
 
-def run_points(app: str, run_dir: Path) -> list[CalibrationPoint]:
+def relinked(run_dir: Path, files: RunFiles) -> PathsResult:
+    """The run's paths linked again from its trace, as `paths_evidence.save` linked them."""
+    raw = json.loads((run_dir / "experiment.json").read_text())
+    settings = Paths.model_validate(raw.get("paths") or {})
+    web_log = files.experiment.web_log
+    if web_log is None or files.paths is None:
+        raise SystemExit(f"{run_dir}: no web log or no paths.json to relink")
+    trace, folds = fold_hidden_workers(reconcile(list(read_trace(run_dir / TRACE_FILE))))
+    log = read_log(run_dir / "weblog.log", web_log.format, web_log.log_format)
+    transaction_of = transactions_in_log(trace, log, files.experiment.transactions)
+    result = analyse(trace, settings.linker, LinkingSettings(window_s=settings.window_s),
+                     transaction_of=transaction_of, budget=settings.budget, folds=folds)
+    kept = files.paths
+    return replace(result, window=kept.window, traced_hosts=kept.traced_hosts,
+                   client_requests=len(client_requests(trace)),
+                   matched_requests=len(transaction_of), problems=kept.problems)
+
+
+def run_points(app: str, run_dir: Path, relink: bool = False) -> list[CalibrationPoint]:
     files = load_run_files(run_dir)
+    if relink:
+        files = replace(files, paths=relinked(run_dir, files))
     rows = explained_rows(files.measurements, files.graph, list(files.experiment.transactions),
                           files.paths, files.snap, files.hosts, calibration=None,
                           training=files.training)
@@ -55,14 +88,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", metavar="APP=RUN_DIR",
                     help="a run directory and the application it ran (rubis, mediawiki, ...)")
+    ap.add_argument("--relink", action="store_true",
+                    help="link each run's saved trace again with this linker")
     args = ap.parse_args(argv)
     runs = [(app, Path(path)) for app, _, path in (r.partition("=") for r in args.runs)]
-    points = [p for app, run in runs for p in run_points(app, run)]
+    points = [p for app, run in runs for p in run_points(app, run, args.relink)]
     cal = fit_calibration(points, "shipped")
     if cal is None:
         print(f"{len(points)} points: too few to fit", file=sys.stderr)
         return 1
-    made = (f"benchmarks/explain_calibration.py {' '.join(f'{a}={r.name}' for a, r in runs)} "
+    made = (f"benchmarks/explain_calibration.py {'--relink ' if args.relink else ''}"
+            f"{' '.join(f'{a}={r.name}' for a, r in runs)} "
             f"({time.strftime('%Y-%m-%d')})")
     SHIPPED.write_text(json.dumps({"made": made, "runs": [f"{a}={r.name}" for a, r in runs],
                                    "points": [p.__dict__ for p in points]}, indent=1) + "\n")

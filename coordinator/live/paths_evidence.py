@@ -4,7 +4,7 @@ each transaction's (its requests found in the web log by their arrival at the fr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from coordinator.config.run_dir import RunDir
@@ -19,6 +19,7 @@ from linkgrad.paths.reconcile import HostTrace, reconcile
 from linkgrad.paths.wap5 import LinkingSettings
 from linkgrad.protocol.trace import TraceRequest
 from linkgrad.transactions import group_by_transaction, patterns_from
+from linkgrad.weblog.model import RequestLog
 
 TRACE_FILE = "paths-trace.jsonl"
 PATHS_FILE = "paths.json"
@@ -50,10 +51,14 @@ def transactions_of(session: Session, trace: Trace) -> dict[int, str]:
     log."""
     if session.log is None:
         return {}
-    log = session.log.snapshot()
+    return transactions_in_log(trace, session.log.snapshot(), session.experiment.transactions)
+
+
+def transactions_in_log(trace: Trace, log: RequestLog, transactions: Mapping[str, str]
+                        ) -> dict[int, str]:
+    """`transactions_of` for a log at hand (a run directory's weblog.log, relinked)."""
     name_of_row: dict[int, str] = {}
-    groups = group_by_transaction(log.url, patterns_from(session.experiment.transactions))
-    for name, rows in groups.items():
+    for name, rows in group_by_transaction(log.url, patterns_from(transactions)).items():
         for row in rows.tolist():
             name_of_row.setdefault(row, name)  # overlapping classes: the first named
     return {root: name_of_row[row] for root, row in match_requests(
