@@ -126,9 +126,12 @@ def busy_core(cgroups: dict[str, Path], core: int, loops: int) -> Iterator[None]
                 loop.wait(timeout=30)
 
 
-# ip-route(8)'s TCP metrics, each with the least value the kernel takes (quickack is 0 or 1;
-# advmss below TCP_MIN_MSS, 88, is raised to it)
-ROUTE_METRICS = {"window": 1, "initcwnd": 1, "initrwnd": 1, "advmss": 88, "quickack": 0}
+# ip-route(8)'s TCP metrics and the least of each (quickack is 0 or 1). The kernel has floors
+# of its own after: a sender's segment is at least net.ipv4.tcp_min_snd_mss (48 B) less its
+# options, whatever MSS the peer advertised, and at least 68 B less its headers whatever
+# window it offered (36 B with timestamps; a window below that stalls it until its persist
+# timer).
+ROUTE_METRICS = {"window": 1, "initcwnd": 1, "initrwnd": 1, "advmss": 1, "quickack": 0}
 
 
 def random_drop_argv(namespace: str, source: str, probability: float,
