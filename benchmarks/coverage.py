@@ -211,6 +211,11 @@ def one_run(experiment: Path, env: dict[str, str]) -> tuple[dict[str, Any], floa
     if explained.exists():
         result["explain_rows"] = json.loads(explained.read_text())["rows"]
         result["calibration"] = json.loads(explained.read_text())["summary"]["calibration"]
+    plan = run_dir / "plan.json"  # the wave and why: the scratch root goes with the benchmark
+    if plan.exists():
+        result["plan"] = {k: v for k, v in json.loads(plan.read_text()).items()
+                          if k in ("period_s", "cycles", "magnitude_ms", "notes",
+                                   "effect_cap_ms", "effect_noise_ms")}
     return result, seconds, status["status"]
 
 
@@ -419,6 +424,8 @@ def main() -> None:
                          "busy_fraction": load.busy_fraction(load.started, time.time())
                          if load else 0.0,
                          "args": {"rate": args.rate, "concurrent": args.concurrent},
+                         "plan": result.get("plan"),
+                         "calibration": result.get("calibration"),
                          "perturbation": [lk["perturbation"] for lk in result["links"]]})
             print(f"run {i + 1}: {status} in {seconds:.0f} s, held "
                   f"{sum(c['held'] for c in runs[-1]['cells'])}/{len(runs[-1]['cells'])}",
