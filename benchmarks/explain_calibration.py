@@ -112,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
              "",
              f"{len(points)} (transaction, link) points where a run measured the gradient and "
              f"its causal paths counted the crossings, from {len(runs)} runs: "
-             + ", ".join(f"`{r.name}` ({a})" for a, r in runs) + ". Residuals are relative "
+             + ", ".join(f"`{r.name}` ({a})" for a, r in runs)
+             + (", each run's paths linked again from its saved trace by this linker "
+                "(`--relink`)" if args.relink else "") + ". Residuals are relative "
              "(gradient − crossings) / crossings from one crossing up, absolute below, each "
              "family fitted by DerSimonian–Laird within each application and between them. "
              "Each application alone (what a user's own runs of it would give): "
