@@ -67,9 +67,10 @@ def judge(gradient: float | None, ci95: tuple[float, float] | None,
 def causes_above(e: LinkEvidence) -> list[Cause]:
     """What adds round trips the messages do not show, most specific first."""
     found: list[Cause] = []
+    # a window limit or a loss costs round trips on the link whether or not the delay brought
+    # it: each is named where it is common, the passive phase's share said beside it
     limited, before = _share(e.snap, WINDOW), _share(e.snap_passive, WINDOW)
-    limited = limited if limited >= WINDOW_SHARE and _grew(limited, before,
-                                                           bool(e.snap_passive)) else 0.0
+    limited = limited if limited >= WINDOW_SHARE else 0.0
     big = [d for d in e.traffic
            if (d.segments_per_write or 0) > INITIAL_WINDOW_SEGMENTS]
     if big or limited:
@@ -82,12 +83,12 @@ def causes_above(e: LinkEvidence) -> list[Cause]:
         found.append(Cause("window", "messages larger than one window take several round "
                            "trips (" + "; ".join(x for x in (sizes and f"per write {sizes}",
                                                             limits) if x) + ")"))
-    # the paths count the set-ups they saw, and SNAP's classes the passive phase had: only
-    # what the delay brought is an excess (a pool that opens connections as latency grows)
+    # the paths count the set-ups they saw: only those the delay brought are an excess (a
+    # pool that opens connections as latency grows)
     if (found_handshake := _handshakes(e)) is not None:
         found.append(found_handshake)
     loss, loss_before = _share(e.snap, LOSS), _share(e.snap_passive, LOSS)
-    if loss >= LOSS_SHARE and _grew(loss, loss_before, bool(e.snap_passive)):
+    if loss >= LOSS_SHARE:
         found.append(Cause("loss", f"retransmissions cost round trips (SNAP: fast "
                            f"retransmit or timeout {loss:.1%} of the link's connection-seconds "
                            f"while measured, {loss_before:.1%} in the passive phase)"))
