@@ -7,6 +7,7 @@ IPv4-mapped addresses, which an IPv4-only dump never sees."""
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import queue
@@ -67,14 +68,14 @@ def socket_records(table: SocketTable, proto: str) -> list[SocketRecord]:
     out = []
     for row, info, has_info in zip(table.diag.tolist(), table.info, table.has_info,
                                    strict=True):
-        family, state, _, _, sport, dport, src, dst, _, _, _, _, _, _, inode = row
+        family, state, _, _, sport, dport, src, dst, _, cookie, _, _, _, _, inode = row
         if proto == "tcp" and not has_info:
             continue
         out.append(SocketRecord(proto, address_text(family, src), sport,
                                 address_text(family, dst), dport, inode,
                                 int(info["data_segs_out"]) if counted else None,
                                 int(info["data_segs_in"]) if counted else None,
-                                listening=state == SS_LISTEN))
+                                listening=state == SS_LISTEN, cookie=int(cookie)))
     return out
 
 
@@ -104,7 +105,10 @@ class ClosedSockets:
         self.stopping = threading.Event()
         self.started: queue.Queue[BaseException | None] = queue.Queue()
         self.diag: socket.socket | None = None
-        self.overruns = 0  # times the kernel's queue overflowed: those sockets count to last poll
+        # what went wrong reading notices (an overflow of the kernel's queue, a bad datagram):
+        # a socket whose notice is lost counts to the last dump that saw it, a shorter one not
+        self.lost: collections.Counter[str] = collections.Counter()
+        self.heard = 0  # notices read
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
         if (error := self.started.get(timeout=10)) is not None:
@@ -141,15 +145,39 @@ class ClosedSockets:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:  # ENOBUFS: the kernel dropped notices; the next ones still come
+                self.lost["overrun" if e.errno == errno.ENOBUFS else f"recv: {e}"] += 1
                 if e.errno != errno.ENOBUFS:
-                    raise
-                self.overruns += 1
+                    return
                 continue
-            table = parse_datagram(data)
+            try:
+                table = parse_datagram(data)
+            except (ValueError, OSError) as e:  # one bad datagram must not end the notices
+                self.lost[f"parse: {e}"] += 1
+                continue
             table = table[np.isin(table.diag["family"], FAMILIES)]
             self.records += socket_records(table, "tcp")
+            self.heard += len(table.diag)
             if self.tables is not None and len(self.tables) < MAX_CLOSED_TABLES:
                 self.tables.append((time.time(), table))
+
+    def settle(self, least_s: float = 0.1, quiet_s: float = 0.05, most_s: float = 0.5) -> None:
+        """At least `least_s`, then until no notice has come for `quiet_s` (`most_s` in all):
+        the kernel sends a freed socket's notice from a work queue, tens of milliseconds later
+        on a busy host, so a last report made at once would miss connections closed just
+        before it."""
+        started = time.monotonic()
+        time.sleep(least_s)
+        while True:
+            with self.lock:
+                before = self.heard
+                self._take_queued()
+            if time.monotonic() - started + quiet_s > most_s:
+                return
+            time.sleep(quiet_s)
+            with self.lock:
+                self._take_queued()
+                if self.heard == before:
+                    return
 
     def drain(self) -> list[SocketRecord]:
         with self.lock:

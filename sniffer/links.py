@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from linkgrad.protocol.sniffer import LinkCount, LinkEnd
 
@@ -37,10 +37,19 @@ class SocketRecord:
     segs_out: int | None  # data segments sent (TCP), None when the kernel gives no counter
     segs_in: int | None
     listening: bool = False
+    # the kernel's socket cookie, the same in a dump and in the socket's closing notice (0:
+    # not known); two connections of one 4-tuple in turn (TIME_WAIT reuse) differ by it
+    cookie: int = field(default=0, compare=False)
 
     @property
     def key(self) -> tuple[object, ...]:
         return (self.proto, self.inode, *self.addresses)
+
+    @property
+    def identity(self) -> tuple[object, ...]:
+        """What a closing notice is matched by: the cookie where known, else the addresses."""
+        return (self.proto, "cookie", self.cookie) if self.cookie else (self.proto,
+                                                                         *self.addresses)
 
     @property
     def addresses(self) -> tuple[object, ...]:
@@ -134,12 +143,12 @@ def link_counts(
 def match_closed(closed: Iterable[SocketRecord],
                  previous: dict[tuple[object, ...], SocketRecord]) -> list[SocketRecord]:
     """Closed sockets (reported by the kernel with inode 0) under the key they had in
-    `previous`, matched by their addresses, so only what they sent since is counted; one never
-    seen counts whole."""
-    earlier = {(s.proto, *s.addresses): s for s in previous.values()}
+    `previous`, matched by their cookie (their addresses where it is not known), so only what
+    they sent since is counted; one never seen counts whole."""
+    earlier = {s.identity: s for s in previous.values()}
     out = []
     for s in closed:
-        before = earlier.get((s.proto, *s.addresses))
+        before = earlier.get(s.identity)
         out.append(replace(s, inode=before.inode) if before else s)
     return out
 

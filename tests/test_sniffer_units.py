@@ -92,3 +92,18 @@ def test_a_socket_closing_between_the_dump_and_the_drain_counts_once_to_its_end(
                       closed=lambda: next(notices))
     assert _messages(sniffer.poll()) == [5 + 4, 5 + 4]  # 40001 from 10 to 15; 40003 whole
     assert sniffer.previous == {}  # neither is waited for again
+
+
+def test_a_notice_is_matched_by_its_cookie_when_a_new_connection_reuses_the_4_tuple():
+    """TIME_WAIT reuse: the old connection (cookie 1) closes and a new one of the same
+    addresses (cookie 2) is in the dump. Each counts its own, once."""
+    def cookied(out, cookie, inode):
+        return SocketRecord("tcp", "10.0.0.3", 40001, "10.0.0.5", 5432, inode, out, out,
+                            cookie=cookie)
+
+    dumps = iter([[cookied(8, 1, inode=7)], [cookied(3, 2, inode=9)], [cookied(3, 2, inode=9)]])
+    notices = iter([[], [cookied(10, 1, inode=0)], []])
+    sniffer = Sniffer(lambda: next(dumps), lambda: {}, EPHEMERAL, lambda: 0.0,
+                      closed=lambda: next(notices))
+    assert _messages(sniffer.poll()) == [2 + 3, 2 + 3]  # the old one's last 2, the new one's 3
+    assert _messages(sniffer.poll()) == []
