@@ -330,3 +330,10 @@ def test_rare_retransmissions_are_no_cause_and_habitual_ones_are():
                          snap_passive={"fast_retransmit": 2.8, "app_limited": 100.0})
     assert causes_above(rare) == []
     assert [c.kind for c in causes_above(habitual)] == ["loss"]
+    # a timeout waits RTO (200 ms at least), not a round trip: there all along, no cause
+    timeouts = _evidence(snap={"timeout": 3.0, "app_limited": 100.0},
+                         snap_passive={"timeout": 2.8, "app_limited": 100.0})
+    assert causes_above(timeouts) == []
+    brought = _evidence(snap={"timeout": 3.0, "app_limited": 100.0},
+                        snap_passive={"timeout": 0.1, "app_limited": 100.0})
+    assert "fast retransmit or timeout 2.9%" in causes_above(brought)[0].text

@@ -87,10 +87,17 @@ def causes_above(e: LinkEvidence) -> list[Cause]:
     # pool that opens connections as latency grows)
     if (found_handshake := _handshakes(e)) is not None:
         found.append(found_handshake)
-    loss, loss_before = _share(e.snap, LOSS), _share(e.snap_passive, LOSS)
+    # a fast retransmit waits about a round trip, so one there all along grows with the
+    # delay as well; a timeout waits RTO, 200 ms at least: only those the delay brought count
+    timeouts = _share(e.snap, ("timeout",))
+    timeouts_grew = _grew(timeouts, _share(e.snap_passive, ("timeout",)), bool(e.snap_passive))
+    loss = _share(e.snap, ("fast_retransmit",)) + (timeouts if timeouts_grew else 0.0)
+    loss_before = _share(e.snap_passive, LOSS)
     if loss >= LOSS_SHARE:
-        found.append(Cause("loss", f"retransmissions cost round trips (SNAP: fast "
-                           f"retransmit or timeout {loss:.1%} of the link's connection-seconds "
+        what = "fast retransmit or timeout" if timeouts_grew and timeouts else \
+            "fast retransmit"
+        found.append(Cause("loss", f"retransmissions cost round trips (SNAP: {what} "
+                           f"{loss:.1%} of the link's connection-seconds "
                            f"while measured, {loss_before:.1%} in the passive phase)"))
     for t in e.trends:
         if t.differ and t.high > t.low:
