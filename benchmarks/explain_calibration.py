@@ -10,9 +10,10 @@ Each run is explained afresh without any calibration (its rows' crossings and gr
 what the points need). The runs: `linkgrad run experiments/calibration/testbed-all.yaml` on
 `linkgrad testbed up` (every link, every transaction), and `experiments/mediawiki-quick.yaml`
 on `linkgrad testbed up --app mediawiki --tag mw`. `--relink` links each run's saved trace
-(`paths-trace.jsonl`) again with this linkgrad's linker, as the run did (its settings and
-budget, its web log's transactions), instead of reading its paths.json: the calibration must
-describe the linker that ships, and a fix to it changes the passive side's error.
+(`paths-trace.jsonl`) again with this linkgrad's linker, as the run did (its settings and its
+web log's transactions; without a time budget, so the result does not depend on the machine)
+instead of reading its paths.json: the calibration must describe the linker that ships, and a
+fix to it changes the passive side's error.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ def relinked(run_dir: Path, files: RunFiles) -> PathsResult:
     trace, folds = fold_hidden_workers(reconcile(list(read_trace(run_dir / TRACE_FILE))))
     log = read_log(run_dir / "weblog.log", web_log.format, web_log.log_format)
     transaction_of = transactions_in_log(trace, log, files.experiment.transactions)
+    # no time budget: a calibration must not depend on how busy this machine is while linking
     result = analyse(trace, settings.linker, LinkingSettings(window_s=settings.window_s),
-                     transaction_of=transaction_of, budget=settings.budget, folds=folds)
+                     transaction_of=transaction_of, budget=None, folds=folds)
     kept = files.paths
     return replace(result, window=kept.window, traced_hosts=kept.traced_hosts,
                    client_requests=len(client_requests(trace)),
