@@ -83,7 +83,7 @@ def test_every_case_but_the_skipped_one_can_be_put_on_the_link():
 def test_ss_summary_takes_the_first_connections_fields():
     line = ("ESTAB 0 0 10.201.1.5:5432 10.201.1.3:40000 ts sack cubic wscale:7,7 rto:204 "
             "rtt:0.05/0.02 mss:76 pmtu:1500 rcvmss:536 advmss:1448 cwnd:1 bytes_sent:900 "
-            "data_segs_out:12 snd_wnd:64 rcv_space:14480 retrans:0/3")
-    assert ss_summary([line, "other"]) == ("mss:76 cwnd:1 snd_wnd:64 rcv_space:14480 "
+            "data_segs_out:12 rwnd_limited:4ms(100.0%) snd_wnd:64 rcv_space:14480 retrans:0/3")
+    assert ss_summary([line, "other"]) == ("mss:76 cwnd:1 snd_wnd:64 rwnd_limited:4ms(100.0%) "
                                            "retrans:0/3 data_segs_out:12")
     assert ss_summary([]) == "-"
