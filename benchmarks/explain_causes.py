@@ -39,9 +39,10 @@ db's side after each run is kept as the check of what the route did (mss, cwnd, 
 For each case and each (transaction, direction) of app1<->db: the measured gradient and its
 interval, the passive count (causal paths), the verdict, the causes named and SNAP's classes
 while measured and in the passive phase; where the verdict is above, whether the case's
-expected cause is among those named. Explain names what the delay brought: a problem there the
-whole run that SNAP shows as much in the passive phase as while measured is not named
-(verdict.py's GROWTH), which this benchmark reports as it finds it. One run per case.
+expected cause is among those named. SNAP's shares in both phases are kept beside: explain
+names a window limit or a fast retransmit where common (a problem there all along costs the
+same round trips), a timeout, Nagle's wait or a handshake only where the delay brought it
+(linkgrad/explain/verdict.py). One run per case.
 
     sudo .venv/bin/python -m benchmarks.explain_causes [--cases baseline,loss] [--cycles 6]
     offline, runs made before: --rescore out/explain_causes.json
