@@ -6,7 +6,10 @@ the time it took, the links it injected, and every (transaction, link) with a kn
 (testbed/transactions.py's crossing counts) judged by the answer a user reads in its
 explain.json — both halves combined where they agree, else the measurement, and for a link
 left passive its calibrated passive gradient: the truth inside the 95% interval, and the
-interval's half-width.
+interval's half-width. Then the placements of `benchmarks/prediction_accuracy.py` predicted
+from each run (`linkgrad predict`, which takes a link left passive from explain.json) and
+applied for real on the same testbed (`--validate`): the measured mean inside the prediction's
+interval.
 
 The client's link (client<->web) is left out of the judging: the web log's response time
 starts after the request's crossing and ends at the reply's last write, so the gradient it
@@ -15,6 +18,9 @@ measures there is 0, not the crossing count transactions.py gives.
     linkgrad testbed up && .venv/bin/python -m benchmarks.passive_first
 
     .venv/bin/python -m benchmarks.passive_first --experiment experiments/testbed-quick.yaml
+
+About 20 minutes for testbed-all: the two runs (10 and 7 minutes) and two validations of four
+placements (about 3 minutes each at the default --predict-window-s 30).
 
 Writes benchmarks/out/passive_first-EXPERIMENT.json and its section of benchmarks/RESULTS.md.
 """
@@ -31,8 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from scipy import stats
 
 from benchmarks.on_testbed import LINKGRAD, scratch_root
+from benchmarks.prediction_accuracy import PLACEMENTS
 from benchmarks.results_md import update_section
 from testbed.topology import DEFAULT
 from testbed.transactions import transactions_of
@@ -41,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENT = ROOT / "experiments" / "calibration" / "testbed-all.yaml"
 OUT = Path(__file__).with_name("out")
 QUESTION = {"move": {"db": "remote"}}
+NOW = ROOT / "experiments" / "placement" / "now.yaml"  # prediction_accuracy.py's sites
 
 
 def run(strategy: str, root: Path, experiment: Path = EXPERIMENT) -> dict[str, Any]:
@@ -98,6 +107,46 @@ def judge(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def predictions(run_dir: Path, root: Path, window_s: float) -> list[dict[str, Any]]:
+    """prediction_accuracy.py's placements predicted from the run and applied for real."""
+    argv = [LINKGRAD, "predict", "--gradients", str(run_dir / "gradients.json"),
+            "--latencies", str(NOW), "--validate", "--window-s", str(window_s), "--json"]
+    for i, move in enumerate(PLACEMENTS.values()):
+        path = root / f"placement{i}.yaml"
+        path.write_text(json.dumps({"move": move}))
+        argv += ["--placement", str(path)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=7200, check=False)
+    if done.returncode != 0 or not done.stdout.strip().startswith("{"):
+        sys.exit(f"passive_first: predict --validate failed on {run_dir}: "
+                 f"{done.stderr[-3000:]}")
+    rows = []
+    for name, p in zip(PLACEMENTS, json.loads(done.stdout)["placements"], strict=True):
+        for tx, v in p["validation"]["transactions"].items():
+            terms = p["transactions"][tx]["terms"]
+            rows.append({"placement": name, "transaction": tx,
+                         "uses_passive": any(t.get("passive") for t in terms), **v})
+    return rows
+
+
+def exact_ci(k: int, n: int) -> tuple[float, float]:
+    ci = stats.binomtest(k, n).proportion_ci(0.95, method="exact")
+    return ci.low, ci.high
+
+
+def predictions_line(r: dict[str, Any]) -> str:
+    rows = r.get("predictions") or []
+    if not rows:
+        return f"{r['strategy']}: not predicted"
+    inside = sum(p["inside"] for p in rows)
+    lo, hi = exact_ci(inside, len(rows))
+    passive = [p for p in rows if p["uses_passive"]]
+    return (f"{r['strategy']}: {inside} of {len(rows)} inside ({inside / len(rows):.0%}; "
+            f"95% CI {lo:.0%}-{hi:.0%}), median |error| "
+            f"{statistics.median(abs(p['error']) for p in rows):.1%}; "
+            f"{len(passive)} used a passive gradient, "
+            f"{sum(p['inside'] for p in passive)} of them inside")
+
+
 def markdown(results: list[dict[str, Any]], experiment: Path) -> str:
     lines = [f"## Passive first against every link injected, {experiment.stem} "
              "(`benchmarks/passive_first.py`)", "",
@@ -124,9 +173,22 @@ def markdown(results: list[dict[str, Any]], experiment: Path) -> str:
     lines += ["", f"Passive first took {a['seconds'] / p['seconds']:.1f}× less time "
               f"({p['seconds']:.0f} s against {a['seconds']:.0f} s) and injected "
               f"{p['links_injected']} of {a['links_injected']} links (goal: at least 3× faster "
-              "with 90% or more of predictions inside their intervals; the prediction "
-              "placements of `benchmarks/prediction_accuracy.py` are not run here).",
+              "with 90% or more of predictions inside their intervals).",
               f"Calibration used: {p['calibration']}."]
+    if any(r.get("predictions") for r in results):
+        lines += ["", "Predictions of `benchmarks/prediction_accuracy.py`'s placements "
+                  f"({', '.join(PLACEMENTS)}; sites of `experiments/placement/now.yaml`) from "
+                  "each run's gradients, every transaction of the run, each placement applied "
+                  "for real by `linkgrad predict --validate` on the same testbed right after "
+                  "its run; inside = the measured mean within the prediction's 95% interval "
+                  "widened by the measurement's own standard error:", "",
+                  *[f"- {predictions_line(r)}" for r in results]]
+        out = [f"{r['strategy']} {x['placement']} {x['transaction']} "
+               f"{x['predicted_ms']:.1f} [{x['ci95'][0]:.1f}, {x['ci95'][1]:.1f}] against "
+               f"{x['measured_ms']:.1f}{' (passive)' if x['uses_passive'] else ''}"
+               for r in results for x in r.get("predictions") or [] if not x["inside"]]
+        if out:
+            lines += ["", "Predictions outside: " + "; ".join(out) + "."]
     missed = [c for r in results for c in r["cells"] if not c["held"]]
     if missed:
         lines += ["", "Misses: " + "; ".join(
@@ -157,6 +219,10 @@ def main() -> int:
                     help="a passive-first run made before by this script: explained again")
     ap.add_argument("--passive-first-seconds", type=float, default=0.0,
                     help="with --passive-first: the time it took")
+    ap.add_argument("--predict-window-s", type=float, default=30.0,
+                    help="seconds each placement is measured each way by predict --validate")
+    ap.add_argument("--no-predict", action="store_true",
+                    help="judge the gradients only; do not apply the placements")
     ap.add_argument("--note", default="",
                     help="a paragraph for the section (what the runs were used for)")
     ap.add_argument("--experiment", type=Path, default=EXPERIMENT,
@@ -174,9 +240,12 @@ def main() -> int:
         else:
             r = run(strategy, root, args.experiment)
         r["cells"] = judge(r)
-        results.append(r)
         print(f"{strategy}: {r['seconds']:.0f} s, {r['links_injected']} links, "
               f"{sum(c['held'] for c in r['cells'])}/{len(r['cells'])} held", flush=True)
+        if not args.no_predict:  # right after its run: the testbed as the run left it
+            r["predictions"] = predictions(Path(r["run_dir"]), root, args.predict_window_s)
+            print(predictions_line(r), flush=True)
+        results.append(r)
     OUT.mkdir(exist_ok=True)
     name = args.experiment.stem
     (OUT / f"passive_first-{name}.json").write_text(json.dumps(results, indent=1))
