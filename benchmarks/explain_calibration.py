@@ -31,13 +31,10 @@ from coordinator.config.trace_file import read_trace
 from coordinator.explain.calibration_points import SHIPPED
 from coordinator.explain.rows import explained_rows, least_delay
 from coordinator.explain.run import RunFiles, load_run_files
-from coordinator.live.paths_evidence import TRACE_FILE, transactions_in_log
+from coordinator.live.paths_evidence import TRACE_FILE
 from linkgrad.explain.calibration import Z95, CalibrationPoint, fit_calibration, measured_se
-from linkgrad.paths.analysis import analyse, client_requests
-from linkgrad.paths.hidden_workers import fold_hidden_workers
-from linkgrad.paths.reconcile import reconcile
+from linkgrad.paths.from_hosts import paths_from_hosts
 from linkgrad.paths.result import PathsResult
-from linkgrad.paths.wap5 import LinkingSettings
 from linkgrad.weblog.read import read_log
 
 
@@ -54,16 +51,13 @@ def relinked(run_dir: Path, files: RunFiles) -> PathsResult:
     web_log = files.experiment.web_log
     if web_log is None or files.paths is None:
         raise SystemExit(f"{run_dir}: no web log or no paths.json to relink")
-    trace, folds = fold_hidden_workers(reconcile(list(read_trace(run_dir / TRACE_FILE))))
     log = read_log(run_dir / "weblog.log", web_log.format, web_log.log_format)
-    transaction_of = transactions_in_log(trace, log, files.experiment.transactions)
     # no time budget: a calibration must not depend on how busy this machine is while linking
-    result = analyse(trace, settings.linker, LinkingSettings(window_s=settings.window_s),
-                     transaction_of=transaction_of, budget=None, folds=folds)
+    result = paths_from_hosts(list(read_trace(run_dir / TRACE_FILE)), settings.linker,
+                              settings.window_s, None, log, files.experiment.transactions)
     kept = files.paths
     return replace(result, window=kept.window, traced_hosts=kept.traced_hosts,
-                   client_requests=len(client_requests(trace)),
-                   matched_requests=len(transaction_of), problems=kept.problems)
+                   problems=kept.problems)
 
 
 def run_points(app: str, run_dir: Path, relink: bool = False) -> list[CalibrationPoint]:

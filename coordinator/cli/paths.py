@@ -20,15 +20,14 @@ from coordinator.config.experiment_file import load_experiment
 from coordinator.config.run_dir import RunDir
 from coordinator.config.strict_json import dumps
 from coordinator.config.trace_file import read_trace, write_trace
-from coordinator.live.paths_evidence import host_traces, transactions_of
+from coordinator.live.paths_evidence import host_traces, web_log_now
 from coordinator.live.session import Session, check_local_files, observe
 from linkgrad.errors import InputError, Problem
-from linkgrad.paths.analysis import DEFAULT_BUDGET, LINKERS, analyse
+from linkgrad.paths.analysis import DEFAULT_BUDGET, LINKERS
 from linkgrad.paths.budget import linking_lines, progress_line
-from linkgrad.paths.hidden_workers import fold_hidden_workers
-from linkgrad.paths.reconcile import HostTrace, reconcile
+from linkgrad.paths.from_hosts import paths_from_hosts
+from linkgrad.paths.reconcile import HostTrace
 from linkgrad.paths.result import HopResult, PathsResult, PatternResult
-from linkgrad.paths.wap5 import LinkingSettings
 from linkgrad.protocol.trace import TraceRequest
 
 MAX_DURATION_S = 86400.0
@@ -83,17 +82,14 @@ def paths_command(args: argparse.Namespace) -> int:
         hosts, problems, session = _capture(args, console)
         if args.save_trace:
             write_trace(args.save_trace, hosts)
-    # folded before matching: a hidden worker's calls are no client's requests
-    trace, folds = fold_hidden_workers(reconcile(hosts))
-    # the requests the web log saw during the capture, by transaction (none offline)
-    transaction_of = transactions_of(session, trace) if session is not None else None
     # progress on stderr, where --json leaves it silent
     progress = None if args.json else lambda g: console.print(escape(progress_line(g)))
-    result = analyse(trace, args.linker, LinkingSettings(window_s=args.window),
-                     transaction_of=transaction_of, budget=args.budget, progress=progress,
-                     folds=folds)
-    result = replace(result, traced_hosts=tuple(sorted(h.name for h in hosts)),
-                     problems=tuple(problems), at=time.time())
+    # the requests the web log saw during the capture, by transaction (none offline)
+    result = paths_from_hosts(hosts, args.linker, args.window, args.budget,
+                              None if session is None else web_log_now(session),
+                              None if session is None else session.experiment.transactions,
+                              progress=progress)
+    result = replace(result, problems=tuple(problems), at=time.time())
     if args.save:
         RunDir(args.save.parent).write(args.save.name, result.as_json())
     if args.json:

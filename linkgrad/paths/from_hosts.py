@@ -1,0 +1,53 @@
+"""Causal paths from the hosts' traces and the web log, as a run, `linkgrad paths` and a
+relinking benchmark all make them: the traces reconciled into one, hidden workers folded, each
+client request matched to its transaction in the web log, then linked and analysed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from linkgrad.paths.analysis import analyse, client_requests, match_requests
+from linkgrad.paths.budget import Progress
+from linkgrad.paths.hidden_workers import fold_hidden_workers
+from linkgrad.paths.messages import Trace
+from linkgrad.paths.reconcile import HostTrace, reconcile
+from linkgrad.paths.result import PathsResult
+from linkgrad.paths.wap5 import LinkingSettings
+from linkgrad.transactions import group_by_transaction, patterns_from
+from linkgrad.weblog.model import RequestLog
+
+__all__ = ["paths_from_hosts", "transactions_in_log"]
+
+
+def paths_from_hosts(hosts: Sequence[HostTrace], linker: str, window_s: float,
+                     budget: float | None, log: RequestLog | None = None,
+                     transactions: Mapping[str, str] | None = None,
+                     progress: Callable[[Progress], None] | None = None) -> PathsResult:
+    """paths.json's analysis of `hosts` (but for the capture's window and problems); with a
+    web `log`, each transaction's patterns and how many client requests the log saw."""
+    # folded before matching: a hidden worker's calls are no client's requests
+    trace, folds = fold_hidden_workers(reconcile(list(hosts)))
+    transaction_of = None if log is None else transactions_in_log(trace, log,
+                                                                  transactions or {})
+    result = analyse(trace, linker, LinkingSettings(window_s=window_s),
+                     transaction_of=transaction_of, budget=budget, progress=progress,
+                     folds=folds)
+    result = replace(result, traced_hosts=tuple(sorted(h.name for h in hosts)))
+    if transaction_of is None:
+        return result
+    return replace(result, client_requests=len(client_requests(trace)),
+                   matched_requests=len(transaction_of))
+
+
+def transactions_in_log(trace: Trace, log: RequestLog, transactions: Mapping[str, str]
+                        ) -> dict[int, str]:
+    """Each client request in the trace that the web log saw (by when its answer ended, or
+    it arrived, at the front end) -> its transaction."""
+    name_of_row: dict[int, str] = {}
+    for name, rows in group_by_transaction(log.url, patterns_from(transactions)).items():
+        for row in rows.tolist():
+            name_of_row.setdefault(row, name)  # overlapping classes: the first named
+    return {root: name_of_row[row] for root, row in match_requests(
+        trace, log.start_s, log.start_s + log.response_s).items()
+            if row in name_of_row}
