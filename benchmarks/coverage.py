@@ -1,8 +1,9 @@
 """Do linkgrad's 95% intervals hold on real applications, idle and under other work (issue 12)?
 
-For an application of the testbed (the RUBiS-like one, or MediaWiki on Apache + mod_php +
-MariaDB) and a condition (idle, or background load: a CPU hog and a disk writer started at
-random times for random lengths on the same machine, as "a machine with other work running"),
+For an application of the testbed (the RUBiS-like one, MediaWiki on Apache + mod_php +
+MariaDB, or Redmine on Apache + Passenger + PostgreSQL) and a condition (idle, or background
+load: a CPU hog and a disk writer started at random times for random lengths on the same
+machine, as "a machine with other work running"),
 `--runs` runs of `linkgrad run` with **default parameters** (only the link pair given), each
 cell compared with the truth measured independently:
 
@@ -15,7 +16,11 @@ cell compared with the truth measured independently:
   under background load `out/mediawiki_truth_steady-1ms.json` (its `--steady-load`: the slope
   under each kind of the episodes' work held steady, since this application's slope rises under
   contention), mixed in the shares of time each kind ran in the cell's own injection window:
-  the gradient of the mean over that window.
+  the gradient of the mean over that window;
+* redmine: the slopes measured as MediaWiki's on web<->db by `benchmarks/redmine_truth.py`
+  (`out/redmine_truth.json`, at each delay it measured; default 1 and 2 ms at 10 req/s, the
+  rate these runs default to), idle only: there is no Redmine truth under background load, so
+  `--app redmine --load` stops and says so.
 
 It reports the coverage (intervals holding the truth), each cell's run-to-run sd beside the
 mean standard error the runs reported (half-width / t), the time a default run takes, and each
@@ -23,6 +28,7 @@ run's perturbation (on half-periods against off ones) — beside the thesis's Ta
 0.02-0.11 at gradients 0.5-2).
 
     .venv/bin/python -m benchmarks.coverage --app rubis --runs 3 [--load] [--rate 40] [--append]
+    .venv/bin/python -m benchmarks.coverage --app redmine --runs 3 [--rate 10] [--append]
 
 Writes benchmarks/out/coverage-APP-CONDITION.json and its section of benchmarks/RESULTS.md.
 """
@@ -54,7 +60,9 @@ from testbed.transactions import transactions_of
 
 OUT = Path(__file__).with_name("out")
 TAG = "cov"
-PAIRS = {"rubis": ("app1", "db"), "mediawiki": ("web", "db")}
+PAIRS = {"rubis": ("app1", "db"), "mediawiki": ("web", "db"), "redmine": ("web", "db")}
+# a run's open-loop req/s by default: the rate MediaWiki's and Redmine's slopes were measured at
+RATES = {"rubis": 40.0, "mediawiki": 12.0, "redmine": 10.0}
 RUBIS_TRANSACTIONS = ("ViewItem", "single", "sequential", "async")
 
 
@@ -75,7 +83,10 @@ def truth(app: str, load: bool) -> Truth:
     are the slopes under a constant delay alternated with none (`benchmarks/mediawiki_truth.py`),
     idle, or for runs under background load under each kind of that work held steady
     (`--steady-load`: its slope rises under contention), at every delay measured (a cell is
-    held against the truth at the delay nearest its own)."""
+    held against the truth at the delay nearest its own); Redmine's are its slopes as
+    MediaWiki's idle ones (`benchmarks/redmine_truth.py`), with no truth under load."""
+    if app == "redmine":
+        return redmine_truth(load)
     if app == "rubis":
         counts: Truth = {(t.name, link): [(None, {"none": (float(g), 0.0)})]
                          for t in transactions_of(DEFAULT) if t.name in RUBIS_TRANSACTIONS
@@ -103,6 +114,23 @@ def truth(app: str, load: bool) -> Truth:
                                      kinds=list(by_kind)).items():
             out.setdefault(key, []).extend(measured)
     return out
+
+
+def redmine_truth(load: bool) -> Truth:
+    """Redmine's slopes from `out/redmine_truth.json` at every delay it measured; a clear stop
+    where the file, its slopes or (under `load`) any truth for the condition is missing."""
+    if load:
+        sys.exit("coverage: Redmine has no truth under background load "
+                 "(benchmarks/redmine_truth.py measures its slopes without other work); "
+                 "run --app redmine without --load")
+    path = OUT / "redmine_truth.json"
+    if not path.exists():
+        sys.exit(f"coverage: {path} is missing: run benchmarks/redmine_truth.py first")
+    data = json.loads(path.read_text())
+    if not data.get("slopes"):
+        sys.exit(f"coverage: {path} has no slopes (measured before redmine_truth measured "
+                 "them): run benchmarks/redmine_truth.py again")
+    return _slopes(data["slopes"])
 
 
 def _slopes(*slopes: list[dict[str, Any]], kinds: list[str] | None = None) -> Truth:
@@ -180,7 +208,7 @@ def experiment_yaml(app: str, root: Path, rate: float, concurrent: int,
     lines = [f"name: coverage-{app}", f"testbed: {tag}",
              f"workload: {{host: client, rate_per_s: {rate}, mix: {json.dumps(mix)}}}",
              "transactions:"]
-    # the RUBiS-like paths by their path, MediaWiki's by path and query (index.php?title=...)
+    # the RUBiS-like paths by their path, the others' by path and query (index.php?title=...)
     for t in txs:
         matched = t.path.split("?")[0] if app == "rubis" else t.path
         lines.append(f"  {t.name}: {json.dumps('^' + re.escape(matched))}")
@@ -376,7 +404,8 @@ def main() -> None:
     parser.add_argument("--app", choices=sorted(PAIRS), default="rubis")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rate", type=float, default=None,
-                        help="requests/s (default: 40 for rubis, 12 for mediawiki)")
+                        help="requests/s (default: 40 for rubis, 12 for mediawiki, 10 for "
+                             "redmine: the rates their truths were measured at)")
     parser.add_argument("--load", action="store_true", help="background load episodes")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--concurrent", type=int, default=1, choices=(1, 2),
@@ -388,7 +417,7 @@ def main() -> None:
                         help="no runs: judge the stored ones again against the truth files "
                              "as they are now (a truth measured since, at another delay)")
     args = parser.parse_args()
-    args.rate = args.rate or (40.0 if args.app == "rubis" else 12.0)
+    args.rate = args.rate or RATES[args.app]
     expected = truth(args.app, args.load)
     name = f"coverage-{args.app}-{'load' if args.load else 'idle'}"
     condition = "under background load" if args.load else "idle"

@@ -52,25 +52,16 @@ from typing import Any
 import numpy as np
 
 from benchmarks.background_load import KINDS, BackgroundLoad, steady_load
+from benchmarks.idle_slopes import idle_slopes
 from benchmarks.on_testbed import scratch_root
 from benchmarks.packet_socket import InNamespace, tcp_segments
 from benchmarks.results_md import update_section
-from benchmarks.slopes import applied_ms_of, link_spec, loaded_slopes, slope
-from linkgrad.alternation import OFF, ON
-from linkgrad.protocol.injector import (
-    Add,
-    ConstantSchedule,
-    OffSchedule,
-    SetSchedule,
-    StatsRequest,
-)
-from linkgrad.weblog import read_log
+from benchmarks.slopes import loaded_slopes
 from linkgrad.weblog.apache_format import compile_apache
 from linkgrad.weblog.textlog import parse_lines
 from testbed import mariadb
 from testbed.description import DescribedTestbed
 from testbed.lifecycle import down, up
-from testbed.pairs.hosts import InjectorProcess
 from testbed.topology import MEDIAWIKI
 
 OUT = Path(__file__).with_name("out")
@@ -174,41 +165,6 @@ def crossings(info: DescribedTestbed, directory: Path, requests: int) -> dict[st
         return result
     finally:
         sniffer.stop()
-
-
-def idle_slopes(info: DescribedTestbed, link: str, delay_ms: float, blocks: int = 4,
-                per_block: int = 4) -> dict[str, Any]:
-    """No load: one request at a time, every page type `per_block` times per block, the delay
-    off and on in turn by block (off, on, ..., off). The link passes the injector on both
-    sides (an off schedule), so its own overhead cancels."""
-    receiver, spec, hosts = link_spec(info, link, PORT)
-    sides: list[tuple[int, float, float]] = []  # (side, start, end) per block
-    try:
-        injector = InjectorProcess(hosts, receiver, "--queue", "7300")
-        link_id = injector.ok(Add(link=spec, schedule=OffSchedule())).link_id
-        for block in range(2 * blocks + 1):
-            on = block % 2 == 1
-            injector.ok(SetSchedule(link_id=link_id, schedule=ConstantSchedule(
-                magnitude_ms=delay_ms) if on else OffSchedule()))
-            time.sleep(0.2)
-            start = time.time()
-            for _ in range(per_block):
-                for t in info.transactions:
-                    with DIRECT.open(t.url, timeout=60) as answer:
-                        answer.read()
-            sides.append((ON if on else OFF, start, time.time()))
-        applied_ms = applied_ms_of(injector.ok(StatsRequest()).links, "constant")
-        injector.stop()
-    finally:
-        hosts.remove()
-    log = read_log(info.web_log.path, "apache", info.web_log.log_format)
-    side = np.full(len(log), -1)
-    for which, start, end in sides:
-        side[(log.start_s >= start - 0.002) & (log.start_s < end)] = which
-    pages = {t.name: slope(log.response_s[(log.url == t.path) & (side == ON)],
-                           log.response_s[(log.url == t.path) & (side == OFF)],
-                           applied_ms) for t in info.transactions}
-    return {"link": link, "requested_ms": delay_ms, "applied_ms": applied_ms, "pages": pages}
 
 
 def markdown(result: dict[str, Any]) -> str:
