@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Protocol
+
+import numpy as np
 
 from linkgrad.paths.analysis import analyse, client_requests, match_requests
 from linkgrad.paths.budget import Progress
@@ -15,13 +18,24 @@ from linkgrad.paths.reconcile import HostTrace, reconcile
 from linkgrad.paths.result import PathsResult
 from linkgrad.paths.wap5 import LinkingSettings
 from linkgrad.transactions import group_by_transaction, patterns_from
-from linkgrad.weblog.model import RequestLog
 
-__all__ = ["paths_from_hosts", "transactions_in_log"]
+__all__ = ["WebLog", "paths_from_hosts", "transactions_in_log"]
+
+
+class WebLog(Protocol):
+    """What the linking reads of a web log (linkgrad.weblog's RequestLog, which this layer
+    does not import): each request's start, response time and URL."""
+
+    @property
+    def start_s(self) -> np.ndarray: ...
+    @property
+    def response_s(self) -> np.ndarray: ...
+    @property
+    def url(self) -> np.ndarray: ...
 
 
 def paths_from_hosts(hosts: Sequence[HostTrace], linker: str, window_s: float,
-                     budget: float | None, log: RequestLog | None = None,
+                     budget: float | None, log: WebLog | None = None,
                      transactions: Mapping[str, str] | None = None,
                      progress: Callable[[Progress], None] | None = None) -> PathsResult:
     """paths.json's analysis of `hosts` (but for the capture's window and problems); with a
@@ -40,7 +54,7 @@ def paths_from_hosts(hosts: Sequence[HostTrace], linker: str, window_s: float,
                    matched_requests=len(transaction_of))
 
 
-def transactions_in_log(trace: Trace, log: RequestLog, transactions: Mapping[str, str]
+def transactions_in_log(trace: Trace, log: WebLog, transactions: Mapping[str, str]
                         ) -> dict[int, str]:
     """Each client request in the trace that the web log saw (by when its answer ended, or
     it arrived, at the front end) -> its transaction."""
