@@ -59,8 +59,11 @@ class Sniffer:
                  owners: Callable[[], dict[int, Process]] = socket_owners,
                  ephemeral: tuple[int, int] | None = None,
                  clock: Callable[[], float] = time.time,
-                 closed: Callable[[], list[SocketRecord]] = list) -> None:
+                 closed: Callable[[], list[SocketRecord]] = list,
+                 losses: Callable[[], int] = lambda: 0) -> None:
         self.dump, self.owners, self.clock, self.closed = dump, owners, clock, closed
+        self.losses = losses  # the closing notices' losses so far (ClosedSockets.lost)
+        self.losses_told = losses()
         self.ephemeral = ephemeral or ephemeral_range()
         baseline = self.dump()
         # what closed before the first snapshot is not ours to count: drained after the dump,
@@ -84,8 +87,11 @@ class Sniffer:
             counts = link_counts(self.previous, [*current, *ended],
                                  {**self.known_owners, **owners}, self.ephemeral)
             now = self.clock()
+            losses = self.losses()
             report = Report(from_s=self.since, to_s=now, links=tuple(
-                link.count(n) for link, n in active(counts, threshold).items()))
+                link.count(n) for link, n in active(counts, threshold).items()),
+                notice_losses=(losses - self.losses_told) or None)
+            self.losses_told = losses
             self._carry(current, ended)
             self.known_owners = owners
             self.since = now
@@ -214,13 +220,15 @@ def main() -> int:
         own_ipv6 = None
         missing = "; ".join(w for w in (missing, f"IPv6 addresses not read ({e}): IPv6 links "
                                         "are not named") if w)
-    service = Service(Sniffer(closed=closing.drain if closing else list), sys.stdout, closing)
+    service = Service(Sniffer(closed=closing.drain if closing else list,
+                              losses=closing.losses if closing else lambda: 0),
+                      sys.stdout, closing)
     try:
         return run(service, sys.stdin.buffer, missing, own_ipv6, closing is not None)
     finally:
         if closing is not None:
             closing.close()
-            if closing.lost:  # said on its stderr only: the protocol has no field for it yet
+            if closing.lost:  # what the reports counted, by kind: for whoever reads its stderr
                 print("sniffer: closing notices lost: " + ", ".join(
                     f"{what} x{n}" for what, n in closing.lost.items()), file=sys.stderr)
 

@@ -114,6 +114,10 @@ class ClosedSockets:
         if (error := self.started.get(timeout=10)) is not None:
             raise error
 
+    def losses(self) -> int:
+        """Times notices were lost so far, of every kind."""
+        return sum(self.lost.values())
+
     def _read(self) -> None:
         leave_signals_to_main_thread()
         try:

@@ -366,3 +366,17 @@ def test_ssh_files_that_are_wrong_are_exit_2_naming_file_and_line(tmp_path):
         check_endpoints([Host(name="web", address="192.0.2.1")],
                         Ssh(known_hosts=tmp_path / "missing"))
     assert Path(known).exists()
+
+
+def test_a_sniffer_that_lost_closing_notices_is_said_once_with_its_count() -> None:
+    from coordinator.live.session import Session  # paramiko: slow to load, for this test only
+
+    session = Session(experiment=None)  # type: ignore[arg-type]  # _report never reads it
+    for lost in (2, None, 3):
+        session._report("db", {"event": "report", "from": 1.0, "to": 2.0, "links": [],
+                               **({"notice_losses": lost} if lost else {})})
+    session._report("web", {"event": "report", "from": 1.0, "to": 2.0, "links": []})
+    (warning,) = session.notice_loss_warnings()
+    assert warning.startswith("sniffer on db: the kernel's notices of closed sockets were lost "
+                              "5 time(s)")
+    assert len(session.reports) == 4

@@ -107,3 +107,12 @@ def test_a_notice_is_matched_by_its_cookie_when_a_new_connection_reuses_the_4_tu
                       closed=lambda: next(notices))
     assert _messages(sniffer.poll()) == [2 + 3, 2 + 3]  # the old one's last 2, the new one's 3
     assert _messages(sniffer.poll()) == []
+
+
+def test_a_report_says_the_closing_notices_lost_since_the_one_before():
+    """ClosedSockets counts each overrun of the kernel's queue; a report carries how many came
+    since the previous report, and nothing when none did (the wire as it always was)."""
+    losses = iter([0, 0, 2, 2, 5])  # at start, then at each poll
+    sniffer = Sniffer(lambda: [], lambda: {}, EPHEMERAL, lambda: 0.0, losses=lambda: next(losses))
+    told = [sniffer.poll().notice_losses for _ in range(4)]
+    assert told == [None, 2, None, 3]

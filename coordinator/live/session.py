@@ -8,6 +8,7 @@ daemons run in-process, so the run loop and its failure paths are tested without
 from __future__ import annotations
 
 import signal
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -86,6 +87,8 @@ class Session:
     log: LogFollower | None = None
     workload: Channel | None = None
     warnings: list[str] = field(default_factory=list)  # what a daemon could not do
+    # per host, times its sniffer lost the kernel's notices of closed sockets
+    notice_losses: Counter[str] = field(default_factory=Counter)
     snap_reports: list[HostSnapReport] = field(default_factory=list)  # in arrival order
     profiling: dict[str, Profiling] = field(default_factory=dict)  # host -> what it can give
     unprofiled: set[str] = field(default_factory=set)  # hosts whose profiling has ended
@@ -154,9 +157,19 @@ class Session:
                                           if isinstance(d.ready, SnifferReady)})
         return self
 
+    def notice_loss_warnings(self) -> list[str]:
+        """Each host whose sniffer lost notices of closed sockets, said once."""
+        return [f"sniffer on {host}: the kernel's notices of closed sockets were lost {n} "
+                "time(s) (its queue overran): connections that closed then are counted only "
+                "to the sniffer's last poll before, and one shorter than a poll interval is "
+                "missing from the graph" for host, n in sorted(self.notice_losses.items())]
+
     def _report(self, host: str, message: dict[str, Any]) -> None:  # free-form: as decoded
         if message.get("event") == "report":
-            self.reports.append((host, ReportEvent.model_validate(message)))
+            report = ReportEvent.model_validate(message)
+            self.reports.append((host, report))
+            if report.notice_losses:
+                self.notice_losses[host] += report.notice_losses
         elif message.get("event") == "snap":
             self.snap_reports.append(
                 HostSnapReport.of(host, SnapReportEvent.model_validate(message)))

@@ -61,6 +61,12 @@ class Report(Result):
     from_s: float = Field(alias="from", ge=0, lt=LIMIT_UNIX_S)  # the daemon's clock
     to_s: float = Field(alias="to", ge=0, lt=LIMIT_UNIX_S)
     links: tuple[LinkCount, ...] = ()
+    # times the kernel's notices of closed sockets were lost since the previous report (an
+    # overrun of its queue drops an unknown number; a datagram unreadable): a connection that
+    # closed then is counted only to its last dump, and one shorter than a poll not at all;
+    # absent: none
+    absent_when_none = ("notice_losses",)
+    notice_losses: Count | None = None
 
 
 class ReportEvent(Report):
