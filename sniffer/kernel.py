@@ -116,7 +116,8 @@ class ClosedSockets:
 
     def losses(self) -> int:
         """Times notices were lost so far, of every kind."""
-        return sum(self.lost.values())
+        with self.lock:  # the reader thread adds kinds as it meets them
+            return sum(self.lost.values())
 
     def _read(self) -> None:
         leave_signals_to_main_thread()

@@ -43,6 +43,7 @@ class Profiler:
         self.reports = 0
         self.missing: tuple[str, ...] = ()
         self.tracer: SocketCallTracer | None = None
+        self.losses_told = 0  # the closing notices' losses already reported
 
     def start(self, request: Profile) -> Profiling:
         budget, thresholds = settings_of(request)  # a bad request leaves a running one be
@@ -56,6 +57,7 @@ class Profiler:
         self.report_interval_s = request.report_interval_s
         self.sums_every = max(1, round(request.sums_interval_s / request.report_interval_s))
         self.reports = 0
+        self.losses_told = self.closing.losses() if self.closing is not None else 0
         self.poller.step()  # the first table read: the baseline, and what the kernel gives
         self.missing = tuple(self.poller.missing())
         if request.socket_calls and self.tracing:
@@ -138,4 +140,7 @@ class Profiler:
         event = self.poller.report(with_sums)
         if self.tracer is not None and (lost := self.tracer.losses()):
             event = event.model_copy(update={"socket_calls_lost": lost})
+        if self.closing is not None and (losses := self.closing.losses()) > self.losses_told:
+            event = event.model_copy(update={"notice_losses": losses - self.losses_told})
+            self.losses_told = losses
         self.out.write(event)

@@ -376,7 +376,22 @@ def test_a_sniffer_that_lost_closing_notices_is_said_once_with_its_count() -> No
         session._report("db", {"event": "report", "from": 1.0, "to": 2.0, "links": [],
                                **({"notice_losses": lost} if lost else {})})
     session._report("web", {"event": "report", "from": 1.0, "to": 2.0, "links": []})
-    (warning,) = session.notice_loss_warnings()
+    (warning,) = session.loss_warnings()
     assert warning.startswith("sniffer on db: the kernel's notices of closed sockets were lost "
                               "5 time(s)")
     assert len(session.reports) == 4
+
+
+def test_snap_lines_add_their_lost_notices_and_calls_to_the_warnings() -> None:
+    from coordinator.live.session import Session  # paramiko: slow to load, for this test only
+
+    session = Session(experiment=None)  # type: ignore[arg-type]  # _report never reads it
+    snap = {"event": "snap", "from": 1.0, "to": 2.0, "cpu_pct": 0.1, "table_interval_s": 1.0,
+            "fast_connections": 0, "sockets": 0}
+    session._report("db", {**snap, "notice_losses": 2})
+    session._report("db", {**snap, "notice_losses": 1, "socket_calls_lost": "12 calls"})
+    session._report("db", {"event": "report", "from": 1.0, "to": 2.0, "links": [],
+                           "notice_losses": 1})
+    notices, calls = session.loss_warnings()
+    assert "were lost 4 time(s)" in notices
+    assert calls.startswith("sniffer on db: SNAP's socket-call tracer: 12 calls;")

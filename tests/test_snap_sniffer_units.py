@@ -859,3 +859,30 @@ def test_a_connection_reset_while_its_fd_stays_open_is_not_counted_twice():
     assert sockets == {}
     row = totals.slot[1]
     assert totals.sums[row][SUMS.index("bytes_acked")] == 100_000
+
+
+class _LossyNotices:
+    """ClosedSockets as the profiler reads it: how many times notices were lost so far."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def losses(self) -> int:
+        return self.total
+
+
+def test_a_snap_line_says_the_closing_notices_lost_since_the_line_before(monkeypatch):
+    diag = _FakeDiag({1: dict(BASE[1]), 2: dict(BASE[2])})
+    clock, cpu, out = _Now(T0), _Now(0.0), io.StringIO()
+    notices = _LossyNotices()
+    profiler = Profiler(LineWriter(out), tracing=False)
+    profiler.closing = notices  # type: ignore[assignment]
+    profiler.poller = poller = _poller(monkeypatch, diag, clock, cpu)
+    notices.total = 3  # before this profiling reported anything: lost before too
+    profiler.losses_told = 1  # what start() read when it began
+    for until, total in ((T0 + 2, 3), (T0 + 4, 3), (T0 + 6, 7)):
+        notices.total = total
+        _run(poller, clock, cpu, until, cpu_share=0.0)
+        profiler._report(last=True)
+    told = [json.loads(line).get("notice_losses") for line in out.getvalue().splitlines()]
+    assert told == [2, None, 4]

@@ -148,14 +148,20 @@ def svg_timeline(hops: Sequence[HopResult], notes: Sequence[HopNote] | None = No
             + "".join(rows) + "".join(axis) + "</svg>")
 
 
+def _found_in_log(paths: PathsResult) -> str:
+    if paths.matched_requests is None:  # the run followed no web log
+        return "no web log to find the client requests in"
+    return (f"{paths.matched_requests} of {paths.client_requests or 0} client requests found "
+            "in the web log")
+
+
 def html_section(paths: PathsResult | None, rows: Sequence[ExplainRow]) -> list[str]:
     """Each transaction's dominant path, annotated from its rows of the explanation."""
     if paths is None:
         return ["<h2>Causal paths</h2><p>no paths.json: this run traced no messages</p>"]
     parts = ["<h2>Causal paths (WAP5)</h2>",
              f"<p>{paths.messages} messages in the passive phase, linked by "
-             f"{html.escape(paths.linker)}; {paths.matched_requests or 0} of "
-             f"{paths.client_requests or 0} client requests found in the web log. "
+             f"{html.escape(paths.linker)}; {_found_in_log(paths)}. "
              "Each transaction's dominant path: grey, time in the node; line, the network "
              "(red on the critical path). Right: the gradient of the hop's link, measured "
              "where it was injected, else the passive one; under a hop, its link's SNAP "

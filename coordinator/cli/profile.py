@@ -63,6 +63,8 @@ def profile_command(args: argparse.Namespace) -> int:
     problems = observe(session, lambda: session.start_profiling(request),
                        session.stop_profiling, args.duration, console.print,
                        lambda note: console.print(f"[yellow]{escape(note)}"), "profiling")
+    for lost in session.loss_warnings():  # the profile stands, short of what they say
+        console.print(f"[yellow]{escape(lost)}")
     hosts = {**session.addresses, **session.ipv6_addresses}
     snap = snap_file(session.profiling, session.snap_reports, hosts)
     if args.save:

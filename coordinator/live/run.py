@@ -130,7 +130,7 @@ def finish(session: Session, out: RunDir, journal: RunJournal, say: Say) -> RunJ
     is kept, the journal written."""
     # what the daemons could not do, from the start on (a probe that failed mid-run too)
     journal = journal.model_copy(update={"warnings": list(session.warnings) or None})
-    if lost := session.notice_loss_warnings():
+    if lost := session.loss_warnings():
         journal = journal.model_copy(update={"warnings": [*(journal.warnings or []), *lost]})
         say("[yellow]" + "; ".join(lost))
     try:  # SNAP's evidence is no reason to skip the cleanup below

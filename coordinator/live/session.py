@@ -87,8 +87,10 @@ class Session:
     log: LogFollower | None = None
     workload: Channel | None = None
     warnings: list[str] = field(default_factory=list)  # what a daemon could not do
-    # per host, times its sniffer lost the kernel's notices of closed sockets
+    # per host, times its sniffer lost the kernel's notices of closed sockets; and what its
+    # socket-call tracer could not count (SNAP)
     notice_losses: Counter[str] = field(default_factory=Counter)
+    socket_calls_lost: dict[str, str] = field(default_factory=dict)
     snap_reports: list[HostSnapReport] = field(default_factory=list)  # in arrival order
     profiling: dict[str, Profiling] = field(default_factory=dict)  # host -> what it can give
     unprofiled: set[str] = field(default_factory=set)  # hosts whose profiling has ended
@@ -157,12 +159,16 @@ class Session:
                                           if isinstance(d.ready, SnifferReady)})
         return self
 
-    def notice_loss_warnings(self) -> list[str]:
-        """Each host whose sniffer lost notices of closed sockets, said once."""
-        return [f"sniffer on {host}: the kernel's notices of closed sockets were lost {n} "
-                "time(s) (its queue overran): connections that closed then are counted only "
-                "to the sniffer's last poll before, and one shorter than a poll interval is "
-                "missing from the graph" for host, n in sorted(self.notice_losses.items())]
+    def loss_warnings(self) -> list[str]:
+        """Each host whose sniffer lost what it counts, said once."""
+        return [*(f"sniffer on {host}: the kernel's notices of closed sockets were lost {n} "
+                  "time(s) (their queue overran, or one was unreadable): a connection that "
+                  "closed then counts to the last poll before it, in the graph and SNAP's "
+                  "statistics, and one shorter than a poll is missing from both"
+                  for host, n in sorted(self.notice_losses.items())),
+                *(f"sniffer on {host}: SNAP's socket-call tracer: {what}; what SNAP reads "
+                  "from the calls there undercounts"
+                  for host, what in sorted(self.socket_calls_lost.items()))]
 
     def _report(self, host: str, message: dict[str, Any]) -> None:  # free-form: as decoded
         if message.get("event") == "report":
@@ -171,8 +177,12 @@ class Session:
             if report.notice_losses:
                 self.notice_losses[host] += report.notice_losses
         elif message.get("event") == "snap":
-            self.snap_reports.append(
-                HostSnapReport.of(host, SnapReportEvent.model_validate(message)))
+            snap = SnapReportEvent.model_validate(message)
+            self.snap_reports.append(HostSnapReport.of(host, snap))
+            if snap.notice_losses:
+                self.notice_losses[host] += snap.notice_losses
+            if snap.socket_calls_lost:
+                self.socket_calls_lost[host] = snap.socket_calls_lost  # the tracer's total
         elif message.get("event") == "trace":
             self.trace_events.setdefault(host, []).append(
                 TraceReportEvent.model_validate(message))

@@ -107,11 +107,12 @@ class SnapRecord(Message):
 
 
 class SnapReportEvent(Message):
-    """The sniffer's `snap` event; `socket_calls_lost` is on the wire only when some were."""
+    """The sniffer's `snap` event; `socket_calls_lost` and `notice_losses` are on the wire
+    only when some were."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
                               allow_inf_nan=False)
-    absent_when_none: ClassVar[tuple[str, ...]] = ("socket_calls_lost",)
+    absent_when_none: ClassVar[tuple[str, ...]] = ("socket_calls_lost", "notice_losses")
     event: Literal["snap"] = "snap"
     from_s: UnixS = Field(alias="from")
     to_s: UnixS = Field(alias="to")
@@ -123,3 +124,6 @@ class SnapReportEvent(Message):
     records: tuple[SnapRecord, ...] = ()
     dropped_records: int = Field(0, ge=0)
     socket_calls_lost: str | None = None  # the tracer's maps overflowed: what was not counted
+    # times the kernel's notices of closed sockets were lost since the last report: a
+    # connection closing then is missing from the closed connections' statistics
+    notice_losses: int | None = Field(None, ge=0)
