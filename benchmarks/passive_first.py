@@ -117,12 +117,14 @@ def predictions(run_dir: Path, root: Path, window_s: float) -> list[dict[str, An
         argv += ["--placement", str(path)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=7200, check=False)
     if done.returncode != 0 or not done.stdout.strip().startswith("{"):
-        sys.exit(f"passive_first: predict --validate failed on {run_dir}: "
-                 f"{done.stderr[-3000:]}")
+        # said, not fatal: the run it came from is worth keeping (--active RUN_DIR reuses it)
+        print(f"passive_first: predict --validate failed on {run_dir}: {done.stderr[-3000:]}",
+              file=sys.stderr)
+        return []
     rows = []
     for name, p in zip(PLACEMENTS, json.loads(done.stdout)["placements"], strict=True):
-        for tx, v in p["validation"]["transactions"].items():
-            terms = p["transactions"][tx]["terms"]
+        for tx, v in (p.get("validation") or {}).get("transactions", {}).items():
+            terms = p["transactions"].get(tx, {}).get("terms", [])
             rows.append({"placement": name, "transaction": tx,
                          "uses_passive": any(t.get("passive") for t in terms), **v})
     return rows
@@ -140,9 +142,10 @@ def predictions_line(r: dict[str, Any]) -> str:
     inside = sum(p["inside"] for p in rows)
     lo, hi = exact_ci(inside, len(rows))
     passive = [p for p in rows if p["uses_passive"]]
+    errors = [abs(p["error"]) for p in rows if p["error"] is not None]  # None: measured 0
     return (f"{r['strategy']}: {inside} of {len(rows)} inside ({inside / len(rows):.0%}; "
             f"95% CI {lo:.0%}-{hi:.0%}), median |error| "
-            f"{statistics.median(abs(p['error']) for p in rows):.1%}; "
+            f"{f'{statistics.median(errors):.1%}' if errors else 'none'}; "
             f"{len(passive)} used a passive gradient, "
             f"{sum(p['inside'] for p in passive)} of them inside")
 
@@ -246,6 +249,9 @@ def main() -> int:
             r["predictions"] = predictions(Path(r["run_dir"]), root, args.predict_window_s)
             print(predictions_line(r), flush=True)
         results.append(r)
+        OUT.mkdir(exist_ok=True)  # each run kept as soon as it is judged
+        (OUT / f"passive_first-{args.experiment.stem}.json").write_text(
+            json.dumps(results, indent=1))
     OUT.mkdir(exist_ok=True)
     name = args.experiment.stem
     (OUT / f"passive_first-{name}.json").write_text(json.dumps(results, indent=1))
