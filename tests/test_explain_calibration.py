@@ -4,6 +4,7 @@ gradient, both halves combined, and passive-first's choice of links."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -262,3 +263,19 @@ def test_ambiguous_paths_are_no_prior_however_well_the_wide_measurement_agrees()
     assert clear.verdict == mixed.verdict == "agree"
     assert clear.combined is not None
     assert mixed.combined is None  # the measurement alone answers
+
+
+def test_a_mix_is_named_parallel_branches_or_a_choice_by_the_calls_its_patterns_make():
+    fanout = ("app->db", "app->peer", "db->app", "peer->app")
+    parallel = _facts("app->peer", 0.9, patterns={"t": [(0.9, 1.0), (0.1, 0.0)]})
+    parallel = replace(parallel, calls={"t": [fanout, fanout]})
+    balanced = _facts("web->app1", 0.5, patterns={"t": [(0.5, 1.0), (0.5, 0.0)]})
+    balanced = replace(balanced, calls={"t": [("app1->web", "web->app1"),
+                                              ("app2->web", "web->app2")]})
+    unknown = _facts("app->cache", 0.3, patterns={"t": [(0.7, 0.0), (0.3, 1.0)]})
+    chosen = {c.label: c.reasons for c in choose_links([parallel, balanced, unknown], [],
+                                                       calibrated=True)}
+    assert chosen["app->peer"] == (
+        "mixed paths (t: parallel branches take turns on the critical path)",)
+    assert chosen["web->app1"] == ("mixed paths (t: a choice between paths)",)
+    assert chosen["app->cache"] == ("mixed paths (t)",)  # calls not known

@@ -42,7 +42,7 @@ def link_facts(links: Sequence[MeasuredLink], transactions: Sequence[str],
     out = []
     for link in links:
         crossings = {t: passive_of(paths, t, link) for t in transactions}
-        patterns = {}
+        patterns, calls = {}, {}
         for t in transactions:
             kept = paths.transactions.get(t, ()) if paths else ()
             total = (paths.transaction_requests.get(t) if paths else None) or sum(
@@ -50,6 +50,7 @@ def link_facts(links: Sequence[MeasuredLink], transactions: Sequence[str],
             if total:
                 patterns[t] = [(p.count / total, logged_crossings(p).get(link.paths_key, 0.0))
                                for p in kept]
+                calls[t] = [tuple(sorted(h.label for h in p.hops)) for p in kept]
         roots = {pair for t in transactions for p in (
             paths.transactions.get(t, ()) if paths else ()) for pair in root_pairs(p)}
         key = link.snap_key()
@@ -58,7 +59,7 @@ def link_facts(links: Sequence[MeasuredLink], transactions: Sequence[str],
                              hosts=(link.src_host, link.dst_host),
                              traced=paths is not None and (paths.traced_hosts is None or {
                                  link.src_host, link.dst_host} <= traced),
-                             crossings=crossings, patterns=patterns, snap=snap,
+                             crossings=crossings, patterns=patterns, calls=calls, snap=snap,
                              outside=link.paths_key in roots))
     return out
 

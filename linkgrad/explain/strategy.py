@@ -6,8 +6,10 @@ Ambiguous (each a reason said to the user):
 - no paths: the paths never cross the link though the graph saw traffic on it, or an end of it
   was not traced: nothing passive stands for it;
 - mixed paths: a transaction's patterns (each of at least `MIXED_SHARE` of its requests) cross
-  it a different number of times (a cache hit or miss, a load balancer's choice): which share
-  the delay meets is what a measurement settles;
+  it a different number of times: which share the delay meets is what a measurement settles.
+  Said as one of two kinds: parallel branches taking turns on the critical path (the patterns
+  make the same calls; the delay itself moves the share), or a choice between paths (a cache
+  hit or miss, a load balancer's server: the share holds unless the choice reacts to latency);
 - unstable: the crossings' own interval is wide (few requests, many unplaced);
 - TCP problems: SNAP saw the link limited by something other than the application in the
   passive phase (send buffer, receiver window, retransmissions): TCP adds round trips the
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from linkgrad.explain.passive import PassiveGradient
 
 __all__ = ["MIXED_BY", "MIXED_SHARE", "TCP_PROBLEMS", "UNSTABLE_HALF_WIDTH", "LinkChoice",
-           "LinkFacts", "choose_links", "mixed_paths", "unstable_count"]
+           "LinkFacts", "choose_links", "mix_kind", "mixed_paths", "unstable_count"]
 
 MIXED_SHARE = 0.05  # of a transaction's requests: patterns rarer than this may be mislinked
 # two patterns this far apart on a link cross it differently: half a crossing, or a tenth of
@@ -44,6 +46,8 @@ class LinkFacts:
     crossings: Mapping[str, PassiveGradient | None]  # per transaction
     patterns: Mapping[str, Sequence[tuple[float, float]]] = field(default_factory=dict)
     # per transaction: (share of its requests, crossings of this link) per pattern
+    calls: Mapping[str, Sequence[tuple[str, ...]]] = field(default_factory=dict)
+    # per transaction, per pattern (as `patterns`): the calls it makes, critical or not, sorted
     snap: Mapping[str, float] = field(default_factory=dict)  # class -> seconds, passive phase
     outside: bool = False  # the client's link: outside the response time the log measures
 
@@ -87,7 +91,7 @@ def _needs(link: LinkFacts, moved: Sequence[frozenset[str]], calibrated: bool) -
         reasons.append("no paths cross it")
     mixed = [t for t, pats in link.patterns.items() if mixed_paths(pats)]
     if mixed:
-        reasons.append(f"mixed paths ({', '.join(sorted(mixed))})")
+        reasons.append(f"mixed paths ({'; '.join(_mix_named(link, t) for t in sorted(mixed))})")
     unstable = [t for t, g in link.crossings.items() if g is not None and unstable_count(g)]
     if unstable:
         reasons.append(f"unstable paths ({', '.join(sorted(unstable))})")
@@ -104,6 +108,28 @@ def mixed_paths(patterns: Sequence[tuple[float, float]]) -> bool:
     absolute, relative = MIXED_BY
     return len(common) > 1 and max(common) - min(common) >= max(absolute,
                                                                  relative * max(common))
+
+
+def _mix_named(link: LinkFacts, transaction: str) -> str:
+    kind = mix_kind(link.patterns[transaction], link.calls.get(transaction, ()))
+    return transaction if kind is None else f"{transaction}: {kind}"
+
+
+def mix_kind(patterns: Sequence[tuple[float, float]], calls: Sequence[tuple[str, ...]]
+             ) -> str | None:
+    """What makes a mix (`mixed_paths`): two common patterns making the same calls but
+    crossing the link apart are parallel branches taking turns on the critical path (said
+    first: the delay itself moves that share); patterns making other calls, a choice between
+    paths. None where the calls are not known."""
+    if len(calls) != len(patterns):
+        return None
+    crossings: dict[tuple[str, ...], list[float]] = {}
+    for (share, c), made in zip(patterns, calls, strict=True):
+        if share >= MIXED_SHARE:
+            crossings.setdefault(made, []).append(c)
+    if any(mixed_paths([(1.0, c) for c in cs]) for cs in crossings.values()):
+        return "parallel branches take turns on the critical path"
+    return "a choice between paths"
 
 
 def unstable_count(g: PassiveGradient) -> bool:
