@@ -39,20 +39,19 @@ def link_facts(links: Sequence[MeasuredLink], transactions: Sequence[str],
                paths: PathsResult | None, reports: Sequence[Report],
                addresses: Mapping[str, str], window: tuple[float, float]) -> list[LinkFacts]:
     traced = set(paths.traced_hosts or ()) if paths else set()
+    # each transaction's kept patterns, its traced requests and the calls each pattern makes:
+    # the same for every link
+    kept = {t: paths.transactions.get(t, ()) if paths else () for t in transactions}
+    totals = {t: (paths.transaction_requests.get(t) if paths else None)
+              or sum(p.count for p in kept[t]) for t in transactions}
+    calls = {t: [tuple(sorted(h.label for h in p.hops)) for p in kept[t]]
+             for t in transactions if totals[t]}
+    roots = {pair for t in transactions for p in kept[t] for pair in root_pairs(p)}
     out = []
     for link in links:
         crossings = {t: passive_of(paths, t, link) for t in transactions}
-        patterns, calls = {}, {}
-        for t in transactions:
-            kept = paths.transactions.get(t, ()) if paths else ()
-            total = (paths.transaction_requests.get(t) if paths else None) or sum(
-                p.count for p in kept)
-            if total:
-                patterns[t] = [(p.count / total, logged_crossings(p).get(link.paths_key, 0.0))
-                               for p in kept]
-                calls[t] = [tuple(sorted(h.label for h in p.hops)) for p in kept]
-        roots = {pair for t in transactions for p in (
-            paths.transactions.get(t, ()) if paths else ()) for pair in root_pairs(p)}
+        patterns = {t: [(p.count / totals[t], logged_crossings(p).get(link.paths_key, 0.0))
+                        for p in kept[t]] for t in transactions if totals[t]}
         key = link.snap_key()
         snap = link_classes(reports, addresses, key, window) if key else {}
         out.append(LinkFacts(label=link.label, pair=link.paths_key,
