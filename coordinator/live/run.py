@@ -130,9 +130,6 @@ def finish(session: Session, out: RunDir, journal: RunJournal, say: Say) -> RunJ
     is kept, the journal written."""
     # what the daemons could not do, from the start on (a probe that failed mid-run too)
     journal = journal.model_copy(update={"warnings": list(session.warnings) or None})
-    if lost := session.loss_warnings():
-        journal = journal.model_copy(update={"warnings": [*(journal.warnings or []), *lost]})
-        say("[yellow]" + "; ".join(lost))
     try:  # SNAP's evidence is no reason to skip the cleanup below
         if unprofiled := session.stop_profiling():  # each host's last SNAP report, before
             journal = journal.model_copy(update={  # its sniffer goes
@@ -158,6 +155,10 @@ def finish(session: Session, out: RunDir, journal: RunJournal, say: Say) -> RunJ
         journal = journal.model_copy(update={
             "warnings": [*(journal.warnings or []), f"the host probes' series not saved: {e}"]})
         say(f"[yellow]the host probes' series not saved: {e}")
+    # after SNAP's last reports (stop_profiling), which may carry losses of their own
+    if lost := session.loss_warnings():
+        journal = journal.model_copy(update={"warnings": [*(journal.warnings or []), *lost]})
+        say("[yellow]" + "; ".join(lost))
     if problems := session.close():
         journal = journal.model_copy(update={"cleanup_problems": problems})
         say("[red]cleanup: " + "; ".join(problems))
