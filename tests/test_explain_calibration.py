@@ -18,7 +18,8 @@ from linkgrad.explain.calibration import (
     fit_calibration,
 )
 from linkgrad.explain.passive import PassiveGradient, PatternCrossings, passive_gradient
-from linkgrad.explain.strategy import LinkFacts, choose_links
+from linkgrad.explain.strategy import LinkFacts, Reach, choose_links
+from linkgrad.spectral.wave_plan import Precision, WavePlan
 
 
 def _points(bias: float, spread: float, se: float, n: int, seed: int = 1
@@ -279,3 +280,37 @@ def test_a_mix_is_named_parallel_branches_or_a_choice_by_the_calls_its_patterns_
         "mixed paths (t: parallel branches take turns on the critical path)",)
     assert chosen["web->app1"] == ("mixed paths (t: a choice between paths)",)
     assert chosen["app->cache"] == ("mixed paths (t)",)  # calls not known
+
+
+def _plan(noise_ms: float, cap_ms: float) -> WavePlan:
+    return WavePlan(period_s=8.0, cycles=4, magnitude_s=0.001, n_bins=32,
+                    noise_s={"t": noise_ms / 1e3}, effect_cap_s={"t": cap_ms / 1e3})
+
+
+def test_an_ambiguity_the_measurement_cannot_tell_apart_stays_passive_and_says_so():
+    mix = _facts("web->app1", 0.5, patterns={"t": [(0.5, 1.0), (0.5, 0.0)]})
+    noisy = Reach(_plan(20.0, 30.0), Precision(0.1), 0.1, fixed_s=0.010)  # ±2 against 1
+    [left] = choose_links([mix], [], calibrated=True, reach=noisy)
+    assert not left.inject
+    assert left.reasons == ("ambiguous beyond what this run's measurement resolves: mixed "
+                            "paths (t: measured ±2 against a span of 1)",)
+    quiet = Reach(_plan(2.0, 30.0), Precision(0.1), 0.1, fixed_s=0.010)  # ±0.2
+    assert choose_links([mix], [], calibrated=True, reach=quiet)[0].inject
+    # adaptive: the delay grows to the cap over the passive gradient (30 ms / ~0.6), ±0.4
+    adaptive = Reach(_plan(20.0, 30.0), Precision(0.1), 0.1)
+    assert Reach.half_widths(adaptive, mix)["t"] == pytest.approx(0.4, rel=0.15)
+    assert choose_links([mix], [], calibrated=True, reach=adaptive)[0].inject
+    # a question still measures it, whatever the noise
+    assert choose_links([mix], [frozenset({"app1"})], calibrated=True, reach=noisy)[0].inject
+
+
+def test_the_reach_follows_the_experiments_delay():
+    from coordinator.config.experiment import Parameters
+    from coordinator.live.training import reach_of
+
+    plan = _plan(20.0, 30.0)
+    assert reach_of(plan, Parameters()).fixed_s is None  # adaptive
+    # a fixed delay (magnitude_ms, or the d·σ rule without adaptive cycles) is the plan's
+    assert reach_of(plan, Parameters(magnitude_ms=1.0)).fixed_s == plan.magnitude_s
+    assert reach_of(plan, Parameters(adaptive=False)).fixed_s == plan.magnitude_s
+    assert reach_of(plan, Parameters(magnitudes_ms=(5.0, 20.0))).fixed_s == pytest.approx(0.02)

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from coordinator.config.run_records import MeasuredLink
 from coordinator.explain.rows import passive_of
 from linkgrad.explain.paths_view import logged_crossings, root_pairs
-from linkgrad.explain.strategy import LinkChoice, LinkFacts, choose_links
+from linkgrad.explain.strategy import LinkChoice, LinkFacts, Reach, choose_links
 from linkgrad.paths.result import PathsResult
 from linkgrad.snap.evidence import Report, link_classes
 
@@ -64,8 +64,10 @@ def link_facts(links: Sequence[MeasuredLink], transactions: Sequence[str],
 
 
 def choose(facts: Sequence[LinkFacts], questions: Sequence[Mapping[str, str]],
-           calibration: str | None) -> tuple[list[LinkChoice], StrategyFile]:
-    choices = choose_links(facts, [frozenset(q) for q in questions], calibration is not None)
+           calibration: str | None, reach: Reach | None = None
+           ) -> tuple[list[LinkChoice], StrategyFile]:
+    choices = choose_links(facts, [frozenset(q) for q in questions], calibration is not None,
+                           reach)
     record = StrategyFile(strategy="passive-first", calibration=calibration, links=[
         _Choice(link=c.label, inject=c.inject, reasons=list(c.reasons)) for c in choices])
     return choices, record

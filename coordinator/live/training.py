@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coordinator.config.experiment import Parameters
 from coordinator.config.experiment_files import field_problem
 from coordinator.config.paths_file import read_paths_file
 from coordinator.config.run_dir import RunDir, read_record
@@ -19,6 +20,7 @@ from coordinator.live.clock import sleep_checking
 from coordinator.live.paths_evidence import PATHS_FILE
 from coordinator.live.session import Say, Session
 from linkgrad.errors import InputError
+from linkgrad.explain.strategy import Reach
 from linkgrad.graph import (
     GraphLink,
     application,
@@ -82,8 +84,17 @@ def train(session: Session, out: RunDir, say: Say) -> Training:
     return Training(build_graph(session.reports, hosts, p.message_threshold), start, end)
 
 
+def reach_of(plan: WavePlan, p: Parameters) -> Reach:
+    """What this run's measurements would resolve: at the fixed delay (the largest of
+    magnitudes_ms), else as the adaptive cycles would size it."""
+    fixed = (max(p.magnitudes_ms) / 1e3 if p.magnitudes_ms
+             else None if p.adaptive and p.magnitude_ms is None else plan.magnitude_s)
+    return Reach(plan, p.half_width, p.max_delay_ms / 1e3, fixed)
+
+
 def passive_first(session: Session, out: RunDir, links: list[GraphLink],
-                  window: tuple[float, float], say: Say) -> list[GraphLink]:
+                  window: tuple[float, float], say: Say, reach: Reach | None = None
+                  ) -> list[GraphLink]:
     """The links to inject after the passive phase: those a question needs or whose passive
     evidence is ambiguous (strategy.json keeps each choice and its reasons)."""
     experiment = session.experiment
@@ -110,7 +121,7 @@ def passive_first(session: Session, out: RunDir, links: list[GraphLink],
                        paths, session.snap_reports,
                        {**session.addresses, **session.ipv6_addresses}, window)
     choices, record = choose(facts, [q.move for q in experiment.parameters.questions],
-                             calibration.describe() if calibration else None)
+                             calibration.describe() if calibration else None, reach)
     out.write(STRATEGY_FILE, record.model_dump(mode="json"))
     chosen = {c.label for c in choices if c.inject}
     say(f"passive-first: {len(chosen)} of {len(choices)} links to inject; calibration: "
@@ -178,7 +189,7 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
     for line in explain_selection(candidates, p.include, p.exclude):
         say(f"  {line}")
     if p.strategy == "passive-first":
-        links = passive_first(session, out, links, (start, end), say)
+        links = passive_first(session, out, links, (start, end), say, reach_of(wave, p))
     for note in wave.notes:
         say(f"plan: {note}")
     return base, wave, links

@@ -15,6 +15,11 @@ Ambiguous (each a reason said to the user):
   passive phase (send buffer, receiver window, retransmissions): TCP adds round trips the
   messages do not show;
 - no calibration: the passive side's error is not known, so it stands for nothing.
+
+Mixed and unstable paths bound the passive side's error (the gradient lies between the
+patterns' crossings, or in the count's interval): where the measurement this run would make
+cannot tell that span apart (`Reach`: its expected half-width no narrower than half the span),
+injecting settles nothing and only perturbs; the link stays passive and says so.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from linkgrad.explain.passive import PassiveGradient
+from linkgrad.spectral.wave_plan import Precision, RoughGradient, WavePlan, measuring_delay
 
 __all__ = ["MIXED_BY", "MIXED_SHARE", "TCP_PROBLEMS", "UNSTABLE_HALF_WIDTH", "LinkChoice",
-           "LinkFacts", "choose_links", "mix_kind", "mixed_paths", "unstable_count"]
+           "LinkFacts", "Reach", "choose_links", "mix_kind", "mixed_paths", "unstable_count"]
 
 MIXED_SHARE = 0.05  # of a transaction's requests: patterns rarer than this may be mislinked
 # two patterns this far apart on a link cross it differently: half a crossing, or a tenth of
@@ -53,6 +59,29 @@ class LinkFacts:
 
 
 @dataclass(frozen=True)
+class Reach:
+    """What this run's measurement of a link would resolve: the plan's noise on each
+    transaction's effect (95% half-width, s), and the delay (`fixed_s`, or as the adaptive
+    cycles would size it from the passive crossings under the caps and `max_delay_s`)."""
+
+    plan: WavePlan
+    precision: Precision
+    max_delay_s: float
+    fixed_s: float | None = None
+
+    def half_widths(self, link: LinkFacts) -> dict[str, float]:
+        """Per transaction, the 95% half-width its measured gradient would have. Optimistic
+        (the passive crossings are tighter than the adaptive cycles' rough gradients, so the
+        delay comes out no smaller): in doubt the link is injected."""
+        delay = self.fixed_s
+        if delay is None:
+            rough = {t: RoughGradient(g.estimate, (g.ci95[1] - g.ci95[0]) / 2)
+                     for t, g in link.crossings.items() if g is not None}
+            delay = measuring_delay(rough, self.plan, self.precision, self.max_delay_s)
+        return {t: noise / delay for t, noise in self.plan.noise_s.items() if delay > 0}
+
+
+@dataclass(frozen=True)
 class LinkChoice:
     label: str
     inject: bool
@@ -60,23 +89,52 @@ class LinkChoice:
 
 
 def choose_links(links: Sequence[LinkFacts], moved: Sequence[frozenset[str]],
-                 calibrated: bool) -> list[LinkChoice]:
+                 calibrated: bool, reach: Reach | None = None) -> list[LinkChoice]:
     """Each link injected or left passive, with its reasons. `moved`: per question, the
-    hosts its placement moves."""
+    hosts its placement moves; `reach`: what a measurement would resolve (None: anything)."""
     out = []
     for link in links:
-        reasons = _needs(link, moved, calibrated)
+        widths = reach.half_widths(link) if reach else {}
+        reasons = _needs(link, moved, calibrated, widths)
         if reasons:
             out.append(LinkChoice(link.label, True, tuple(reasons)))
         elif link.outside:
             out.append(LinkChoice(link.label, False, (
                 "the client's link: outside the response time the web log measures",)))
+        elif beyond := _beyond_reach(link, widths):
+            out.append(LinkChoice(link.label, False, (
+                "ambiguous beyond what this run's measurement resolves: "
+                + "; ".join(beyond),)))
         else:
             out.append(LinkChoice(link.label, False, ("its paths are clear and calibrated",)))
     return out
 
 
-def _needs(link: LinkFacts, moved: Sequence[frozenset[str]], calibrated: bool) -> list[str]:
+def _ambiguities(link: LinkFacts) -> list[tuple[str, str, float]]:
+    """(transaction, kind, span) per ambiguity: the span its gradient may lie in (crossings),
+    a mix's patterns apart or an unstable count's interval."""
+    out = [(t, "unstable", g.ci95[1] - g.ci95[0]) for t, g in link.crossings.items()
+           if g is not None and unstable_count(g)]
+    for t, pats in link.patterns.items():
+        if mixed_paths(pats):
+            common = [c for share, c in pats if share >= MIXED_SHARE]
+            out.append((t, "mixed", max(common) - min(common)))
+    return sorted(out)
+
+
+def _settles(widths: Mapping[str, float], transaction: str, span: float) -> bool:
+    """A measurement settles an ambiguity it can tell apart: half-width under half the span
+    (a transaction without the plan's noise: assumed to)."""
+    return transaction not in widths or widths[transaction] < span / 2
+
+
+def _beyond_reach(link: LinkFacts, widths: Mapping[str, float]) -> list[str]:
+    return [f"{kind} paths ({t}: measured ±{widths[t]:.2g} against a span of {span:.2g})"
+            for t, kind, span in _ambiguities(link) if not _settles(widths, t, span)]
+
+
+def _needs(link: LinkFacts, moved: Sequence[frozenset[str]], calibrated: bool,
+           widths: Mapping[str, float]) -> list[str]:
     reasons = []
     for i, hosts in enumerate(moved, 1):
         if hosts & set(link.hosts):
@@ -89,10 +147,11 @@ def _needs(link: LinkFacts, moved: Sequence[frozenset[str]], calibrated: bool) -
         reasons.append("no paths: an end was not traced")
     elif not any(g is not None and g.ci95[1] > 0 for g in link.crossings.values()):
         reasons.append("no paths cross it")
-    mixed = [t for t, pats in link.patterns.items() if mixed_paths(pats)]
+    settled = {(t, kind) for t, kind, span in _ambiguities(link) if _settles(widths, t, span)}
+    mixed = [t for t, kind in settled if kind == "mixed"]
     if mixed:
         reasons.append(f"mixed paths ({'; '.join(_mix_named(link, t) for t in sorted(mixed))})")
-    unstable = [t for t, g in link.crossings.items() if g is not None and unstable_count(g)]
+    unstable = [t for t, kind in settled if kind == "unstable"]
     if unstable:
         reasons.append(f"unstable paths ({', '.join(sorted(unstable))})")
     problems = [f"{k.replace('_', ' ')} {link.snap[k]:.1f} s" for k in TCP_PROBLEMS

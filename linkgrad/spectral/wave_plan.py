@@ -45,6 +45,7 @@ __all__ = [
     "Precision",
     "RoughGradient",
     "WavePlan",
+    "measuring_delay",
     "next_delay",
     "plan_wave",
     "pooled",
@@ -321,10 +322,17 @@ def next_delay(rough: dict[str, RoughGradient], current_s: float, plan: WavePlan
         worst = max(unresolved, key=lambda n: rough[n].half_width)
         return DelayChoice(current_s * GROWTH, False, f"{worst}'s rough gradient "
                            f"{_show(rough[worst])} is not yet known within a factor 2")
-    delay = min(_wanted_delay(plan, precision, rough), _capped_delay(plan, rough), max_delay_s)
-    delay = max(delay, min(MIN_DELAY_S, max_delay_s))
     shown = ", ".join(f"{n} {_show(r)}" for n, r in sorted(rough.items()))
-    return DelayChoice(delay, True, f"rough gradients {shown}")
+    return DelayChoice(measuring_delay(rough, plan, precision, max_delay_s), True,
+                       f"rough gradients {shown}")
+
+
+def measuring_delay(rough: dict[str, RoughGradient], plan: WavePlan, precision: Precision,
+                    max_delay_s: float) -> float:
+    """The delay a link is measured at once its rough gradients are known: the precision's
+    (median over transactions) held under every transaction's effect cap."""
+    delay = min(_wanted_delay(plan, precision, rough), _capped_delay(plan, rough), max_delay_s)
+    return max(delay, min(MIN_DELAY_S, max_delay_s))
 
 
 def _wanted_delay(plan: WavePlan, precision: Precision,
