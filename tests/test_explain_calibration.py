@@ -292,25 +292,53 @@ def test_an_ambiguity_the_measurement_cannot_tell_apart_stays_passive_and_says_s
     noisy = Reach(_plan(20.0, 30.0), Precision(0.1), 0.1, fixed_s=0.010)  # ±2 against 1
     [left] = choose_links([mix], [], calibrated=True, reach=noisy)
     assert not left.inject
-    assert left.reasons == ("ambiguous beyond what this run's measurement resolves: mixed "
-                            "paths (t: measured ±2 against a span of 1)",)
+    assert left.reasons == ("ambiguous, but this run's measurement would not settle it: t "
+                            "(mixed), expected ±2 against a span of 1; more cycles or a "
+                            "larger magnitude_ms would",)
     quiet = Reach(_plan(2.0, 30.0), Precision(0.1), 0.1, fixed_s=0.010)  # ±0.2
     assert choose_links([mix], [], calibrated=True, reach=quiet)[0].inject
-    # adaptive: the delay grows to the cap over the passive gradient (30 ms / ~0.6), ±0.4
+    # adaptive: the delay grows to the cap over the passive count's upper end (30 ms / 0.55)
     adaptive = Reach(_plan(20.0, 30.0), Precision(0.1), 0.1)
-    assert Reach.half_widths(adaptive, mix)["t"] == pytest.approx(0.4, rel=0.15)
+    g = mix.crossings["t"]
+    assert g is not None
+    upper = g.estimate + (g.ci95[1] - g.ci95[0]) / 2
+    assert adaptive.half_widths(mix)["t"] == pytest.approx(0.020 / (0.030 / upper))
     assert choose_links([mix], [], calibrated=True, reach=adaptive)[0].inject
     # a question still measures it, whatever the noise
     assert choose_links([mix], [frozenset({"app1"})], calibrated=True, reach=noisy)[0].inject
+    # a transaction the plan has no noise for: the measurement is assumed to settle it
+    other = Reach(replace(_plan(20.0, 30.0), noise_s={"u": 0.02}), Precision(0.1), 0.1,
+                  fixed_s=0.010)
+    assert choose_links([mix], [], calibrated=True, reach=other)[0].inject
+
+
+def test_an_unstable_count_is_sized_as_the_adaptive_cycles_would_leave_it():
+    """A wide count (few requests) caps the delay no lower than the adaptive cycles' own
+    stopping point (a rough gradient within a factor 2), so a measurement that would settle
+    it is made."""
+    few = PassiveGradient(1.0, (0.0, 3.0), 0.5, 20, 0)
+    link = replace(_facts("app->db"), crossings={"t": few})
+    reach = Reach(_plan(20.0, 30.0), Precision(0.1), 0.1)
+    assert reach.half_widths(link)["t"] == pytest.approx(0.020 / 0.020)  # 30 ms / 1.5
+    [chosen] = choose_links([link], [], calibrated=True, reach=reach)
+    assert chosen.inject
+    assert chosen.reasons == ("unstable paths (t)",)
+    both = replace(link, patterns={"t": [(0.5, 1.0), (0.5, 0.0)]})  # and mixed: said once
+    noisy = Reach(_plan(200.0, 30.0), Precision(0.1), 0.1, fixed_s=0.010)
+    [left] = choose_links([both], [], calibrated=True, reach=noisy)
+    assert left.reasons[0].count("t (") == 1
+    assert "t (unstable), expected ±20 against a span of 3" in left.reasons[0]
 
 
 def test_the_reach_follows_the_experiments_delay():
     from coordinator.config.experiment import Parameters
     from coordinator.live.training import reach_of
 
-    plan = _plan(20.0, 30.0)
-    assert reach_of(plan, Parameters()).fixed_s is None  # adaptive
-    # a fixed delay (magnitude_ms, or the d·σ rule without adaptive cycles) is the plan's
-    assert reach_of(plan, Parameters(magnitude_ms=1.0)).fixed_s == plan.magnitude_s
-    assert reach_of(plan, Parameters(adaptive=False)).fixed_s == plan.magnitude_s
+    plan = replace(_plan(20.0, 30.0), magnitude_s=0.007)
+    adaptive = reach_of(plan, Parameters(max_delay_ms=50.0))
+    assert adaptive.fixed_s is None
+    assert adaptive.max_delay_s == pytest.approx(0.05)
+    # a fixed delay (magnitude_ms; without adaptive cycles, the first one) is the plan's
+    assert reach_of(plan, Parameters(magnitude_ms=7.0)).fixed_s == 0.007
+    assert reach_of(plan, Parameters(adaptive=False)).fixed_s == 0.007
     assert reach_of(plan, Parameters(magnitudes_ms=(5.0, 20.0))).fixed_s == pytest.approx(0.02)

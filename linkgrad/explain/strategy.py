@@ -71,11 +71,13 @@ class Reach:
 
     def half_widths(self, link: LinkFacts) -> dict[str, float]:
         """Per transaction, the 95% half-width its measured gradient would have. Optimistic
-        (the passive crossings are tighter than the adaptive cycles' rough gradients, so the
-        delay comes out no smaller): in doubt the link is injected."""
+        (each rough gradient as tight as the passive count or as loose as the adaptive
+        cycles stop at, whichever is tighter: the delay comes out no smaller than a real
+        run's): in doubt the link is injected."""
         delay = self.fixed_s
-        if delay is None:
-            rough = {t: RoughGradient(g.estimate, (g.ci95[1] - g.ci95[0]) / 2)
+        if delay is None:  # as the adaptive cycles leave it: each rough gradient resolved
+            rough = {t: RoughGradient(g.estimate, min((g.ci95[1] - g.ci95[0]) / 2,
+                                                      max(abs(g.estimate), 1.0) / 2))
                      for t, g in link.crossings.items() if g is not None}
             delay = measuring_delay(rough, self.plan, self.precision, self.max_delay_s)
         return {t: noise / delay for t, noise in self.plan.noise_s.items() if delay > 0}
@@ -103,8 +105,8 @@ def choose_links(links: Sequence[LinkFacts], moved: Sequence[frozenset[str]],
                 "the client's link: outside the response time the web log measures",)))
         elif beyond := _beyond_reach(link, widths):
             out.append(LinkChoice(link.label, False, (
-                "ambiguous beyond what this run's measurement resolves: "
-                + "; ".join(beyond),)))
+                f"ambiguous, but this run's measurement would not settle it: {beyond}; "
+                "more cycles or a larger magnitude_ms would",)))
         else:
             out.append(LinkChoice(link.label, False, ("its paths are clear and calibrated",)))
     return out
@@ -128,9 +130,15 @@ def _settles(widths: Mapping[str, float], transaction: str, span: float) -> bool
     return transaction not in widths or widths[transaction] < span / 2
 
 
-def _beyond_reach(link: LinkFacts, widths: Mapping[str, float]) -> list[str]:
-    return [f"{kind} paths ({t}: measured ±{widths[t]:.2g} against a span of {span:.2g})"
-            for t, kind, span in _ambiguities(link) if not _settles(widths, t, span)]
+def _beyond_reach(link: LinkFacts, widths: Mapping[str, float]) -> str:
+    """Each transaction's widest ambiguity the measurement would not settle, said in short."""
+    widest: dict[str, tuple[str, float]] = {}
+    for t, kind, span in _ambiguities(link):
+        if not _settles(widths, t, span) and span >= widest.get(t, ("", -1.0))[1]:
+            widest[t] = (kind, span)
+    return "; ".join(
+        f"{_mix_named(link, t) if kind == 'mixed' else t} ({kind}), expected ±{widths[t]:.2g} "
+        f"against a span of {span:.2g}" for t, (kind, span) in sorted(widest.items()))
 
 
 def _needs(link: LinkFacts, moved: Sequence[frozenset[str]], calibrated: bool,
