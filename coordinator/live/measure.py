@@ -33,26 +33,49 @@ from linkgrad.watch import Baseline
 ADAPTIVE_S = 10.0  # an adaptive round lasts at least this long (or half the measurement)
 
 
+def band_cycles(count: int, cycles: int) -> list[int]:
+    """Cycles per wave of `count` links measured in one window: consecutive counts down from
+    the fastest's n, which holds the plan's `cycles` of its period. The slowest makes at least
+    two cycles and more than a third of the fastest's, so no wave's fundamental is an odd
+    harmonic (3rd, 5th...) of another's: each link's own line is clear of the others, which
+    are fitted jointly for what their harmonics share. Octaves (T, 2T, 4T...) share no
+    harmonic at all, but eight of them need a window of 256 periods; this band needs
+    max(cycles, 11) for eight."""
+    if count == 1:
+        return [cycles]
+    n = max(cycles, count + 1, 3 * (count - 1) // 2 + 1)
+    return list(range(n, n - count, -1))
+
+
 def group_waves(plan: WavePlan, count: int, start_s: float,
                 magnitudes: list[float]) -> list[SquareWave]:
-    """Periods T, 2T, 4T... from one first edge, over one window holding `plan.cycles` of T
-    and at least two of the slowest: orthogonal waves with disjoint harmonics."""
-    slowest = plan.period_s * 2 ** (count - 1)
-    window = max(plan.cycles * plan.period_s, 2 * slowest)
-    return [SquareWave(start_s, plan.period_s * 2**j, round(window / (plan.period_s * 2**j)),
-                       magnitudes[j]) for j in range(count)]
+    """`count` waves from one first edge over one window of n plan periods (`band_cycles`):
+    the first link the fastest, at the plan's period."""
+    counts = band_cycles(count, plan.cycles)
+    window = counts[0] * plan.period_s
+    return [SquareWave(start_s, window / n, n, magnitudes[j]) for j, n in enumerate(counts)]
+
+
+def adaptive_waves(plan: WavePlan, waves: list[SquareWave]) -> list[SquareWave]:
+    """The group's waves shortened to an adaptive round: each keeps its period, with the
+    share of its cycles `adaptive_cycles` gives the plan's (one at least)."""
+    return [SquareWave(w.start_s, w.period_s, max(1, w.cycles * adaptive_cycles(plan)
+                                                  // plan.cycles), w.magnitude_s)
+            for w in waves]
 
 
 def group_duration_s(plan: WavePlan, count: int, adaptive: bool) -> float:
-    window = max(plan.cycles * plan.period_s, 2 * plan.period_s * 2 ** (count - 1))
-    first = (plan.period_s * 2 ** (count - 1) * adaptive_cycles(plan) + plan.period_s + TAIL_S
+    waves = group_waves(plan, count, 0.0, [1e-3] * count)
+    slowest = max(w.period_s for w in waves)
+    first = (max(w.duration_s for w in adaptive_waves(plan, waves)) + slowest / 2 + TAIL_S
              + 1) if adaptive else 0
-    return first + window + plan.period_s * 2 ** (count - 1) / 2 + TAIL_S + 1
+    return first + max(w.duration_s for w in waves) + slowest / 2 + TAIL_S + 1
 
 
 def measure_group(session: Session, links: list[GraphLink], plan: WavePlan, base: Baseline,
                   say: Say, fixed_ms: float | None = None) -> list[LinkMeasurement]:
-    """Links at once, at periods T, 2T...; at `fixed_ms` (one of magnitudes_ms) if given,
+    """Links at once, each at its own frequency (`group_waves`); at `fixed_ms` (one of
+    magnitudes_ms) if given,
     else at the delay the adaptive cycles choose for each (`adapt`)."""
     p, clock = session.experiment.parameters, session.clock
     magnitudes = [plan.magnitude_s if fixed_ms is None else fixed_ms / 1e3] * len(links)
@@ -112,10 +135,8 @@ def adapt(session: Session, links: list[GraphLink], plan: WavePlan, base: Baseli
     last: list[WaveEstimate | None] = [None] * len(links)
     pending = list(range(len(links)))
     while pending:
-        waves = group_waves(plan, len(pending), clock.time() + 1.0, [delays[i] for i in pending])
-        waves = [SquareWave(w.start_s, w.period_s, max(1, w.cycles * adaptive_cycles(plan)
-                                                       // plan.cycles), w.magnitude_s)
-                 for w in waves]
+        waves = adaptive_waves(plan, group_waves(plan, len(pending), clock.time() + 1.0,
+                                                 [delays[i] for i in pending]))
         say("adaptive cycle: " + ", ".join(f"{links[i].label} at {delays[i] * 1e3:.2f} ms"
                                            for i in pending))
         estimates = inject_and_estimate(
