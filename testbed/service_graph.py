@@ -14,7 +14,9 @@ exact rather than approximate:
 - a parallel step's branches are deterministic (no cache anywhere below them), so which branch
   is slowest is fixed;
 - their durations (the services' own work along the branch) differ by at least
-  `PARALLEL_MARGIN_MS`, so a small injected delay does not change which one is slowest.
+  `PARALLEL_MARGIN_MS` plus `TRUTH_DELAY_MS` for every time the faster branch crosses its
+  busiest link, so a delay up to TRUTH_DELAY_MS on any one link never makes it the slower:
+  experiments on a generated application keep `max_delay_ms` at or under it.
 Pure: drawing and counting only. The servers that run a graph are in `testbed.app`.
 """
 
@@ -24,10 +26,11 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["PARALLEL_MARGIN_MS", "Call", "Service", "ServiceGraph", "Step", "generate",
-           "service_name", "true_gradients"]
+__all__ = ["PARALLEL_MARGIN_MS", "TRUTH_DELAY_MS", "Call", "Service", "ServiceGraph", "Step",
+           "apart", "busiest_link", "duration_ms", "generate", "service_name", "true_gradients"]
 
-PARALLEL_MARGIN_MS = 4.0  # parallel branches' durations at least this far apart
+PARALLEL_MARGIN_MS = 4.0  # parallel branches' durations at least this far apart, and
+TRUTH_DELAY_MS = 1.0  # this much more per crossing of the faster branch's busiest link
 WORK_MS = (0.5, 3.0)  # a service's own work per request, drawn uniformly
 MAX_DEPTH = 5  # calls deep below the front
 MAX_FANOUT = 3  # distinct services one service calls
@@ -119,6 +122,19 @@ def _steps_crossings(graph: ServiceGraph, caller: str, steps: tuple[Step, ...]) 
     return total
 
 
+def busiest_link(graph: ServiceGraph, service: str) -> float:
+    """The most times one call of `service` crosses any one link (its caller's link once)."""
+    return max([1.0, *_steps_crossings(graph, service, graph.calls_of(service)).values()])
+
+
+def apart(graph: ServiceGraph, a: str, b: str) -> bool:
+    """Two deterministic branches far enough apart for the slower to stay critical under a
+    delay of TRUTH_DELAY_MS on any one link."""
+    slow, fast = sorted((a, b), key=lambda n: duration_ms(graph, n), reverse=True)
+    return duration_ms(graph, slow) - duration_ms(graph, fast) >= (
+        PARALLEL_MARGIN_MS + TRUTH_DELAY_MS * busiest_link(graph, fast))
+
+
 def _edges(graph: ServiceGraph) -> set[tuple[str, str]]:
     out = set()
     for caller, steps in [(graph.front, s) for s in graph.transactions.values()] + [
@@ -179,9 +195,8 @@ def _draw_steps(rng: random.Random, targets: list[str], graph: ServiceGraph,
         first = pending.pop()
         partner = None
         if deterministic[first] and rng.random() < PARALLEL_SHARE:
-            ms = duration_ms(graph, first)
             partner = next((t for t in pending if deterministic[t]
-                            and abs(duration_ms(graph, t) - ms) >= PARALLEL_MARGIN_MS), None)
+                            and apart(graph, first, t)), None)
         if partner is not None:
             pending.remove(partner)
             steps.append(Step((Call(first), Call(partner))))

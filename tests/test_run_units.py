@@ -412,3 +412,36 @@ def test_snap_lines_add_their_lost_notices_and_calls_to_the_warnings() -> None:
     notices, calls = session.loss_warnings()
     assert "were lost 4 time(s)" in notices
     assert calls.startswith("sniffer on db: SNAP's socket-call tracer: 12 calls;")
+
+
+@pytest.mark.parametrize("cycles", [4, 11, 30, 109])
+@pytest.mark.parametrize("count", [2, 4, 8])
+def test_an_adaptive_round_is_a_band_of_its_own_every_wave_fittable(count, cycles):
+    """Shortening each measurement wave alone left the slower ones one cycle or less at a
+    large plan, ending apart: too few to fit. The round is one window, as the measurement."""
+    from coordinator.live.measure import adaptive_cycles, adaptive_waves, band_cycles
+
+    plan = WavePlan(period_s=8.0, cycles=cycles, magnitude_s=0.01, n_bins=32)
+    waves = adaptive_waves(plan, count, 0.0, [0.01] * count)
+    assert [w.cycles for w in waves] == band_cycles(count, adaptive_cycles(plan))
+    assert len({round(w.end_s, 9) for w in waves}) == 1
+    assert min(w.cycles for w in waves) >= 2
+
+
+@pytest.mark.parametrize("count", range(1, 9))
+def test_a_group_never_asks_the_injector_for_more_than_max_duration(count):
+    from coordinator.config.experiment import Parameters
+    from coordinator.live.measure import group_size
+
+    for period, cap, cycles in ((82.0, 900.0, 7), (8.0, 60.0, 4), (8.0, 900.0, 4),
+                                (11.3, 900.0, 76)):
+        plan = WavePlan(period_s=period, cycles=cycles, magnitude_s=0.01, n_bins=32)
+        p = Parameters(concurrent=count, max_duration_s=cap)
+        size = group_size(plan, p)
+        assert 1 <= size <= count
+        waves = group_waves(plan, size, 0.0, [0.01] * size)
+        assert size == 1 or max(w.duration_s for w in waves) <= cap - period
+    plan = WavePlan(period_s=8.0, cycles=4, magnitude_s=0.01, n_bins=32)
+    assert group_size(plan, Parameters(concurrent=8)) == 8  # 88 s: room to spare
+    # five need 7 x 8 = 56 s, past 60 s less a period to spare: four, in 40 s
+    assert group_size(plan, Parameters(concurrent=8, max_duration_s=60.0)) == 4
