@@ -390,3 +390,32 @@ def test_resuming_with_another_experiment_is_refused_and_keeps_the_run(tmp_path)
     assert problem.file == str(run_dir / "experiment.json")
     assert problem.field == "name"
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+
+def test_a_host_that_cannot_be_reached_stops_the_run_before_any_daemon_starts(tmp_path):
+    fake, run_dir = Fake(), tmp_path / "run"
+    fake.hosts.unreachable.add("db")
+    with pytest.raises(RuntimeFailure, match=r"connect: 1 of 3 host\(s\) failed: db: "
+                                             r"\(10\.\S+\): timed out \(web, app did not\)"):
+        fake.run(experiment(tmp_path), run_dir)
+    assert _journal(run_dir)["status"] == "failed"
+    assert sorted(fake.hosts.connected) == ["app", "web"]  # tried at once, not stopped at db
+    assert fake.hosts.channels == []  # no daemon was started on any host
+    assert fake.hosts.daemons_running() == []
+
+
+def test_an_optional_host_whose_sniffer_cannot_start_is_left_out_and_the_run_goes_on(tmp_path):
+    fake, run_dir = Fake(), tmp_path / "run"
+    fake.hosts.broken_sniffer.add("db")
+    exp = experiment(tmp_path, include=["web->app", "app->web", "app->db", "db->app"])
+    exp = exp.model_copy(update={"hosts": tuple(h.model_copy(update={"optional": h.name == "db"})
+                                                 for h in exp.hosts)})
+    journal = fake.run(exp, run_dir)
+    assert journal.status == "completed"
+    said = [w for w in journal.warnings or [] if w.startswith("db left out (optional)")]
+    assert said, journal.warnings
+    assert "could not start the sniffer" in said[0]
+    measured = {(m.link.src_host, m.link.dst_host) for m in RunDir(run_dir).measurements()}
+    assert measured
+    assert all("db" not in pair for pair in measured), measured
+    fake.assert_every_lease_ended()

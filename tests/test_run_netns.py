@@ -296,3 +296,43 @@ output: {testbed / "runs"}
     plan = json.loads((Path(status["run_dir"]) / "plan.json").read_text())
     assert plan["training_failed_fraction"] < 0.01
     assert_no_rules(tag)
+
+
+def _explicit(root: Path, tag: str, name: str, extra_host: dict) -> Path:
+    """The testbed's hosts spelled out (its ssh_config and known_hosts), plus `extra_host`."""
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
+    info = json.loads(subprocess.run([LINKGRAD, "testbed", "status", "--tag", tag, "--json"],
+                                     capture_output=True, text=True, env=env, check=True,
+                                     timeout=60).stdout)
+    hosts = [{"name": h["name"]} for h in info["hosts"]] + [extra_host]
+    path = root / f"{name}.yaml"
+    path.write_text(json.dumps({
+        "name": name, "hosts": hosts,
+        "ssh": {"config": info["ssh_config"], "known_hosts": info["known_hosts"],
+                "python": str(Path(LINKGRAD).parent / "python"), "connect_timeout_s": 2},
+        "web_log": {"host": info["web_log"]["host"], "path": info["web_log"]["path"]},
+        "transactions": {"all": "^/"}}))
+    return path
+
+
+@pytest.mark.parametrize("optional", [False, True], ids=["required", "optional"])
+def test_a_host_that_cannot_be_reached_is_named_and_left_out_only_if_optional(
+        testbed, tag, optional):
+    """A host of the experiment that nothing answers at (an address of the testbed's subnet no
+    host has): required, `profile` stops before any sniffer starts, naming it; optional, the
+    other hosts are profiled and it is said to be left out."""
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
+    ghost = {"name": "ghost", "address": "192.0.2.1", "optional": optional}  # TEST-NET-1
+    experiment = _explicit(testbed, tag, f"ghost-{optional}", ghost)
+    done = subprocess.run([LINKGRAD, "profile", str(experiment), "--duration", "2", "--json"],
+                          capture_output=True, text=True, timeout=120, env=env, check=False)
+    if optional:
+        assert done.returncode == 0, done.stderr
+        assert "ghost left out (optional): could not connect: " in done.stderr
+        assert "ghost" not in json.loads(done.stdout)["hosts"]
+    else:
+        assert done.returncode == 1, done.stderr
+        assert "connect: 1 of 7 host(s) failed: ghost: " in done.stderr, done.stderr
+        assert "sniffer" not in done.stderr
+    wait_until_gone(tag)  # no sniffer left on any host
+    assert_no_rules(tag)

@@ -86,6 +86,10 @@ class Host(_Strict):
     port: Port | None = None  # SSH port (default: ssh_config's, or 22)
     user: Str | None = None  # default: ssh_config's, or root
     key: Path | None = None  # identity file (default: ssh_config's)
+    # a host the run may go on without: one that cannot be reached or whose daemon does not
+    # start is left out, said, and its links are not measured; a host that is not optional
+    # failing stops the command before any daemon is started
+    optional: Bool = False
 
 
 class Ssh(_Strict):
@@ -93,6 +97,10 @@ class Ssh(_Strict):
     known_hosts: Path | None = None  # default: the ssh_config's UserKnownHostsFile
     python: Str = "python3"  # on the hosts: a python that has linkgrad's injector and sniffer
     connect_timeout_s: Float = Field(10.0, gt=0, le=600)
+    # hosts connected to (and their daemons started and stopped) at once: sshd's MaxStartups
+    # refuses more than 10 unauthenticated connections at once by default (behind a bastion
+    # every host's connection counts against the bastion's)
+    parallel: Int = Field(10, ge=1, le=1000)
 
 
 class Nodes(_Strict):
@@ -365,6 +373,15 @@ class Experiment(_Strict):
                 field = "rate_per_s" if self.workload.rate_per_s is not None else "clients"
                 out.append((("workload", field), "the load generator needs the "
                             "application's URL: give frontend_url (a testbed: tag sets it)"))
+        roles = {}
+        if self.workload is not None:
+            roles[self.workload.host] = "the workload"
+        if self.web_log is not None:
+            roles[self.web_log.host] = "the web log"
+        for i, host in enumerate(self.hosts):
+            if host.optional and host.name in roles:
+                out.append((("hosts", i, "optional"), f"{host.name} runs {roles[host.name]}: "
+                            "a run cannot go on without it, so it cannot be optional"))
         for i, question in enumerate(self.parameters.questions):
             for host in question.move:
                 if host not in names:

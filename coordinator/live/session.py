@@ -21,6 +21,7 @@ from coordinator.config.experiment_files import require_local_files
 from coordinator.config.hosts_file import HostsFile, ProbePhase
 from coordinator.config.snap_file import HostSnapReport
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
+from coordinator.live.fanout import HostResults, HostsFailed, each_host
 from coordinator.live.logfollow import LogFollower, follow_argv
 from coordinator.live.ssh import Connection, Endpoint, check_endpoints, endpoint_for
 from linkgrad.protocol.hosts import HostReportEvent, Probing
@@ -31,6 +32,10 @@ from linkgrad.protocol.sniffer import Report, ReportEvent, SnifferReady
 from linkgrad.protocol.trace import TraceReportEvent, TraceRequest, Tracing, Untrace
 
 QUEUE_BASE = 4700
+# Daemons started, asked and stopped at once over connections already made: sshd's
+# MaxStartups counts only connections being made (`ssh.parallel` bounds those), so this
+# bounds only the coordinator's own threads, one per host under way.
+CHANNELS_AT_ONCE = 64
 
 
 class Remote(Protocol):
@@ -102,6 +107,7 @@ class Session:
     probe_phases: list[ProbePhase] = field(default_factory=list)  # the last one running
     probe_failed: set[str] = field(default_factory=set)  # hosts not probed any more
     series_before: HostsFile | None = None  # hosts.json as this session found it
+    absent: dict[str, str] = field(default_factory=dict)  # optional host left out -> why
 
     def open(self, sniffers: bool = True) -> Session:
         """Connect to every host; start the sniffers (unless not wanted), follow the web log
@@ -144,20 +150,53 @@ class Session:
         if connect is ssh_connect:
             connect = partial(_connect_to, self.endpoints if self.endpoints is not None
                               else check_local_files(e))
-        for host in e.hosts:
-            remote = connect(host, e.ssh)
-            self.connections[host.name] = remote
-            self.addresses[host.address or remote.address] = host.name
-        for name, remote in self.connections.items() if sniffers else ():
-            self.sniffers[name] = DaemonClient(
-                remote.open_lines([e.ssh.python, "-m", "sniffer"]), f"sniffer on {name}",
-                SnifferReady, on_event=lambda m, n=name: self._report(n, m))
-        self.warnings = [f"{d.what}: {d.ready.warning}" for d in self.sniffers.values()
-                         if isinstance(d.ready, SnifferReady) and d.ready.warning]
+        hosts = {h.name: h for h in e.hosts}
+        ssh = e.ssh
+
+        def connected(name: str, remote: Remote) -> None:
+            self.connections[name] = remote
+            self.addresses[hosts[name].address or remote.address] = name
+
+        reached = each_host(hosts, lambda name: connect(hosts[name], ssh), ssh.parallel,
+                            keep=connected)
+        self.connections = {n: self.connections[n] for n in hosts if n in self.connections}
+        self._leave_out(reached, "connect")
+        if sniffers:
+            started = each_host(self.connections, self._start_sniffer, CHANNELS_AT_ONCE,
+                                keep=self.sniffers.__setitem__)
+            self.sniffers = {n: self.sniffers[n] for n in self.connections if n in self.sniffers}
+            self._leave_out(started, "start the sniffer")
+        self.warnings += [f"{d.what}: {d.ready.warning}" for d in self.sniffers.values()
+                          if isinstance(d.ready, SnifferReady) and d.ready.warning]
         self.ipv6_addresses = ipv6_hosts({name: d.ready.ipv6_addresses or ()
                                           for name, d in self.sniffers.items()
                                           if isinstance(d.ready, SnifferReady)})
         return self
+
+    def _start_sniffer(self, name: str) -> DaemonClient:
+        e = self.experiment
+        assert e.ssh is not None
+        return DaemonClient(self.connections[name].open_lines([e.ssh.python, "-m", "sniffer"]),
+                            f"sniffer on {name}", SnifferReady,
+                            on_event=lambda m, n=name: self._report(n, m))
+
+    def _leave_out(self, results: HostResults[Any], what: str) -> None:
+        """HostsFailed if a host that is not optional failed to `what` (every failure named,
+        the optional ones too); else each failed optional host is closed, left out of the
+        session and said."""
+        optional = {h.name for h in self.experiment.hosts if h.optional}
+        if set(results.failed) - optional:
+            raise HostsFailed(what, results.failed, results.succeeded)
+        for name, error in results.failed.items():
+            self.absent[name] = reason = f"could not {what}: {error}"
+            self.warnings.append(f"{name} left out (optional): {reason}; its links are not "
+                                 "measured")
+            for held in (self.sniffers, self.connections):
+                if (closer := held.pop(name, None)) is not None:
+                    try:
+                        closer.close()
+                    except Exception as e:  # said; the host is left out anyway
+                        self.warnings.append(f"{name}: closing it: {e}")
 
     def loss_warnings(self) -> list[str]:
         """Each host whose sniffer lost what it counts, said once."""
@@ -193,26 +232,28 @@ class Session:
             self.warnings.append(f"sniffer on {host}: {message.get('message')}")
 
     def start_profiling(self, request: Profile) -> list[str]:
-        """SNAP on every host, for as long as the run goes; what each host cannot give."""
-        notes = []
-        for name, sniffer in self.sniffers.items():
-            # the sniffer's first read and the tracer's start (up to 30 s) come first
-            self.profiling[name] = got = sniffer.call(request, timeout_s=90.0)
-            notes += [f"SNAP on {name}: {missing}" for missing in got.missing]
-        return notes
+        """SNAP on every host, for as long as the run goes; what each host cannot give.
+        HostsFailed if it does not start on a host that is not optional (the hosts it
+        started on are unprofiled at the end all the same)."""
+        # the sniffer's first read and the tracer's start (up to 30 s) come first
+        started = each_host(self.sniffers, lambda name: self.sniffers[name].call(
+            request, timeout_s=90.0), CHANNELS_AT_ONCE, keep=self.profiling.__setitem__)
+        optional = {h.name for h in self.experiment.hosts if h.optional}
+        if set(started.failed) - optional:
+            raise HostsFailed("start SNAP", started.failed, started.succeeded)
+        return [*(f"SNAP on {name}: {missing}" for name, got in started.succeeded.items()
+                  for missing in got.missing),
+                *(f"SNAP on {name} (optional): did not start: {e}"
+                  for name, e in started.failed.items())]
 
     def stop_profiling(self) -> list[str]:
         """Every host's last SNAP report (it comes before the answer); what failed."""
-        problems = []
-        for name in self.profiling:
-            if name in self.unprofiled:
-                continue
-            self.unprofiled.add(name)
-            try:
-                self.sniffers[name].call(Unprofile())
-            except Exception as e:  # reported; the other hosts' reports still count
-                problems.append(f"SNAP on {name}: {e}")
-        return problems
+        names = [name for name in self.profiling if name not in self.unprofiled]
+        self.unprofiled.update(names)
+        stopped = each_host(names, lambda name: self.sniffers[name].call(Unprofile()),
+                            CHANNELS_AT_ONCE)
+        # reported; the other hosts' reports still count
+        return [f"SNAP on {name}: {e}" for name, e in stopped.failed.items()]
 
     def start_tracing(self, request: TraceRequest) -> list[str]:
         """Message capture on every host (WAP5's trace); what each host cannot give."""
@@ -281,21 +322,23 @@ class Session:
         return self.injector(dst_host if at == "receiver" else src_host)
 
     def close(self) -> list[str]:
-        """Injectors first (the lease: they stop and remove their rules), then the rest.
+        """Injectors first (the lease: they stop and remove their rules), then the sniffers,
+        the log, the workload and the connections; each stage on every host at once (at most
+        CHANNELS_AT_ONCE).
 
         One host's failure must not keep the others injecting, so every close is tried and
         every failure returned, for run.json and the exit code.
         """
         problems = []
-        closers = [*self.injectors.values(), *self.sniffers.values(), self.log,
-                   _Leased(self.workload) if self.workload else None, *self.connections.values()]
-        for closer in closers:
-            if closer is None:
-                continue
-            try:
-                closer.close()
-            except Exception as e:  # reported; the next host must still close
-                what = getattr(closer, "what", type(closer).__name__)
+        stages: list[dict[str, Any]] = [
+            dict(self.injectors), dict(self.sniffers),
+            {"log": self.log, "workload": _Leased(self.workload) if self.workload else None},
+            dict(self.connections)]
+        for stage in stages:
+            closers = {key: c for key, c in stage.items() if c is not None}
+            closed = each_host(closers, lambda key, c=closers: c[key].close(), CHANNELS_AT_ONCE)
+            for key, e in closed.failed.items():
+                what = getattr(closers[key], "what", type(closers[key]).__name__)
                 problems.append(str(e) if str(e).startswith(what) else f"{what}: {e}")
         return problems
 

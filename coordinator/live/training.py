@@ -188,6 +188,10 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
     say(f"graph: {len(training.graph)} links, {len(candidates)} between the application's nodes")
     for line in explain_selection(candidates, p.include, p.exclude):
         say(f"  {line}")
+    if left_out := [g for g in links if {g.src_host, g.dst_host} & set(session.absent)]:
+        links = [g for g in links if g not in left_out]
+        say(f"  {len(left_out)} link(s) not measured: "
+            f"{', '.join(sorted(set(session.absent)))} left out (optional, could not start)")
     if p.strategy == "passive-first":
         links = passive_first(session, out, links, (start, end), say, reach_of(wave, p))
     for note in wave.notes:

@@ -362,10 +362,15 @@ class FakeHosts:
     failing_injector: set[str] = field(default_factory=set)  # engine fails to clean up
     refusing_injector: set[str] = field(default_factory=set)  # cannot start (queue in use)
     dying_injector: set[str] = field(default_factory=set)  # dies at its first request
+    unreachable: set[str] = field(default_factory=set)  # ssh cannot connect
+    connected: list[str] = field(default_factory=list)  # hosts connected to, in order
     engines: dict[str, list[FakeEngine]] = field(default_factory=dict)
     channels: list[ThreadChannel | QueueChannel] = field(default_factory=list)
 
     def connect(self, host: Host, ssh: Ssh) -> FakeRemote:
+        if host.name in self.unreachable:
+            raise RuntimeFailure(f"ssh {host.name} ({ADDRESSES[host.name]}): timed out")
+        self.connected.append(host.name)
         return FakeRemote(self, host.name)
 
     def daemons_running(self) -> list[str]:

@@ -1,0 +1,119 @@
+"""Many hosts at once, at most `limit` at a time: each host's result or its failure, and one
+error naming every host that failed beside those that did not.
+
+fabric's `ThreadingGroup` and `GroupResult` are the model (a result per host, one
+`GroupException` holding every failure), but fabric itself is not used here: its group starts
+one thread per host with no bound, and behind a bastion sshd's `MaxStartups` (10 by default)
+refuses every unauthenticated connection beyond the tenth; and its `Connection` would replace
+`ssh.Connection`, which gives paramiko only host keys and ssh_config entries checked first
+(never auto-added). A bounded thread pool over our own connections does both.
+
+    >>> done = each_host(["a", "b", "c"], lambda n: int("x" if n == "b" else "1"), limit=2)
+    >>> done.succeeded, sorted(done.failed)
+    ({'a': 1, 'c': 1}, ['b'])
+    >>> print(HostsFailed("connect", done.failed, done.succeeded))
+    connect: 1 of 3 host(s) failed: b: invalid literal for int() with base 10: 'x' (a, c did not)
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from linkgrad.errors import RuntimeFailure
+
+__all__ = ["DEFAULT_PARALLEL", "HostResults", "HostsFailed", "each_host"]
+
+T = TypeVar("T")
+
+DEFAULT_PARALLEL = 10  # sshd's MaxStartups default: more at once are refused behind a bastion
+
+
+@dataclass
+class HostResults(Generic[T]):
+    """Per host, what `work` gave or what it raised, in the order the hosts were given."""
+
+    succeeded: dict[str, T] = field(default_factory=dict)
+    failed: dict[str, Exception] = field(default_factory=dict)
+
+    def raise_failed(self, what: str) -> None:
+        """HostsFailed naming every failed host, if any did."""
+        if self.failed:
+            raise HostsFailed(what, self.failed, self.succeeded)
+
+
+class HostsFailed(RuntimeFailure):
+    """`what` failed on some hosts: each named with its reason, the others listed too."""
+
+    def __init__(self, what: str, failed: dict[str, Exception], succeeded: Iterable[str] = ()
+                 ) -> None:
+        self.what, self.failed, self.succeeded = what, dict(failed), tuple(succeeded)
+        total = len(self.failed) + len(self.succeeded)
+        reasons = "; ".join(f"{name}: {_reason(name, e)}" for name, e in self.failed.items())
+        others = f" ({', '.join(self.succeeded)} did not)" if self.succeeded else ""
+        super().__init__(f"{what}: {len(self.failed)} of {total} host(s) failed: {reasons}"
+                         f"{others}")
+
+
+def _reason(name: str, e: Exception) -> str:
+    """The exception's text without the host's name again where it leads with it."""
+    text = str(e) or type(e).__name__
+    for lead in (f"{name}: ", f"ssh {name} "):
+        if text.startswith(lead):
+            return text[len(lead):].lstrip()
+    return text
+
+
+def each_host(names: Iterable[str], work: Callable[[str], T], limit: int = DEFAULT_PARALLEL,
+              keep: Callable[[str, T], None] | None = None) -> HostResults[T]:
+    """`work(name)` for every host, at most `limit` at once. An Exception is that host's
+    failure; anything else (KeyboardInterrupt in this thread, a bug's BaseException in
+    `work`) stops the hosts not yet started, waits for those under way (each bounded by its
+    own timeouts) and is raised. `keep(name, result)` is called here, in the caller's thread,
+    as each host succeeds, also on the way out of an interrupt: what was opened is known to
+    whoever must close it."""
+    order = list(dict.fromkeys(names))
+    results: HostResults[T] = HostResults()
+    failed: dict[str, Exception] = {}
+    succeeded: dict[str, T] = {}
+    if not order:
+        return results
+    limit = max(1, min(limit, len(order)))
+    pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="host")
+    pending: dict[Future[T], str] = {}
+
+    def collect(done: Iterable[Future[T]]) -> None:
+        for future in done:
+            name = pending.pop(future)
+            error = future.exception()
+            if error is None:
+                succeeded[name] = value = future.result()
+                if keep is not None:
+                    keep(name, value)
+            elif isinstance(error, Exception):
+                failed[name] = error
+            else:
+                raise error
+
+    waiting = iter(order)  # submitted only as a place frees: none starts after a stop
+    try:
+        for name in itertools.islice(waiting, limit):
+            pending[pool.submit(work, name)] = name
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            collect(done)
+            for name in itertools.islice(waiting, len(done)):
+                pending[pool.submit(work, name)] = name
+    except BaseException:
+        pool.shutdown(wait=True)
+        for future, name in pending.items():  # what opened under way is handed over
+            if not future.cancelled() and future.exception() is None and keep is not None:
+                keep(name, future.result())
+        raise
+    pool.shutdown(wait=True)
+    results.succeeded = {n: succeeded[n] for n in order if n in succeeded}
+    results.failed = {n: failed[n] for n in order if n in failed}
+    return results
