@@ -12,20 +12,37 @@ from linkgrad.protocol.sniffer import Report
 from linkgrad.spectral.wave_plan import WavePlan
 
 
-def test_concurrent_waves_are_orthogonal_and_share_no_harmonic():
-    plan = WavePlan(period_s=4.0, cycles=6, magnitude_s=0.01, n_bins=32)
-    waves = group_waves(plan, 3, start_s=100.0, magnitudes=[0.01, 0.02, 0.03])
-    assert [w.period_s for w in waves] == [4.0, 8.0, 16.0]
-    assert [w.cycles for w in waves] == [8, 4, 2]  # one 32 s window
-    t = np.arange(100.0, 132.0, 0.001)
-    on = [w.is_on(t).astype(float) - 0.5 for w in waves]
-    for i in range(3):
-        for j in range(i + 1, 3):
-            assert abs(np.mean(on[i] * on[j])) < 1e-3  # centred indicators: orthogonal
-    spectra = [np.abs(np.fft.rfft(x)) for x in on]
-    lines = [set(np.flatnonzero(s > 0.05 * s.max())) for s in spectra]
-    for i, j in ((0, 1), (1, 2), (0, 2)):
-        assert not lines[i] & lines[j], (i, j)
+@pytest.mark.parametrize("cycles", [4, 6, 20])
+@pytest.mark.parametrize("count", range(1, 9))
+def test_concurrent_waves_share_one_window_and_no_fundamental_is_anothers_harmonic(count,
+                                                                                 cycles):
+    plan = WavePlan(period_s=4.0, cycles=cycles, magnitude_s=0.01, n_bins=32)
+    waves = group_waves(plan, count, start_s=100.0, magnitudes=[0.01] * count)
+    assert waves[0].period_s == 4.0  # the first link at the plan's period
+    ends = {round(w.end_s, 9) for w in waves}
+    assert len(ends) == 1  # one window
+    window = waves[0].duration_s
+    assert window >= cycles * 4.0  # each link gets at least what it would alone
+    counts = [w.cycles for w in waves]
+    assert len(set(counts)) == count
+    if count > 1:
+        assert min(counts) >= 2
+    # each wave's fundamental, on the window's own frequency grid, carries none of the other
+    # waves' lines (a square wave has lines at odd multiples of its fundamental only)
+    t = np.arange(100.0, 100.0 + window, 0.004)
+    for i, wi in enumerate(waves):
+        spectrum = np.abs(np.fft.rfft(wi.is_on(t).astype(float) - 0.5)) / len(t)
+        for j, wj in enumerate(waves):
+            if i != j:
+                assert spectrum[wj.cycles] < 1e-3 * spectrum[wi.cycles], (wi, wj)
+
+
+def test_eight_links_fit_in_eleven_periods_where_octaves_would_need_256():
+    plan = WavePlan(period_s=8.0, cycles=4, magnitude_s=0.01, n_bins=32)
+    assert [w.cycles for w in group_waves(plan, 8, 0.0, [0.01] * 8)] == list(range(11, 3, -1))
+    assert group_waves(plan, 8, 0.0, [0.01] * 8)[0].duration_s == 88.0
+    assert [w.cycles for w in group_waves(plan, 4, 0.0, [0.01] * 4)] == [5, 4, 3, 2]
+    assert [w.cycles for w in group_waves(plan, 2, 0.0, [0.01] * 2)] == [4, 3]
 
 
 def test_graph_counts_each_link_once_from_its_sender():
@@ -395,3 +412,36 @@ def test_snap_lines_add_their_lost_notices_and_calls_to_the_warnings() -> None:
     notices, calls = session.loss_warnings()
     assert "were lost 4 time(s)" in notices
     assert calls.startswith("sniffer on db: SNAP's socket-call tracer: 12 calls;")
+
+
+@pytest.mark.parametrize("cycles", [4, 11, 30, 109])
+@pytest.mark.parametrize("count", [2, 4, 8])
+def test_an_adaptive_round_is_a_band_of_its_own_every_wave_fittable(count, cycles):
+    """Shortening each measurement wave alone left the slower ones one cycle or less at a
+    large plan, ending apart: too few to fit. The round is one window, as the measurement."""
+    from coordinator.live.measure import adaptive_cycles, adaptive_waves, band_cycles
+
+    plan = WavePlan(period_s=8.0, cycles=cycles, magnitude_s=0.01, n_bins=32)
+    waves = adaptive_waves(plan, count, 0.0, [0.01] * count)
+    assert [w.cycles for w in waves] == band_cycles(count, adaptive_cycles(plan))
+    assert len({round(w.end_s, 9) for w in waves}) == 1
+    assert min(w.cycles for w in waves) >= 2
+
+
+@pytest.mark.parametrize("count", range(1, 9))
+def test_a_group_never_asks_the_injector_for_more_than_max_duration(count):
+    from coordinator.config.experiment import Parameters
+    from coordinator.live.measure import group_size
+
+    for period, cap, cycles in ((82.0, 900.0, 7), (8.0, 60.0, 4), (8.0, 900.0, 4),
+                                (11.3, 900.0, 76)):
+        plan = WavePlan(period_s=period, cycles=cycles, magnitude_s=0.01, n_bins=32)
+        p = Parameters(concurrent=count, max_duration_s=cap)
+        size = group_size(plan, p)
+        assert 1 <= size <= count
+        waves = group_waves(plan, size, 0.0, [0.01] * size)
+        assert size == 1 or max(w.duration_s for w in waves) <= cap - period
+    plan = WavePlan(period_s=8.0, cycles=4, magnitude_s=0.01, n_bins=32)
+    assert group_size(plan, Parameters(concurrent=8)) == 8  # 88 s: room to spare
+    # five need 7 x 8 = 56 s, past 60 s less a period to spare: four, in 40 s
+    assert group_size(plan, Parameters(concurrent=8, max_duration_s=60.0)) == 4

@@ -153,8 +153,9 @@ class Parameters(_Strict):
                                   "half-width of a gradient: '10%' of it (the default; ±0.1 "
                                   "below a gradient of 1) or a number in gradient units")
     adaptive: Bool = True  # one small cycle first to rescale the delay by a rough gradient
-    concurrent: Int = Field(1, ge=1, le=4, description="links measured at once, at periods "
-                            "T, 2T, 4T, ... (orthogonal square waves)")
+    concurrent: Int = Field(1, ge=1, le=8, description="links measured at once, each at its "
+                            "own frequency: n, n-1, ... cycles in one window, no fundamental "
+                            "an odd harmonic of another's; fitted jointly")
     max_delay_ms: Float = Field(100.0, ge=MIN_MAGNITUDE_MS, le=MAX_DELAY_MS)
     max_duration_s: Float = Field(900.0, gt=0, le=DAY_S, description="cap per measurement")
     throughput_drop_limit: Float = Field(0.3, gt=0, le=1, description="abort above this")

@@ -5,6 +5,7 @@ at once with the files that recompute it offline."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from coordinator.config.experiment import Experiment, Parameters
 from coordinator.config.run_dir import RunDir, linearity_of
@@ -33,26 +34,60 @@ from linkgrad.watch import Baseline
 ADAPTIVE_S = 10.0  # an adaptive round lasts at least this long (or half the measurement)
 
 
+def band_cycles(count: int, cycles: int) -> list[int]:
+    """Cycles per wave of `count` links measured in one window: consecutive counts down from
+    the fastest's n, which holds the plan's `cycles` of its period. The slowest makes at least
+    two cycles and more than a third of the fastest's, so no wave's fundamental is an odd
+    harmonic (3rd, 5th...) of another's: each link's own line is clear of the others, which
+    are fitted jointly for what their harmonics share. Octaves (T, 2T, 4T...) share no
+    harmonic at all, but eight of them need a window of 256 periods; this band needs
+    max(cycles, 11) for eight."""
+    if count == 1:
+        return [cycles]
+    n = max(cycles, count + 1, 3 * (count - 1) // 2 + 1)
+    return list(range(n, n - count, -1))
+
+
 def group_waves(plan: WavePlan, count: int, start_s: float,
                 magnitudes: list[float]) -> list[SquareWave]:
-    """Periods T, 2T, 4T... from one first edge, over one window holding `plan.cycles` of T
-    and at least two of the slowest: orthogonal waves with disjoint harmonics."""
-    slowest = plan.period_s * 2 ** (count - 1)
-    window = max(plan.cycles * plan.period_s, 2 * slowest)
-    return [SquareWave(start_s, plan.period_s * 2**j, round(window / (plan.period_s * 2**j)),
-                       magnitudes[j]) for j in range(count)]
+    """`count` waves from one first edge over one window of n plan periods (`band_cycles`):
+    the first link the fastest, at the plan's period."""
+    counts = band_cycles(count, plan.cycles)
+    window = counts[0] * plan.period_s
+    return [SquareWave(start_s, window / n, n, magnitudes[j]) for j, n in enumerate(counts)]
+
+
+def adaptive_waves(plan: WavePlan, count: int, start_s: float,
+                   magnitudes: list[float]) -> list[SquareWave]:
+    """An adaptive round of the group: a band of its own over `adaptive_cycles` of the plan
+    (one shared window, as the measurement's: shortening each wave alone would leave the
+    slower ones a cycle or less, ending apart, too few to fit)."""
+    return group_waves(replace(plan, cycles=adaptive_cycles(plan)), count, start_s, magnitudes)
 
 
 def group_duration_s(plan: WavePlan, count: int, adaptive: bool) -> float:
-    window = max(plan.cycles * plan.period_s, 2 * plan.period_s * 2 ** (count - 1))
-    first = (plan.period_s * 2 ** (count - 1) * adaptive_cycles(plan) + plan.period_s + TAIL_S
-             + 1) if adaptive else 0
-    return first + window + plan.period_s * 2 ** (count - 1) / 2 + TAIL_S + 1
+    def took(waves: list[SquareWave]) -> float:
+        return max(w.duration_s for w in waves) + max(w.period_s for w in waves) / 2 + TAIL_S + 1
+
+    first = took(adaptive_waves(plan, count, 0.0, [1e-3] * count)) if adaptive else 0.0
+    return first + took(group_waves(plan, count, 0.0, [1e-3] * count))
+
+
+def group_size(plan: WavePlan, p: Parameters) -> int:
+    """`concurrent`, or fewer where the group's window would pass max_duration_s (the
+    injector refuses a wave longer than that): a band of N links needs N + 1 periods or more,
+    11 for eight, the plan's cycles however few."""
+    size = p.concurrent
+    while size > 1 and band_cycles(size, plan.cycles)[0] * plan.period_s > (
+            p.max_duration_s - plan.period_s):
+        size -= 1
+    return size
 
 
 def measure_group(session: Session, links: list[GraphLink], plan: WavePlan, base: Baseline,
                   say: Say, fixed_ms: float | None = None) -> list[LinkMeasurement]:
-    """Links at once, at periods T, 2T...; at `fixed_ms` (one of magnitudes_ms) if given,
+    """Links at once, each at its own frequency (`group_waves`); at `fixed_ms` (one of
+    magnitudes_ms) if given,
     else at the delay the adaptive cycles choose for each (`adapt`)."""
     p, clock = session.experiment.parameters, session.clock
     magnitudes = [plan.magnitude_s if fixed_ms is None else fixed_ms / 1e3] * len(links)
@@ -112,10 +147,8 @@ def adapt(session: Session, links: list[GraphLink], plan: WavePlan, base: Baseli
     last: list[WaveEstimate | None] = [None] * len(links)
     pending = list(range(len(links)))
     while pending:
-        waves = group_waves(plan, len(pending), clock.time() + 1.0, [delays[i] for i in pending])
-        waves = [SquareWave(w.start_s, w.period_s, max(1, w.cycles * adaptive_cycles(plan)
-                                                       // plan.cycles), w.magnitude_s)
-                 for w in waves]
+        waves = adaptive_waves(plan, len(pending), clock.time() + 1.0,
+                               [delays[i] for i in pending])
         say("adaptive cycle: " + ", ".join(f"{links[i].label} at {delays[i] * 1e3:.2f} ms"
                                            for i in pending))
         estimates = inject_and_estimate(
@@ -136,14 +169,15 @@ def adapt(session: Session, links: list[GraphLink], plan: WavePlan, base: Baseli
     return delays, last
 
 
-def jobs(links: list[GraphLink], done: dict[MeasurementKey, LinkMeasurement], p: Parameters
-         ) -> list[tuple[list[GraphLink], float | None]]:
-    """Groups of `concurrent` links still to measure, once per delay of magnitudes_ms (or
-    once at the planned delay)."""
+def jobs(links: list[GraphLink], done: dict[MeasurementKey, LinkMeasurement], p: Parameters,
+         size: int | None = None) -> list[tuple[list[GraphLink], float | None]]:
+    """Groups of `size` (`concurrent`) links still to measure, once per delay of
+    magnitudes_ms (or once at the planned delay)."""
+    size = size or p.concurrent
     out: list[tuple[list[GraphLink], float | None]] = []
     for fixed in p.magnitudes_ms or (None,):
         todo = [link for link in links if MeasurementKey(link.label, fixed) not in done]
-        out += [(todo[i:i + p.concurrent], fixed) for i in range(0, len(todo), p.concurrent)]
+        out += [(todo[i:i + size], fixed) for i in range(0, len(todo), size)]
     return out
 
 
@@ -155,7 +189,14 @@ def measure_all(session: Session, out: RunDir, links: list[GraphLink], plan: Wav
     experiment, log = session.experiment, session.log
     assert log is not None
     results = list(done.values())
-    todo = jobs(links, done, experiment.parameters)
+    size = group_size(plan, experiment.parameters)
+    if size < experiment.parameters.concurrent:
+        say(f"[yellow]{size} links at once, not concurrent={experiment.parameters.concurrent}: "
+            f"{experiment.parameters.concurrent} at once need a window of "
+            f"{band_cycles(experiment.parameters.concurrent, plan.cycles)[0]} periods of "
+            f"{plan.period_s:.1f} s, beyond max_duration_s="
+            f"{experiment.parameters.max_duration_s:g}")
+    todo = jobs(links, done, experiment.parameters, size)
     for i, (group, fixed) in enumerate(todo, 1):
         p = experiment.parameters
         adaptive = p.adaptive and p.magnitude_ms is None

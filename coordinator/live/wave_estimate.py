@@ -30,8 +30,9 @@ TAIL_S = 3.0  # after a wave ends, the requests that started in it are still bei
 
 def inject_and_estimate(session: Session, waves: list[tuple[GraphLink, SquareWave]],
                         base: Baseline) -> list[WaveEstimate]:
-    """Square waves on links at once (orthogonal when their periods are T, 2T, 4T... from one
-    first edge), then every transaction's gradient for each link."""
+    """Square waves on links at once (one window from one first edge, each at its own
+    frequency: `measure.group_waves`), then every transaction's gradient for each link,
+    fitted jointly with the others' waves."""
     p, clock = session.experiment.parameters, session.clock
     added = []
     try:

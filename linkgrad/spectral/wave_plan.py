@@ -219,8 +219,8 @@ def _cycles_for_precision(noise: dict[str, float], caps: dict[str, float], perio
     """Cycles that give the wanted precision with each transaction's effect at its cap (the
     median over transactions): the noise falls as 1/sqrt(cycles). MIN_CYCLES at least, what
     max_duration_s holds at most."""
-    # concurrent waves at 2T, 4T... round their cycles up to two periods more: all must fit
-    # the injector's duration cap
+    # a few periods to spare under the injector's duration cap (concurrent waves share the
+    # plan's window: coordinator/live/measure.py `band_cycles`)
     most = max(MIN_CYCLES, int(params.max_duration_s // period_s) - 3)
     needed = [MIN_CYCLES * (noise[n] / params.half_width.at(1.0) / caps[n]) ** 2
               for n in noise if caps.get(n, 0) > 0]
