@@ -35,9 +35,11 @@ from testbed.description import (
 from testbed.extra import require_testbed_extra
 from testbed.netns import TestbedPlan, network_steps, only_from, plan_testbed
 from testbed.private_dir import ensure_dir, make_testbed_dir, remove_testbed_dir, write_file
+from testbed.service_graph import graph_to_json
+from testbed.service_server import PORT as SERVICE_PORT
 from testbed.state import DEFAULT_ROOT, State, directory_for
 from testbed.topology import Topology
-from testbed.transactions import transactions_of
+from testbed.transactions import graph_of, transactions_of
 
 MEMCACHED_PORT = 11211
 MININET_PYTHON = "/usr/bin/python3"  # Debian's python3-mininet lives there, not in the venv
@@ -47,7 +49,7 @@ def _check_root_and_tools(app: str = "rubis") -> None:
     if os.geteuid() != 0:
         raise RuntimeFailure("the testbed needs root: it makes network namespaces")
     require_testbed_extra()
-    servers = ("nginx", "memcached", "psql") if app == "rubis" else ()
+    servers = {"rubis": ("nginx", "memcached", "psql"), "services": ("nginx",)}.get(app, ())
     missing = [tool for tool in ("ip", "iptables", *servers, "ssh-keygen", "/usr/sbin/sshd",
                                  "runuser") if not _which(tool)]
     if missing:
@@ -172,6 +174,8 @@ def _build(builder: Builder, plan: TestbedPlan, topology: Topology, directory: P
         builder.start(h, "sshd", sshd.sshd_argv(h, directory))
     if topology.app == "mediawiki":
         mediawiki.build(builder, plan, directory)
+    elif topology.app == "services":
+        _build_services(builder, plan, topology, directory)
     elif topology.app == "redmine":
         redmine.build(builder, plan, directory)
     else:
@@ -204,6 +208,32 @@ def _build_rubis(builder: Builder, plan: TestbedPlan, topology: Topology, direct
     for app in apps:
         wait_until(lambda a=app: port_open(a.address, nginx.APP_PORT), f"the app on {app.name}")
     wait_until(lambda: listening(cache.namespace, MEMCACHED_PORT), "memcached")
+    wait_until(lambda: port_open(web.address, 80), "nginx")
+
+
+def _build_services(builder: Builder, plan: TestbedPlan, topology: Topology, directory: Path
+                    ) -> None:
+    """The generated application: a `testbed.service_server` per service host, the front (s0)
+    on its host's loopback behind nginx, which writes the web log."""
+    graph = graph_of(topology)
+    graph_file, peers_file = directory / "graph.json", directory / "peers.json"
+    write_file(graph_file, graph_to_json(graph))
+    services = [h for h in plan.hosts if h.name == graph.front or h.name in graph.services]
+    write_file(peers_file, json.dumps({h.name: h.address for h in services}))
+    for h in services:
+        listen = "127.0.0.1" if h.name == graph.front else h.address
+        builder.start(h, "service", [sys.executable, "-m", "testbed.service_server",
+                                     "--graph", str(graph_file), "--name", h.name,
+                                     "--listen", listen, "--port", str(SERVICE_PORT),
+                                     "--peers", str(peers_file)])
+    web = plan.with_role("web")[0]
+    nginx.write_front_conf(web.address, f"127.0.0.1:{SERVICE_PORT}", directory)
+    builder.start(web, "nginx", nginx.nginx_argv(directory))
+    for h in services:
+        if h.name == graph.front:
+            wait_until(lambda h=h: listening(h.namespace, SERVICE_PORT), f"the service on {h.name}")
+        else:
+            wait_until(lambda h=h: port_open(h.address, SERVICE_PORT), f"the service on {h.name}")
     wait_until(lambda: port_open(web.address, 80), "nginx")
 
 

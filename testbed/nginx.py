@@ -80,6 +80,44 @@ http {{
 """
 
 
+def front_conf(web_address: str, upstream: str, directory: Path) -> str:
+    """nginx in front of one local server (a generated application's front service): the web
+    log, as the default application's, and every request passed on over keep-alive."""
+    tmp = directory / "nginx"
+    quoted = LOG_FORMAT.replace("'", "\\'")
+    return f"""
+user www-data;
+worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {directory}/logs/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    log_format linkgrad '{quoted}';
+    access_log {directory}/access.log linkgrad;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    keepalive_timeout 60;
+    upstream front {{ server {upstream}; keepalive 64; }}
+    server {{
+        listen {web_address}:80;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        location / {{ proxy_pass http://front; }}
+    }}
+}}
+"""
+
+
+def write_front_conf(web_address: str, upstream: str, directory: Path) -> None:
+    tmp = ensure_dir(directory / "nginx", 0o711)
+    write_file(tmp / "nginx.conf", front_conf(web_address, upstream, directory))
+    create_empty(directory / "access.log")
+
+
 def nginx_argv(directory: Path) -> list[str]:
     return ["nginx", "-c", str(directory / "nginx" / "nginx.conf"), "-p", str(directory / "nginx")]
 

@@ -17,17 +17,21 @@ exact rather than approximate:
   `PARALLEL_MARGIN_MS` plus `TRUTH_DELAY_MS` for every time the faster branch crosses its
   busiest link, so a delay up to TRUTH_DELAY_MS on any one link never makes it the slower:
   experiments on a generated application keep `max_delay_ms` at or under it.
-Pure: drawing and counting only. The servers that run a graph are in `testbed.app`.
+Pure: drawing and counting only. The servers that run a graph are
+`testbed.service_server`.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 __all__ = ["PARALLEL_MARGIN_MS", "TRUTH_DELAY_MS", "Call", "Service", "ServiceGraph", "Step",
-           "apart", "busiest_link", "duration_ms", "generate", "service_name", "true_gradients"]
+           "apart", "busiest_link", "duration_ms", "generate", "graph_from_json",
+           "graph_to_json", "service_name", "true_gradients"]
 
 PARALLEL_MARGIN_MS = 4.0  # parallel branches' durations at least this far apart, and
 TRUTH_DELAY_MS = 1.0  # this much more per crossing of the faster branch's busiest link
@@ -74,6 +78,25 @@ class ServiceGraph:
 
     def calls_of(self, name: str) -> tuple[Step, ...]:
         return self.services[name].steps
+
+
+def graph_to_json(graph: ServiceGraph) -> str:
+    """The graph as the servers read it (`graph_from_json`)."""
+    return json.dumps(asdict(graph), sort_keys=True)
+
+
+def graph_from_json(text: str) -> ServiceGraph:
+    data = json.loads(text)
+
+    def steps(raw: list[dict[str, Any]]) -> tuple[Step, ...]:
+        return tuple(Step(tuple(Call(**c) for c in step["calls"])) for step in raw)
+
+    return ServiceGraph(
+        front=data["front"],
+        services={n: Service(s["name"], s["work_ms"], steps(s["steps"]))
+                  for n, s in data["services"].items()},
+        transactions={n: steps(t) for n, t in data["transactions"].items()},
+        seed=data.get("seed"), layers=data.get("layers", {}))
 
 
 def service_name(i: int) -> str:

@@ -23,13 +23,15 @@ from pydantic import (
 from linkgrad.errors import InputError, Problem
 
 Role = Literal["client", "web", "app", "db", "cache"]
-App = Literal["rubis", "mediawiki", "redmine"]
+App = Literal["rubis", "mediawiki", "redmine", "services"]
 # Per application: the roles a topology must have (exactly one host each, except "app").
 REQUIRED_ROLES: dict[str, tuple[Role, ...]] = {
     "rubis": ("client", "web", "app", "db", "cache"),
     "mediawiki": ("client", "web", "db"),  # Apache + mod_php on web, MariaDB on db
     "redmine": ("client", "web", "db"),  # Apache + Passenger on web, PostgreSQL on db
+    "services": ("client", "web"),  # nginx and the front service on web, the rest role-less
 }
+MAX_HOSTS = 64  # the generated application's client and 63 services; the others have fewer
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 # the default application's transactions that can be given an extra query (testbed.app's
 # names for its routes; MediaWiki is not ours to change)
@@ -78,6 +80,15 @@ class ServiceTimes(BaseModel):
         return names
 
 
+class Generated(BaseModel):
+    """The generated application (`testbed.service_graph`): its size and seed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    services: int = Field(ge=2, le=MAX_HOSTS - 1)
+    seed: int = Field(1, ge=0, le=2**31)
+    transactions: int = Field(4, ge=1, le=16)
+
+
 class Topology(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = "default"
@@ -85,14 +96,21 @@ class Topology(BaseModel):
     hosts: tuple[HostSpec, ...]
     subnet: str | None = None  # a /24; default: the first free one in 10.201.0.0/16
     service: ServiceTimes = ServiceTimes()
+    generated: Generated | None = None  # app: services only
 
     @model_validator(mode="after")
     def _roles(self) -> Topology:
         names = [h.name for h in self.hosts]
         if len(set(names)) != len(names):
             raise ValueError(f"host names must be unique: {names}")
-        if not 2 <= len(self.hosts) <= 50:
-            raise ValueError("a topology has 2 to 50 hosts")
+        if not 2 <= len(self.hosts) <= MAX_HOSTS:
+            raise ValueError(f"a topology has 2 to {MAX_HOSTS} hosts")
+        if (self.app == "services") != (self.generated is not None):
+            raise ValueError("app: services and generated go together (testbed up "
+                             "--services N makes both)")
+        if self.generated is not None and [h.name for h in self.hosts] != [
+                "client", *(f"s{i}" for i in range(self.generated.services))]:
+            raise ValueError("a generated application's hosts are client, s0, s1, ...")
         required = REQUIRED_ROLES[self.app]
         for role in required:
             if not self.with_role(role):
@@ -138,6 +156,16 @@ REDMINE = Topology(name="redmine", app="redmine", hosts=(
     HostSpec(name="web", roles=("web",)),
     HostSpec(name="db", roles=("db",)),
 ))
+
+def services_topology(services: int, seed: int = 1, transactions: int = 4) -> Topology:
+    """The generated application of `services` services: client, then s0 (the front: nginx
+    and the front service) and s1... each on a host of its own."""
+    return Topology(name=f"services-{services}-{seed}", app="services", hosts=(
+        HostSpec(name="client", roles=("client",)),
+        HostSpec(name="s0", roles=("web",)),
+        *(HostSpec(name=f"s{i}", roles=()) for i in range(1, services))),
+        generated=Generated(services=services, seed=seed, transactions=transactions))
+
 
 BUILT_IN: dict[str, Topology] = {"rubis": DEFAULT, "mediawiki": MEDIAWIKI, "redmine": REDMINE}
 

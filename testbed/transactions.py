@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from testbed.service_graph import ServiceGraph, generate, true_gradients
 from testbed.topology import ServiceTimes, Topology
 
 
@@ -64,11 +65,29 @@ REDMINE_PAGES = (
 
 
 def transactions_of(topology: Topology) -> list[Transaction]:
+    if topology.app == "services":
+        return generated_transactions(topology)
     if topology.app == "mediawiki":
         return packaged_transactions(topology, "MediaWiki", MEDIAWIKI_PAGES)
     if topology.app == "redmine":
         return packaged_transactions(topology, "Redmine", REDMINE_PAGES)
     return rubis_transactions(topology)
+
+
+def generated_transactions(topology: Topology) -> list[Transaction]:
+    """The generated application's endpoints /t0, /t1...: their expected gradients exact from
+    the call graph (`testbed.service_graph.true_gradients`), every link of the graph listed
+    (0 where the transaction does not cross it)."""
+    truth = true_gradients(graph_of(topology), topology.host("client").name)
+    return [Transaction(name, f"/{name}", "generated: its endpoint's calls",
+                        dict(expected)) for name, expected in truth.items()]
+
+
+def graph_of(topology: Topology) -> ServiceGraph:
+    """The generated application's graph, drawn again from its seed (deterministic)."""
+    g = topology.generated
+    assert g is not None, "a generated application's topology"
+    return generate(g.services, g.seed, g.transactions)
 
 
 def packaged_transactions(topology: Topology, app: str,

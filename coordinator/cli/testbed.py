@@ -24,7 +24,7 @@ from testbed.description import DescribedTestbed, RemovalReport
 from testbed.lifecycle import down, status, up
 from testbed.netns import TAG
 from testbed.state import default_root
-from testbed.topology import BUILT_IN, Topology, with_extra_query
+from testbed.topology import BUILT_IN, MAX_HOSTS, Topology, services_topology, with_extra_query
 
 if TYPE_CHECKING:  # the load generator imports httpx: loaded when `load` runs
     from testbed.loadgen import ClosedLoopSummary, OpenLoopSummary
@@ -50,6 +50,13 @@ def _up_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mininet", action="store_true", help="build the network with Mininet "
                    "(Debian's mininet; LinuxBridge switch, no controller) instead of plain "
                    "namespaces; the application and SSH are the same")
+    p.add_argument("--services", type=int, metavar="N",
+                   help="a generated microservice application instead: N services (2-63) on "
+                   "N hosts s0 (the front, behind nginx) to s<N-1>, calling each other by a "
+                   "call graph drawn from --seed; every transaction's true gradient is known "
+                   "from the graph (`linkgrad testbed status --json`)")
+    p.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="with --services: the call graph's seed (default 1)")
     p.add_argument("--extra-query", action="append", metavar="TRANSACTION",
                    help="a planted regression, to check `linkgrad regress` catches it: "
                    "TRANSACTION (ViewItem, PutBid, single, ...) makes one more database round "
@@ -111,6 +118,21 @@ def testbed_command(args: argparse.Namespace) -> int:
 
 
 def _topology(args: argparse.Namespace) -> Topology:
+    if args.services is None and args.seed is not None:
+        raise InputError(Problem("seeds a generated application: give --services N too",
+                                 field="--seed"))
+    if args.services is not None:
+        for given, option in ((args.topology, "a topology file"), (args.app, "--app"),
+                              (args.extra_query, "--extra-query")):
+            if given:
+                raise InputError(Problem(f"--services makes its own topology: not with "
+                                         f"{option}", field="--services"))
+        if not 2 <= args.services <= MAX_HOSTS - 1:
+            raise InputError(Problem(f"{args.services}: expected 2 to {MAX_HOSTS - 1}",
+                                     field="--services"))
+        if args.seed is not None and not 0 <= args.seed <= 2**31:
+            raise InputError(Problem(f"{args.seed}: expected 0 to {2**31}", field="--seed"))
+        return services_topology(args.services, 1 if args.seed is None else args.seed)
     topology = load_topology(args.topology, args.app)
     if args.app is not None and topology.app != args.app:
         raise InputError(Problem(f"--app {args.app} but the topology file says app: "
