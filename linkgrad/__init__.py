@@ -16,11 +16,17 @@ no processes started, no I/O beyond reading the files and streams given to it. E
 
 from __future__ import annotations
 
-import importlib.metadata
-
-try:
-    __version__ = importlib.metadata.version("linkgrad")
-except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
-
 __all__ = ["__version__"]
+
+
+def __getattr__(name: str) -> str:
+    """`__version__` looked up when asked: importlib.metadata costs ~50 ms of every daemon's
+    start, which fifty hosts sharing a machine's cores pay fifty times."""
+    if name != "__version__":
+        raise AttributeError(f"module 'linkgrad' has no attribute {name!r}")
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("linkgrad")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"

@@ -284,3 +284,16 @@ def test_validate_delays_a_pair_over_the_ipv6_ends_its_run_saw(tmp_path: Path,
     assert two.predicted_ms - two.current_ms == pytest.approx(20.0, abs=3.0)  # 2 x 2 x 5 ms
     assert two.inside
     fake.assert_every_lease_ended()
+
+
+def test_a_host_s_ipv6_addresses_are_read_from_if_inet6_without_loopback(tmp_path):
+    from sniffer.kernel import ipv6_addresses
+
+    table = tmp_path / "if_inet6"
+    table.write_text(
+        "00000000000000000000000000000001 01 80 10 80       lo\n"
+        "fd000000000000000000000000000002 04 40 00 82     eth0\n"
+        "fe8000000000000000fc00fffe000001 04 40 20 80     eth0\n"
+        "00000000000000000000ffff0a000001 05 60 00 80     eth1\n")  # IPv4-mapped: not IPv6
+    assert ipv6_addresses(table) == ("fd00::2", "fe80::fc:ff:fe00:1")
+    assert ipv6_addresses(tmp_path / "none") == ()  # IPv6 disabled

@@ -32,9 +32,12 @@ from linkgrad.protocol.sniffer import Report, ReportEvent, SnifferReady
 from linkgrad.protocol.trace import TraceReportEvent, TraceRequest, Tracing, Untrace
 
 QUEUE_BASE = 4700
-# Daemons started, asked and stopped at once over connections already made: sshd's
-# MaxStartups counts only connections being made (`ssh.parallel` bounds those), so this
-# bounds only the coordinator's own threads, one per host under way.
+# Daemons stopped at once over connections already made: sshd's MaxStartups counts only
+# connections being made, and a stop costs a host little, so this bounds only the
+# coordinator's own threads, one per host under way. Starts are `ssh.parallel` at a time: a
+# daemon's start is most of a second of CPU (interpreter, imports), and fifty at once on hosts
+# sharing cores (a testbed, VMs on one hypervisor) took half as long again in all as ten at a
+# time (benchmarks/RESULTS.md, fanout_profile).
 CHANNELS_AT_ONCE = 64
 
 
@@ -162,7 +165,7 @@ class Session:
         self.connections = {n: self.connections[n] for n in hosts if n in self.connections}
         self._leave_out(reached, "connect")
         if sniffers:
-            started = each_host(self.connections, self._start_sniffer, CHANNELS_AT_ONCE,
+            started = each_host(self.connections, self._start_sniffer, ssh.parallel,
                                 keep=self.sniffers.__setitem__)
             self.sniffers = {n: self.sniffers[n] for n in self.connections if n in self.sniffers}
             self._leave_out(started, "start the sniffer")
@@ -172,6 +175,10 @@ class Session:
                                           for name, d in self.sniffers.items()
                                           if isinstance(d.ready, SnifferReady)})
         return self
+
+    @property
+    def _parallel(self) -> int:
+        return self.experiment.ssh.parallel if self.experiment.ssh is not None else 10
 
     def _start_sniffer(self, name: str) -> DaemonClient:
         e = self.experiment
@@ -237,7 +244,7 @@ class Session:
         started on are unprofiled at the end all the same)."""
         # the sniffer's first read and the tracer's start (up to 30 s) come first
         started = each_host(self.sniffers, lambda name: self.sniffers[name].call(
-            request, timeout_s=90.0), CHANNELS_AT_ONCE, keep=self.profiling.__setitem__)
+            request, timeout_s=90.0), self._parallel, keep=self.profiling.__setitem__)
         optional = {h.name for h in self.experiment.hosts if h.optional}
         if set(started.failed) - optional:
             raise HostsFailed("start SNAP", started.failed, started.succeeded)
