@@ -1,9 +1,9 @@
 """`linkgrad profile --duration 5` over every host of a running testbed: the hosts connected
 to and their sniffers started `ssh.parallel` (10) at a time, stopped at once (the default),
 against one host at a time (the same code with `ssh.parallel: 1` and one daemon at a time, as
-every command worked before issue 31), alternated run by run on the same testbed. Wall time of the whole command,
-from its start to its exit, as a user waits for it; the overhead is that minus the 5 s of
-profiling.
+every command worked before issue 31), alternated run by run on the same testbed. Wall time
+of the whole command, from its start to its exit, as a user waits for it; the overhead is
+that minus the 5 s of profiling; and each phase's.
 
     linkgrad testbed up && .venv/bin/python -m benchmarks.fanout_profile [--runs 5] [--tag tb]
 

@@ -62,12 +62,14 @@ def test_cli_app_must_agree_with_the_topology_file(tmp_path):
     path = tmp_path / "topo.yaml"
     path.write_text("app: mediawiki\nhosts: [{name: c, roles: [client]}, {name: w, roles: [web]},"
                     " {name: d, roles: [db]}]\n")
-    assert _topology(argparse.Namespace(topology=path, app=None,
-                                        extra_query=None)).app == "mediawiki"
-    assert _topology(argparse.Namespace(topology=None, app="mediawiki",
-                                        extra_query=None)) is MEDIAWIKI
+    def args(**given: object) -> argparse.Namespace:
+        return argparse.Namespace(**{"extra_query": None, "services": None, "seed": None,
+                                     **given})
+
+    assert _topology(args(topology=path, app=None)).app == "mediawiki"
+    assert _topology(args(topology=None, app="mediawiki")) is MEDIAWIKI
     with pytest.raises(InputError, match="--app rubis but the topology file says app: mediawiki"):
-        _topology(argparse.Namespace(topology=path, app="rubis", extra_query=None))
+        _topology(args(topology=path, app="rubis"))
 
 
 def test_apache_conf_is_its_own_prefork_instance_with_php():
