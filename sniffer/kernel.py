@@ -120,11 +120,15 @@ class ClosedSockets:
         self.lost: collections.Counter[str] = collections.Counter()
         self.heard = 0  # notices read
         self.wake_read, self.wake_write = os.pipe()  # `close` ends the reader's wait at once
+        self.closing = False
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
-        if (error := self.started.get(timeout=10)) is not None:
-            os.close(self.wake_read)
-            os.close(self.wake_write)
+        try:
+            error = self.started.get(timeout=10)
+        except queue.Empty:
+            error = OSError("the closed-socket reader did not start in 10 s")
+        if error is not None:
+            self.close()  # a reader starting late ends at once
             raise error
 
     def losses(self) -> int:
@@ -216,13 +220,15 @@ class ClosedSockets:
         return tables
 
     def close(self) -> None:
-        if self.stopping.is_set():
+        if self.closing:
             return
-        self.stopping.set()
+        self.closing = True
         os.write(self.wake_write, b"x")
+        self.stopping.set()
         self.thread.join(timeout=5)
-        os.close(self.wake_read)
-        os.close(self.wake_write)
+        if not self.thread.is_alive():  # a stuck reader keeps its pipe: never a reused fd
+            os.close(self.wake_read)
+            os.close(self.wake_write)
 
 
 def socket_owners(proc: Path = Path("/proc")) -> dict[int, Process]:

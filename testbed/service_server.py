@@ -4,8 +4,8 @@ its calls as the graph says (in a row, `repeat` times, at once for a parallel st
 a cache's miss), over keep-alive connections of its own to each service it calls.
 
 The front service's endpoints are the transactions (`GET /t0`...); every other service
-answers `GET /`. A call that fails is a 502 to the caller, so a broken service shows in the
-front's log as an error, not a hang.
+answers `GET /`. A call that fails or takes more than CALL_TIMEOUT_S is a 502 to the caller,
+so a broken service shows in the front's log as an error, not a hang.
 
 Standard library only, asyncio, one thread: fifty of these start in a few seconds on two cores
 and cost nothing while idle (the testbed's budget at 50 hosts), which a framework per process
@@ -30,8 +30,10 @@ from testbed.service_graph import Call, ServiceGraph, Step, graph_from_json
 
 PORT = 8080
 MAX_HEADER_LINES = 100
-OK, NOT_FOUND, BAD_GATEWAY = 200, 404, 502
-REASONS = {OK: "OK", NOT_FOUND: "Not Found", BAD_GATEWAY: "Bad Gateway"}
+CALL_TIMEOUT_S = 10.0  # a callee that does not answer is a 502, before nginx's own 60 s
+OK, BAD_REQUEST, NOT_FOUND, BAD_GATEWAY = 200, 400, 404, 502
+REASONS = {OK: "OK", BAD_REQUEST: "Bad Request", NOT_FOUND: "Not Found",
+           BAD_GATEWAY: "Bad Gateway"}
 
 
 class CallFailed(Exception):
@@ -45,17 +47,30 @@ async def read_response(reader: asyncio.StreamReader) -> int:
         raise ConnectionResetError("closed before the response")
     parts = status_line.split()
     status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-    length = 0
+    length = content_length(await read_headers(reader))
+    if length:
+        await reader.readexactly(length)
+    return status
+
+
+async def read_headers(reader: asyncio.StreamReader) -> dict[bytes, bytes]:
+    """Header lines up to the blank one, by lower-case name."""
+    headers = {}
     for _ in range(MAX_HEADER_LINES):
         line = await reader.readline()
         if line in (b"\r\n", b"\n", b""):
             break
         name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip() or 0)
-    if length:
-        await reader.readexactly(length)
-    return status
+        headers[name.strip().lower()] = value.strip()
+    return headers
+
+
+def content_length(headers: dict[bytes, bytes]) -> int:
+    """The body's length; ValueError if it is no length."""
+    value = headers.get(b"content-length", b"0") or b"0"
+    if not value.isdigit():
+        raise ValueError(f"Content-Length {value!r}")
+    return int(value)
 
 
 class Peer:
@@ -68,22 +83,22 @@ class Peer:
     async def call(self, path: str = "/") -> None:
         for attempt in (1, 2):  # an idle connection the callee closed is retried on a new one
             reused = bool(self.idle)
-            reader, writer = (self.idle.pop() if reused
-                              else await asyncio.open_connection(self.host, self.port))
+            reader, writer = (self.idle.pop() if reused else await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), CALL_TIMEOUT_S))
             try:
                 writer.write(f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
                 await writer.drain()
-                status = await read_response(reader)
-            except (ConnectionError, asyncio.IncompleteReadError):
+                status = await asyncio.wait_for(read_response(reader), CALL_TIMEOUT_S)
+            except BaseException as e:  # the connection's state is unknown: never reused
                 writer.close()
-                if reused and attempt == 1:
+                if reused and attempt == 1 and isinstance(
+                        e, (ConnectionError, asyncio.IncompleteReadError)):
                     continue
                 raise
             self.idle.append((reader, writer))
             if status != OK:
                 raise CallFailed(f"{self.host}:{self.port}{path} answered {status}")
             return
-
 
     async def close(self) -> None:
         while self.idle:
@@ -132,16 +147,25 @@ class Service:
             await self.peers[call.target].call("/")
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Requests on one connection, one after the other, until the client closes it."""
+        """Requests on one connection, one after the other, until the client closes it. A
+        request's body is read and ignored; one this server cannot frame (chunked, a bad
+        Content-Length) is a 400 and the connection is closed."""
         try:
             while True:
                 request = await reader.readline()
                 if not request:
                     return
-                for _ in range(MAX_HEADER_LINES):
-                    if await reader.readline() in (b"\r\n", b"\n", b""):
-                        break
+                if not request.strip():  # a stray blank line between requests
+                    continue
+                headers = await read_headers(reader)
                 parts = request.split()
+                try:
+                    if b"transfer-encoding" in headers:
+                        raise ValueError("chunked bodies are not read")
+                    await reader.readexactly(content_length(headers))
+                except ValueError:
+                    await self._answer(writer, BAD_REQUEST, head=False, close=True)
+                    return
                 steps = self.steps_for(parts[1].decode("latin-1")) if len(parts) > 1 else None
                 status = NOT_FOUND
                 if steps is not None:
@@ -149,16 +173,24 @@ class Service:
                         await self.serve(steps)
                         status = OK
                         self.served += 1
-                    except (OSError, CallFailed, asyncio.IncompleteReadError):
+                    except (OSError, CallFailed, ValueError, asyncio.IncompleteReadError,
+                            asyncio.LimitOverrunError):
                         status = BAD_GATEWAY
-                body = f"{self.name} {status}\n".encode()
-                writer.write(f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Length: "
-                             f"{len(body)}\r\nContent-Type: text/plain\r\n\r\n".encode() + body)
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
+                await self._answer(writer, status, head=parts[0] == b"HEAD")
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                ValueError):
             return
         finally:
             writer.close()
+
+    async def _answer(self, writer: asyncio.StreamWriter, status: int, head: bool,
+                      close: bool = False) -> None:
+        body = f"{self.name} {status}\n".encode()
+        closing = "Connection: close\r\n" if close else ""
+        writer.write(f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Length: {len(body)}\r\n"
+                     f"Content-Type: text/plain\r\n{closing}\r\n".encode()
+                     + (b"" if head else body))
+        await writer.drain()
 
 
 def peers_of(graph: ServiceGraph, name: str, addresses: dict[str, str], port: int

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import socket
 
 import pytest
@@ -135,3 +136,23 @@ def test_a_generated_graph_round_trips_and_every_callee_has_a_peer(seed):
         peers = peers_of(graph, name, addresses, 8080)
         steps = graph.transactions.values() if name == graph.front else [graph.calls_of(name)]
         assert set(peers) == {c.target for s in steps for st in s for c in st.calls}
+
+
+def test_a_body_is_read_a_head_gets_none_and_an_unframed_body_closes_with_400():
+    async def go() -> tuple[bytes, bytes]:
+        servers, port, running = await started(GRAPH)
+        reader, writer = await asyncio.open_connection("127.0.1.1", port)
+        writer.write(b"POST /t1 HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+                     b"\r\nHEAD /t1 HTTP/1.1\r\n\r\n"
+                     b"GET /t1 HTTP/1.1\r\nContent-Length: x\r\n\r\n")
+        await writer.drain()
+        answers = await asyncio.wait_for(reader.read(), 10)  # until the server closes
+        writer.close()
+        await writer.wait_closed()
+        await stop(servers, running)
+        return answers
+
+    answers = asyncio.run(asyncio.wait_for(go(), 30))
+    heads = re.findall(rb"HTTP/1\.1 \d+ [A-Za-z ]+", answers)
+    assert heads == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"]
+    assert answers.count(b"s0 200\n") == 1  # the POST's body; the HEAD's has none

@@ -86,9 +86,9 @@ class Host(_Strict):
     port: Port | None = None  # SSH port (default: ssh_config's, or 22)
     user: Str | None = None  # default: ssh_config's, or root
     key: Path | None = None  # identity file (default: ssh_config's)
-    # a host the run may go on without: one that cannot be reached or whose daemon does not
+    # a host the run may go on without: one that cannot be reached or whose sniffer does not
     # start is left out, said, and its links are not measured; a host that is not optional
-    # failing stops the command before any daemon is started
+    # and cannot be reached stops the command before any daemon is started
     optional: Bool = False
 
 

@@ -83,37 +83,48 @@ def each_host(names: Iterable[str], work: Callable[[str], T], limit: int = DEFAU
         return results
     limit = max(1, min(limit, len(order)))
     pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="host")
-    pending: dict[Future[T], str] = {}
+    submitted: dict[Future[T], str] = {}  # every host started, never forgotten
+    handed: set[Future[T]] = set()  # those whose outcome is taken
 
-    def collect(done: Iterable[Future[T]]) -> None:
-        for future in done:
-            name = pending.pop(future)
-            error = future.exception()
-            if error is None:
-                succeeded[name] = value = future.result()
-                if keep is not None:
-                    keep(name, value)
-            elif isinstance(error, Exception):
-                failed[name] = error
-            else:
-                raise error
+    def take(future: Future[T]) -> None:
+        name = submitted[future]
+        error = future.exception()
+        if error is None:
+            value = future.result()
+            succeeded[name] = value
+            if keep is not None:  # before it counts as handed: an interrupt between the two
+                keep(name, value)  # hands it over again (keep is idempotent), never not at all
+            handed.add(future)
+        elif isinstance(error, Exception):
+            handed.add(future)
+            failed[name] = error
+        else:
+            raise error
 
     waiting = iter(order)  # submitted only as a place frees: none starts after a stop
     try:
         for name in itertools.islice(waiting, limit):
-            pending[pool.submit(work, name)] = name
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            collect(done)
+            future = pool.submit(work, name)
+            submitted[future] = name
+        while len(handed) < len(submitted):
+            done, _ = wait([f for f in submitted if f not in handed],
+                           return_when=FIRST_COMPLETED)
+            for future in done:
+                take(future)
             for name in itertools.islice(waiting, len(done)):
-                pending[pool.submit(work, name)] = name
-    except BaseException:
-        pool.shutdown(wait=True)
-        for future, name in pending.items():  # what opened under way is handed over
-            if not future.cancelled() and future.exception() is None and keep is not None:
-                keep(name, future.result())
-        raise
-    pool.shutdown(wait=True)
+                future = pool.submit(work, name)
+                submitted[future] = name
+    finally:
+        # on the way out of an interrupt too: the hosts under way are waited for (each
+        # bounded by its own timeouts), and what they opened is handed over to be closed
+        try:
+            pool.shutdown(wait=True)
+        finally:
+            for future in submitted:
+                if (keep is not None and future not in handed and future.done()
+                        and not future.cancelled() and future.exception() is None):
+                    keep(submitted[future], future.result())
+                    handed.add(future)
     results.succeeded = {n: succeeded[n] for n in order if n in succeeded}
     results.failed = {n: failed[n] for n in order if n in failed}
     return results

@@ -406,8 +406,10 @@ def observe(session: Session, start: Callable[[], list[str]], stop: Callable[[],
     seen), `stop` it, close every lease; `say` tells progress, `warn` what a host cannot do.
     Returns what went wrong."""
     problems: list[str] = []
+    started = False
     try:
         session.open_hosts().start_workload()
+        started = True
         for note in session.warnings + start():
             warn(note)
         say(f"{what} {len(session.sniffers)} host(s) for {duration_s:g} s")
@@ -416,6 +418,9 @@ def observe(session: Session, start: Callable[[], list[str]], stop: Callable[[],
         except KeyboardInterrupt:
             say("interrupted: what was seen so far follows")
         problems += stop()
+        started = False
     finally:
+        if started:  # `start` failed on some hosts: those it started on are stopped
+            problems += stop()
         problems += session.close()
     return problems

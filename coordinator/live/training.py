@@ -190,8 +190,10 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
         say(f"  {line}")
     if left_out := [g for g in links if {g.src_host, g.dst_host} & set(session.absent)]:
         links = [g for g in links if g not in left_out]
-        say(f"  {len(left_out)} link(s) not measured: "
-            f"{', '.join(sorted(set(session.absent)))} left out (optional, could not start)")
+        hosts = sorted({h for g in left_out for h in (g.src_host, g.dst_host)
+                        if h in session.absent})
+        say(f"  {len(left_out)} link(s) not measured: {', '.join(hosts)} left out (optional: "
+            f"{'; '.join(session.absent[h] for h in hosts)})")
     if p.strategy == "passive-first":
         links = passive_first(session, out, links, (start, end), say, reach_of(wave, p))
     for note in wave.notes:

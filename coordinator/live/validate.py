@@ -91,6 +91,12 @@ def validate_placements(run: RunInputs, placements: list[PlacementChanges], wind
     with sigterm_interrupts():
         try:
             session.open(sniffers=False)
+            for warning in session.warnings:
+                say(warning)
+            if session.absent:  # a placement's delays go on links of every pair it moves
+                raise RuntimeFailure(
+                    "a placement is validated on every host it applies to, and "
+                    + "; ".join(f"{h} was left out: {why}" for h, why in session.absent.items()))
             say(f"validating {len(placements)} placement(s), {window_s:g} s before and under "
                 "each")
             sleep_checking(clock, WARMUP_S)
