@@ -33,13 +33,9 @@ VARIABLE = "linkgrad_upstream"
 DEFAULT_ROUTES = f"map $request_uri ${VARIABLE} {{ default app_first; }}\n"  # all to app_first
 
 
-def nginx_conf(plan: TestbedPlan, directory: Path) -> str:
-    web = plan.with_role("web")[0]
-    apps = plan.with_role("app")
+def _head(directory: Path, extra_logs: str = "") -> str:
+    """The configuration up to the http block's upstreams: the web log, temporary paths."""
     tmp = directory / "nginx"
-    every_app = "\n".join(f"        server {a.address}:{APP_PORT};" for a in apps)
-    each_app = "".join(f"    upstream {a.name} {{ server {a.address}:{APP_PORT}; keepalive 64; }}\n"
-                       for a in apps)
     quoted = LOG_FORMAT.replace("'", "\\'")
     return f"""
 user www-data;
@@ -51,15 +47,26 @@ events {{ worker_connections 4096; }}
 http {{
     log_format linkgrad '{quoted}';
     access_log {directory}/access.log linkgrad;
-    log_format truth '{TRUTH_FORMAT}';
-    access_log {directory}/{TRUTH_LOG} truth;
-    client_body_temp_path {tmp}/body;
+{extra_logs}    client_body_temp_path {tmp}/body;
     proxy_temp_path {tmp}/proxy;
     fastcgi_temp_path {tmp}/fastcgi;
     uwsgi_temp_path {tmp}/uwsgi;
     scgi_temp_path {tmp}/scgi;
     keepalive_timeout 60;
-    upstream app_first {{
+"""
+
+
+def nginx_conf(plan: TestbedPlan, directory: Path) -> str:
+    web = plan.with_role("web")[0]
+    apps = plan.with_role("app")
+    tmp = directory / "nginx"
+    every_app = "\n".join(f"        server {a.address}:{APP_PORT};" for a in apps)
+    each_app = "".join(f"    upstream {a.name} {{ server {a.address}:{APP_PORT}; keepalive 64; }}\n"
+                       for a in apps)
+    truth = f"""    log_format truth '{TRUTH_FORMAT}';
+    access_log {directory}/{TRUTH_LOG} truth;
+"""
+    return f"""{_head(directory, truth)}    upstream app_first {{
         server {apps[0].address}:{APP_PORT};
         keepalive 64;
     }}
@@ -83,25 +90,7 @@ http {{
 def front_conf(web_address: str, upstream: str, directory: Path) -> str:
     """nginx in front of one local server (a generated application's front service): the web
     log, as the default application's, and every request passed on over keep-alive."""
-    tmp = directory / "nginx"
-    quoted = LOG_FORMAT.replace("'", "\\'")
-    return f"""
-user www-data;
-worker_processes 1;
-daemon off;
-pid {tmp}/nginx.pid;
-error_log {directory}/logs/nginx-error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    log_format linkgrad '{quoted}';
-    access_log {directory}/access.log linkgrad;
-    client_body_temp_path {tmp}/body;
-    proxy_temp_path {tmp}/proxy;
-    fastcgi_temp_path {tmp}/fastcgi;
-    uwsgi_temp_path {tmp}/uwsgi;
-    scgi_temp_path {tmp}/scgi;
-    keepalive_timeout 60;
-    upstream front {{ server {upstream}; keepalive 64; }}
+    return f"""{_head(directory)}    upstream front {{ server {upstream}; keepalive 64; }}
     server {{
         listen {web_address}:80;
         proxy_http_version 1.1;
