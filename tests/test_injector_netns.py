@@ -256,7 +256,10 @@ def test_linkgrad_inject_runs_in_the_foreground_and_reports_on_sigterm(pair):
     assert proc.returncode == 0, err
 
     stats = json.loads(out)["schedules"]["0"]
-    assert stats["on"]["actual"]["mean_ms"] == pytest.approx(6, abs=0.3)
+    # the square wave's 6 ms was applied (not 0, not another level): never early; how much
+    # late a busy machine releases packets is measured by benchmarks/injector_accuracy.py, not
+    # asserted here (a clean-clone CI run once read 6.58 ms while three runs alone read 6.0)
+    assert 5.7 <= stats["on"]["actual"]["mean_ms"] <= 8.0, stats
     # every probe answered went through the injector (a loaded machine may lose one: seen
     # 199 of 200 once in CI); the stats counted 198 of 200 answered once in CI, cause not
     # found yet: the whole report is in the message if it happens again
