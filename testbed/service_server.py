@@ -120,10 +120,17 @@ class Service:
         self.front = name == graph.front
         self.work_s = 0.0 if self.front else graph.services[name].work_ms / 1e3
         self.served = 0  # requests answered 200
+        self.clients: set[asyncio.StreamWriter] = set()  # connections being served
 
     async def close(self) -> None:
+        """Its connections to the services it calls, and its clients' (idle keep-alive ones
+        would never end by themselves: since Python 3.12.1 a server waits for them)."""
         for peer in self.peers.values():
             await peer.close()
+        for writer in list(self.clients):
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
 
     def steps_for(self, path: str) -> tuple[Step, ...] | None:
         """The steps a request for `path` makes; None: no such endpoint."""
@@ -135,8 +142,10 @@ class Service:
         if self.work_s:
             await self.sleep(self.work_s)
         for step in steps:
-            if step.parallel:
-                await asyncio.gather(*(self._call(c) for c in step.calls))
+            if step.parallel:  # one branch failing cancels the others: none is left running
+                async with asyncio.TaskGroup() as branches:
+                    for c in step.calls:
+                        branches.create_task(self._call(c))
             else:
                 await self._call(step.calls[0])
 
@@ -150,6 +159,7 @@ class Service:
         """Requests on one connection, one after the other, until the client closes it. A
         request's body is read and ignored; one this server cannot frame (chunked, a bad
         Content-Length) is a 400 and the connection is closed."""
+        self.clients.add(writer)
         try:
             while True:
                 request = await reader.readline()
@@ -174,13 +184,14 @@ class Service:
                         status = OK
                         self.served += 1
                     except (OSError, CallFailed, ValueError, asyncio.IncompleteReadError,
-                            asyncio.LimitOverrunError):
+                            asyncio.LimitOverrunError, ExceptionGroup):  # a parallel step's
                         status = BAD_GATEWAY
                 await self._answer(writer, status, head=parts[0] == b"HEAD")
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                 ValueError):
             return
         finally:
+            self.clients.discard(writer)
             writer.close()
 
     async def _answer(self, writer: asyncio.StreamWriter, status: int, head: bool,
@@ -208,7 +219,8 @@ async def run(service: Service, listen: str, port: int) -> None:
         loop.add_signal_handler(signum, stop.set)
     async with server:
         await stop.wait()
-    await service.close()
+        server.close()
+        await service.close()
 
 
 def main() -> None:

@@ -48,9 +48,11 @@ async def started(graph: ServiceGraph, down: tuple[str, ...] = ()
 async def stop(servers: dict[str, Server], running: list[asyncio.Server]) -> None:
     for server in running:
         server.close()
-        await server.wait_closed()
     for service in servers.values():
         await service.close()
+    for server in running:
+        await server.wait_closed()
+    await asyncio.sleep(0)  # the handlers' last steps, on their closed connections
 
 
 async def ask(port: int, paths: list[str]) -> list[int]:
