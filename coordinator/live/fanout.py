@@ -18,7 +18,7 @@ refuses every unauthenticated connection beyond the tenth; and its `Connection` 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -39,9 +39,9 @@ class HostResults(Generic[T]):
     succeeded: dict[str, T] = field(default_factory=dict)
     failed: dict[str, Exception] = field(default_factory=dict)
 
-    def raise_failed(self, what: str) -> None:
-        """HostsFailed naming every failed host, if any did."""
-        if self.failed:
+    def raise_failed(self, what: str, optional: Collection[str] = ()) -> None:
+        """HostsFailed naming every failed host, if any did that is not `optional`."""
+        if set(self.failed) - set(optional):
             raise HostsFailed(what, self.failed, self.succeeded)
 
 
@@ -76,11 +76,10 @@ def each_host(names: Iterable[str], work: Callable[[str], T], limit: int = DEFAU
     as each host succeeds, also on the way out of an interrupt: what was opened is known to
     whoever must close it."""
     order = list(dict.fromkeys(names))
-    results: HostResults[T] = HostResults()
     failed: dict[str, Exception] = {}
     succeeded: dict[str, T] = {}
     if not order:
-        return results
+        return HostResults()
     limit = max(1, min(limit, len(order)))
     pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="host")
     submitted: dict[Future[T], str] = {}  # every host started, never forgotten
@@ -125,6 +124,5 @@ def each_host(names: Iterable[str], work: Callable[[str], T], limit: int = DEFAU
                         and not future.cancelled() and future.exception() is None):
                     keep(submitted[future], future.result())
                     handed.add(future)
-    results.succeeded = {n: succeeded[n] for n in order if n in succeeded}
-    results.failed = {n: failed[n] for n in order if n in failed}
-    return results
+    return HostResults({n: succeeded[n] for n in order if n in succeeded},
+                       {n: failed[n] for n in order if n in failed})

@@ -21,7 +21,7 @@ from coordinator.config.experiment_files import require_local_files
 from coordinator.config.hosts_file import HostsFile, ProbePhase
 from coordinator.config.snap_file import HostSnapReport
 from coordinator.live.clock import SYSTEM, Clock, sleep_checking
-from coordinator.live.fanout import HostResults, HostsFailed, each_host
+from coordinator.live.fanout import DEFAULT_PARALLEL, HostResults, each_host
 from coordinator.live.logfollow import LogFollower, follow_argv
 from coordinator.live.ssh import Connection, Endpoint, check_endpoints, endpoint_for
 from linkgrad.protocol.hosts import HostReportEvent, Probing
@@ -178,7 +178,12 @@ class Session:
 
     @property
     def _parallel(self) -> int:
-        return self.experiment.ssh.parallel if self.experiment.ssh is not None else 10
+        ssh = self.experiment.ssh
+        return ssh.parallel if ssh is not None else DEFAULT_PARALLEL
+
+    @property
+    def _optional(self) -> set[str]:
+        return {h.name for h in self.experiment.hosts if h.optional}
 
     def _start_sniffer(self, name: str) -> DaemonClient:
         e = self.experiment
@@ -191,9 +196,7 @@ class Session:
         """HostsFailed if a host that is not optional failed to `what` (every failure named,
         the optional ones too); else each failed optional host is closed, left out of the
         session and said."""
-        optional = {h.name for h in self.experiment.hosts if h.optional}
-        if set(results.failed) - optional:
-            raise HostsFailed(what, results.failed, results.succeeded)
+        results.raise_failed(what, self._optional)
         for name, error in results.failed.items():
             self.absent[name] = reason = f"could not {what}: {error}"
             self.warnings.append(f"{name} left out (optional): {reason}; its links are not "
@@ -245,9 +248,7 @@ class Session:
         # the sniffer's first read and the tracer's start (up to 30 s) come first
         started = each_host(self.sniffers, lambda name: self.sniffers[name].call(
             request, timeout_s=90.0), self._parallel, keep=self.profiling.__setitem__)
-        optional = {h.name for h in self.experiment.hosts if h.optional}
-        if set(started.failed) - optional:
-            raise HostsFailed("start SNAP", started.failed, started.succeeded)
+        started.raise_failed("start SNAP", self._optional)
         return [*(f"SNAP on {name}: {missing}" for name, got in started.succeeded.items()
                   for missing in got.missing),
                 *(f"SNAP on {name} (optional): did not start: {e}"
