@@ -100,9 +100,20 @@ def test_a_daemon_on_the_receiver_delays_the_link_once(pair):
     assert "LINKGRAD" not in pair.iptables_rules("b")
 
 
-def _edges(probe: Probe, magnitude_s: float, base_s: float) -> tuple[list[float], list[float]]:
-    """Send times where the added delay switches on (first delayed) and off (last delayed)."""
+def _edges(probe: Probe, magnitude_s: float, base_s: float, min_run: int = 10
+           ) -> tuple[list[float], list[float]]:
+    """Send times where the added delay switches on (first delayed) and off (last delayed).
+    A run of fewer than `min_run` delayed probes is a stall of the machine, not the wave (a
+    busy CI machine once delayed a few probes by 8 ms half a second before the wave began)."""
     delayed = [r - base_s > 0.9 * magnitude_s for r in probe.rtt]
+    i = 0
+    while i < len(delayed):
+        j = i
+        while j < len(delayed) and delayed[j] == delayed[i]:
+            j += 1
+        if delayed[i] and j - i < min_run:
+            delayed[i:j] = [False] * (j - i)
+        i = j
     rising = [probe.sent[i] for i in range(1, len(delayed)) if delayed[i] and not delayed[i - 1]]
     falling = [probe.sent[i - 1] for i in range(1, len(delayed))
                if delayed[i - 1] and not delayed[i]]
