@@ -20,9 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.cli import bottleneck as bottleneck_cli
-from coordinator.cli import explain as explain_cli
-from coordinator.cli import export as export_cli
 from coordinator.cli import (
+    deploy,
     gradient,
     latency,
     paths,
@@ -34,6 +33,8 @@ from coordinator.cli import (
     route,
     run,
 )
+from coordinator.cli import explain as explain_cli
+from coordinator.cli import export as export_cli
 from coordinator.cli import inject as injector_cli
 from coordinator.cli import testbed as testbed_cli
 from coordinator.cli.command import Command, CommandGroup
@@ -56,6 +57,7 @@ COMMANDS: tuple[Command | CommandGroup, ...] = (
     *explain_cli.COMMANDS,  # explain
     *predict.COMMANDS,
     *latency.COMMANDS,
+    *deploy.COMMANDS,
     *place.COMMANDS,
     *route.COMMANDS,
     *profile.COMMANDS,
