@@ -186,7 +186,7 @@ def test_a_partner_that_does_not_overlap_or_a_late_baseline_is_exit_2(capsys, co
 
 
 SUBCOMMANDS = ["gradient", "plan", "inject", "testbed", "run", "report", "explain", "predict",
-               "latency",
+               "latency", "deploy",
                "place", "route", "profile", "paths", "regress", "export", "bottleneck"]
 
 

@@ -358,7 +358,7 @@ def test_an_identity_file_missing_beside_one_there_is_skipped(tmp_path, capsys, 
     path = _identity_files(tmp_path, monkeypatch, "gone", "id")
     code, err = _latency(capsys, path)
     assert code == 1  # reached the host: refused there, not at the ssh_config
-    assert "ssh web (192.0.2.1): refused" in err
+    assert "latency: 1 of 1 host(s) failed: web: (192.0.2.1): refused" in err
     assert refused == [("192.0.2.1", [str(tmp_path / "id")])]
 
 

@@ -113,7 +113,7 @@ def argv_for(slot: str, bad: Path, tmp: Path) -> tuple[list[str], Path]:
         if command == "report":
             return ["report", str(run)], target
         return ["run", str(write_experiment(tmp / "x.yaml")), "--resume", str(run)], target
-    if slot in ("run", "latency"):
+    if slot in ("run", "latency", "deploy"):
         return [slot, str(bad)], bad
     if slot.startswith("gradient:"):  # an injection record, or a concurrent partner's
         log = tmp / "log.csv"
@@ -133,8 +133,8 @@ def argv_for(slot: str, bad: Path, tmp: Path) -> tuple[list[str], Path]:
             str(chosen["latencies"]), "--candidates", str(chosen["candidates"])], bad
 
 
-SLOTS = ("run", "latency", "gradient:injection", "gradient:concurrent", "predict:gradients",
-         "predict:latencies", "predict:placement",
+SLOTS = ("run", "latency", "deploy", "gradient:injection", "gradient:concurrent",
+         "predict:gradients", "predict:latencies", "predict:placement",
          "place:gradients", "place:latencies", "place:candidates", "report:run.json",
          "report:plan.json", "report:experiment.json", "report:gradients.json",
          "resume:run.json", "resume:gradients.json")

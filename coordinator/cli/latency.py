@@ -11,7 +11,6 @@ import argparse
 import math
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -22,6 +21,7 @@ from coordinator.cli.terminal import terminal
 from coordinator.config.experiment import Experiment
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.strict_json import dumps
+from coordinator.live.fanout import each_host
 from coordinator.live.session import check_local_files
 from coordinator.live.ssh import Connection, Endpoint
 from linkgrad.errors import InputError, Problem, RuntimeFailure
@@ -93,11 +93,12 @@ def latency_command(args: argparse.Namespace) -> int:
     targets = {name: (end.hostname, end.port) for name, end in ends.items()}
     names = sorted(targets)
     started = time.time()
-    with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        futures = [pool.submit(_probe, experiment, ends[src],
-                               {d: targets[d] for d in names if d >= src}, args.count)
-                   for src in names]
-        measured = {k: v for f in futures for k, v in f.result().items()}
+    assert experiment.ssh is not None
+    probed = each_host(names, lambda src: _probe(experiment, ends[src],
+                                                 {d: targets[d] for d in names if d >= src},
+                                                 args.count), experiment.ssh.parallel)
+    probed.raise_failed("latency")
+    measured = {k: v for found in probed.succeeded.values() for k, v in found.items()}
     text = latencies_yaml(measured, f"linkgrad latency {args.experiment} at "
                           f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, "
                           f"{args.count} connects per pair")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ class Endpoint:
     # the options (lower case) the ssh_config set for the host: a later check tells its files
     # from defaults without a second lookup (each runs the ssh_config's `Match exec` commands)
     config_gives: frozenset[str] = frozenset()
+    # the ssh_config's ProxyJump hops, first hop first (each resolved as its own entry)
+    jump: tuple[Endpoint, ...] = ()
 
 
 def endpoint_for(host: Any, ssh: Any) -> Endpoint:
@@ -45,12 +48,17 @@ def endpoint_for(host: Any, ssh: Any) -> Endpoint:
     return Endpoint(host.name, host.address or base.hostname, host.port or base.port,
                     host.user or base.user,
                     (str(host.key),) if host.key else base.identity_files, base.known_hosts,
-                    base.config_gives)
+                    base.config_gives, base.jump)
 
 
-def resolve(name: str, ssh_config: Path, known_hosts: Path | None = None) -> Endpoint:
-    """Where `name` is, by the ssh_config's Host entry (HostName, Port, User, IdentityFile);
-    InputError naming the ssh_config when it cannot be read or gives no usable port."""
+MAX_JUMPS = 8  # ProxyJump hops, counting those each hop's own entry adds
+
+
+def resolve(name: str, ssh_config: Path, known_hosts: Path | None = None,
+            _via: tuple[str, ...] = ()) -> Endpoint:
+    """Where `name` is, by the ssh_config's Host entry (HostName, Port, User, IdentityFile,
+    UserKnownHostsFile, ProxyJump); InputError naming the ssh_config when it cannot be read,
+    gives no usable port, or asks for what paramiko cannot do (ProxyCommand)."""
     text = read_text(ssh_config, "the ssh_config")
     try:
         config = paramiko.SSHConfig.from_text(text).lookup(name)
@@ -61,11 +69,43 @@ def resolve(name: str, ssh_config: Path, known_hosts: Path | None = None) -> End
         raise InputError(Problem(f"Port {port!r} (for Host {name}) is not a port number "
                                  "(1-65535)", str(ssh_config), _line_of_option(text, "port", port),
                                  "Port"))
+    if "proxycommand" in config and str(config["proxycommand"]).lower() != "none":
+        raise InputError(Problem(f"ProxyCommand (for Host {name}) is not supported: give the "
+                                 "bastion as ProxyJump", str(ssh_config),
+                                 _first_line_of(text, "proxycommand"), "ProxyCommand"))
     known = known_hosts or Path(str(config.get("userknownhostsfile", "~/.ssh/known_hosts"))
                                 .split()[0]).expanduser()
+    jump = _jumps(name, str(config.get("proxyjump", "none")), ssh_config, known_hosts, text,
+                  _via)
     return Endpoint(name, config.get("hostname", name), int(port),
                     config.get("user", "root"), tuple(config.get("identityfile", [])),
-                    Path(known), frozenset(config))
+                    Path(known), frozenset(config), jump)
+
+
+def _jumps(name: str, value: str, ssh_config: Path, known_hosts: Path | None, text: str,
+           via: tuple[str, ...]) -> tuple[Endpoint, ...]:
+    """ProxyJump's hops (`[user@]host[:port]`, comma-separated; a host may be another entry
+    of the ssh_config, whose own ProxyJump comes first), as OpenSSH reads them."""
+    if value.lower() == "none":
+        return ()
+    hops: list[Endpoint] = []
+    for spec in value.split(","):
+        user, _, rest = spec.strip().rpartition("@")
+        host, _, port = rest.partition(":")
+        where = (str(ssh_config), _line_of_option(text, "proxyjump", value), "ProxyJump")
+        if not host or (port and not (port.isdigit() and 1 <= int(port) <= 65535)):
+            raise InputError(Problem(f"ProxyJump {value!r} (for Host {name}): not "
+                                     "[user@]host[:port]", *where))
+        if host in via or len(via) >= MAX_JUMPS:
+            raise InputError(Problem(f"ProxyJump for Host {name} goes round or through more "
+                                     f"than {MAX_JUMPS} hops: {' -> '.join((*via, host))}",
+                                     *where))
+        hop = resolve(host, ssh_config, known_hosts, (*via, name))
+        hop = Endpoint(spec.strip(), hop.hostname, int(port) if port else hop.port,
+                       user or hop.user, hop.identity_files, hop.known_hosts, hop.config_gives,
+                       hop.jump)
+        hops += [*hop.jump, Endpoint(**{**hop.__dict__, "jump": ()})]
+    return tuple(hops)
 
 
 def _line_of_option(text: str, option: str, value: str | Path) -> int | None:
@@ -81,6 +121,13 @@ def _line_of_option(text: str, option: str, value: str | Path) -> int | None:
         if (Path(given).expanduser() if isinstance(value, Path) else given) == value:
             return i
     return found[0][0] if found and isinstance(value, Path) else None
+
+
+def _first_line_of(text: str, option: str) -> int | None:
+    """The first line setting `option` (its value as paramiko gives it may be expanded)."""
+    pattern = re.compile(rf"{option}(?:\s*=\s*|\s+)", re.IGNORECASE)
+    return next((i for i, line in enumerate(text.splitlines(), 1)
+                 if pattern.match(line.strip())), None)
 
 
 def check_known_hosts(path: Path) -> None:
@@ -171,13 +218,21 @@ class Connection:
         # checked) and paramiko's error names the first
         keys = [f for f in endpoint.identity_files if cannot_open(Path(f)) is None] \
             or list(endpoint.identity_files)
+        self.jump: Jump | None = None
         try:
+            sock = None
+            if endpoint.jump:
+                self.jump = JUMPS.take(endpoint.jump, timeout_s)
+                sock = self.jump.channel_to(endpoint, timeout_s)
             self.client.connect(endpoint.hostname, endpoint.port, endpoint.user,
-                                key_filename=keys or None,
+                                key_filename=keys or None, sock=sock,
                                 timeout=timeout_s, banner_timeout=timeout_s,
                                 auth_timeout=timeout_s, look_for_keys=False, allow_agent=False)
-        except (paramiko.SSHException, OSError, ValueError) as e:  # ValueError: a bad name
-            self.client.close()
+        except (paramiko.SSHException, OSError, ValueError, RuntimeFailure) as e:
+            # ValueError: a bad name
+            self.close()
+            if isinstance(e, RuntimeFailure):
+                raise
             raise RuntimeFailure(f"ssh {endpoint.name} ({endpoint.hostname}): {e}") from e
 
     def run(self, argv: Sequence[str], timeout_s: float = 30.0) -> str:
@@ -209,6 +264,76 @@ class Connection:
 
     def close(self) -> None:
         self.client.close()
+        if self.jump is not None:
+            JUMPS.give_back(self.jump)
+            self.jump = None
+
+
+class Jump:
+    """One connection to a bastion (through the hops before it), shared by every host behind
+    it: each host's SSH connection is a direct-tcpip channel on it. OpenSSH's `ssh -J` makes a
+    bastion connection per host, and the bastion's sshd counts each against MaxStartups (10
+    unauthenticated at once by default); one authenticated connection is never refused."""
+
+    def __init__(self, hops: tuple[Endpoint, ...], timeout_s: float) -> None:
+        self.hops, self.users = hops, 0
+        self.connection = Connection(hops[-1] if len(hops) == 1 else
+                                     Endpoint(**{**hops[-1].__dict__, "jump": hops[:-1]}),
+                                     timeout_s)
+
+    def channel_to(self, target: Endpoint, timeout_s: float) -> paramiko.Channel:
+        transport = self.connection.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise RuntimeFailure(f"ssh {target.name}: the connection to its ProxyJump "
+                                 f"{self.hops[-1].name} was lost")
+        try:
+            return transport.open_channel("direct-tcpip", (target.hostname, target.port),
+                                          ("127.0.0.1", 0), timeout=timeout_s)
+        except (paramiko.SSHException, OSError) as e:
+            raise RuntimeFailure(f"ssh {target.name} ({target.hostname}) through ProxyJump "
+                                 f"{self.hops[-1].name}: {e}") from e
+
+
+class _Jumps:
+    """The bastion connections in use, by their hops: made by the first host that needs one
+    (the others behind it wait for it), closed when the last host behind it closes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.open: dict[tuple[Endpoint, ...], Jump] = {}
+        self.making: dict[tuple[Endpoint, ...], threading.Lock] = {}
+
+    def take(self, hops: tuple[Endpoint, ...], timeout_s: float) -> Jump:
+        with self.lock:
+            making = self.making.setdefault(hops, threading.Lock())
+        with making:  # one host connects to the bastion; those behind it then share it
+            with self.lock:
+                jump = self.open.get(hops)
+                if jump is not None and _active(jump):
+                    jump.users += 1
+                    return jump
+            jump = Jump(hops, timeout_s)
+            with self.lock:
+                jump.users += 1
+                self.open[hops] = jump
+                return jump
+
+    def give_back(self, jump: Jump) -> None:
+        with self.lock:
+            jump.users -= 1
+            if jump.users > 0:
+                return
+            if self.open.get(jump.hops) is jump:
+                del self.open[jump.hops]
+        jump.connection.close()
+
+
+def _active(jump: Jump) -> bool:
+    transport = jump.connection.client.get_transport()
+    return transport is not None and transport.is_active()
+
+
+JUMPS = _Jumps()
 
 
 class SshChannel:
