@@ -78,6 +78,14 @@ def _connect_to(endpoints: dict[str, Endpoint], host: Host, ssh: Ssh) -> Remote:
     return Connection(endpoints[host.name], ssh.connect_timeout_s)
 
 
+# what a user checks on a host whose daemon did not confirm it stopped (the connection was
+# lost, or the daemon killed): the injector's watchdog removes its chain when the daemon dies
+INJECTOR_LEFT_BEHIND = ("its watchdog removes its rules when it dies; check the host "
+                        "(iptables -S | grep LINKGRAD)")
+SNIFFER_LEFT_BEHIND = ("it holds no rules, and ends, with what it started, when the host's "
+                       "sshd closes its connection; check the host (pgrep -af 'm sniffer')")
+
+
 @dataclass
 class Session:
     """Every connection and daemon of a run; `close()` ends every lease."""
@@ -190,7 +198,8 @@ class Session:
         assert e.ssh is not None
         return DaemonClient(self.connections[name].open_lines([e.ssh.python, "-m", "sniffer"]),
                             f"sniffer on {name}", SnifferReady,
-                            on_event=lambda m, n=name: self._report(n, m))
+                            on_event=lambda m, n=name: self._report(n, m),
+                            left_behind=SNIFFER_LEFT_BEHIND)
 
     def _leave_out(self, results: HostResults[Any], what: str) -> None:
         """HostsFailed if a host that is not optional failed to `what` (every failure named,
@@ -319,7 +328,8 @@ class Session:
                     "--max-magnitude-ms", str(e.parameters.max_delay_ms),
                     "--max-duration-s", str(e.parameters.max_duration_s)]
             self.injectors[host] = DaemonClient(self.connections[host].open_lines(argv),
-                                                f"injector on {host}", InjectorReady)
+                                                f"injector on {host}", InjectorReady,
+                                                left_behind=INJECTOR_LEFT_BEHIND)
         return self.injectors[host]
 
     def link_injector(self, src_host: str, dst_host: str) -> DaemonClient:

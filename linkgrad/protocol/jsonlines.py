@@ -222,9 +222,12 @@ class DaemonClient:
     def __init__(self, channel: Channel, what: str, ready: type[M],
                  # free-form: an event as decoded, each receiver validates its own kinds
                  on_event: Callable[[dict[str, Any]], None] | None = None,
-                 ready_timeout_s: float = 30.0) -> None:
+                 ready_timeout_s: float = 30.0,
+                 left_behind: str = "check the host for rules left behind (iptables -S)"
+                 ) -> None:
         self.channel = channel
         self.what = what
+        self.left_behind = left_behind  # what to check there when a stop is not confirmed
         self.on_event = on_event
         self.replies: queue.Queue[dict[str, Any]] = queue.Queue()  # free-form: as decoded
         # free-form: ready / stopped / error as decoded, in order (said back on failure)
@@ -309,8 +312,10 @@ class DaemonClient:
             try:
                 self.channel.send((json.dumps({"id": request_id, **fields}) + "\n").encode())
             except OSError as e:
-                raise RuntimeFailure(f"{self.what}: cannot send {fields.get('cmd')!r}: {e}") \
-                    from e
+                gone = "" if self.reader.is_alive() else \
+                    " (it ended, or its connection was lost, before it was asked)"
+                raise RuntimeFailure(f"{self.what}: cannot send {fields.get('cmd')!r}: {e}"
+                                     f"{gone}") from e
             while True:
                 raw = self._next(timeout_s)
                 if "event" in raw:
@@ -351,5 +356,5 @@ class DaemonClient:
         stopped = any(m.get("event") == "stopped" for m in self.lifecycle)
         if not (stopped and status == 0):
             state = "still running" if status is None else f"exit status {status}"
-            raise RuntimeFailure(f"{self.what} did not confirm it stopped ({state}): check the "
-                                 "host for rules left behind (iptables -S)")
+            raise RuntimeFailure(f"{self.what} did not confirm it stopped ({state}): "
+                                 f"{self.left_behind}")
