@@ -163,3 +163,12 @@ def test_up_and_status_show_each_host_s_cgroup_or_say_in_yellow_why_none():
     assert "\x1b[33mcgroups: no cgroup v1 controller" in text
     assert "measured as the machine" in text.replace("\n", " ")
     assert "linkgrad-abcd/" not in text
+
+
+def test_status_of_no_testbed_says_so_and_what_to_do(tmp_path, capsys):
+    from coordinator.cli.main import main
+
+    assert main(["testbed", "status", "--tag", "zz", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"no testbed zz (in {tmp_path}); next: linkgrad testbed up --tag zz")
+    assert "{" not in out

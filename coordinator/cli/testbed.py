@@ -102,8 +102,16 @@ def testbed_command(args: argparse.Namespace) -> int:
             print(report.json_text())
         elif report.info is not None:
             _print_testbed(console, report.info, report.services)
-        else:  # no testbed, or one `up` is still making
-            console.print(report.model_dump(mode="json", exclude={"info"}, exclude_none=True))
+        elif report.services is None:
+            console.print(f"no testbed {args.tag} (in {args.root}); next: linkgrad testbed up"
+                          + ("" if args.tag == "tb" else f" --tag {args.tag}"), markup=False,
+                          soft_wrap=True)
+        else:  # `up` has not finished making it
+            running = sum(report.services.values())
+            console.print(f"testbed {args.tag} is not finished: {running} of "
+                          f"{len(report.services)} services running; its `up` is still at work, "
+                          f"or was cut short: then linkgrad testbed down --tag {args.tag}",
+                          markup=False, soft_wrap=True)
     elif args.testbed_command == "down":
         _print(console, args.json, down(args.tag, root=args.root))
     elif args.testbed_command == "routes":
