@@ -98,3 +98,14 @@ def test_an_unreachable_host_is_a_failed_row_and_a_foreign_venv_is_left_alone(te
         assert "is there and deploy did not make it" in rows[name]["detail"]
     assert not (foreign / "linkgrad-deploy.json").exists()
     assert sorted(p.name for p in (foreign / "bin").iterdir() if p.name.startswith("pip")) == []
+
+
+def test_a_host_without_linkgrad_is_told_to_deploy(testbed):
+    info, root = testbed
+    experiment = _experiment(info, root, root / "nowhere")
+    done = subprocess.run([LINKGRAD, "profile", str(experiment), "--duration", "1"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert "exit status 127)" in done.stderr  # the shell's word for it follows
+    assert f"{root / 'nowhere' / 'bin' / 'python'}: " in done.stderr
+    assert "`linkgrad deploy EXPERIMENT.yaml` puts it on every host" in done.stderr

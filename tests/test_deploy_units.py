@@ -222,3 +222,11 @@ def test_deploy_needs_ssh_python_to_name_a_venv_of_its_own(tmp_path):
         target_venv(load_experiment(_experiment(tmp_path, f"{sys.prefix}/bin/python")))
     assert target_venv(load_experiment(_experiment(tmp_path, "/opt/lg/bin/python"))
                        ) == "/opt/lg"
+
+
+def test_a_daemon_that_finds_no_linkgrad_gets_the_next_step():
+    from coordinator.live.session import no_linkgrad_hint
+
+    assert "linkgrad deploy" in no_linkgrad_hint("sniffer on a ended (exit status 127): x", "p")
+    assert "linkgrad deploy" in no_linkgrad_hint("... No module named sniffer", "p")
+    assert no_linkgrad_hint("sniffer on a did not start: no CAP_NET_ADMIN", "p") == ""

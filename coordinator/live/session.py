@@ -24,6 +24,7 @@ from coordinator.live.clock import SYSTEM, Clock, sleep_checking
 from coordinator.live.fanout import DEFAULT_PARALLEL, HostResults, each_host
 from coordinator.live.logfollow import LogFollower, follow_argv
 from coordinator.live.ssh import Connection, Endpoint, check_endpoints, endpoint_for
+from linkgrad.errors import RuntimeFailure
 from linkgrad.protocol.hosts import HostReportEvent, Probing
 from linkgrad.protocol.injector import InjectorReady
 from linkgrad.protocol.jsonlines import Channel, DaemonClient
@@ -84,6 +85,16 @@ INJECTOR_LEFT_BEHIND = ("its watchdog removes its rules when it dies; check the 
                         "(iptables -S | grep LINKGRAD)")
 SNIFFER_LEFT_BEHIND = ("it holds no rules, and ends, with what it started, when the host's "
                        "sshd closes its connection; check the host (pgrep -af 'm sniffer')")
+
+
+def no_linkgrad_hint(error: str, python: str) -> str:
+    """What to do when a daemon did not start because the host has no linkgrad where
+    `ssh.python` says (the shell found no such command, or the python no such module)."""
+    if "exit status 127" in error or "exit status 126" in error \
+            or "No module named" in error:
+        return (f"; is ssh.python ({python}) a python with linkgrad there? "
+                "`linkgrad deploy EXPERIMENT.yaml` puts it on every host")
+    return ""
 
 
 @dataclass
@@ -196,10 +207,13 @@ class Session:
     def _start_sniffer(self, name: str) -> DaemonClient:
         e = self.experiment
         assert e.ssh is not None
-        return DaemonClient(self.connections[name].open_lines([e.ssh.python, "-m", "sniffer"]),
-                            f"sniffer on {name}", SnifferReady,
-                            on_event=lambda m, n=name: self._report(n, m),
-                            left_behind=SNIFFER_LEFT_BEHIND)
+        try:
+            return DaemonClient(self.connections[name].open_lines(
+                [e.ssh.python, "-m", "sniffer"]), f"sniffer on {name}", SnifferReady,
+                on_event=lambda m, n=name: self._report(n, m), left_behind=SNIFFER_LEFT_BEHIND)
+        except RuntimeFailure as error:
+            raise RuntimeFailure(f"{error}{no_linkgrad_hint(str(error), e.ssh.python)}"
+                                 ) from error
 
     def _leave_out(self, results: HostResults[Any], what: str) -> None:
         """HostsFailed if a host that is not optional failed to `what` (every failure named,

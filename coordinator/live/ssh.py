@@ -357,6 +357,15 @@ class SshChannel:
     def exit_status(self, timeout_s: float) -> int | None:
         return self.channel.exit_status if self.channel.status_event.wait(timeout_s) else None
 
+    def stderr_tail(self, limit: int = 600) -> str:
+        """The end of what the command wrote to stderr so far (what a daemon that ended at
+        once said: `python: not found`, `No module named sniffer`)."""
+        data = b""
+        while self.channel.recv_stderr_ready() and len(data) < 1 << 20:
+            data += self.channel.recv_stderr(65536)
+        text = data.decode(errors="replace").strip()
+        return text[-limit:]
+
     def close(self) -> None:
         self.close_input()
         self.channel.close()

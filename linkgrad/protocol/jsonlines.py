@@ -283,8 +283,11 @@ class DaemonClient:
                                  f"(exit status {status})") from e
         if message is _END:
             self.replies.put(_END)  # for whoever asks next
-            raise RuntimeFailure(f"{self.what} ended (exit status "
-                                 f"{self.channel.exit_status(1.0)})")
+            status = self.channel.exit_status(1.0)
+            tail = getattr(self.channel, "stderr_tail", None)  # an SSH channel's
+            said = tail() if tail is not None and status != 0 else ""
+            raise RuntimeFailure(f"{self.what} ended (exit status {status})"
+                                 + (f": {said.splitlines()[-1]}" if said else ""))
         return message
 
     def call(self, request: Request[R], timeout_s: float = 30.0) -> R:
