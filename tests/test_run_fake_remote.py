@@ -286,8 +286,8 @@ def test_a_sniffer_that_cannot_start_fails_the_run_and_the_others_are_stopped(tm
 @pytest.mark.parametrize(("trouble", "error", "cleanup"), [
     ("refusing_injector", "injector on db did not start: NFQUEUE 4700", None),
     ("dying_injector", "injector on db ended", [
-        "injector on db did not confirm it stopped (exit status 1): check the host for rules "
-        "left behind (iptables -S)"]),
+        "injector on db did not confirm it stopped (exit status 1): its watchdog removes its "
+        "rules when it dies; check the host (iptables -S | grep LINKGRAD)"]),
 ])
 def test_an_injector_that_cannot_start_or_dies_fails_the_run_and_every_lease_ends(
         tmp_path, trouble, error, cleanup):
