@@ -14,23 +14,23 @@ from pathlib import Path
 
 import pytest
 
-from testbed.topology import HostSpec, Topology
 from tests.marks import TESTBED
-from tests.netns_tools.testbeds import LINKGRAD, private_testbed, unique_tag
+from tests.netns_tools.testbeds import (
+    LINKGRAD,
+    TWO_HOSTS,
+    private_testbed,
+    status_json,
+    unique_tag,
+)
 
 pytestmark = TESTBED
-TWO = Topology(name="two", hosts=(HostSpec(name="front", roles=("client", "web", "cache")),
-                                  HostSpec(name="back", roles=("app", "db"))))
 
 
 @pytest.fixture(scope="module")
 def testbed() -> Iterator[tuple[dict, Path]]:
     tag = unique_tag("d")
-    with private_testbed(tag, TWO) as (_, root):
-        env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
-        info = json.loads(subprocess.run([LINKGRAD, "testbed", "status", "--tag", tag, "--json"],
-                                         capture_output=True, text=True, env=env, check=True,
-                                         timeout=60).stdout)
+    with private_testbed(tag, TWO_HOSTS) as (_, root):
+        info = status_json(tag, root)
         yield info, root
 
 

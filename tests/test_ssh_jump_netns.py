@@ -15,13 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from testbed.topology import HostSpec, Topology
 from tests.marks import TESTBED
-from tests.netns_tools.testbeds import LINKGRAD, private_testbed, unique_tag, wait_until_gone
+from tests.netns_tools.testbeds import (
+    LINKGRAD,
+    TWO_HOSTS,
+    private_testbed,
+    status_json,
+    unique_tag,
+    wait_until_gone,
+)
 
 pytestmark = TESTBED
-TWO = Topology(name="two", hosts=(HostSpec(name="front", roles=("client", "web", "cache")),
-                                  HostSpec(name="back", roles=("app", "db"))))
 BASTION_PORT = 2222
 ALIASES = 4  # ssh_config names per host: eight hosts' worth of connections at once
 
@@ -29,11 +33,8 @@ ALIASES = 4  # ssh_config names per host: eight hosts' worth of connections at o
 @pytest.fixture(scope="module")
 def behind_bastion() -> Iterator[tuple[dict, Path, str]]:
     tag = unique_tag("j")
-    with private_testbed(tag, TWO) as (_, root):
-        env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
-        info = json.loads(subprocess.run([LINKGRAD, "testbed", "status", "--tag", tag, "--json"],
-                                         capture_output=True, text=True, env=env, check=True,
-                                         timeout=60).stdout)
+    with private_testbed(tag, TWO_HOSTS) as (_, root):
+        info = status_json(tag, root)
         front = info["hosts"][0]
         ssh_dir = Path(info["ssh_config"]).parent
         # the bastion: a second sshd on the front host, taking one unauthenticated

@@ -19,7 +19,7 @@ from pathlib import Path
 from testbed.description import DescribedTestbed
 from testbed.lifecycle import down, up
 from testbed.netns import TAG
-from testbed.topology import DEFAULT, Topology
+from testbed.topology import DEFAULT, HostSpec, Topology
 
 LINKGRAD = str(Path(sys.executable).parent / "linkgrad")
 _CLAIMS: list[socket.socket] = []  # this process's tags, held until it ends
@@ -89,6 +89,19 @@ def private_testbed(tag: str, topology: Topology = DEFAULT,
             down(tag, root=root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# the smallest testbed: a front (client, web, cache) and a back (app, db)
+TWO_HOSTS = Topology(name="two", hosts=(HostSpec(name="front", roles=("client", "web", "cache")),
+                                        HostSpec(name="back", roles=("app", "db"))))
+
+
+def status_json(tag: str, root: Path) -> dict:
+    """`linkgrad testbed status --json` of the testbed `tag` under `root`."""
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
+    return json.loads(subprocess.run([LINKGRAD, "testbed", "status", "--tag", tag, "--json"],
+                                     capture_output=True, text=True, env=env, check=True,
+                                     timeout=60).stdout)
 
 
 def running_testbed(tag: str) -> Iterator[Path]:
