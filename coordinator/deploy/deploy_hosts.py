@@ -12,12 +12,11 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import shlex
-import stat
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import paramiko
 
@@ -82,30 +81,14 @@ def _put(sftp: paramiko.SFTPClient, local: Path, remote: str, host: str,
     return True
 
 
-def _mkdirs(sftp: paramiko.SFTPClient, path: str) -> None:
-    done = PurePosixPath()
-    for part in PurePosixPath(path).parts:
-        done = done / part
-        try:
-            if stat.S_ISDIR(sftp.stat(str(done)).st_mode or 0):
-                continue
-        except OSError:
-            pass
-        try:
-            sftp.mkdir(str(done))
-        except OSError:  # made by another host sharing the file system meanwhile
-            if not stat.S_ISDIR(sftp.stat(str(done)).st_mode or 0):
-                raise
-
-
 def _install(conn: Connection, plan: HostPlan, house: Wheelhouse, venv: str, digest: str
              ) -> tuple[str, float]:
     """Copy the wheelhouse and install; ("installed"|"present", seconds)."""
     wheels = f"{venv}.wheels"
     own_dir = f"{wheels}/linkgrad-{digest}"
+    conn.run(["mkdir", "-p", own_dir])
     sftp = conn.client.open_sftp()
     try:
-        _mkdirs(sftp, own_dir)
         for path in house.files()[1:]:
             _put(sftp, path, f"{wheels}/{path.name}", conn.name, skip_same_size=True)
         own = f"{own_dir}/{house.linkgrad_wheel.name}"
@@ -129,7 +112,7 @@ def _install(conn: Connection, plan: HostPlan, house: Wheelhouse, venv: str, dig
     return str(answer["result"]), float(answer.get("seconds", 0.0))
 
 
-def _wheelhouses(plans: list[HostPlan], say: Callable[[str], None]
+def _wheelhouses(plans: list[HostPlan], digest: str, say: Callable[[str], None]
                  ) -> tuple[dict[str, Wheelhouse], dict[str, str]]:
     """A wheelhouse per host kind to install on; the kinds that could not get one, with why."""
     kinds: dict[str, HostKind] = {p.kind.key: p.kind for p in plans
@@ -139,7 +122,7 @@ def _wheelhouses(plans: list[HostPlan], say: Callable[[str], None]
     root = project_root()
     cache = cache_root()
     say("building linkgrad's wheel")
-    own = build_linkgrad_wheel(root, source_digest(root), cache)
+    own = build_linkgrad_wheel(root, digest, cache)
     houses, failed = {}, {}
     for key, kind in sorted(kinds.items()):
         say(f"fetching the dependencies for {key}")
@@ -184,7 +167,7 @@ def deploy(experiment: Experiment, ends: dict[str, Endpoint], venv: str, dry_run
         to_install = [o.plan for o in outcomes.values()
                       if o.plan is not None and o.result == "to install"]
         if to_install:
-            houses, no_house = _wheelhouses(to_install, say)
+            houses, no_house = _wheelhouses(to_install, digest, say)
 
             def install(name: str) -> tuple[str, float]:
                 plan = outcomes[name].plan

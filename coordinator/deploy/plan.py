@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Literal
 
@@ -90,13 +90,13 @@ def plan_host(name: str, facts: HostFacts, venv: str, version: str, digest: str)
     if facts.installed == wanted:
         return HostPlan(name, "present", "", kind, not missing, wanted, tuple(warnings))
     if not facts.installed:
-        return HostPlan(**{**plan.__dict__, "why": "not there"})
+        return replace(plan, why="not there")
     try:
         old = json.loads(facts.installed)
         was = f"replaces linkgrad {old.get('linkgrad')} ({old.get('source')})"
     except (json.JSONDecodeError, AttributeError):
         was = "replaces an unreadable record"
-    return HostPlan(**{**plan.__dict__, "why": was})
+    return replace(plan, why=was)
 
 
 @dataclass

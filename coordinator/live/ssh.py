@@ -11,7 +11,7 @@ import re
 import shlex
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,7 @@ def _jumps(name: str, value: str, ssh_config: Path, known_hosts: Path | None, te
         hop = Endpoint(spec.strip(), hop.hostname, int(port) if port else hop.port,
                        user or hop.user, hop.identity_files, hop.known_hosts, hop.config_gives,
                        hop.jump)
-        hops += [*hop.jump, Endpoint(**{**hop.__dict__, "jump": ()})]
+        hops += [*hop.jump, replace(hop, jump=())]
     return tuple(hops)
 
 
@@ -278,7 +278,7 @@ class Jump:
     def __init__(self, hops: tuple[Endpoint, ...], timeout_s: float) -> None:
         self.hops, self.users = hops, 0
         self.connection = Connection(hops[-1] if len(hops) == 1 else
-                                     Endpoint(**{**hops[-1].__dict__, "jump": hops[:-1]}),
+                                     replace(hops[-1], jump=hops[:-1]),
                                      timeout_s)
 
     def channel_to(self, target: Endpoint, timeout_s: float) -> paramiko.Channel:
