@@ -66,8 +66,7 @@ def _capabilities() -> int:
 def probe(settings: TraceSettings | None = None) -> TracerConfig | str:
     """A config to start a tracer with, or the one-line reason this host cannot. `settings`
     default: 1 s intervals, sockets of this process's network namespace only (the tracepoints
-    fire for every namespace of the kernel, and a testbed's hosts share one kernel). Mounts
-    tracefs for a moment if it is not mounted, to look for the tracepoints."""
+    fire for every namespace of the kernel, and a testbed's hosts share one kernel)."""
     path = shutil.which("bpftrace")
     if path is None:
         return f"bpftrace is not installed: {OFF}"
@@ -80,8 +79,7 @@ def probe(settings: TraceSettings | None = None) -> TracerConfig | str:
     if not BTF.exists():
         return f"the kernel has no BTF ({BTF}), needed to read sockets' addresses: {OFF}"
     try:
-        with TRACEFS_LEASE as tracefs:
-            missing = [t for t in TRACEPOINTS if not (tracefs / "events/sock" / t).is_dir()]
+        missing = _missing_tracepoints()
     except RuntimeFailure as e:
         return f"{e}: {OFF}"
     if missing:
@@ -90,45 +88,39 @@ def probe(settings: TraceSettings | None = None) -> TracerConfig | str:
                         else settings)
 
 
-class _TracefsLease:
-    """tracefs mounted while any tracer of this process needs it (bpftrace reads the
-    tracepoints' formats there), unmounted after the last one only if we mounted it."""
-
-    def __init__(self, path: Path = TRACEFS) -> None:
-        self.path, self.users, self.mounted_by_us = path, 0, False
-        self.lock = threading.Lock()
-
-    def is_mounted(self) -> bool:
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            fields, _, fs = line.partition(" - ")
-            if fields.split()[4] == str(self.path) and fs.split()[0] == "tracefs":
-                return True
-        return False
-
-    def _run(self, *args: str) -> None:
-        try:
-            subprocess.run(args, capture_output=True, text=True, timeout=10, check=True)
-        except (OSError, subprocess.SubprocessError) as e:
-            said = str(getattr(e, "stderr", None) or e).strip().splitlines() or ["?"]
-            raise RuntimeFailure(f"{' '.join(args)} failed: {said[0].rstrip('.')}") from e
-
-    def __enter__(self) -> Path:
-        with self.lock:
-            if self.users == 0 and not self.is_mounted():
-                self._run("mount", "-t", "tracefs", "tracefs", str(self.path))
-                self.mounted_by_us = True
-            self.users += 1
-        return self.path
-
-    def __exit__(self, *_: object) -> None:
-        with self.lock:
-            self.users -= 1
-            if self.users == 0 and self.mounted_by_us:
-                self.mounted_by_us = False
-                self._run("umount", str(self.path))
+def tracefs_mounted(path: Path = TRACEFS) -> bool:
+    """Whether tracefs is mounted at `path` in this mount namespace."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, fs = line.partition(" - ")
+        if fields.split()[4] == str(path) and fs.split()[0] == "tracefs":
+            return True
+    return False
 
 
-TRACEFS_LEASE = _TracefsLease()
+def with_tracefs(argv: list[str]) -> list[str]:
+    """`argv` as a command that finds tracefs mounted (bpftrace reads the tracepoints' formats
+    there). Where it is not, the command runs in a mount namespace of its own with tracefs
+    mounted in it: the mount is nobody else's to see or to unmount, and it goes with the
+    namespace when the command ends, however it ends. A lease shared by the processes of a
+    host cannot be had: several sniffers on one kernel (a testbed's hosts) or another tool
+    would unmount it under each other's bpftrace. `unshare` and `sh` exec, so the command
+    keeps the process id `Popen` gives."""
+    if tracefs_mounted():
+        return argv
+    mount = f'mount -t tracefs tracefs {TRACEFS} && exec "$0" "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mount, *argv]
+
+
+def _missing_tracepoints() -> list[str]:
+    """The tracepoints this kernel lacks; RuntimeFailure where tracefs cannot be looked at."""
+    look = " ".join(f"[ -d {TRACEFS}/events/sock/{t} ] || echo {t};" for t in TRACEPOINTS)
+    try:
+        done = subprocess.run(with_tracefs(["sh", "-c", look]), capture_output=True,
+                              text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        said = str(getattr(e, "stderr", None) or e).strip().splitlines() or ["?"]
+        raise RuntimeFailure(f"tracefs cannot be mounted: {said[-1].rstrip('.')}") from e
+    return done.stdout.split()
 
 
 class SocketCallTracer:
@@ -153,18 +145,15 @@ class SocketCallTracer:
         self.lock = threading.Lock()
         self.ready = threading.Event()  # set when tracing, or when bpftrace ended
         self.threads: list[threading.Thread] = []
-        self.leased = False
 
     def start(self, timeout_s: float = 30.0) -> SocketCallTracer:
         """Returns once the tracepoints are attached; raises RuntimeFailure with bpftrace's
         reason if they are not within `timeout_s`."""
-        TRACEFS_LEASE.__enter__()
-        self.leased = True
         try:
             self.parser.wall_offset_s = time.time() - time.monotonic()  # nsecs is MONOTONIC
             try:
                 self.proc = subprocess.Popen(
-                    [self.config.bpftrace, "-f", "json", "-e", self.program],
+                    with_tracefs([self.config.bpftrace, "-f", "json", "-e", self.program]),
                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     text=True, bufsize=1, env={**os.environ, "BPFTRACE_MAP_KEYS_MAX": str(
                         self.map_keys_max)})
@@ -228,25 +217,20 @@ class SocketCallTracer:
         return "; ".join(found) or None
 
     def stop(self) -> None:
-        """TERM, then KILL after `stop_timeout_s`; the readers joined; tracefs unmounted if we
-        mounted it. Idempotent."""
-        try:
-            if self.proc is not None and self.proc.poll() is None:
-                self.proc.terminate()
-                try:
-                    self.proc.wait(self.stop_timeout_s)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(self.stop_timeout_s)
-            for t in self.threads:
-                t.join(timeout=self.stop_timeout_s)
-            for pipe in (self.proc.stdout, self.proc.stderr) if self.proc else ():
-                if pipe is not None:
-                    pipe.close()
-        finally:
-            if self.leased:
-                self.leased = False
-                TRACEFS_LEASE.__exit__()
+        """TERM, then KILL after `stop_timeout_s`; the readers joined (a tracefs mounted for
+        it goes with its mount namespace). Idempotent."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(self.stop_timeout_s)
+        for t in self.threads:
+            t.join(timeout=self.stop_timeout_s)
+        for pipe in (self.proc.stdout, self.proc.stderr) if self.proc else ():
+            if pipe is not None:
+                pipe.close()
 
     def __enter__(self) -> SocketCallTracer:
         return self.start()

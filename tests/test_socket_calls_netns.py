@@ -116,6 +116,31 @@ def test_the_writes_and_reads_of_one_connection_are_counted_exactly():
     assert tracefs_mounts() == before
 
 
+def test_a_tracer_stopping_leaves_another_one_tracing():
+    """Sniffers on one kernel (a testbed's hosts) each run bpftrace: where tracefs is not
+    mounted, each tracer's mount is its own, never seen in this namespace, so no other
+    process can unmount it under a bpftrace that is starting; one stopping leaves the other
+    tracing."""
+    before = tracefs_mounts()
+    settings = TraceSettings(interval_s=0.2, netns_inode=os.stat("/proc/self/ns/net").st_ino)
+    first, second = SocketCallTracer(config(settings)), SocketCallTracer(config(settings))
+    with second:
+        with first:
+            assert tracefs_mounts() == before  # mounted where only bpftrace sees it, if at all
+        seen: list[SocketCallSummary] = []
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            client = socket.create_connection(server.getsockname())
+            peer, _ = server.accept()
+            with client, peer:
+                for _ in range(10):
+                    client.sendall(b"x" * 100)
+                out_ends = (os.getpid(), *client.getsockname(), *server.getsockname())
+                await_counts(second, seen, lambda s: ends(s) == out_ends,
+                             lambda c: c["writes"] >= 10)
+    assert our_bpftraces() == []
+    assert tracefs_mounts() == before
+
+
 def test_only_the_namespace_asked_for_is_traced():
     """A testbed's hosts share one kernel, whose tracepoints fire for all of them: a tracer
     for host a sees a's sockets, not b's, nor the root namespace's."""

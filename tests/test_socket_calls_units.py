@@ -7,7 +7,6 @@ import socket
 
 import pytest
 
-from linkgrad.errors import RuntimeFailure
 from sniffer import socket_calls
 from sniffer.socket_call_summary import (
     SocketCallSummary,
@@ -173,19 +172,6 @@ def test_settings_are_checked(field, value):
         TraceSettings(**{field: value})
 
 
-class FakeTracefs:
-    def __init__(self, root, error=None):
-        self.root, self.error = root, error
-
-    def __enter__(self):
-        if self.error:
-            raise RuntimeFailure(self.error)
-        return self.root
-
-    def __exit__(self, *_):
-        return None
-
-
 @pytest.fixture
 def capable_host(monkeypatch, tmp_path):
     """A host where everything is in place, for each test to take one thing away."""
@@ -196,8 +182,15 @@ def capable_host(monkeypatch, tmp_path):
     monkeypatch.setattr(socket_calls.os, "geteuid", lambda: 0)
     monkeypatch.setattr(socket_calls, "_capabilities", lambda: 1 << socket_calls.CAP_SYS_ADMIN)
     monkeypatch.setattr(socket_calls, "BTF", tmp_path / "btf")
-    monkeypatch.setattr(socket_calls, "TRACEFS_LEASE", FakeTracefs(tmp_path))
+    monkeypatch.setattr(socket_calls, "TRACEFS", tmp_path)
+    monkeypatch.setattr(socket_calls, "tracefs_mounted", lambda: True)
     return tmp_path
+
+
+def mount_refused(monkeypatch, root):
+    monkeypatch.setattr(socket_calls, "tracefs_mounted", lambda: False)
+    monkeypatch.setattr(socket_calls, "with_tracefs", lambda argv: [
+        "sh", "-c", "echo 'mount: /sys/kernel/tracing: permission denied.' >&2; exit 32"])
 
 
 def test_probe_gives_a_config_for_this_namespace(capable_host):
@@ -215,10 +208,8 @@ def test_probe_gives_a_config_for_this_namespace(capable_host):
     (lambda mp, root: mp.setattr(socket_calls, "_capabilities", lambda: 1 << 38),
      "root without CAP_BPF and CAP_PERFMON (a restricted container?): socket-call logs are off"),
     (lambda mp, root: (root / "btf").unlink(), "the kernel has no BTF"),
-    (lambda mp, root: mp.setattr(socket_calls, "TRACEFS_LEASE", FakeTracefs(
-        root, "mount -t tracefs tracefs /sys/kernel/tracing failed: permission denied")),
-     "mount -t tracefs tracefs /sys/kernel/tracing failed: permission denied: socket-call "
-     "logs are off"),
+    (mount_refused, "tracefs cannot be mounted: mount: /sys/kernel/tracing: permission "
+     "denied: socket-call logs are off"),
     (lambda mp, root: (root / "events/sock/sock_recv_length").rmdir(),
      "no tracepoint sock:sock_recv_length (needs Linux 6.3 or later): socket-call logs are off"),
 ])
@@ -228,6 +219,18 @@ def test_probe_says_in_one_line_why_not(capable_host, monkeypatch, take_away, re
     assert isinstance(found, str)
     assert found.startswith(reason)
     assert "\n" not in found
+
+
+def test_a_tracer_mounts_tracefs_in_a_namespace_of_its_own_only_where_it_is_missing(
+        monkeypatch):
+    argv = ["/usr/bin/bpftrace", "-e", "BEGIN {}"]
+    monkeypatch.setattr(socket_calls, "tracefs_mounted", lambda: True)
+    assert socket_calls.with_tracefs(argv) == argv
+    monkeypatch.setattr(socket_calls, "tracefs_mounted", lambda: False)
+    wrapped = socket_calls.with_tracefs(argv)
+    assert wrapped[:4] == ["unshare", "--mount", "--propagation", "private"]
+    assert wrapped[-3:] == argv
+    assert "mount -t tracefs tracefs /sys/kernel/tracing && exec" in wrapped[-4]
 
 
 def test_losses_are_told_in_words():
