@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from linkgrad.errors import RuntimeFailure
 from linkgrad.protocol.jsonlines import leave_signals_to_main_thread
+from linkgrad.protocol.trace import TRACER_START_S
 from sniffer.socket_call_summary import (
     SummaryParser,
     TraceSettings,
@@ -146,7 +147,7 @@ class SocketCallTracer:
         self.ready = threading.Event()  # set when tracing, or when bpftrace ended
         self.threads: list[threading.Thread] = []
 
-    def start(self, timeout_s: float = 30.0) -> SocketCallTracer:
+    def start(self, timeout_s: float = TRACER_START_S) -> SocketCallTracer:
         """Returns once the tracepoints are attached; raises RuntimeFailure with bpftrace's
         reason if they are not within `timeout_s`."""
         try:

@@ -30,7 +30,13 @@ from linkgrad.protocol.injector import InjectorReady
 from linkgrad.protocol.jsonlines import Channel, DaemonClient
 from linkgrad.protocol.snap import Profile, Profiling, SnapReportEvent, Unprofile
 from linkgrad.protocol.sniffer import Report, ReportEvent, SnifferReady
-from linkgrad.protocol.trace import TraceReportEvent, TraceRequest, Tracing, Untrace
+from linkgrad.protocol.trace import (
+    TRACER_START_S,
+    TraceReportEvent,
+    TraceRequest,
+    Tracing,
+    Untrace,
+)
 
 QUEUE_BASE = 4700
 # Daemons stopped at once over connections already made: sshd's MaxStartups counts only
@@ -268,9 +274,9 @@ class Session:
         """SNAP on every host, for as long as the run goes; what each host cannot give.
         HostsFailed if it does not start on a host that is not optional (the hosts it
         started on are unprofiled at the end all the same)."""
-        # the sniffer's first read and the tracer's start (up to 30 s) come first
+        # the sniffer's first read and the tracer's start (up to TRACER_START_S) come first
         started = each_host(self.sniffers, lambda name: self.sniffers[name].call(
-            request, timeout_s=90.0), self._parallel, keep=self.profiling.__setitem__)
+            request, timeout_s=3 * TRACER_START_S), self._parallel, keep=self.profiling.__setitem__)
         started.raise_failed("start SNAP", self._optional)
         return [*(f"SNAP on {name}: {missing}" for name, got in started.succeeded.items()
                   for missing in got.missing),
@@ -291,7 +297,8 @@ class Session:
         # every host at once: each starts a bpftrace (a second or two), and hosts started
         # one after the other would miss each other's first messages
         with ThreadPoolExecutor(max_workers=max(1, len(self.sniffers))) as pool:
-            started = {name: pool.submit(sniffer.call, request, 30.0)
+            # the bpftrace's start, and as much again for the capture's under that load
+            started = {name: pool.submit(sniffer.call, request, 2 * TRACER_START_S)
                        for name, sniffer in self.sniffers.items()}
         notes, failed = [], None
         for name, future in started.items():  # every host that started is untraced later

@@ -16,7 +16,13 @@ from pydantic import ConfigDict, Field, StrictFloat, model_validator
 from linkgrad.protocol.base import Message, Request, Result
 from linkgrad.protocol.fields import LIMIT_UNIX_S
 
+# A daemon gives a bpftrace this long to attach (its compile takes ~1 s of CPU, far more when
+# a machine's hosts all start one at once); a request that starts one is answered after it,
+# so the coordinator waits longer.
+TRACER_START_S = 30.0
+
 __all__ = [
+    "TRACER_START_S",
     "Index",
     "MessageRow",
     "OpeningRow",
