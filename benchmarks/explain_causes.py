@@ -27,6 +27,9 @@ on that link alone for the whole run:
   congestion control with its own cong_control (tcp_cwnd_restart is skipped): initcwnd 1
   holds for a connection's first flight only (db's cwnd was 418 after the run, its mss 36).
   A route's `congctl cubic` on db's route would bring the restart back; not run yet.
+  The segment sizes are the kernel's: Linux 6.18 floors a route's advmss at TCP_MIN_MSS (88,
+  76 B of data with timestamps), so there db's segments are 76 B, not 36, and fewer replies
+  need two; the `ss -ti` lines each run keeps say what the kernel used.
 - delayed_ack: skipped. Nagle's wait for a delayed ACK needs a sender with Nagle on, and both
   ends of app1<->db turn it off: asyncio sets TCP_NODELAY on every TCP transport (asyncpg's),
   PostgreSQL on every connection it accepts. Producing it would mean changing the app.
