@@ -85,6 +85,12 @@ def test_plan_from_training_data(capsys, measured_log):
                      "--log-format", EXAMPLE_LOG_FORMAT, "--magnitude-ms", "20",
                      "--cycles", "8")[1]["plan"]
     assert (fixed["magnitude_ms"], fixed["cycles"]) == (20.0, 8)
+    code, out = run_json(capsys, "plan", "--log", str(measured_log / "access.log"),
+                         "--log-format", EXAMPLE_LOG_FORMAT, "--period-s", "60",
+                         "--cycles", "8", "--max-duration-s", "300")
+    assert code == 2  # the injector would refuse the first wave: said before any run
+    assert "--max-duration-s" in out["error"]["message"]
+    assert "8 cycles of 60.0 s (given) take 480 s" in out["error"]["message"]
 
 
 def test_bad_n_bins_is_exit_2_naming_the_option(capsys, measured_log):

@@ -121,9 +121,9 @@ def test_automatic_cycles_reach_the_precision_within_max_duration():
     assert quiet.cycles >= 6
     assert any(f"{quiet.cycles} cycles (" in n for n in quiet.notes)
     short = plan_wave(_training(12.0, 400.0), 400.0, Parameters(half_width="2%",
-                                                                max_duration_s=60))
-    assert short.cycles == max(6, int(60 // short.period_s) - 3)
-    assert any("beyond max_duration_s=60" in n for n in short.notes)
+                                                                max_duration_s=90))
+    assert short.cycles == max(6, int(90 // short.period_s) - 3)
+    assert any("beyond max_duration_s=90" in n for n in short.notes)
     fixed = plan_wave(_training(12.0, 400.0), 400.0, Parameters(cycles=4))
     assert fixed.cycles == 4
     # the noise a delay is sized by is the noise of the cycles chosen: more cycles, less noise
@@ -161,3 +161,17 @@ def test_an_interval_much_wider_than_wanted_is_said() -> None:
     assert precision_shortfall(0.0, [-0.2, 0.2], ten) is not None
     assert precision_shortfall(None, None, ten) is None
     assert precision_shortfall(2.0, [1.0, 3.0], Precision(0.5, relative=False)) is not None
+
+
+def test_a_wave_beyond_the_duration_cap_is_refused_at_planning_with_the_remedy():
+    """A 50-service run at 10 requests a second planned 6 cycles of 379 s; the injector
+    refused the first link's wave 7 minutes in."""
+    from linkgrad.spectral.wave_plan import PlanBeyondCap
+
+    with pytest.raises(PlanBeyondCap, match=r"6 cycles of 60\.0 s \(given\) take 360 s a link, "
+                       r"beyond max_duration_s=300 .*max_duration_s of 400 or more"):
+        plan_wave(_training(12.0, 400.0), 400.0,
+                  Parameters(period_s=60, cycles=6, magnitude_ms=1, max_duration_s=300))
+    slow = _training(0.05, 4000.0)  # a request every 20 s: the period follows the rate
+    with pytest.raises(PlanBeyondCap, match=r"four bins of 8 requests at the request rate"):
+        plan_wave(slow, 4000.0, Parameters(magnitude_ms=1, max_duration_s=300))

@@ -39,7 +39,7 @@ from coordinator.config.run_records import PlanFile
 from linkgrad.errors import InputError, Problem
 from linkgrad.spectral.binning import MAX_BINS
 from linkgrad.spectral.estimate import MAX_CHUNKS
-from linkgrad.spectral.wave_plan import Precision, plan_wave
+from linkgrad.spectral.wave_plan import PlanBeyondCap, Precision, plan_wave
 from linkgrad.transactions import parse_transaction_option
 from linkgrad.watch import failed_fraction, training_requests
 from linkgrad.weblog import read_log
@@ -128,6 +128,8 @@ def plan_command(args: argparse.Namespace) -> int:
     except ArithmeticError as e:  # e.g. --half-width 1e-300: cycles beyond any number
         raise InputError(Problem(f"the options give numbers out of range ({e})",
                                  field="--half-width")) from e
+    except PlanBeyondCap as e:
+        raise InputError(Problem(str(e), field="--max-duration-s")) from e
     except ValueError as e:  # too few requests
         raise InputError(Problem(
             f"no transaction can be planned from the {training} requests before "

@@ -32,6 +32,7 @@ from linkgrad.protocol.sniffer import Unwatch, Watch
 from linkgrad.spectral.wave_plan import (
     TRAIN_BINS,
     TRAIN_CHUNKS,
+    PlanBeyondCap,
     WavePlan,
     plan_wave,
     training_needed_s,
@@ -178,7 +179,11 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
                 experiment, ("parameters", "error_rate_limit"), "the web log has no HTTP "
                 "status (a CSV log needs a status column): the error rate cannot be watched"))
         say("the web log has no HTTP status: the error rate is not watched")
-    wave = plan_wave(by_tx, end, experiment.parameters)
+    try:
+        wave = plan_wave(by_tx, end, experiment.parameters)
+    except PlanBeyondCap as e:
+        raise InputError(field_problem(experiment, ("parameters", "max_duration_s"), str(e))
+                         ) from e
     plan = PlanFile.of(wave, experiment.parameters.half_width, (start, end), base_rate,
                        base.failed_fraction)
     out.write("plan.json", plan.model_dump(mode="json"))  # nulls kept: said, not left out

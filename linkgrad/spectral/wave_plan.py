@@ -41,6 +41,7 @@ __all__ = [
     "PERIOD_PER_RESPONSE",
     "PRECISION_SLACK",
     "DelayChoice",
+    "PlanBeyondCap",
     "PlanSettings",
     "Precision",
     "RoughGradient",
@@ -130,6 +131,10 @@ class PlanSettings(Protocol):
     max_duration_s: float
 
 
+class PlanBeyondCap(ValueError):
+    """The plan's wave is longer than max_duration_s: the injector would refuse it."""
+
+
 @dataclass(frozen=True)
 class WavePlan:
     period_s: float
@@ -183,7 +188,7 @@ def plan_wave(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: f
     n_bins = params.n_bins
     while n_bins > 8 and 2 * n_bins * bin_s > span:
         n_bins //= 2  # training must hold two chunks of N bins
-    period = params.period_s
+    period, source = params.period_s, "given"
     if period is None:
         shortest = shortest_period_s(by_transaction)
         highest = min(16, n_bins // 2 - 1, int(n_bins * bin_s // shortest))
@@ -193,12 +198,13 @@ def plan_wave(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: f
                                  f"{shortest:.1f} s")
             choice = choose_injection(baseline_spectrum(t, y, end_s, bin_s, n_bins, params.chunks),
                                       params.scale_d, (2, highest))
-            period = choice.period_s
+            period, source = choice.period_s, "training's quietest frequency"
             notes.append(f"period {period:.1f} s: the quietest frequency of training (k_d="
                          f"{choice.k_d} of N={n_bins} bins of {bin_s:.2f} s, every "
                          f"transaction pooled; {shortest:.1f} s at least)")
         except ValueError as e:
             period = max(4 * bin_s, 10.0, shortest)
+            source = f"four bins of {params.k} requests at the request rate"
             notes.append(f"training too short for the spectrum ({e}); period {period:.1f} s")
     cycles = params.cycles or MIN_CYCLES
     noise, caps = _noise_and_caps(by_transaction, end_s, period, cycles)
@@ -211,7 +217,20 @@ def plan_wave(by_transaction: dict[str, tuple[np.ndarray, np.ndarray]], end_s: f
     else:
         first = min(FIRST_DELAY_S, params.max_delay_ms / 1e3)
         notes.append(_precision_note(noise, caps, cycles, params))
+    _check_cap(period, source, cycles, params)
     return WavePlan(period, cycles, first, n_bins, tuple(notes), noise, caps)
+
+
+def _check_cap(period_s: float, source: str, cycles: int, params: PlanSettings) -> None:
+    """Found at planning, not when the injector refuses the first link's wave."""
+    duration = period_s * cycles
+    if duration <= params.max_duration_s:
+        return
+    raise PlanBeyondCap(
+        f"{cycles} cycles of {period_s:.1f} s ({source}) take {duration:.0f} s a link, beyond "
+        f"max_duration_s={params.max_duration_s:g} (the injector's cap): a max_duration_s of "
+        f"{math.ceil(duration / 100) * 100} or more, fewer cycles (6 at least is the "
+        "thesis's default), or more requests a second")
 
 
 def _cycles_for_precision(noise: dict[str, float], caps: dict[str, float], period_s: float,
