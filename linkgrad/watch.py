@@ -24,6 +24,7 @@ __all__ = [
     "ResponseBaseline",
     "check_limits",
     "failed_fraction",
+    "failing_before_delay",
     "judged_window",
     "response_baselines",
     "training_requests",
@@ -134,3 +135,13 @@ def failed_fraction(log: RequestLog, start: float, end: float) -> float | None:
         return None
     inside = (log.start_s >= start) & (log.start_s < end)
     return float(failed[inside].mean()) if inside.any() else 0.0
+
+
+def failing_before_delay(base: Baseline, p: Limits) -> str | None:
+    """What to tell the user when training itself failed more than the run's error limit: the
+    limit then only catches a further rise, and the response times are partly errors'."""
+    if base.failed_fraction is None or base.failed_fraction <= p.error_rate_limit:
+        return None
+    return (f"{base.failed_fraction:.0%} of training's requests failed (5xx, 499, 408) before "
+            "any delay: the application is failing or overloaded, and its gradients will "
+            "partly be those of errors and timeouts")

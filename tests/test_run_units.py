@@ -228,6 +228,19 @@ def test_limits_abort_on_a_throughput_drop_or_an_error_rise_against_training():
     assert failed_fraction(log, 1.0, 3.0) == pytest.approx(0.5)
 
 
+def test_a_training_that_already_fails_is_said_before_any_delay():
+    """A 50-service testbed on two cores failed 58% of its requests in training, unsaid."""
+    from coordinator.config.experiment import Parameters
+    from linkgrad.watch import Baseline, failing_before_delay
+
+    p = Parameters(error_rate_limit=0.05)
+    assert failing_before_delay(Baseline(0.0, 10.0, 10.0, 0.02), p) is None
+    assert failing_before_delay(Baseline(0.0, 10.0, 10.0, None), p) is None
+    said = failing_before_delay(Baseline(0.0, 2.8, 12_000.0, 0.58), p)
+    assert said is not None
+    assert said.startswith("58% of training's requests failed")
+
+
 def test_an_error_limit_without_a_status_in_the_log_format_is_bad_input(tmp_path):
     from coordinator.config.experiment_file import load_experiment
     from linkgrad.errors import InputError

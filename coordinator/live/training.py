@@ -41,6 +41,7 @@ from linkgrad.transactions import patterns_from
 from linkgrad.watch import (
     Baseline,
     failed_fraction,
+    failing_before_delay,
     response_baselines,
     training_requests,
 )
@@ -179,6 +180,9 @@ def plan_measurement(session: Session, out: RunDir, training: Training, say: Say
                 experiment, ("parameters", "error_rate_limit"), "the web log has no HTTP "
                 "status (a CSV log needs a status column): the error rate cannot be watched"))
         say("the web log has no HTTP status: the error rate is not watched")
+    elif warning := failing_before_delay(base, experiment.parameters):
+        session.warnings.append(warning)
+        say(f"[yellow]{warning}")
     try:
         wave = plan_wave(by_tx, end, experiment.parameters)
     except PlanBeyondCap as e:
