@@ -214,6 +214,10 @@ def test_testbed_load_runs_open_and_closed_loops(testbed, tag):
     opened = json.loads(sh(linkgrad, "testbed", "load", "--rate", "10", *common).stdout)
     assert opened["offered_per_s"] == 10
     assert opened["requests"] > 20
+    said = sh(linkgrad, "testbed", "load", "--rate", "10", "--tag", tag, "--root",
+               str(root), "--duration", "3")
+    assert said.stdout.startswith("open loop at 10 requests/s for 3 s: ")  # text, not a repr
+    assert "{" not in said.stdout
     bad = subprocess.run([linkgrad, "testbed", "load", "--clients", "0", *common],
                          capture_output=True, text=True, check=False)
     assert bad.returncode == 2

@@ -21,7 +21,7 @@ from rich.table import Table
 from coordinator.cli.command import Command
 from injector.engine import Engine
 from injector.link import Endpoint, Link, parse_endpoint
-from injector.netem import NetemDelay, NetemUnavailable
+from injector.netem import NetemDelay, NetemStats, NetemUnavailable
 from injector.schedule import Caps, Schedule, build_schedule
 from linkgrad.errors import InputError, Problem
 from linkgrad.protocol.base import validation_problems
@@ -113,9 +113,22 @@ def _netem(args: argparse.Namespace) -> int:
     with NetemDelay(args.dev, schedule) as netem:
         _wait(duration)
         stats = netem.stats()
-    data = stats.model_dump()
-    print(json.dumps(data, indent=2) if args.json else f"netem on {args.dev}: {data}")
+    if args.json:
+        print(json.dumps(stats.model_dump(), indent=2))
+    else:
+        print(netem_text(stats))
     return 0
+
+
+def netem_text(stats: NetemStats) -> str:
+    """What netem did, for a person: it cannot say each packet's delay (the NFQUEUE backend
+    can), only how late its qdisc changes came against the schedule's edges."""
+    late = stats.edge_lateness
+    if not late.count or late.mean_ms is None:
+        return f"netem on {stats.dev}: no delay change was made (the schedule had no edge)"
+    return (f"netem on {stats.dev}: {late.count} delay change(s), late against the schedule "
+            f"by {late.mean_ms:.2f} ms on average ({late.min_ms:.2f} to {late.max_ms:.2f} "
+            f"ms); the phase at the end: {stats.phase_now}")
 
 
 def _schedule(args: argparse.Namespace) -> tuple[Schedule, float]:

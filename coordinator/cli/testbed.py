@@ -113,15 +113,24 @@ def testbed_command(args: argparse.Namespace) -> int:
                           f"or was cut short: then linkgrad testbed down --tag {args.tag}",
                           markup=False, soft_wrap=True)
     elif args.testbed_command == "down":
-        _print(console, args.json, down(args.tag, root=args.root))
-    elif args.testbed_command == "routes":
-        _print(console, args.json, _routes(args))
-    else:
-        load = _load(args).model_dump()
+        removal = down(args.tag, root=args.root)
         if args.json:
-            print(json.dumps(load, indent=2))
+            print(json.dumps(removal.model_dump(mode="json"), indent=2))
         else:
-            console.print_json(data=load)
+            _print_removal(console, removal)
+    elif args.testbed_command == "routes":
+        routes = _routes(args)
+        if args.json:
+            print(json.dumps(routes, indent=2))
+        else:
+            console.print(f"testbed {args.tag}: nginx reloaded with these routes:\n"
+                          f"{routes['routes'].rstrip()}", markup=False, soft_wrap=True)
+    else:
+        load = _load(args)
+        if args.json:
+            print(json.dumps(load.model_dump(), indent=2))
+        else:
+            console.print(load_text(load), markup=False, soft_wrap=True)
     return 0
 
 
@@ -208,13 +217,43 @@ def _routes(args: argparse.Namespace) -> dict[str, str]:
     return {"tag": args.tag, "routes": text}
 
 
-def _print(console: Console, as_json: bool, result: RemovalReport | dict[str, str]) -> None:
-    """`down`'s and `routes`' answer: JSON, or as rich prints a dict."""
-    data = result.model_dump(mode="json") if isinstance(result, RemovalReport) else result
-    if as_json:
-        print(json.dumps(data, indent=2))
+def _print_removal(console: Console, removal: RemovalReport) -> None:
+    if removal.failures:
+        console.print(f"testbed {removal.tag}: not everything could be removed:", markup=False)
+        for failure in removal.failures:
+            console.print(f"  {failure}", markup=False, soft_wrap=True)
+        console.print(f"next: fix the above, then linkgrad testbed down --tag {removal.tag} "
+                      "again (safe twice)", markup=False, soft_wrap=True)
+    elif removal.removed:
+        console.print(f"testbed {removal.tag} removed: its namespaces, processes, cgroups and "
+                      "files are gone", markup=False, soft_wrap=True)
     else:
-        console.print(data)
+        console.print(f"no testbed {removal.tag}: nothing to remove", markup=False)
+
+
+def load_text(load: OpenLoopSummary | ClosedLoopSummary) -> str:
+    """`testbed load`'s answer for a person: what was sent, what came back, per URL."""
+    from testbed.loadgen import ClosedLoopSummary, OpenLoopSummary  # the load's own imports
+
+    if isinstance(load, OpenLoopSummary):
+        how = f"open loop at {load.offered_per_s:g} requests/s"
+    else:
+        think = f", {load.think_s:g} s think time" if load.think_s is not None else ""
+        how = f"closed loop of {load.clients} client(s){think}"
+    lines = [f"{how} for {load.duration_s:g} s: {load.requests} requests "
+             f"({load.achieved_per_s:.1f}/s), {load.errors} failed"]
+    if isinstance(load, ClosedLoopSummary) and load.littles_law_per_s is not None:
+        lines.append(f"Little's law expects {load.littles_law_per_s:.1f}/s for these clients")
+    lag = load.issue_lag_ms
+    if lag.p99 is not None and lag.p99 > 10:
+        lines.append(f"the client sent late (p99 {lag.p99:.0f} ms behind schedule): the load "
+                     "generator itself was short of CPU")
+    if load.response_ms:
+        width = max(len(u) for u in load.response_ms)
+        lines.append(f"{'url':<{width}}  answered  mean ms  median ms")
+        lines += [f"{u:<{width}}  {r.count:>8}  {r.mean:>7.1f}  {r.median:>9.1f}"
+                  for u, r in sorted(load.response_ms.items())]
+    return "\n".join(lines)
 
 
 def _print_testbed(console: Console, info: DescribedTestbed,
@@ -232,7 +271,8 @@ def _print_testbed(console: Console, info: DescribedTestbed,
         console.print(f"[yellow]cgroups: {escape(info.cgroups_note)}")
     if services is not None:
         down_ = [k for k, ok in services.items() if not ok]
-        console.print("all services running" if not down_ else f"not running: {down_}")
+        console.print("all services running" if not down_ else
+                      f"not running: {', '.join(down_)}", markup=False, soft_wrap=True)
 
 
 def _hosts_table(info: DescribedTestbed, cgroup: bool) -> Table:
