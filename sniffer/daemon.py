@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 from linkgrad.errors import InputError, Problem
@@ -233,13 +234,21 @@ def main() -> int:
                     f"{what} x{n}" for what, n in closing.lost.items()), file=sys.stderr)
 
 
+def boot_id() -> str | None:
+    """This kernel's boot: the same in every namespace and container of the machine."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:64] or None
+    except OSError:
+        return None
+
+
 def run(service: Service, stdin: IO[bytes] | IO[str], warning: str | None = None,
         ipv6: tuple[str, ...] | None = None, closed_sockets: bool | None = None) -> int:
     """The daemon's life: say ready (with the host's IPv6 addresses `ipv6`, None: unknown),
     answer until stop or EOF, a last report, say stopped. `closed_sockets`: whether the
     kernel's closing notices are heard (default: when there is no warning)."""
     service.out.write(protocol.SnifferReady(
-        pid=os.getpid(), warning=warning, ipv6_addresses=ipv6,
+        pid=os.getpid(), warning=warning, ipv6_addresses=ipv6, boot_id=boot_id(),
         closed_sockets=warning is None if closed_sockets is None else closed_sockets))
     try:
         reason = serve(service, stdin)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -88,7 +89,8 @@ def _sniffer(stdin: str, warning: str | None = None) -> list[dict]:
 
 def test_sniffer_lines_keep_their_keys():
     ready, poll, stopped = _sniffer('{"id": 1, "cmd": "poll", "threshold": 0}\n')
-    assert ready == {"event": "ready", "pid": ready["pid"], "closed_sockets": True}  # no null
+    assert ready == {"event": "ready", "pid": ready["pid"], "closed_sockets": True,  # no null
+                     "boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip()}
     assert poll == {"id": 1, "ok": True, "result": {"from": 100.0, "to": 100.0, "links": [
         {"proto": "tcp", "src": {"addr": "10.0.0.3", "pid": 7, "process": "python", "port": 0},
          "dst": {"addr": "10.0.0.5", "pid": None, "process": None, "port": 5432},

@@ -37,6 +37,7 @@ from linkgrad.protocol.trace import (
     Tracing,
     Untrace,
 )
+from linkgrad.snap.shared_budget import shared_budgets
 
 QUEUE_BASE = 4700
 # Daemons stopped at once over connections already made: sshd's MaxStartups counts only
@@ -274,11 +275,21 @@ class Session:
         """SNAP on every host, for as long as the run goes; what each host cannot give.
         HostsFailed if it does not start on a host that is not optional (the hosts it
         started on are unprofiled at the end all the same)."""
-        # the sniffer's first read and the tracer's start (up to TRACER_START_S) come first
-        started = each_host(self.sniffers, lambda name: self.sniffers[name].call(
-            request, timeout_s=3 * TRACER_START_S), self._parallel, keep=self.profiling.__setitem__)
+        budgets, shared = shared_budgets(
+            {name: d.ready.boot_id if isinstance(d.ready, SnifferReady) else None
+             for name, d in self.sniffers.items()}, request.cpu_lower_pct, request.cpu_upper_pct)
+
+        def start(name: str) -> Profiling:
+            share = budgets[name]
+            own = request.model_copy(update={"cpu_lower_pct": share.cpu_lower_pct,
+                                             "cpu_upper_pct": share.cpu_upper_pct})
+            # the sniffer's first read and the tracer's start (up to TRACER_START_S) come first
+            return self.sniffers[name].call(own, timeout_s=3 * TRACER_START_S)
+
+        started = each_host(self.sniffers, start, self._parallel, keep=self.profiling.__setitem__)
         started.raise_failed("start SNAP", self._optional)
-        return [*(f"SNAP on {name}: {missing}" for name, got in started.succeeded.items()
+        return [*([shared] if shared else []),
+                *(f"SNAP on {name}: {missing}" for name, got in started.succeeded.items()
                   for missing in got.missing),
                 *(f"SNAP on {name} (optional): did not start: {e}"
                   for name, e in started.failed.items())]

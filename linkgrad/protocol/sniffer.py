@@ -78,12 +78,15 @@ class ReportEvent(Report):
 class SnifferReady(Message):
     event: Literal["ready"] = "ready"
     pid: int
-    absent_when_none = ("warning", "ipv6_addresses")
+    absent_when_none = ("warning", "ipv6_addresses", "boot_id")
     closed_sockets: bool  # the kernel's notices of freed sockets are heard
     warning: str | None = None  # what the sniffer cannot do on this host
     # the host's own IPv6 addresses (not ::1): what names the hosts of an IPv6 link, whose
     # addresses the experiment does not list; None: not known
     ipv6_addresses: tuple[Annotated[str, Field(max_length=64)], ...] | None = None
+    # the kernel's boot (/proc/sys/kernel/random/boot_id): hosts that give the same one share
+    # a machine, and SNAP's CPU budget with it; None: not known
+    boot_id: Annotated[str, Field(max_length=64)] | None = None
 
 
 class SnifferHealth(Result):
