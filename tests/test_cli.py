@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from coordinator.cli.command import CommandGroup
-from coordinator.cli.main import COMMANDS, main
+from coordinator.cli.catalog import CATALOG, all_commands
+from coordinator.cli.main import main
 from linkgrad.square_wave import SquareWave
 from testbed.synthetic import NoiseSpec, generate, standard_workload
 from testbed.synthetic_log import EXAMPLE_LOG_FORMAT, injection_record, write_nginx_log
@@ -129,6 +130,37 @@ def test_help_lists_the_subcommands():
     assert "plan" in result.stdout
 
 
+HEAVY = ("numpy", "scipy", "matplotlib", "pydantic", "paramiko", "fabric")
+IMPORTED_BY = """
+import sys
+from coordinator.cli.main import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("MODULES", *sorted(m for m in sys.modules if m.split(".")[0] in {heavy}
+                      or m.startswith("coordinator.cli.") and m.count(".") == 2))
+"""
+
+
+def _imported_by(*argv: str) -> set[str]:
+    """The heavy libraries and command modules a command line imports (what makes --help
+    slow: counted, not timed)."""
+    code = IMPORTED_BY.format(heavy=set(HEAVY))
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          timeout=60, check=True)
+    said = done.stdout[done.stdout.rindex("MODULES"):].split()[1:]
+    return set(said) - {"coordinator.cli.main", "coordinator.cli.catalog",
+                                       "coordinator.cli.command",
+                                       "coordinator.cli.internal_error"}
+
+
+def test_help_imports_no_command_and_no_heavy_library():
+    assert {m for m in _imported_by("--help") if m.split(".")[0] in HEAVY} == set()
+    assert not {m for m in _imported_by("--help") if m.startswith("coordinator.cli.")}
+    assert not _imported_by("--version")
+
+
 def test_bare_linkgrad_lists_its_commands_and_version_says_the_installed_one():
     linkgrad = Path(sys.executable).parent / "linkgrad"
     bare = subprocess.run([str(linkgrad)], capture_output=True, text=True, timeout=60,
@@ -213,9 +245,12 @@ def _help(capsys, *argv):
 
 
 def test_every_subcommand_is_in_one_list_in_help_and_takes_json(capsys):
-    assert [c.name for c in COMMANDS] == SUBCOMMANDS
+    commands = all_commands()
+    assert [c.name for c in commands] == SUBCOMMANDS
+    # the catalog `linkgrad --help` reads without importing a command says what they say
+    assert [(e.name, e.summary) for e in CATALOG] == [(c.name, c.summary) for c in commands]
     assert "{" + ",".join(SUBCOMMANDS) + "}" in _help(capsys)
-    leaves = list(_leaves(COMMANDS))
+    leaves = list(_leaves(commands))
     assert ("testbed", "up") in leaves
     assert len(leaves) == len(set(leaves)) == len(SUBCOMMANDS) - 1 + 5  # testbed's five
     for path in leaves:
@@ -237,7 +272,7 @@ def test_a_bug_is_one_sentence_exit_1_and_its_traceback_in_a_file(capsys, monkey
         def parse_args(self, argv):
             return argparse.Namespace(run=bug)
 
-    monkeypatch.setattr("coordinator.cli.main.build_parser", Parser)
+    monkeypatch.setattr("coordinator.cli.main.build_parser", lambda argv: Parser())
     code = main(["route", "--json"])
     out, err = capsys.readouterr()
     assert code == 1

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.cli.main import COMMANDS
+from coordinator.cli.catalog import CATALOG
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -38,7 +38,7 @@ def test_every_relative_link_leads_to_a_file(page: Path) -> None:
 
 def test_every_command_has_its_reference() -> None:
     docs = "\n".join(p.read_text() for p in PAGES)
-    missing = [c.name for c in COMMANDS if f"linkgrad {c.name}" not in docs]
+    missing = [c.name for c in CATALOG if f"linkgrad {c.name}" not in docs]
     assert not missing, missing
 
 

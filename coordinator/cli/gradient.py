@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from coordinator.cli.answer import Answer, absent_when_none
+from coordinator.cli.catalog import LOG_HELP
 from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.bounds import FIRST_LOG_S, LAST_LOG_S
@@ -33,14 +34,6 @@ from linkgrad.spectral.result import GradientResult
 from linkgrad.square_wave import SquareWave
 from linkgrad.transactions import group_by_transaction, parse_transaction_option
 from linkgrad.weblog import RequestLog, read_log
-
-LOG_HELP = """\
-web log formats: nginx (default; give your log_format with --log-format, it needs $request_time
-and $msec or $time_local), apache (LogFormat with %D/%T/%{ms}T/%{us}T and %t/%{msec}t/%{usec}t),
-csv (start_unix_s,response_ms,url). Gzip files are read as such; a corrupt or truncated one is
-an error. A line that is not a request (it does not match, holds bytes that are not UTF-8, puts
-the start outside the years 1970-9999, has a response time that is negative or over 30 days)
-is counted under its reason and reported; more than --max-bad-fraction of them is an error."""
 
 
 def add_log_options(p: argparse.ArgumentParser) -> None:

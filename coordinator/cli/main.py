@@ -19,24 +19,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from coordinator.cli import bottleneck as bottleneck_cli
-from coordinator.cli import (
-    deploy,
-    gradient,
-    latency,
-    paths,
-    place,
-    plan,
-    predict,
-    profile,
-    regress,
-    route,
-    run,
-)
-from coordinator.cli import explain as explain_cli
-from coordinator.cli import export as export_cli
-from coordinator.cli import inject as injector_cli
-from coordinator.cli import testbed as testbed_cli
+from coordinator.cli.catalog import CATALOG, LOG_HELP, load_command
 from coordinator.cli.command import Command, CommandGroup
 from coordinator.cli.internal_error import internal_error_details
 from coordinator.config.strict_json import dumps
@@ -46,27 +29,6 @@ DESCRIPTION = """\
 linkgrad measures how much each transaction's mean response time depends on the latency of
 each network link (the link gradient), by injecting small square-wave delays and reading the
 response times the web server already logs."""
-
-# Every subcommand, in the order `linkgrad --help` lists them.
-COMMANDS: tuple[Command | CommandGroup, ...] = (
-    *gradient.COMMANDS,
-    *plan.COMMANDS,
-    *injector_cli.COMMANDS,  # inject
-    *testbed_cli.COMMANDS,  # testbed up|down|status|load|routes
-    *run.COMMANDS,  # run, report
-    *explain_cli.COMMANDS,  # explain
-    *predict.COMMANDS,
-    *latency.COMMANDS,
-    *deploy.COMMANDS,
-    *place.COMMANDS,
-    *route.COMMANDS,
-    *profile.COMMANDS,
-    *paths.COMMANDS,
-    *regress.COMMANDS,
-    *export_cli.COMMANDS,  # export
-    *bottleneck_cli.COMMANDS,  # bottleneck
-)
-
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as InputError (exit 2, one message format)."""
@@ -109,12 +71,19 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="linkgrad", description=DESCRIPTION, epilog=gradient.LOG_HELP,
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The whole command line; only the command `argv` chooses is built in full (its module
+    imported), the others are their help lines: `linkgrad --help` imports no command."""
+    parser = _Parser(prog="linkgrad", description=DESCRIPTION, epilog=LOG_HELP,
                      formatter_class=_Help)
     parser.add_argument("--version", action="version", version=f"linkgrad {version()}")
-    add_commands(parser.add_subparsers(dest="command", required=True, parser_class=_Parser),
-                 COMMANDS)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    chosen = next((a for a in argv if not a.startswith("-")), None)  # no top option takes
+    for entry in CATALOG:  # a value, so the first word is the command
+        if entry.name == chosen:
+            add_commands(sub, [load_command(entry)])
+        else:
+            sub.add_parser(entry.name, help=entry.summary)
     return parser
 
 
@@ -141,7 +110,7 @@ def _run(argv: list[str]) -> int:
         if not argv:  # what there is to do, rather than a usage error
             build_parser().print_help()
             return 0
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
         command: Callable[[argparse.Namespace], int] = args.run
         return command(args)
     except LinkgradError as e:
