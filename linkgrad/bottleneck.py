@@ -26,7 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
+
+# scipy is imported in the functions that use it: a command's --help need not load it
 
 __all__ = ["ALPHA", "UNTESTED", "Comparison", "Verdict", "bottleneck"]
 
@@ -85,6 +86,7 @@ def bottleneck(tput_i: Mapping[str, Sequence[float]], alpha: float = ALPHA,
     `untested` (resource -> why) are given their means but kept out of the tests. ValueError
     with fewer than two tested resources, or a tested one of fewer than two finite intervals
     (no variance, no test)."""
+    from scipy import stats
     every = {name: np.asarray([x for x in values if math.isfinite(x)], dtype=float)
              for name, values in tput_i.items()}
     series = {name: x for name, x in every.items() if name not in untested}

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coordinator.cli.command import CommandGroup
 from coordinator.cli.catalog import CATALOG, all_commands
+from coordinator.cli.command import CommandGroup
 from coordinator.cli.main import main
 from linkgrad.square_wave import SquareWave
 from testbed.synthetic import NoiseSpec, generate, standard_workload
@@ -159,6 +159,7 @@ def test_help_imports_no_command_and_no_heavy_library():
     assert {m for m in _imported_by("--help") if m.split(".")[0] in HEAVY} == set()
     assert not {m for m in _imported_by("--help") if m.startswith("coordinator.cli.")}
     assert not _imported_by("--version")
+
 
 
 def test_bare_linkgrad_lists_its_commands_and_version_says_the_installed_one():
@@ -347,3 +348,11 @@ def test_paths_wants_an_experiment_or_a_trace_and_names_a_missing_trace(capsys, 
     capsys.readouterr()
     assert main(["paths", "--trace", str(tmp_path / "nope.jsonl"), "--json"]) == 2
     assert "nope.jsonl" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_a_commands_help_imports_neither_scipy_nor_matplotlib(command):
+    """They cost a second between them; only what computes or draws needs them."""
+    imported = _imported_by(command, "--help")
+    assert f"coordinator.cli.{command}" in imported or command == "report"  # run's module
+    assert not {m for m in imported if m.split(".")[0] in ("scipy", "matplotlib")}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable
 
-from coordinator.cli.figures import plt, png_img
+from coordinator.cli.figures import png_img, pyplot
 from coordinator.config.hosts_file import HostSeries, HostsFile
 from coordinator.config.run_records import LinkMeasurement
 from linkgrad.hostprobe.load import HostLoad, ReportedRates, load_during, whole_disks
@@ -81,7 +81,7 @@ def _steps(series: HostSeries, value: Value, t0: float) -> tuple[list[float], li
 def figure(file: HostsFile, links: list[LinkMeasurement]) -> str:
     reports = [r for s in file.hosts.values() for r in s.reports]
     t0 = min(r.from_s for r in reports)
-    fig, axes = plt.subplots(len(PANELS), 1, figsize=(11, 2.2 * len(PANELS)), sharex=True)
+    fig, axes = pyplot().subplots(len(PANELS), 1, figsize=(11, 2.2 * len(PANELS)), sharex=True)
     for ax, (title, unit, value) in zip(axes, PANELS, strict=True):
         ax.set_ylabel(unit)
         for name, series in sorted(file.hosts.items()):

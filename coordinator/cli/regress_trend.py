@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
-from coordinator.cli.figures import plt, png_img
+from coordinator.cli.figures import png_img, pyplot
 from coordinator.regress.files import CheckRecord, NightRecord, write_whole
 from coordinator.regress.values import GradientValues
 
@@ -50,7 +50,7 @@ def _verdicts(n: NightRecord) -> dict[GradientKey, CheckRecord]:
 
 
 def _figure(key: GradientKey, nights: list[NightRecord]) -> str:
-    fig, ax = plt.subplots(figsize=(4.2, 2.6))
+    fig, ax = pyplot().subplots(figsize=(4.2, 2.6))
     half = _half_spacing(nights)
     for n in nights:
         when = _when(n)
@@ -97,4 +97,4 @@ def _nights_table(nights: list[NightRecord]) -> str:
 
 def write_trend(path: Path, suite: str, nights: Sequence[NightRecord]) -> None:
     write_whole(path, trend_html(suite, nights))
-    plt.close("all")
+    pyplot().close("all")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from coordinator.cli import hosts_report, snap_report
-from coordinator.cli.figures import plt, png_img
+from coordinator.cli.figures import png_img, pyplot
 from coordinator.config.hosts_file import read_hosts
 from coordinator.config.run_dir import linearity_of
 from coordinator.config.run_records import LinkMeasurement, PlanFile
@@ -36,7 +36,7 @@ def series_figures(log: RequestLog, rows: np.ndarray, record: InjectionRecord) -
         return "<p>no requests in the window</p>"
     series = fill_empty(means)
     centers = np.arange(n_bins) * bin_s + bin_s / 2
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3))
+    fig, (a1, a2) = pyplot().subplots(1, 2, figsize=(11, 3))
     a1.plot(centers, series, lw=1, label="mean response")
     on = wave.is_on(wave.start_s + centers)
     a1.fill_between(centers, series.min(), series.max(), where=on, alpha=0.15, color="red",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from scipy import stats
+# scipy is imported in the functions that use it: a command's --help need not load it
 
 Z_95 = 1.959963984540054
 
@@ -16,6 +16,7 @@ Z_95 = 1.959963984540054
 def se_from_ci95(ci95: tuple[float, float], dof: float | None) -> float:
     """The standard error a symmetric 95% interval stands for (Student's t at `dof`, normal
     without one)."""
+    from scipy import stats
     quantile = Z_95 if dof is None or not math.isfinite(dof) else float(stats.t.ppf(0.975, dof))
     return (ci95[1] - ci95[0]) / 2 / quantile
 
@@ -24,6 +25,7 @@ def welch_p(a: float, se_a: float, dof_a: float | None, b: float, se_b: float,
             dof_b: float | None) -> float:
     """Two-sided p-value that two independent estimates have the same mean: Welch's t with
     the Welch–Satterthwaite degrees of freedom, normal where either has none."""
+    from scipy import stats
     se = math.hypot(se_a, se_b)
     if se == 0:
         return 1.0 if a == b else 0.0
@@ -46,6 +48,7 @@ def _welch_dof(se_a: float, dof_a: float | None, se_b: float, dof_b: float | Non
 def drop_p(k_before: int, n_before: int, k_now: int, n_now: int) -> float:
     """One-sided p-value that a proportion fell from k_before/n_before to k_now/n_now (the
     pooled two-proportion z-test)."""
+    from scipy import stats
     if n_before <= 0 or n_now <= 0:
         return 1.0
     pooled = (k_before + k_now) / (n_before + n_now)

@@ -26,9 +26,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats
-
 from linkgrad.explain.passive import PassiveGradient
+
+# scipy is imported in the functions that use it: a command's --help need not load it
 
 __all__ = ["MIN_POINTS", "SCALE_FLOOR", "Z95", "Calibrated", "Calibration", "CalibrationPoint",
            "Fit", "calibrate", "combine", "fit_calibration", "measured_se"]
@@ -173,6 +173,7 @@ def _hartung_knapp(d: Sequence[float], v: Sequence[float], tau2: float) -> float
     """The mean's standard error over few studies (Hartung and Knapp 2001): the weighted
     spread of the means about it, scaled by Student's t with k − 1 degrees of freedom to a
     normal quantile's terms (two applications give a very wide bias: what two can say)."""
+    from scipy import stats
     w = [1 / (x + tau2) for x in v]
     mean = sum(wi * di for wi, di in zip(w, d, strict=True)) / sum(w)
     k = len(d)
@@ -215,6 +216,7 @@ def calibrate(p: PassiveGradient, cal: Calibration) -> Calibrated:
 def measured_se(ci95: tuple[float, float], dof: int | None) -> float:
     """A measurement's standard error from its 95% interval: Student's t with its degrees of
     freedom where known (a normal quantile would make the se a third too large at 5)."""
+    from scipy import stats
     q = float(stats.t.ppf(0.975, dof)) if dof else Z95
     return (ci95[1] - ci95[0]) / (2 * q)
 

@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats
+# scipy is imported in the functions that use it: a command's --help need not load it
 
 __all__ = ["PassiveGradient", "PatternCrossings", "passive_gradient"]
 
@@ -46,6 +46,7 @@ def passive_gradient(patterns: Sequence[PatternCrossings], pair: str,
     request. `requests`: the transaction's traced requests (None: the patterns' sum); `most`:
     the most crossings any pattern of the trace makes (the unplaced requests' bound, at least
     the kept patterns')."""
+    from scipy import stats
     counts = [p.count for p in patterns if p.count > 0]
     n = sum(counts)
     if n == 0:

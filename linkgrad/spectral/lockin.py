@@ -30,9 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import stats
 
 from linkgrad.square_wave import SquareWave
+
+# scipy is imported in the functions that use it: a command's --help need not load it
 
 __all__ = [
     "MIN_JACKKNIFE_CYCLES",
@@ -307,6 +308,7 @@ def _honest(fit: _Fit, cycle_se: float, cycles: int, settings: LockinSettings
     significantly larger than the model's (an F test at `settings.cycle_test_level`): the
     data then say the noise was not alike in every cycle, and the model's interval would be
     too narrow. Otherwise the model's, which uses every batch."""
+    from scipy import stats
     if cycles == 0 or fit.se <= 0:
         return fit, False
     ratio = (cycle_se / fit.se) ** 2
@@ -347,6 +349,7 @@ def _estimate(
     fit: _Fit, wave: SquareWave, settings: LockinSettings, inside: float, requests: int,
     batches: int, per_half: int, degree: int, terms: tuple[float, ...], guard: float,
 ) -> LockinEstimate:
+    from scipy import stats
     scale = wave.magnitude_s * inside
     t_q = float(stats.t.ppf(0.5 + settings.confidence / 2, fit.dof))
     ci = ((fit.beta - t_q * fit.se) / scale, (fit.beta + t_q * fit.se) / scale)

@@ -9,10 +9,11 @@ then located precisely on the whole training series, whose resolution is M times
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from linkgrad.spectral.binning import bin_series, fill_empty
 from linkgrad.spectral.training import BaselineSpectrum
+
+# scipy is imported in the functions that use it: a command's --help need not load it
 
 __all__ = ["periodic_noise_hz", "refine_frequency_hz", "spectral_peaks"]
 
@@ -21,6 +22,7 @@ def spectral_peaks(
     power: np.ndarray, chunks: int, alpha: float = 1e-3, min_k: int = 3, half_width: int = 8
 ) -> list[int]:
     """Indices k (min_k ≤ k < N/2) whose averaged power is a significant local peak."""
+    from scipy import stats
     n_half = len(power) // 2
     candidates = range(min_k, n_half)
     if not candidates:

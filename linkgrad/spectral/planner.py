@@ -14,10 +14,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from linkgrad.spectral.lockin import LockinSettings, lockin_gradient
 from linkgrad.square_wave import SquareWave
+
+# scipy is imported in the functions that use it: a command's --help need not load it
 
 __all__ = ["NoiseProbe", "probe_noise"]
 
@@ -34,6 +35,7 @@ class NoiseProbe:
     dof: int
 
     def t_quantile(self, confidence: float = 0.95) -> float:
+        from scipy import stats
         return float(stats.t.ppf(0.5 + confidence / 2, self.dof))
 
     def half_width(self, magnitude_s: float, confidence: float = 0.95) -> float:
