@@ -4,6 +4,7 @@ import argparse
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -255,8 +256,11 @@ def test_every_subcommand_is_in_one_list_in_help_and_takes_json(capsys):
     assert ("testbed", "up") in leaves
     assert len(leaves) == len(set(leaves)) == len(SUBCOMMANDS) - 1 + 5  # testbed's five
     for path in leaves:
-        usage = _help(capsys, *path).split("\n\n")[0]
-        assert "[--json]" in usage, path
+        text = _help(capsys, *path)
+        assert "[--json]" in text.split("\n\n")[0], path
+        # every help ends with its exit codes, and shows a command line of its own
+        assert "\nexit codes:\n  0    " in text, path
+        assert re.search(rf"^  linkgrad {' '.join(path)}( |$)", text, re.MULTILINE), path
 
 
 def test_a_bug_is_one_sentence_exit_1_and_its_traceback_in_a_file(capsys, monkeypatch,
@@ -356,3 +360,17 @@ def test_a_commands_help_imports_neither_scipy_nor_matplotlib(command):
     imported = _imported_by(command, "--help")
     assert f"coordinator.cli.{command}" in imported or command == "report"  # run's module
     assert not {m for m in imported if m.split(".")[0] in ("scipy", "matplotlib")}
+
+
+@pytest.mark.parametrize("command", ["gradient", "plan"])
+def test_the_offline_commands_examples_run_as_written(command):
+    """The example in --help, run by a shell from the repository's root."""
+    from coordinator.cli.catalog import CATALOG, load_command
+
+    example = load_command(next(e for e in CATALOG if e.name == command)).example
+    assert example is not None
+    bin_dir = Path(sys.executable).parent
+    done = subprocess.run(["bash", "-c", example], cwd=EXAMPLE.parent.parent,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr

@@ -15,12 +15,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+# what every command's exit status means, unless it says more (`Command.exits`)
+EXITS: tuple[tuple[int, str], ...] = (
+    (0, "done"),
+    (1, "a runtime failure: a host, a daemon or the network (a bug says it is one)"),
+    (2, "bad input: the file, line and field are named"),
+    (130, "interrupted (Ctrl-C): nothing left behind, what was measured kept"),
+)
+
 
 @dataclass(frozen=True)
 class Command:
     """One subcommand: `summary` is its line in the parent's --help; `description` and
-    `epilog` head and close its own --help; `add_arguments` adds every option but `--json`,
-    which every command gets (with `json_help` as its help)."""
+    `epilog` head and close its own --help, with `example` (a command line that runs as
+    written, where the README's main job has been run) and `exits` after them; `add_arguments`
+    adds every option but `--json`, which every command gets (with `json_help` as its help)."""
 
     name: str
     summary: str
@@ -29,6 +38,18 @@ class Command:
     run: Callable[[Any], int]
     epilog: str | None = None
     json_help: str = "print machine-readable JSON"
+    example: str | None = None  # None: the epilog has its own examples
+    exits: tuple[tuple[int, str], ...] = EXITS
+
+    @property
+    def help_epilog(self) -> str:
+        """The epilog, the example and the exit codes, as --help ends."""
+        parts = [self.epilog] if self.epilog else []
+        if self.example:
+            parts.append(f"example:\n  {self.example}")
+        parts.append("exit codes:\n" + "\n".join(f"  {code:<4} {meaning}"
+                                                 for code, meaning in self.exits))
+        return "\n\n".join(parts)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from coordinator.cli.command import Command
+from coordinator.cli.command import EXITS, Command
 from coordinator.cli.terminal import terminal
 from coordinator.config.experiment import Experiment
 from coordinator.config.experiment_file import load_experiment
@@ -136,5 +136,8 @@ COMMANDS = (
             "alone; --dry-run changes nothing. Exit status 1 unless every host ends ready.",
             _arguments, deploy_command,
             epilog="Kernel features: yes, NO, or ? (not known: no kernel configuration to "
-            "read). See docs/hosts.md, 'Deploying'."),
+            "read). See docs/hosts.md, 'Deploying'.",
+            example="linkgrad deploy experiments/testbed-quick.yaml --dry-run",
+            exits=((0, "every host ready (or --dry-run: what it would do, said)"),
+                   (1, "a host not ready: each named with what it lacks"), *EXITS[2:])),
 )

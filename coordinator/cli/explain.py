@@ -60,5 +60,6 @@ COMMANDS = (
             "message, a handshake per request, Nagle and delayed ACKs, retransmissions, a "
             "queue, a busy host; else unexplained); below (parallel branches, asynchronous "
             "calls); passive-only (not injected); active-only (no paths).",
-            _arguments, explain_command, json_help="print the summary and every row as JSON"),
+            _arguments, explain_command, json_help="print the summary and every row as JSON",
+            example='linkgrad explain "$(ls -d runs/testbed-quick-* | tail -1)"'),
 )

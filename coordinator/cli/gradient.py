@@ -285,10 +285,15 @@ def _not_used_lines(log: RequestLog, unused: dict[str, int]) -> list[str]:
     return lines
 
 
+EXAMPLE = ("linkgrad gradient --log experiments/example/access.log.gz --log-format "
+           '"$(cat experiments/example/log_format.txt)" '
+           "--injection experiments/example/injection.json")
+
 COMMANDS = (
     Command("gradient", "link gradient per transaction from a web log and an injection record",
             "Estimate each transaction's link gradient from a web log recorded during a "
             "square-wave injection. Requests before the record's start are the training data. "
             "Prints our estimate with its 95% CI and the thesis's eq. 2.6.",
-            _gradient_arguments, gradient_command, epilog=LOG_HELP),
+            _gradient_arguments, gradient_command, epilog=LOG_HELP,
+            example=EXAMPLE),
 )

@@ -124,5 +124,6 @@ COMMANDS = (
             "From every host of the experiment to every host (itself included): COUNT TCP "
             "connects to its SSH port; one-way latency = mean RTT / 2, with its standard error. "
             "Writes the latencies file `linkgrad predict` reads.",
-            _arguments, latency_command),
+            _arguments, latency_command,
+            example="linkgrad latency experiments/testbed-quick.yaml --out now.yaml"),
 )

@@ -54,7 +54,8 @@ class _Help(argparse.RawDescriptionHelpFormatter):
 def add_commands(sub: Any, commands: Sequence[Command | CommandGroup]) -> None:
     """One subparser per command on `sub` (an argparse subparsers action), each with --json."""
     for c in commands:
-        p = sub.add_parser(c.name, help=c.summary, description=c.description, epilog=c.epilog,
+        p = sub.add_parser(c.name, help=c.summary, description=c.description,
+                           epilog=c.help_epilog if isinstance(c, Command) else c.epilog,
                            formatter_class=_Help)
         if isinstance(c, CommandGroup):
             add_commands(p.add_subparsers(dest=c.dest, required=True), c.commands)

@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from coordinator.cli.command import Command
+from coordinator.cli.command import EXITS, Command
 from coordinator.cli.profile import check_between
 from coordinator.cli.terminal import terminal
 from coordinator.config.experiment_file import load_experiment
@@ -168,4 +168,7 @@ COMMANDS = (Command(
     "message caused which, aggregated into patterns (clients as CLIENT, ephemeral ports left "
     "out), with each hop's node delay and network delay (the hosts' clock offsets taken out) "
     "and each link's crossings on the critical path.",
-    _arguments, paths_command),)
+    _arguments, paths_command,
+    example="linkgrad paths experiments/testbed-quick.yaml --duration 30",
+    exits=(EXITS[0], (1, "a host could not be traced (named; the others' messages are "
+                         "linked), or a runtime failure"), *EXITS[2:])),)

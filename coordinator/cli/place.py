@@ -341,5 +341,9 @@ COMMANDS = (
             _arguments, place_command,
             epilog="Candidates file: `candidates: {HOST: [SITE, ...]}`; a host not listed "
                    "stays, and staying is always a candidate. Latencies file: as for "
-                   "`linkgrad predict`."),
+                   "`linkgrad predict`.",
+            example=('linkgrad place --app '
+                     '"$(ls -d runs/testbed-quick-* | tail -1)"/gradients.json '
+                     "--latencies experiments/placement/now.yaml "
+                     "--candidates experiments/placement/candidates.yaml")),
 )

@@ -181,6 +181,9 @@ def _ms(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.3g}"
 
 
+EXAMPLE = ("linkgrad plan --log experiments/example/access.log.gz --log-format "
+           '"$(cat experiments/example/log_format.txt)"')
+
 COMMANDS = (
     Command("plan", "the square wave a run would plan from a log: period, cycles, delay",
             "From unperturbed requests alone, the plan `linkgrad run` makes at the end of its "
@@ -188,5 +191,5 @@ COMMANDS = (
             "wanted CI half-width needs with each transaction's effect under its own spread, "
             "and the delay (adaptive from 1 ms, or fixed). --json gives the run's plan.json "
             "as `plan`.",
-            _plan_arguments, plan_command, epilog=LOG_HELP),
+            _plan_arguments, plan_command, epilog=LOG_HELP, example=EXAMPLE),
 )

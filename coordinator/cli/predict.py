@@ -115,5 +115,9 @@ COMMANDS = (
                    "and `latency_ms: {'a<->b': MS, 'a->b': {mean: MS, se: MS}}` (one way; se is "
                    "the standard error of the mean); without --latencies, the run's paths.json "
                    "gives them. Placement file: `move: {HOST: SITE}`. Links the run did not "
-                   "inject take their passive gradient from its explain.json, labelled."),
+                   "inject take their passive gradient from its explain.json, labelled.",
+            example=('linkgrad predict --gradients '
+                     '"$(ls -d runs/testbed-quick-* | tail -1)"/gradients.json '
+                     "--latencies experiments/placement/now.yaml "
+                     "--placement experiments/placement/db-east.yaml")),
 )

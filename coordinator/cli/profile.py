@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from coordinator.cli import snap_report
 from coordinator.cli.answer import Answer
-from coordinator.cli.command import Command
+from coordinator.cli.command import EXITS, Command
 from coordinator.cli.snap_report import ResourceRow
 from coordinator.cli.terminal import terminal
 from coordinator.config.experiment_file import load_experiment
@@ -136,4 +136,7 @@ COMMANDS = (Command(
     "buffer, fast retransmit, timeout, delayed ACK, receiver window, else application "
     "limited) per link, and the hosts (sending from, into), paths and processes whose "
     "connections share their problems (average correlation above 0.4).",
-    _arguments, profile_command),)
+    _arguments, profile_command,
+    example="linkgrad profile experiments/testbed-quick.yaml --duration 60",
+    exits=(EXITS[0], (1, "a host could not be profiled (named; the others' profiles are "
+                         "kept), or a runtime failure"), *EXITS[2:])),)

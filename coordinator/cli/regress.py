@@ -263,5 +263,9 @@ COMMANDS = (
             _arguments, regress_command,
             epilog="Run nightly: see docs/regress.md (a systemd timer, or a cron line).",
             json_help="print the suite, the baseline and every check with its values and "
-                      "verdict as JSON"),
+                      "verdict as JSON",
+            example="linkgrad regress experiments/nightly.yaml",
+            exits=((0, "no regression (or --accept)"), (1, "a regression: what changed, named"),
+                   (2, "bad suite: the file, line and field are named"),
+                   (3, "the night itself failed (testbed, SSH, a run aborted or interrupted)"))),
 )

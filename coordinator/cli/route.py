@@ -228,5 +228,8 @@ COMMANDS = (
             "With a copy of COMPONENT at each of two sites, predict every transaction's mean "
             "response time at each copy (from the run's link gradients) and route each to its "
             "better copy; compared with the best fixed ratio of the mix (thesis §5.5).",
-            _arguments, route_command),
+            _arguments, route_command,
+            example=('linkgrad route --gradients "$(ls -d runs/testbed-quick-* | tail -1)"'
+                     "/gradients.json --latencies experiments/placement/now.yaml "
+                     "--component app1 --copies west east")),
 )

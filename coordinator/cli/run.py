@@ -253,9 +253,11 @@ COMMANDS = (
             "measure every link (both directions) with a square-wave delay and write each "
             "transaction's gradient per link to RUN_DIR/gradients.json. Ctrl-C stops every "
             "injection and keeps what was measured.",
-            _run_arguments, run_command, json_help="print the run's status as JSON"),
+            _run_arguments, run_command, json_help="print the run's status as JSON",
+            example="linkgrad run experiments/testbed-quick.yaml"),
     Command("report", "(re)write RUN_DIR/report.html from a run's files",
             "The link gradient graph per transaction, every link's response series with its "
             "square wave, spectra and tables, in one self-contained HTML file.",
-            _report_arguments, report_command),
+            _report_arguments, report_command,
+            example='linkgrad report "$(ls -d runs/testbed-quick-* | tail -1)"'),
 )

@@ -300,25 +300,28 @@ COMMANDS = (
         (Command("up", "build the hosts and start the application",
                  "Build the testbed's hosts (network namespaces on a bridge, or Mininet with "
                  "--mininet) and start the application in them.",
-                 _up_arguments, testbed_command),
+                 _up_arguments, testbed_command,
+                 example="linkgrad testbed up --services 10 --tag g10"),
          Command("down", "remove everything the testbed made (safe twice)",
                  "Remove everything the testbed TAG made (safe twice).",
-                 _tag_arguments, testbed_command),
+                 _tag_arguments, testbed_command, example="linkgrad testbed down --tag g10"),
          Command("status", "what is up",
                  "What is up: the hosts with their namespaces, addresses and roles, the front "
                  "end, the web log, the SSH config and whether every service runs.",
-                 _tag_arguments, testbed_command),
+                 _tag_arguments, testbed_command, example="linkgrad testbed status"),
          Command("load", "load from the client host (open or closed loop)",
                  "Load from the client host to the front end for --duration s, mixed by --mix: "
                  "open-loop Poisson arrivals at --rate requests/s, or a closed loop of "
                  "--clients users who each think --think-s on average between a response and "
                  "their next request (throughput then falls when responses slow, as with real "
                  "users); --out keeps the client-side latencies.",
-                 _load_arguments, testbed_command),
+                 _load_arguments, testbed_command,
+                 example="linkgrad testbed load --clients 8 --duration 60"),
          Command("routes", "install a routing policy in the front end (nginx)",
                  "Replace nginx's routes.conf (which must define $linkgrad_upstream: a map or "
                  "split_clients naming app hosts, e.g. `linkgrad route --nginx app1 app2`'s "
                  "output) and reload gracefully. `--default` puts back the first app server for "
                  "everything.",
-                 _routes_arguments, testbed_command))),
+                 _routes_arguments, testbed_command,
+                 example="linkgrad testbed routes --default"))),
 )
