@@ -189,6 +189,12 @@ def test_profile_classifies_the_testbeds_links_without_injecting(testbed, tag):
         assert sum(links[label]["seconds"].values()) > 0
     assert summary["reports"] >= len(summary["hosts"])  # a last report from each host at least
     assert json.loads(saved.read_text())["reports"]
+    said = subprocess.run([LINKGRAD, "profile", str(experiment), "--duration", "2"],
+                          capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert said.returncode == 0, said.stderr
+    lines = said.stdout.splitlines()  # the answer for a person: a summary first, a next step
+    assert lines[0].startswith(f"SNAP over {len(summary['hosts'])} host(s) for 2 s: ")
+    assert lines[-1].startswith(f"next: linkgrad run {experiment}")
     wait_until_gone(tag)  # the sniffers ended with their channels
     assert_no_rules(tag)
 

@@ -74,7 +74,7 @@ def profile_command(args: argparse.Namespace) -> int:
     if args.json:
         print(summary.json_text())
     else:
-        _print(console, summary)
+        _print(console, summary, args.experiment, args.duration)
     return 0 if not problems else 1
 
 
@@ -116,15 +116,49 @@ def _resources(snap: SnapFile) -> list[ResourceRow]:
                             connections=0, problems_s={})]
 
 
-def _print(console: Console, summary: ProfileAnswer) -> None:
-    for link in summary.links:
-        seconds = {k: v for k, v in link.seconds.items() if v > 0}
-        print(f"{link.link}  ({link.connections} connection(s)): "
-              f"{snap_report.classes_text(seconds)}")
-    for r in summary.resources:
-        acc = "-" if r.acc is None else f"{r.acc:.2f}"
-        print(f"  {r.resource}: ACC {acc}{'  above α' if r.above_alpha else ''}"
-              f"  {snap_report.classes_text(r.problems_s)}")
+SHOWN = 10  # links and shared resources on the terminal; --json and --save hold them all
+
+
+def profile_text(summary: ProfileAnswer, experiment: Path, duration_s: float) -> str:
+    """The answer for a person, worst first: which links spent time limited by something
+    other than their application, which resources share problems, and what to do next."""
+    connections = sum(link.connections for link in summary.links)
+    lines = [f"SNAP over {len(summary.hosts)} host(s) for {duration_s:g} s: "
+             f"{len(summary.links)} link(s), {connections} connection(s)"]
+
+    def problem_s(seconds: dict[str, float]) -> float:
+        return sum(v for k, v in seconds.items() if k != "app_limited")
+
+    limited = sorted((link for link in summary.links if problem_s(link.seconds) > 0),
+                     key=lambda link: -problem_s(link.seconds))
+    if limited:
+        lines.append("limited by more than their application (connection-seconds):")
+        for link in limited[:SHOWN]:
+            seconds = {k: v for k, v in link.seconds.items() if v > 0}
+            lines.append(f"  {link.link}  ({link.connections} conn): "
+                         f"{snap_report.classes_text(seconds)}")
+        if len(limited) > SHOWN:
+            lines.append(f"  and {len(limited) - SHOWN} more link(s)")
+    lines.append(f"{len(summary.links) - len(limited)} link(s) limited by their application "
+                 "only" if limited else "every link was limited by its application only")
+    shared = [r for r in summary.resources if r.above_alpha]
+    if shared:
+        lines.append("problems shared (ACC above 0.4):")
+        lines += [f"  {r.resource}: ACC {r.acc:.2f}  {snap_report.classes_text(r.problems_s)}"
+                  for r in shared[:SHOWN]]
+        if len(shared) > SHOWN:
+            lines.append(f"  and {len(shared) - SHOWN} more")
+    lines += [*(f"not ranked: {r.resource.removeprefix('not ranked: ')}"
+                for r in summary.resources if r.acc is None),
+              "every link and resource: --json, or --save FILE",
+              f"next: linkgrad run {experiment} (the gradients say whether these links "
+              "matter to the response times)"]
+    return "\n".join(lines)
+
+
+def _print(console: Console, summary: ProfileAnswer, experiment: Path,
+           duration_s: float) -> None:
+    print(profile_text(summary, experiment, duration_s))
     for problem in summary.problems:
         console.print(f"[red]{escape(problem)}")
 
