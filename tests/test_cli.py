@@ -318,7 +318,7 @@ def test_plan_with_no_transaction_planned_is_exit_2_naming_log_and_before(capsys
     assert code == 2
     message = json.loads(out)["error"]["message"]
     assert message.startswith(f"{log}: field '--before' no transaction can be planned from "
-                              "the 0 requests before --before 1970-01-01 00:00:01 UTC (")
+                              "the 0 requests before --before 1970-01-01T00:00:01+00:00 (")
     assert "training saw 0 requests of the transactions: too few to plan" in message
 
 

@@ -182,7 +182,7 @@ def test_the_report_reads_summary_verdicts_timelines_graph_then_detail(tmp_path)
              "Gradients"]
     assert [h for h in heads if h in order] == order
     summary = page[page.index("<h2>Summary</h2>"):page.index("<h2>Verdicts</h2>")]
-    for said in ("2026-11-29 05:44:39 UTC", "(96 s)", "client, web, app1, app2, db, cache",
+    for said in ("2026-11-29T05:44:39+00:00", "(96 s)", "client, web, app1, app2, db, cache",
                  "2 of the graph's 6", "Next step:", "Findings"):
         assert said in summary, said
     e = explain_run(run)

@@ -407,7 +407,7 @@ def test_a_log_that_ends_before_the_injection_is_exit_2_saying_so(tmp_path: Path
     assert code == 2
     message = strict_json(out)["error"]["message"]
     assert message.startswith(f"{log}: no request started during the injection of {record}")
-    assert message.endswith("start from 1970-01-01 00:16:40 UTC to 1970-01-01 00:24:59 UTC: "
+    assert message.endswith("start from 1970-01-01T00:16:40+00:00 to 1970-01-01T00:24:59+00:00: "
                             "the log or the record is not this run's")
 
 

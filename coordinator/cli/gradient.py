@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from datetime import UTC, datetime
 
 import numpy as np
 from rich.markup import escape
@@ -19,6 +18,7 @@ from coordinator.cli.answer import Answer, absent_when_none
 from coordinator.cli.catalog import LOG_HELP
 from coordinator.cli.command import Command
 from coordinator.cli.terminal import terminal
+from coordinator.cli.times import local_time
 from coordinator.config.bounds import FIRST_LOG_S, LAST_LOG_S
 from coordinator.config.experiment import MAX_K
 from linkgrad.errors import InputError, Problem
@@ -223,9 +223,9 @@ def _refuse_without_estimates(
     (the wrong log or record, a log that ends early...). Some without one get a note."""
     if any(r.lockin is not None or r.thesis is not None for r in results.values()):
         return
-    when = f"{utc(wave.start_s)} to {utc(wave.end_s)}"
+    when = f"{local_time(wave.start_s)} to {local_time(wave.end_s)}"
     if len(log) and not np.any((log.start_s >= wave.start_s) & (log.start_s < wave.end_s)):
-        span = f"{utc(float(log.start_s.min()))} to {utc(float(log.start_s.max()))}"
+        span = f"{local_time(float(log.start_s.min()))} to {local_time(float(log.start_s.max()))}"
         message = (f"no request started during the injection of {injection} ({when}); the "
                    f"log's requests start from {span}: the log or the record is not this "
                    "run's")
@@ -235,14 +235,6 @@ def _refuse_without_estimates(
         message = (f"no transaction has an estimate for the injection of {injection} "
                    f"({when}): {reasons}")
     raise InputError(Problem(message, file=log.source))
-
-
-def utc(t_s: float) -> str:
-    """A unix time as a date; as the number where no date can say it (1e300, infinity)."""
-    try:
-        return datetime.fromtimestamp(t_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, ValueError, OSError):
-        return f"unix time {t_s:g}"
 
 
 def _print_gradients(

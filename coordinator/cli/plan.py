@@ -25,9 +25,9 @@ from coordinator.cli.gradient import (
     add_log_options,
     check_log_time,
     check_positive,
-    utc,
 )
 from coordinator.cli.terminal import terminal
+from coordinator.cli.times import local_time
 from coordinator.config.experiment import (
     MAX_DELAY_MS,
     MAX_HALF_WIDTH,
@@ -134,7 +134,7 @@ def plan_command(args: argparse.Namespace) -> int:
         raise InputError(Problem(
             f"no transaction can be planned from the {training} requests before "
             f"{'--before ' if args.before is not None else 'the end of the log '}"
-            f"{utc(end)} ({e})", str(args.log),
+            f"{local_time(end)} ({e})", str(args.log),
             field="--before" if args.before is not None else None)) from e
     start = float(log.start_s[before].min())
     plan = PlanFile.of(wave, p.half_width, (start, end),

@@ -5,15 +5,11 @@ from the explanation's summary."""
 from __future__ import annotations
 
 import html
-from datetime import UTC, datetime
 
+from coordinator.cli.times import local_time
 from coordinator.explain.answer import RunSummary
 
-__all__ = ["html_section", "utc"]
-
-
-def utc(t: float | None) -> str:
-    return "-" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+__all__ = ["html_section"]
 
 
 def _status(s: RunSummary) -> str:
@@ -28,7 +24,7 @@ def html_section(s: RunSummary, plan_notes: list[str]) -> list[str]:
     took = "-" if s.duration_s is None else f"{s.duration_s:.0f} s"
     items = [
         f"status: {_status(s)}",
-        f"when: {utc(s.started)} to {utc(s.ended)} ({took})",
+        f"when: {local_time(s.started)} to {local_time(s.ended)} ({took})",
         f"hosts ({len(s.hosts)}): {html.escape(', '.join(s.hosts))}",
         f"links injected: <b>{s.injected_links} of the graph's {s.graph_links}</b>",
         f"requests traced on causal paths: {traced or 'none'}",
