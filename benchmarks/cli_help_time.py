@@ -10,7 +10,6 @@ Writes benchmarks/out/cli_help_time.json and its section of benchmarks/RESULTS.m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -20,10 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.results_md import update_section
+from benchmarks.results_md import publish
 from coordinator.cli.catalog import CATALOG
 
-OUT = Path(__file__).with_name("out")
 # the command line as it was: every command's module imported before the parser is built,
 # and with them scipy.stats and pyplot, which they imported at their top
 EAGER = """
@@ -87,11 +85,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5)
     args = p.parse_args()
-    result = measure(args.runs)
-    OUT.mkdir(exist_ok=True)
-    (OUT / "cli_help_time.json").write_text(json.dumps(result, indent=2))
-    update_section("cli_help_time", markdown(result))
-    print(markdown(result))
+    publish("cli_help_time", result := measure(args.runs), markdown(result))
 
 
 if __name__ == "__main__":

@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.on_testbed import LINKGRAD, scratch_root
-from benchmarks.results_md import update_section
+from benchmarks.results_md import publish
 
-OUT = Path(__file__).with_name("out")
 DURATION_S = 5
 PHASES = ("open_hosts", "start_profiling", "stop_profiling", "close")  # as WRAPPED times
 # the command as `linkgrad` runs it, each phase's wall time said on stderr; argv[1] is the
@@ -140,10 +139,7 @@ def main() -> None:
     args = p.parse_args()
     root = scratch_root("fanout_profile")
     result = measure(root, args.tag, args.runs)
-    OUT.mkdir(exist_ok=True)
-    (OUT / f"fanout_profile-{result['hosts']}.json").write_text(json.dumps(result, indent=2))
-    update_section(f"fanout_profile-{result['hosts']}", markdown(result))
-    print(markdown(result))
+    publish(f"fanout_profile-{result['hosts']}", result, markdown(result))
 
 
 if __name__ == "__main__":

@@ -23,9 +23,7 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
-import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.on_testbed import LINKGRAD, scratch_root
+from benchmarks.on_testbed import run_and_explain, scratch_root
 from benchmarks.passive_first import answer, exact_ci
 from benchmarks.results_md import update_section
 from testbed.service_graph import generate, true_gradients
@@ -83,15 +81,7 @@ def experiment(args: argparse.Namespace, name: str, output: Path, *,
 def run(spec: dict[str, Any], root: Path) -> dict[str, Any]:
     path = root / f"{spec['name']}.yaml"
     path.write_text(yaml.safe_dump(spec))
-    started = time.perf_counter()
-    done = subprocess.run([LINKGRAD, "run", str(path), "--json"], capture_output=True,
-                          text=True, timeout=4 * 3600, check=False)
-    seconds = time.perf_counter() - started
-    status = json.loads(done.stdout) if done.stdout.strip().startswith("{") else {}
-    if "run_dir" not in status:
-        sys.exit(f"graph_at_scale: run {spec['name']} failed: {done.stderr[-3000:]}")
-    run_dir = Path(status["run_dir"])
-    explained = json.loads((run_dir / "explain.json").read_text())
+    status, run_dir, seconds, explained = run_and_explain("graph_at_scale", path, 4 * 3600)
     strategy = run_dir / "strategy.json"
     return {"name": spec["name"], "run_dir": str(run_dir), "status": status["status"],
             "when": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -32,14 +32,13 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 from scipy import stats
 
-from benchmarks.on_testbed import LINKGRAD, scratch_root
+from benchmarks.on_testbed import LINKGRAD, run_and_explain, scratch_root
 from benchmarks.prediction_accuracy import PLACEMENTS
 from benchmarks.results_md import update_section
 from testbed.topology import DEFAULT
@@ -63,15 +62,7 @@ def run(strategy: str, root: Path, experiment: Path = EXPERIMENT) -> dict[str, A
         spec["parameters"].update({"strategy": "passive-first", "questions": [QUESTION]})
     path = root / f"{strategy}.yaml"
     path.write_text(yaml.safe_dump(spec))
-    started = time.perf_counter()
-    done = subprocess.run([LINKGRAD, "run", str(path), "--json"], capture_output=True,
-                          text=True, timeout=7200, check=False)
-    seconds = time.perf_counter() - started
-    status = json.loads(done.stdout) if done.stdout.strip().startswith("{") else {}
-    if "run_dir" not in status:
-        sys.exit(f"passive_first: the {strategy} run failed: {done.stderr[-3000:]}")
-    run_dir = Path(status["run_dir"])
-    explained = json.loads((run_dir / "explain.json").read_text())
+    status, run_dir, seconds, explained = run_and_explain("passive_first", path, 7200)
     return {"strategy": strategy, "run_dir": str(run_dir), "status": status["status"],
             "seconds": seconds, "links_injected": status["links_done"],
             "calibration": explained["summary"]["calibration"],

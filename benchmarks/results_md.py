@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 HEADER = """# Benchmark results
@@ -21,3 +23,12 @@ def update_section(name: str, markdown: str) -> None:
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text}\n{block}\n"
     RESULTS.write_text(text)
+
+
+def publish(name: str, result: dict[str, Any], markdown: str) -> None:
+    """A benchmark's result as benchmarks/out/NAME.json and its section NAME, printed too."""
+    out = RESULTS.with_name("out")
+    out.mkdir(exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2))
+    update_section(name, markdown)
+    print(markdown)

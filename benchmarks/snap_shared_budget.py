@@ -25,9 +25,8 @@ from typing import Any
 
 from benchmarks.fanout_profile import explicit_experiment
 from benchmarks.on_testbed import LINKGRAD, scratch_root
-from benchmarks.results_md import update_section
+from benchmarks.results_md import publish
 
-OUT = Path(__file__).with_name("out")
 SETTLE_S, WINDOW_S = 30.0, 30.0  # after "profiling N host(s)": the budget's steps, then this
 RATE = 10.0
 # `linkgrad profile`, with argv[1] "whole" giving every host the whole budget as before
@@ -151,10 +150,7 @@ def main() -> None:
     args = p.parse_args()
     root = scratch_root("snap_shared_budget")
     result = measure(root, args.tag, args.runs)
-    OUT.mkdir(exist_ok=True)
-    (OUT / f"snap_shared_budget-{result['hosts']}.json").write_text(json.dumps(result, indent=2))
-    update_section(f"snap_shared_budget-{result['hosts']}", markdown(result))
-    print(markdown(result))
+    publish(f"snap_shared_budget-{result['hosts']}", result, markdown(result))
 
 
 if __name__ == "__main__":
