@@ -9,6 +9,7 @@ import time
 from linkgrad.errors import RuntimeFailure
 from linkgrad.protocol.jsonlines import LineWriter, leave_signals_to_main_thread
 from linkgrad.protocol.snap import Profile, Profiling
+from linkgrad.protocol.trace import TRACER_START_S
 from linkgrad.snap.classify import SnapThresholds
 from sniffer.kernel import ClosedSockets
 from sniffer.poll_budget import BudgetSettings
@@ -76,11 +77,15 @@ class Profiler:
             return
         tracer = SocketCallTracer(config)
         try:
-            tracer.start()
+            tracer.start(keep_late=True)  # late on a busy machine: its calls count once in
         except RuntimeFailure as e:
             tracer.stop()
             self.missing += (f"{e}: socket-call logs are off",)
             return
+        if tracer.late:
+            self.missing += (f"socket-call logs late: bpftrace had not attached after "
+                             f"{TRACER_START_S:g} s (a busy machine); calls before it did "
+                             "are not counted",)
         self.tracer = tracer
         assert self.poller is not None
         self.poller.calls = tracer.drain

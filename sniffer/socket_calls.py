@@ -146,10 +146,15 @@ class SocketCallTracer:
         self.lock = threading.Lock()
         self.ready = threading.Event()  # set when tracing, or when bpftrace ended
         self.threads: list[threading.Thread] = []
+        self.late = False  # started with keep_late, and not tracing yet when start returned
 
-    def start(self, timeout_s: float = TRACER_START_S) -> SocketCallTracer:
+    def start(self, timeout_s: float = TRACER_START_S, keep_late: bool = False
+              ) -> SocketCallTracer:
         """Returns once the tracepoints are attached; raises RuntimeFailure with bpftrace's
-        reason if they are not within `timeout_s`."""
+        reason if they are not within `timeout_s`. `keep_late`: a bpftrace still compiling
+        then is kept (`late`), and what it traces once attached is drained as any: fifty
+        hosts of one machine compiling at once take longer than the timeout, and their calls
+        would go untraced for the whole capture."""
         try:
             self.parser.wall_offset_s = time.time() - time.monotonic()  # nsecs is MONOTONIC
             try:
@@ -167,6 +172,9 @@ class SocketCallTracer:
                 t.start()
             if not self.ready.wait(timeout_s) or not self.parser.ready:
                 late = self.running()
+                if late and keep_late:
+                    self.late = True
+                    return self
                 self.stop()  # first: its readers then have all it said
                 why = f"nothing after {timeout_s} s" if late else self.reason()
                 raise RuntimeFailure(f"bpftrace did not start tracing: {why}")

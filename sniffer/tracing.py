@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from linkgrad.errors import RuntimeFailure
 from linkgrad.protocol.jsonlines import LineWriter, leave_signals_to_main_thread
-from linkgrad.protocol.trace import TraceReportEvent, TraceRequest, Tracing
+from linkgrad.protocol.trace import TRACER_START_S, TraceReportEvent, TraceRequest, Tracing
 from sniffer.links import plain_address
 from sniffer.message_assembly import HostMessage
 from sniffer.message_capture import CaptureSettings, Endpoint, MessageCapture, Opening
@@ -110,10 +110,14 @@ class MessageTracer:
         why = config if isinstance(config, str) else None
         if not isinstance(config, str):
             try:
-                self.thread_tracer = SocketCallTracer(
+                self.thread_tracer = tracer = SocketCallTracer(
                     config, program=build_program(own_netns()),
                     parser=ThreadChangeParser(wall_offset_s=0.0),
-                    map_keys_max=MAP_KEYS_MAX).start()
+                    map_keys_max=MAP_KEYS_MAX).start(keep_late=True)
+                if tracer.late:
+                    self.missing += (f"threads late: bpftrace had not attached after "
+                                     f"{TRACER_START_S:g} s (a busy machine); calls before it "
+                                     "did are linked by timing alone",)
             except RuntimeFailure as e:
                 why = str(e)
         if why is not None:

@@ -195,6 +195,40 @@ def test_a_bpftrace_deaf_to_term_is_killed(tmp_path):
     assert tracefs_mounts() == before
 
 
+def test_a_late_bpftrace_is_kept_when_asked_and_drained_once_it_traces(tmp_path):
+    """Fifty hosts of one machine compile at once: one still compiling after the timeout
+    joins when it attaches instead of leaving its host untraced for the whole capture."""
+    from sniffer.thread_changes import ThreadChangeParser
+
+    fake = tmp_path / "bpftrace"
+    ready = r'{"type": "printf", "data": "lg ready 1\n"}'
+    change = r'{"type": "printf", "data": "lg thread 2000000000 7 7 10.0.0.1 80 10.0.0.2 2\n"}'
+    fake.write_text(f"#!/bin/sh\nsleep 1.5\nprintf '%s\\n' '{ready}' '{change}'\n"
+                    "exec sleep 60\n")
+    fake.chmod(0o755)
+
+    def tracer() -> SocketCallTracer:
+        return SocketCallTracer(TracerConfig(str(fake), config().settings), program="x",
+                                parser=ThreadChangeParser(wall_offset_s=0.0),
+                                stop_timeout_s=0.5)
+
+    with pytest.raises(RuntimeFailure, match=r"nothing after 0.5 s"):
+        tracer().start(timeout_s=0.5)  # as before, unless asked
+    late = tracer().start(timeout_s=0.5, keep_late=True)
+    try:
+        assert late.late
+        assert late.running()
+        deadline = time.monotonic() + 10
+        seen: list = []
+        while not seen and time.monotonic() < deadline:
+            seen += late.drain()
+            time.sleep(0.1)
+        assert [(c.thread, c.local) for c in seen] == [(7, ("10.0.0.1", 80))]
+    finally:
+        late.stop()
+    assert our_bpftraces() == []
+
+
 def test_calls_that_full_maps_drop_are_reported():
     """bpftrace says nothing when a map is full; the kernel's count of all calls does."""
     settings = TraceSettings(interval_s=0.2, netns_inode=os.stat("/proc/self/ns/net").st_ino,
