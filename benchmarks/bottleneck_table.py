@@ -12,7 +12,7 @@ the two at one rate: says "statistically similar" with exactly those two).
     .venv/bin/python -m benchmarks.bottleneck_table [--runs 10] [--record DIR]
 
 Writes benchmarks/out/bottleneck_table.json and its section of benchmarks/RESULTS.md;
-`--record DIR` also keeps each case's first run's lines (`--save`) in DIR.
+`--record DIR` also keeps each case's first run's lines (`--output`) in DIR.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def run_case(case: Case, info: DescribedTestbed, root: Path, runs: int,
                 "bottleneck_table", env, "bottleneck", str(root / "bottleneck.yaml"),
                 "--from", f"client:{root}/sent.bin", "--to", f"web:{root}/got.bin",
                 "--size", case.size, "--interval", case.interval, "--json",
-                *(["--save", str(save)] if save else [])))
+                *(["--output", str(save)] if save else [])))
         out.append({"verdict": answer["verdict"], "bottleneck": answer["bottleneck"],
                     "candidate": answer["candidate"], "similar": answer["similar"],
                     "right": right(case, answer),

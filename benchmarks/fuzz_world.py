@@ -116,9 +116,9 @@ class World:
             ("route", ["--gradients", grads, "--latencies", str(g["sites"]), "--component",
                        "db", "--copies", "here", "east", "--nginx", value, "b"], "--nginx"),
             ("latency", [str(g["experiment"]), "--count", value], "--count"),
-            ("latency", [str(g["experiment"]), "--out", rng.choice(
+            ("latency", [str(g["experiment"]), "--output", rng.choice(
                 ["/proc/nope/x.yaml", str(case_dir), "/dev/full",
-                 str(case_dir / "no" / "such" / "x.yaml"), value])], "--out"),
+                 str(case_dir / "no" / "such" / "x.yaml"), value])], "--output"),
             ("report", [str(case_dir / value.replace("/", "_")[:50])], "run_dir"),
             ("run", [str(g["experiment"]), "--resume", str(case_dir / "nowhere")], "--resume"),
         ]
@@ -247,7 +247,7 @@ def _inputs(w: World, shipped: list[Path]) -> list[Input]:
               lambda c, f: ["--log", str(f), "--format", "csv"]),
         Input("run", "experiment", g["experiment"], "yaml", lambda c, f: [str(f)]),
         Input("latency", "experiment", g["experiment"], "yaml",
-              lambda c, f: [str(f), "--count", "2", "--out", str(c / "now.yaml")]),
+              lambda c, f: [str(f), "--count", "2", "--output", str(c / "now.yaml")]),
         Input("predict", "latencies", g["sites"], "yaml",
               lambda c, f: ["--gradients", grads(c), "--latencies", str(f),
                             "--placement", str(g["move"])]),

@@ -71,7 +71,7 @@ def capture(tag: str, rate: float, seconds: float, directory: Path) -> Path:
         transactions="\n".join(f"  {n}: ^{p.split('?')[0]}" for n, p in MIX.items())))
     trace = directory / f"trace-{rate:g}.jsonl"
     subprocess.run([sys.executable, "-m", "coordinator.cli", "paths", str(experiment),
-                    "--duration", str(seconds), "--save-trace", str(trace), "--json"],
+                    "--duration", str(seconds), "--output-trace", str(trace), "--json"],
                    check=True, capture_output=True, text=True, cwd=ROOT, timeout=seconds + 300)
     return trace
 

@@ -298,7 +298,7 @@ def capture(app: str, info: DescribedTestbed, tag: str, root: Path, rate: float,
     experiment.write_text(EXPERIMENT.format(tag=tag, rate=rate, mix=spec.mix,
                                             transactions=transactions, output=root / "runs"))
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
-    argv = ("paths", str(experiment), "--duration", str(seconds), "--save-trace",
+    argv = ("paths", str(experiment), "--duration", str(seconds), "--output-trace",
             str(out / "trace.jsonl"), "--json")
     truth_log = directory / "redmine" / "instance" / "log" / redmine.TRUTH_LOG \
         if app == "redmine" else directory / apache.TRUTH_LOG

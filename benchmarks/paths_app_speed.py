@@ -154,7 +154,7 @@ def capture(app: App, tag: str, root: Path, rate: float, seconds: float, web_log
     trace_file = root / f"speed-{rate:g}.jsonl"
     env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
     result = json.loads(linkgrad("paths_app_speed", env, "paths", str(experiment),
-                                 "--duration", str(seconds), "--save-trace", str(trace_file),
+                                 "--duration", str(seconds), "--output-trace", str(trace_file),
                                  "--json"))
     row: dict[str, Any] = {"rate_per_s": rate, "messages": result["messages"],
                            "duration_s": result["duration_s"], "budget": result["budget"],

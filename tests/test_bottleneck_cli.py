@@ -162,7 +162,7 @@ def live(capsys, experiment: Path, *argv: str, source: str = "sent.bin",
 def test_a_live_transfer_is_tested_saved_and_leaves_no_file(capsys, experiment):
     d = experiment.parent
     code, out, err = live(capsys, experiment, "--size", "64M", "--interval", "0.01",
-                          "--save", str(d / "saved.jsonl"), "--json")
+                          "--output", str(d / "saved.jsonl"), "--json")
     assert code == 0, err
     answer = json.loads(out)
     assert answer["bytes"] == 64 << 20
@@ -183,7 +183,7 @@ def test_a_save_that_fails_comes_after_the_answer_and_leaves_nothing(capsys, exp
     d = experiment.parent
     (d / "taken").mkdir()
     code, out, err = live(capsys, experiment, "--size", "64M", "--interval", "0.01",
-                          "--save", str(d / "taken"), "--json")
+                          "--output", str(d / "taken"), "--json")
     assert code == 2, err
     answer, end = json.JSONDecoder().raw_decode(out)
     assert answer["bytes"] == 64 << 20  # the answer, printed before the failure (then it)
@@ -199,7 +199,7 @@ def test_a_save_the_machine_fails_is_exit_1(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(bottleneck_cli, "_live", lambda args: (bottleneck_cli.answer_of(
         read_lines((DATA / "network.jsonl").read_text(), "n"), "a:/s", "b:/d", 0.05),
         ["{}"]))
-    code, out, err = run(capsys, "x.yaml", "--save", str(tmp_path / "t.jsonl"))
+    code, out, err = run(capsys, "x.yaml", "--output", str(tmp_path / "t.jsonl"))
     assert code == 1
     assert "verdict: network.receive is the bottleneck" in out
     assert "No space left on device" in err
@@ -253,7 +253,7 @@ def test_a_host_without_linkgrad_s_python_is_a_runtime_failure(capsys, experimen
     (["--from", "a:/tmp/x", "--to", "b:/tmp/x"], "--from and --to name the same path /tmp/x"),
     (["--from", "a:/tmp/x", "--to", "b:/tmp/y", "--size", "lots"],
      "argument --size: 'lots': expected a number of bytes"),
-    (["--from", "a:/tmp/x", "--to", "b:/tmp/y", "--save", "/no/dir/t.jsonl"],
+    (["--from", "a:/tmp/x", "--to", "b:/tmp/y", "--output", "/no/dir/t.jsonl"],
      "no directory /no/dir to write into"),
     (["--from", "a:/tmp/x", "--to", "b:/tmp/y", "--interval", "0"],
      "field '--interval': 0 s: expected 0.01 to 3600"),

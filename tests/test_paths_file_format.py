@@ -43,13 +43,13 @@ def test_linkgrad_paths_prints_and_saves_the_same_json(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         tmp_path: Path) -> None:
     """`linkgrad paths --trace --json` prints the bytes stored before the typed model replaced
-    the dicts, and --save writes them too; linking's clock stands still (no time spent,
+    the dicts, and --output writes them too; linking's clock stands still (no time spent,
     nothing cut) and the command ends at a fixed time, as when they were stored."""
     monkeypatch.setattr(linkgrad.paths.analysis, "Budget",
                         functools.partial(Budget, clock=lambda: 0.0))
     monkeypatch.setattr(time, "time", lambda: 1795906500.25)
     assert main(["paths", "--trace", str(DATA / "paths" / "trace.jsonl"), "--json",
-                 "--save", str(tmp_path / "paths.json")]) == 0
+                 "--output", str(tmp_path / "paths.json")]) == 0
     assert capsys.readouterr().out == PRINTED.read_text()
     assert (tmp_path / "paths.json").read_text() + "\n" == PRINTED.read_text()
     assert read_paths_file(tmp_path / "paths.json") == read_paths_file(PRINTED)

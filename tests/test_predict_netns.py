@@ -136,7 +136,7 @@ def test_latency_measures_every_pair_and_sees_an_injected_delay(testbed, tag):
             assert inject.poll() is None, inject.stderr.read()
             assert time.monotonic() < deadline, "the delay never started"
             time.sleep(0.1)
-        done = subprocess.run([LINKGRAD, "latency", str(experiment), "--count", "30", "--out",
+        done = subprocess.run([LINKGRAD, "latency", str(experiment), "--count", "30", "--output",
                                str(testbed / "measured.yaml"), "--json"], capture_output=True,
                               text=True, timeout=300, env=env, check=False)
     finally:

@@ -176,7 +176,7 @@ def test_profile_classifies_the_testbeds_links_without_injecting(testbed, tag):
     experiment = _experiment(testbed, tag, "profiled")
     saved = testbed / "profiled-snap.json"
     done = subprocess.run([LINKGRAD, "profile", str(experiment), "--duration", "6",
-                           "--report-interval", "2", "--save", str(saved), "--json"],
+                           "--report-interval", "2", "--output", str(saved), "--json"],
                           capture_output=True, text=True, timeout=120, env=env, check=False)
     assert done.returncode == 0, done.stderr
     # the testbed's hosts share this machine's kernel, and SNAP's budget with it

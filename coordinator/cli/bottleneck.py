@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from coordinator.cli.bottleneck_answer import BottleneckAnswer, answer_of, describe
 from coordinator.cli.command import Command
+from coordinator.cli.options import add_output
 from coordinator.cli.profile import check_between
 from coordinator.cli.terminal import terminal
 from coordinator.config.experiment import Experiment
@@ -61,10 +62,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds each summary covers: the t-tests' samples (default 0.5)")
     p.add_argument("--keep", action="store_true",
                    help="keep the files linkgrad made on the hosts (default: removed)")
-    p.add_argument("--save", type=Path, metavar="FILE",
-                   help="write both sides' lines, for --summaries later")
+    add_output(p, "write both sides' lines, for --summaries later", old="--save")
     p.add_argument("--summaries", type=Path, metavar="FILE",
-                   help="test a transfer's saved lines (--save): no hosts, no experiment")
+                   help="test a transfer's saved lines (--output): no hosts, no experiment")
     p.add_argument("--alpha", type=float, default=ALPHA,
                    help=f"the tests' level, split over the candidate's choice (default {ALPHA})")
 
@@ -83,8 +83,8 @@ def bottleneck_command(args: argparse.Namespace) -> int:
         print(answer.json_text())
     else:
         print(describe(answer))
-    if args.save is not None:  # after the answer: a transfer's answer is never lost to it
-        _save(args.save, lines)
+    if args.output is not None:  # after the answer: a transfer's answer is never lost to it
+        _save(args.output, lines)
     return 0
 
 
@@ -94,13 +94,13 @@ def _save(path: Path, lines: list[str]) -> None:
     try:
         write_whole(path, "".join(line + "\n" for line in lines))
     except OSError as e:
-        raise write_error(e, path, "--save") from e
+        raise write_error(e, path, "--output") from e
 
 
 def _only_summaries(args: argparse.Namespace) -> None:
     given = [option for option, value in (("EXPERIMENT", args.experiment),
                                           ("--from", args.source), ("--to", args.destination),
-                                          ("--size", args.size), ("--save", args.save))
+                                          ("--size", args.size), ("--output", args.output))
              if value is not None]
     if given:
         raise InputError(Problem(f"--summaries tests saved lines: give no {', '.join(given)}",
@@ -122,9 +122,9 @@ def _live(args: argparse.Namespace) -> tuple[BottleneckAnswer, list[str]]:
             f"--from and --to name the same path {source.path}: hosts that share a file system "
             "(a testbed's do) would write over the file being sent; give the copy another name",
             field="--to"))
-    if args.save is not None and not args.save.parent.is_dir():
-        raise InputError(Problem(f"no directory {args.save.parent} to write into",
-                                 str(args.save), field="--save"))
+    if args.output is not None and not args.output.parent.is_dir():
+        raise InputError(Problem(f"no directory {args.output.parent} to write into",
+                                 str(args.output), field="--output"))
     experiment = load_experiment(args.experiment)
     _check_hosts(experiment, args.experiment, source, destination)
     endpoints = check_local_files(experiment)
@@ -174,11 +174,11 @@ COMMANDS = (Command(
     "it spent moving them) is the candidate; one-sided t-tests against every other resource "
     "name it the bottleneck, or say which are statistically similar (Kissel et al. §IV.C). "
     "The disks are read and written with O_DIRECT, so the disk is measured, not the page "
-    "cache. --summaries FILE tests the lines a transfer saved with --save.",
+    "cache. --summaries FILE tests the lines a transfer saved with --output.",
     _arguments, bottleneck_command,
     epilog="examples:\n"
            "  linkgrad bottleneck exp.yaml --from client:/var/tmp/lg.bin "
            "--to web:/var/tmp/lg.copy\n"
            "  linkgrad bottleneck exp.yaml --from db:/data/dump.sql "
-           "--to app1:/var/tmp/dump.copy --save t.jsonl\n"
+           "--to app1:/var/tmp/dump.copy --output t.jsonl\n"
            "  linkgrad bottleneck --summaries t.jsonl --json"),)

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from coordinator.cli.command import Command
+from coordinator.cli.options import add_output
 from coordinator.cli.terminal import terminal
 from coordinator.config.experiment import Experiment
 from coordinator.config.experiment_file import load_experiment
@@ -33,7 +34,7 @@ from linkgrad.reading import problems_of
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", type=Path)
     p.add_argument("--count", type=int, default=100, help="connects per pair (default 100)")
-    p.add_argument("--out", type=Path, metavar="NOW.yaml", help="write the latencies file")
+    add_output(p, "write the latencies file", old="--out", metavar="NOW.yaml")
 
 
 def one_way_ms(rtts_s: list[float]) -> Estimate:
@@ -85,9 +86,9 @@ def _rtt_reply(text: str, what: str) -> RttAnswer:
 def latency_command(args: argparse.Namespace) -> int:
     if not 2 <= args.count <= 100_000:
         raise InputError(Problem(f"must be 2 to 100000, got {args.count}", field="--count"))
-    if args.out is not None and not args.out.parent.is_dir():
-        raise InputError(Problem(f"no directory {args.out.parent} to write into",
-                                 str(args.out), field="--out"))
+    if args.output is not None and not args.output.parent.is_dir():
+        raise InputError(Problem(f"no directory {args.output.parent} to write into",
+                                 str(args.output), field="--output"))
     experiment = load_experiment(args.experiment)
     ends = check_local_files(experiment)
     targets = {name: (end.hostname, end.port) for name, end in ends.items()}
@@ -102,12 +103,12 @@ def latency_command(args: argparse.Namespace) -> int:
     text = latencies_yaml(measured, f"linkgrad latency {args.experiment} at "
                           f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, "
                           f"{args.count} connects per pair")
-    if args.out:
+    if args.output:
         try:
-            args.out.write_text(text)
+            args.output.write_text(text)
         except OSError as e:
-            raise InputError(Problem(f"cannot write: {e.strerror or e}", str(args.out),
-                                     field="--out")) from e
+            raise InputError(Problem(f"cannot write: {e.strerror or e}", str(args.output),
+                                     field="--output")) from e
     if args.json:
         print(dumps({f"{a}<->{b}": {"mean_ms": e.mean, "se_ms": e.se}
                      for (a, b), e in sorted(measured.items())}))
@@ -125,5 +126,5 @@ COMMANDS = (
             "connects to its SSH port; one-way latency = mean RTT / 2, with its standard error. "
             "Writes the latencies file `linkgrad predict` reads.",
             _arguments, latency_command,
-            example="linkgrad latency experiments/testbed-quick.yaml --out now.yaml"),
+            example="linkgrad latency experiments/testbed-quick.yaml --output now.yaml"),
 )

@@ -1,4 +1,4 @@
-"""`linkgrad paths EXPERIMENT.yaml --duration 60 [--save-trace FILE] [--json]` (passive: every
+"""`linkgrad paths EXPERIMENT.yaml --duration 60 [--output-trace FILE] [--json]` (passive: every
 host's TCP messages captured while the experiment's workload runs) and `linkgrad paths
 --trace FILE` (offline, on a saved trace): WAP5's causal paths, their patterns, per-hop node
 and network delays, and each link's crossings on the critical path."""
@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from coordinator.cli.command import EXITS, Command
+from coordinator.cli.options import add_output, old_spelling
 from coordinator.cli.profile import check_between
 from coordinator.cli.terminal import terminal
 from coordinator.config.experiment_file import load_experiment
@@ -39,7 +40,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="experiment YAML: its hosts, ssh settings, workload, and web log (its "
                    "requests grouped by transaction); not with --trace")
     p.add_argument("--trace", type=Path, metavar="FILE",
-                   help="analyse a trace saved by --save-trace instead of capturing one")
+                   help="analyse a trace saved by --output-trace instead of capturing one")
     p.add_argument("--duration", type=float, default=60.0, metavar="S",
                    help="seconds to capture (default 60; Ctrl-C ends it early and keeps what "
                    "was seen)")
@@ -55,10 +56,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="linking takes at most this fraction of the capture's duration "
                    f"(default {DEFAULT_BUDGET:g}: 6 s for a minute); a node over its share is "
                    "linked greedily, then by §5.1, and the output says so")
-    p.add_argument("--save-trace", type=Path, metavar="FILE",
+    p.add_argument("--output-trace", type=Path, metavar="FILE",
                    help="also write the captured trace (JSON lines) for --trace later (the "
                    "web log is not in it: offline, no transactions)")
-    p.add_argument("--save", type=Path, metavar="FILE", help="write the analysis as JSON")
+    old_spelling(p, "--save-trace", "--output-trace", "output_trace", type=Path)
+    add_output(p, "write the analysis as JSON", old="--save")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -80,8 +82,8 @@ def paths_command(args: argparse.Namespace) -> int:
         hosts = list(read_trace(args.trace))
     else:
         hosts, problems, session = _capture(args, console)
-        if args.save_trace:
-            write_trace(args.save_trace, hosts)
+        if args.output_trace:
+            write_trace(args.output_trace, hosts)
     # progress on stderr, where --json leaves it silent
     progress = None if args.json else lambda g: console.print(escape(progress_line(g)))
     # the requests the web log saw during the capture, by transaction (none offline)
@@ -90,8 +92,8 @@ def paths_command(args: argparse.Namespace) -> int:
                               None if session is None else session.experiment.transactions,
                               progress=progress)
     result = replace(result, problems=tuple(problems), at=time.time())
-    if args.save:
-        RunDir(args.save.parent).write(args.save.name, result.as_json())
+    if args.output:
+        RunDir(args.output.parent).write(args.output.name, result.as_json())
     if args.json:
         print(dumps(result.as_json()))
     else:

@@ -1,4 +1,4 @@
-"""`linkgrad profile EXPERIMENT.yaml --duration 60 [--save FILE] [--json]`: SNAP alone, no
+"""`linkgrad profile EXPERIMENT.yaml --duration 60 [--output FILE] [--json]`: SNAP alone, no
 injection: every host's TCP connections profiled, classified (Table 2) and correlated (ACC)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from rich.markup import escape
 from coordinator.cli import snap_report
 from coordinator.cli.answer import Answer
 from coordinator.cli.command import EXITS, Command
+from coordinator.cli.options import add_output
 from coordinator.cli.snap_report import ResourceRow
 from coordinator.cli.terminal import terminal
 from coordinator.config.experiment_file import load_experiment
@@ -37,8 +38,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-upper", type=float, default=5.0, metavar="PCT",
                    help="the profiler's CPU budget on each host, percent of one core (SNAP "
                    "§7; default 5; the lower bound is 40%% of it)")
-    p.add_argument("--save", type=Path, metavar="FILE",
-                   help="write what was seen as a snap.json (as a run's)")
+    add_output(p, "write what was seen as a snap.json (as a run's)", old="--save")
 
 
 def check_between(value: float, lo: float, hi: float, option: str, unit: str = " s") -> None:
@@ -67,8 +67,8 @@ def profile_command(args: argparse.Namespace) -> int:
         console.print(f"[yellow]{escape(lost)}")
     hosts = {**session.addresses, **session.ipv6_addresses}
     snap = snap_file(session.profiling, session.snap_reports, hosts)
-    if args.save:
-        RunDir(args.save.parent).write(args.save.name, snap.model_dump(mode="json",
+    if args.output:
+        RunDir(args.output.parent).write(args.output.name, snap.model_dump(mode="json",
                                                                        by_alias=True))
     summary = _summary(snap, problems)
     if args.json:
@@ -116,7 +116,7 @@ def _resources(snap: SnapFile) -> list[ResourceRow]:
                             connections=0, problems_s={})]
 
 
-SHOWN = 10  # links and shared resources on the terminal; --json and --save hold them all
+SHOWN = 10  # links and shared resources on the terminal; --json and --output hold them all
 
 
 def profile_text(summary: ProfileAnswer, experiment: Path, duration_s: float) -> str:
@@ -150,7 +150,7 @@ def profile_text(summary: ProfileAnswer, experiment: Path, duration_s: float) ->
             lines.append(f"  and {len(shared) - SHOWN} more")
     lines += [*(f"not ranked: {r.resource.removeprefix('not ranked: ')}"
                 for r in summary.resources if r.acc is None),
-              "every link and resource: --json, or --save FILE",
+              "every link and resource: --json, or --output FILE",
               f"next: linkgrad run {experiment} (the gradients say whether these links "
               "matter to the response times)"]
     return "\n".join(lines)

@@ -50,7 +50,7 @@ def _paths_section(run_dir: Path, e: Explanation | None) -> list[str]:
     except InputError as err:  # a file an older linkgrad wrote: the rest of the report stands
         return ["<h2>Causal paths</h2>",
                 f"<p>paths.json cannot be read: {html.escape(str(err))}. <code>linkgrad paths "
-                "--trace RUN/paths-trace.jsonl --save RUN/paths.json</code> remakes it from "
+                "--trace RUN/paths-trace.jsonl --output RUN/paths.json</code> remakes it from "
                 "the run's trace.</p>"]
 
 

@@ -16,6 +16,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from coordinator.cli.command import Command, CommandGroup
+from coordinator.cli.options import add_output
 from coordinator.config.topology_file import load_topology
 from linkgrad.errors import InputError, Problem, RuntimeFailure
 from testbed import nginx
@@ -75,7 +76,7 @@ def _load_arguments(p: argparse.ArgumentParser) -> None:
                    help="closed loop: mean exponential think time in s (default 0.5)")
     p.add_argument("--duration", type=float, default=30.0, help="seconds (default 30)")
     p.add_argument("--mix", help="/PATH=WEIGHT,... (default: every transaction, equal weight)")
-    p.add_argument("--out", type=Path, help="CSV of the client-side latencies")
+    add_output(p, "CSV of the client-side latencies", old="--out")
     _tag_arguments(p)
 
 
@@ -182,8 +183,8 @@ def _load(args: argparse.Namespace) -> OpenLoopSummary | ClosedLoopSummary:
         argv += ["--clients", str(args.clients), "--think-s", str(args.think_s)]
     else:
         argv += ["--rate", str(args.rate if args.rate is not None else 20.0)]
-    if args.out:
-        argv += [f"--out={args.out.resolve()}"]  # `=`: a value may start with `-`
+    if args.output:
+        argv += [f"--out={args.output.resolve()}"]  # `=`: a value may start with `-`
     done = subprocess.run(argv, capture_output=True, text=True, timeout=args.duration + 120,
                           check=False)
     if done.returncode != 0:
@@ -314,7 +315,7 @@ COMMANDS = (
                  "open-loop Poisson arrivals at --rate requests/s, or a closed loop of "
                  "--clients users who each think --think-s on average between a response and "
                  "their next request (throughput then falls when responses slow, as with real "
-                 "users); --out keeps the client-side latencies.",
+                 "users); --output keeps the client-side latencies.",
                  _load_arguments, testbed_command,
                  example="linkgrad testbed load --clients 8 --duration 60"),
          Command("routes", "install a routing policy in the front end (nginx)",

@@ -110,14 +110,14 @@ def run_latencies(latencies_file: Path | None, run_dirs: list[Path], hosts: Iter
     if missing:
         raise InputError([Problem(
             "no paths.json to take the current latencies from: give --latencies FILE "
-            "(measure it with `linkgrad latency EXPERIMENT.yaml --out now.yaml`)", str(f),
+            "(measure it with `linkgrad latency EXPERIMENT.yaml --output now.yaml`)", str(f),
             field="--latencies") for f in missing])
     delays = link_delays(read_paths_file(f) for f in files)
     if not delays:
         raise InputError(Problem(
             "its causal paths have no network delay (a host not traced, or the clocks not "
             "related): give --latencies FILE (measure it with `linkgrad latency "
-            "EXPERIMENT.yaml --out now.yaml`)", ", ".join(map(str, files)), field="--latencies"))
+            "EXPERIMENT.yaml --output now.yaml`)", ", ".join(map(str, files)), field="--latencies"))
     found = path_latencies(delays, hosts)
     source = " and ".join(map(str, files))
     note = (f"latencies from the causal paths' network delays in {source} (every host its "

@@ -18,7 +18,7 @@ _PATHS = TypeAdapter(PathsResult)
 
 
 def read_paths_file(path: Path) -> PathsResult:
-    """A run's paths.json, or one `linkgrad paths --save` wrote."""
+    """A run's paths.json, or one `linkgrad paths --output` wrote."""
     data = read_run_file(path, "the causal paths")
     try:
         return _PATHS.validate_python(data)

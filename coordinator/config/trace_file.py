@@ -1,4 +1,4 @@
-"""A saved message trace (`linkgrad paths --save-trace`, a run's paths-trace.jsonl): one JSON
+"""A saved message trace (`linkgrad paths --output-trace`, a run's paths-trace.jsonl): one JSON
 line per traced host, its name, addresses, listening sockets, messages and the connections
 it saw opened, after a format line; read back for `linkgrad paths --trace`."""
 

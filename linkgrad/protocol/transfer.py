@@ -2,7 +2,7 @@
 and read here only: the receiver's `ready` (its port), one `calipers` line per interval and
 side (each resource's calipers over that interval), a last `done` line, or an `error`.
 
-A saved transfer is both sides' lines in one file (`linkgrad bottleneck --save`); `read_lines`
+A saved transfer is both sides' lines in one file (`linkgrad bottleneck --output`); `read_lines`
 reads it back strictly, each problem at its line, and `tput_i` gives each resource's mean
 instantaneous throughput per interval, which `linkgrad.bottleneck` tests.
 """
@@ -102,7 +102,7 @@ def read_lines(text: str, source: str) -> list[TransferInterval]:
         if isinstance(parsed, TransferInterval):
             intervals.append(parsed)
     problems = [Problem(f"no {side} side's `done` line: save both sides' lines of a whole "
-                        "transfer (linkgrad bottleneck --save)", source)
+                        "transfer (linkgrad bottleneck --output)", source)
                 for side in SIDES
                 if not any(i.side == side and i.event == "done" for i in intervals)]
     if problems:

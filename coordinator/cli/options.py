@@ -1,0 +1,39 @@
+"""Options spelled the same in every command, and the old spellings they replace."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_output", "old_spelling"]
+
+
+class _OldSpelling(argparse.Action):
+    """An option's former spelling: it works for this release, with a note on stderr."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(f"linkgrad: {option_string} is now {self.new} (the old spelling goes after this "
+              "release)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def old_spelling(p: argparse.ArgumentParser, old: str, new: str, dest: str,
+                 **kwargs: Any) -> None:
+    """`old` as a hidden alias of the option `new` (stored in `dest`)."""
+    p.add_argument(old, dest=dest, action=_OldSpelling, new=new, help=argparse.SUPPRESS,
+                   default=argparse.SUPPRESS, **kwargs)
+
+
+def add_output(p: argparse.ArgumentParser, what: str, old: str | None = None,
+               metavar: str = "FILE") -> None:
+    """`--output FILE` (args.output): the one spelling of a command's output file."""
+    p.add_argument("--output", type=Path, metavar=metavar, help=what)
+    if old is not None:
+        old_spelling(p, old, "--output", "output", type=Path, metavar=metavar)
