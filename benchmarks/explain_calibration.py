@@ -27,11 +27,10 @@ from pathlib import Path
 
 from benchmarks.results_md import update_section
 from coordinator.config.experiment import Paths
-from coordinator.config.trace_file import read_trace
+from coordinator.config.trace_file import TRACE_FILE, read_trace
 from coordinator.explain.calibration_points import SHIPPED
 from coordinator.explain.rows import explained_rows, least_delay
 from coordinator.explain.run import RunFiles, load_run_files
-from coordinator.live.paths_evidence import TRACE_FILE
 from linkgrad.explain.calibration import Z95, CalibrationPoint, fit_calibration, measured_se
 from linkgrad.paths.from_hosts import paths_from_hosts
 from linkgrad.paths.result import PathsResult

@@ -46,7 +46,7 @@ CATALOG: tuple[Entry, ...] = (
     Entry("regress", "coordinator.cli.regress",
           "nightly regression: run a suite on a fresh testbed, compare with the baseline"),
     Entry("export", "coordinator.cli.export",
-          "export a run to Prometheus (node_exporter) or perfSONAR"),
+          "export a run to Prometheus, perfSONAR or OpenTelemetry"),
     Entry("bottleneck", "coordinator.cli.bottleneck",
           "which resource limits a disk-to-disk transfer between two hosts"),
 )

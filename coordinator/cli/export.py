@@ -16,14 +16,24 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import write_to_textfile
+from rich.markup import escape
 
 from coordinator.cli.command import Command
+from coordinator.cli.terminal import terminal
+from coordinator.cli.traces_out import otlp_dry_run, send_request_traces
+from coordinator.config.run_dir import read_record
+from coordinator.config.run_records import ExperimentAsRun
+from coordinator.config.run_weblog import read_run_weblog
 from coordinator.config.strict_json import dumps
+from coordinator.config.trace_file import TRACE_FILE, read_trace
 from coordinator.export import archive_put, esmond, perfsonar, prometheus
+from coordinator.export.otlp import check_endpoint
 from coordinator.export.proxy_auth import authorization, redacted
 from coordinator.export.source import RunExport, read_run
 from coordinator.regress.files import write_error, write_whole
 from linkgrad.errors import InputError, Problem
+from linkgrad.paths.budget import progress_line
+from linkgrad.paths.from_hosts import link_hosts
 from linkgrad.reading import read_text
 
 WIDTH = 80
@@ -33,8 +43,10 @@ Exports a run directory's results: to a Prometheus text file for node_exporter's
 collector (each link's gradient per transaction with its 95% interval, SNAP's seconds per
 class and phase, the host probes' metrics in node_exporter's names), to a perfSONAR 5 archive
 (one pScheduler-shaped record per link measurement, PUT to its Logstash), or to a file of
-esmond metadata and data documents (perfSONAR 4's archive). Files are written whole or not at
-all."""
+esmond metadata and data documents (perfSONAR 4's archive), or, to an OpenTelemetry collector
+(Jaeger, Tempo, any OTLP back end), every request of the run's causal-path capture as a trace,
+linked again from paths-trace.jsonl within the run's linking budget and named by the
+transactions of its saved web log. Files are written whole or not at all."""
 
 EPILOG = """\
 examples:
@@ -42,6 +54,7 @@ examples:
   linkgrad export runs/shop-20260301-1200 --perfsonar https://archive.example/logstash \\
       --auth-file /etc/perfsonar/logstash/proxy_auth.json
   linkgrad export runs/shop-20260301-1200 --esmond shop-esmond.json
+  linkgrad export runs/shop-20260301-1200 --otlp http://localhost:4318
   linkgrad export runs/shop-20260301-1200 --perfsonar https://archive.example/logstash --dry-run"""
 
 
@@ -55,6 +68,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         "(https://ARCHIVE/logstash)")
     target.add_argument("--esmond", type=Path, metavar="FILE",
                         help="write esmond metadata and data documents (perfSONAR 4's archive)")
+    target.add_argument("--otlp", metavar="URL",
+                        help="send every request the run's causal-path trace links as an "
+                        "OpenTelemetry trace over OTLP/HTTP to this base endpoint "
+                        "(http://COLLECTOR:4318; /v1/traces is appended; the "
+                        "OTEL_EXPORTER_OTLP_* variables apply)")
     p.add_argument("--auth-file", type=Path, metavar="F",
                    help="with --perfsonar: Basic auth from a file shaped like perfSONAR's "
                    "/etc/perfsonar/logstash/proxy_auth.json")
@@ -180,13 +198,48 @@ def _summary(done: dict[str, Any], run: RunExport) -> None:
              "answers.")
 
 
+def _to_otlp(args: argparse.Namespace) -> int:
+    """The run's requests as traces: its trace linked again (a run keeps patterns, not each
+    request's tree), as the run linked it, named by the transactions of its web log."""
+    url = check_endpoint(args.otlp, "--otlp")
+    run_dir: Path = args.run_dir
+    if not run_dir.is_dir():
+        raise InputError(Problem("no such run directory", str(run_dir)))
+    trace_path = run_dir / TRACE_FILE
+    if not trace_path.exists():
+        raise InputError(Problem("the run has no causal-path trace to send (its experiment "
+                                 "had paths off, or no host could be traced)", str(trace_path)))
+    experiment_path = run_dir / "experiment.json"
+    experiment = read_record(experiment_path, ExperimentAsRun, "the experiment as run") \
+        if experiment_path.exists() else ExperimentAsRun()
+    hosts = list(read_trace(trace_path))
+    console = terminal(stderr=True)
+    p = experiment.paths
+    linked = link_hosts(hosts, p.linker, p.window_s, p.budget,
+                        read_run_weblog(run_dir, experiment), experiment.transactions,
+                        progress=None if args.json or args.dry_run else
+                        lambda g: console.print(escape(progress_line(g))))
+    if args.dry_run:
+        print(dumps({"dry_run": True, "target": "otlp", "url": url,
+                     "body": otlp_dry_run(linked)}, indent=None, note=False))
+        return 0
+    said = send_request_traces(url, linked)
+    if args.json:
+        print(dumps({"target": "otlp", "url": url, "said": said}))
+    else:
+        print(said)
+    return 0
+
+
 def export_command(args: argparse.Namespace) -> int:
     if args.auth_file is not None and args.perfsonar is None:
         raise InputError(Problem("only with --perfsonar", field="--auth-file"))
     if args.insecure and args.perfsonar is None:
         raise InputError(Problem("only with --perfsonar", field="--insecure"))
-    if args.observer is not None and args.prometheus is not None:
+    if args.observer is not None and (args.prometheus is not None or args.otlp is not None):
         raise InputError(Problem("only with --perfsonar or --esmond", field="--observer"))
+    if args.otlp is not None:
+        return _to_otlp(args)
     run = read_run(args.run_dir, hosts=args.prometheus is not None)
     if not run.links:
         raise InputError(Problem("no link measured yet: nothing to export",
@@ -203,5 +256,5 @@ def export_command(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (Command("export", "export a run to Prometheus (node_exporter) or perfSONAR",
+COMMANDS = (Command("export", "export a run to Prometheus, perfSONAR or OpenTelemetry",
                     DESCRIPTION, _arguments, export_command, epilog=EPILOG),)

@@ -17,16 +17,18 @@ from coordinator.cli.command import EXITS, Command
 from coordinator.cli.options import add_output, old_spelling
 from coordinator.cli.profile import check_between
 from coordinator.cli.terminal import terminal
+from coordinator.cli.traces_out import otlp_dry_run, send_request_traces
 from coordinator.config.experiment_file import load_experiment
 from coordinator.config.run_dir import RunDir
 from coordinator.config.strict_json import dumps
 from coordinator.config.trace_file import read_trace, write_trace
+from coordinator.export.otlp import check_endpoint
 from coordinator.live.paths_evidence import host_traces, web_log_now
 from coordinator.live.session import Session, check_local_files, observe
 from linkgrad.errors import InputError, Problem
 from linkgrad.paths.analysis import DEFAULT_BUDGET, LINKERS
 from linkgrad.paths.budget import linking_lines, progress_line
-from linkgrad.paths.from_hosts import paths_from_hosts
+from linkgrad.paths.from_hosts import link_hosts, paths_of
 from linkgrad.paths.reconcile import HostTrace
 from linkgrad.paths.result import HopResult, PathsResult, PatternResult
 from linkgrad.protocol.trace import TraceRequest
@@ -61,6 +63,12 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    "web log is not in it: offline, no transactions)")
     old_spelling(p, "--save-trace", "--output-trace", "output_trace", type=Path)
     add_output(p, "write the analysis as JSON", old="--save")
+    p.add_argument("--otlp", metavar="URL",
+                   help="also send every request's tree as an OpenTelemetry trace over OTLP/HTTP "
+                   "to this base endpoint (http://COLLECTOR:4318; /v1/traces is appended); "
+                   "the OTEL_EXPORTER_OTLP_* variables (headers, timeout, certificates) apply")
+    p.add_argument("--dry-run", action="store_true",
+                   help="with --otlp: print the traces as OTLP/JSON on stdout, send nothing")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -71,6 +79,10 @@ def _check(args: argparse.Namespace) -> None:
     check_between(args.report_interval, 0.1, 3600, "--report-interval")
     check_between(args.window, 0.001, 3600, "--window")
     check_between(args.budget, 0.001, 100, "--budget")
+    if args.dry_run and args.otlp is None:
+        raise InputError(Problem("only with --otlp URL", field="--dry-run"))
+    if args.otlp is not None:  # before a capture, not after it
+        args.otlp_traces_url = check_endpoint(args.otlp, "--otlp")
 
 
 def paths_command(args: argparse.Namespace) -> int:
@@ -87,17 +99,24 @@ def paths_command(args: argparse.Namespace) -> int:
     # progress on stderr, where --json leaves it silent
     progress = None if args.json else lambda g: console.print(escape(progress_line(g)))
     # the requests the web log saw during the capture, by transaction (none offline)
-    result = paths_from_hosts(hosts, args.linker, args.window, args.budget,
-                              None if session is None else web_log_now(session),
-                              None if session is None else session.experiment.transactions,
-                              progress=progress)
-    result = replace(result, problems=tuple(problems), at=time.time())
+    linked = link_hosts(hosts, args.linker, args.window, args.budget,
+                        None if session is None else web_log_now(session),
+                        None if session is None else session.experiment.transactions,
+                        progress=progress)
+    result = replace(paths_of(linked, args.linker, args.window), problems=tuple(problems),
+                     at=time.time())
     if args.output:
         RunDir(args.output.parent).write(args.output.name, result.as_json())
+    if args.otlp is not None and args.dry_run:
+        print(dumps(otlp_dry_run(linked), indent=None, note=False))  # a body for curl -d
+        return 0 if not problems else 1
     if args.json:
         print(dumps(result.as_json()))
     else:
         _print(console, result)
+    if args.otlp is not None:  # after the answer: a collector that is down loses no analysis
+        said = send_request_traces(args.otlp_traces_url, linked)
+        (console.print if args.json else print)(said)
     return 0 if not problems else 1
 
 

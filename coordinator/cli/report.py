@@ -20,27 +20,11 @@ from coordinator.cli import (
 )
 from coordinator.config.run_dir import read_measurements, read_record
 from coordinator.config.run_records import ExperimentAsRun, LinkMeasurement, PlanFile, RunJournal
+from coordinator.config.run_weblog import read_run_weblog
 from coordinator.explain.answer import Explanation
 from coordinator.explain.run import explain_run
-from linkgrad.errors import InputError, Problem, RuntimeFailure
+from linkgrad.errors import InputError, RuntimeFailure
 from linkgrad.transactions import group_by_transaction, patterns_from
-from linkgrad.weblog.model import RequestLog
-from linkgrad.weblog.read import bounded_lines, choose_format, line_parser
-
-
-def _weblog(run_dir: Path, experiment: ExperimentAsRun) -> RequestLog | None:
-    """The run's saved requests, or None when there are none to draw."""
-    weblog, path = experiment.web_log, run_dir / "weblog.log"
-    if weblog is None or not path.exists():
-        return None
-    parse, _ = line_parser(choose_format(Path(weblog.path), weblog.format, weblog.log_format),
-                           weblog.log_format)
-    try:  # the server's bytes as they came: a bad byte is a malformed line, counted there
-        with path.open(encoding="utf-8", errors="surrogateescape", newline="") as f:
-            lines = list(bounded_lines(f, path))  # /dev/zero is no log to read whole
-    except OSError as e:
-        raise InputError(Problem(f"cannot read: {e.strerror or e}", str(path))) from e
-    return parse(lines, str(path)) if lines else None
 
 
 def _paths_section(run_dir: Path, e: Explanation | None) -> list[str]:
@@ -90,7 +74,7 @@ def write_report(run_dir: Path, interrupted: str | None = None) -> Path:
     journal = read_record(run_dir / "run.json", RunJournal, "how the run went")
     plan = read_record(run_dir / "plan.json", PlanFile, "the square wave's plan")
     links = read_measurements(run_dir / "gradients.json")
-    log = _weblog(run_dir, experiment)
+    log = read_run_weblog(run_dir, experiment)
     patterns = patterns_from(experiment.transactions)
     groups = group_by_transaction(log.url, patterns) if log is not None else {}
     parts = [f"<h1>{html.escape(experiment.name)}</h1>"]

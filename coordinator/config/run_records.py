@@ -261,6 +261,14 @@ class WebLogAsRun(_ReadBack):
     log_format: Str | None = None
 
 
+class PathsAsRun(_ReadBack):
+    """How the run linked its causal paths (`experiment.paths`), to link its trace again."""
+
+    linker: Literal["context", "wap5", "fcfs"] = "context"
+    window_s: Float = Field(2.0, ge=0.001, le=3600)
+    budget: Float = Field(0.1, gt=0, le=100)
+
+
 def _regexes(transactions: dict[str, str]) -> dict[str, str]:
     for name, pattern in transactions.items():
         compile_regex(pattern, f"transaction {name!r}")
@@ -281,6 +289,7 @@ class ExperimentAsRun(_ReadBack):
     web_log: WebLogAsRun | None = None
     transactions: Annotated[dict[Str, Str], AfterValidator(_regexes)] = Field(
         default_factory=dict)
+    paths: PathsAsRun = Field(default_factory=PathsAsRun)
 
 
 class PlanFile(_ReadBack):

@@ -15,6 +15,7 @@ from linkgrad.paths.messages import NO_THREAD
 from linkgrad.paths.reconcile import HostRecord, HostTrace
 
 TRACE_FORMAT = "linkgrad-trace/1"
+TRACE_FILE = "paths-trace.jsonl"  # in a run directory
 
 
 def write_trace(path: Path, hosts: list[HostTrace]) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from coordinator.config.run_dir import RunDir
-from coordinator.config.trace_file import write_trace
+from coordinator.config.trace_file import TRACE_FILE, write_trace
 from coordinator.live.session import Session
 from coordinator.live.trace_events import host_trace
 from linkgrad.paths.budget import linking_lines, progress_line
@@ -17,7 +17,6 @@ from linkgrad.paths.reconcile import HostTrace
 from linkgrad.protocol.trace import TraceRequest
 from linkgrad.weblog.model import RequestLog
 
-TRACE_FILE = "paths-trace.jsonl"
 PATHS_FILE = "paths.json"
 
 

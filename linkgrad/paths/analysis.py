@@ -9,11 +9,12 @@ the skew out of the network delays (§5.2). The result is a `PathsResult`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
-from linkgrad.paths.budget import Budget, Progress
-from linkgrad.paths.clocks import clock_offsets
+from linkgrad.paths.budget import Budget, Fallback, Progress
+from linkgrad.paths.clocks import ClockOffsets, clock_offsets
 from linkgrad.paths.hidden_workers import Fold, fold_hidden_workers
 from linkgrad.paths.instances import PathInstance, path_instances
 from linkgrad.paths.messages import Trace
@@ -36,9 +37,12 @@ from linkgrad.paths.wap5 import (
 __all__ = [
     "DEFAULT_BUDGET",
     "LINKERS",
+    "Linked",
     "analyse",
     "client_requests",
+    "link",
     "match_requests",
+    "summarize",
     "trace_duration_s",
 ]
 
@@ -51,19 +55,31 @@ LINKERS: dict[str, Callable[[Trace, LinkingSettings], LinkProbabilities]] = {
 }
 
 
-def analyse(trace: Trace, linker: str = "context",
-            settings: LinkingSettings = DEFAULT_LINKING, max_patterns: int = 200,
-            transaction_of: Mapping[int, str] | None = None,
-            budget: float | None = DEFAULT_BUDGET,
-            progress: Callable[[Progress], None] | None = None,
-            folds: list[Fold] | None = None) -> PathsResult:
-    """paths.json for `trace`, but for the capture's fields its writer adds: patterns by
-    score, with the hosts' clock offsets; with `transaction_of` (root message ->
-    transaction), the patterns of each transaction too.
-    Context linking takes at most `budget` times the trace's duration (None: no limit),
-    saying what it cut (`fallbacks`); `progress` hears how it goes, about once a second.
-    `folds`: the trace's hidden workers already folded (`fold_hidden_workers`, before its
-    requests were matched to the web log); None: folded here."""
+@dataclass(frozen=True, eq=False)
+class Linked:
+    """A trace linked: its messages' link probabilities, each root's likeliest instance (the
+    requests' trees), the hosts' clock offsets, and what linking took and cut."""
+
+    trace: Trace  # hidden workers folded
+    folds: tuple[Fold, ...]
+    probs: LinkProbabilities
+    roots: int  # trees built (every root's)
+    best: tuple[PathInstance, ...]  # each root's likeliest instance, roots in time order
+    offsets: ClockOffsets
+    duration_s: float
+    budget: LinkingBudget
+    fallbacks: tuple[Fallback, ...]
+
+
+def link(trace: Trace, linker: str = "context", settings: LinkingSettings = DEFAULT_LINKING,
+         budget: float | None = DEFAULT_BUDGET,
+         progress: Callable[[Progress], None] | None = None,
+         folds: list[Fold] | None = None) -> Linked:
+    """`trace` linked into request trees. Context linking takes at most `budget` times the
+    trace's duration (None: no limit), saying what it cut (`fallbacks`); `progress` hears how
+    it goes, about once a second. `folds`: the trace's hidden workers already folded
+    (`fold_hidden_workers`, before its requests were matched to the web log); None: folded
+    here."""
     if linker not in LINKERS:
         raise ValueError(f"linker {linker!r}: expected one of {sorted(LINKERS)}")
     if folds is None:
@@ -78,8 +94,33 @@ def analyse(trace: Trace, linker: str = "context",
         probs = LINKERS[linker](trace, settings)
     linking_s = limit.elapsed_s()
     per_root = path_instances(probs, settings)
-    offsets = clock_offsets(trace)
-    best = [inst[0] for inst in per_root if inst]
+    return Linked(trace=trace, folds=tuple(folds), probs=probs, roots=len(per_root),
+                  best=tuple(inst[0] for inst in per_root if inst),
+                  offsets=clock_offsets(trace), duration_s=duration_s,
+                  budget=LinkingBudget(fraction=budget, seconds=limit.seconds,
+                                       linking_s=round(linking_s, 3),
+                                       passes_cut=limit.passes_cut),
+                  fallbacks=tuple(limit.fallbacks))
+
+
+def analyse(trace: Trace, linker: str = "context",
+            settings: LinkingSettings = DEFAULT_LINKING, max_patterns: int = 200,
+            transaction_of: Mapping[int, str] | None = None,
+            budget: float | None = DEFAULT_BUDGET,
+            progress: Callable[[Progress], None] | None = None,
+            folds: list[Fold] | None = None) -> PathsResult:
+    """paths.json for `trace`, but for the capture's fields its writer adds: patterns by
+    score, with the hosts' clock offsets; with `transaction_of` (root message ->
+    transaction), the patterns of each transaction too. Linking as `link` does it."""
+    return summarize(link(trace, linker, settings, budget, progress, folds), linker, settings,
+                     max_patterns, transaction_of)
+
+
+def summarize(linked: Linked, linker: str, settings: LinkingSettings,
+              max_patterns: int = 200, transaction_of: Mapping[int, str] | None = None
+              ) -> PathsResult:
+    """paths.json of a linked trace (`analyse`)."""
+    trace, offsets, best = linked.trace, linked.offsets, linked.best
     patterns = aggregate(best, trace, offsets)
     m = trace.messages
     by_transaction: dict[str, tuple[PatternResult, ...]] = {}
@@ -96,7 +137,7 @@ def analyse(trace: Trace, linker: str = "context",
     return PathsResult(
         linker=linker, settings=settings, messages=len(m),
         nil_send=int(np.isnan(m.send_s).sum()), nil_receive=int(np.isnan(m.recv_s).sum()),
-        roots=len(per_root),
+        roots=linked.roots,
         hosts={h: HostClock(clock_offset_s=finite(offsets.offset_s[i]),
                             clock_reference=(trace.hosts[offsets.reference[i]]
                                              if offsets.reference[i] >= 0 else None))
@@ -104,10 +145,8 @@ def analyse(trace: Trace, linker: str = "context",
         patterns=tuple(PatternResult.of(p) for p in patterns[:max_patterns]),
         patterns_left_out=max(0, len(patterns) - max_patterns),
         transactions=by_transaction, transaction_requests=requests_of,
-        duration_s=duration_s,
-        budget=LinkingBudget(fraction=budget, seconds=limit.seconds,
-                             linking_s=round(linking_s, 3), passes_cut=limit.passes_cut),
-        fallbacks=tuple(limit.fallbacks), folded=tuple(folds))
+        duration_s=linked.duration_s, budget=linked.budget, fallbacks=linked.fallbacks,
+        folded=linked.folds)
 
 
 def trace_duration_s(trace: Trace) -> float:

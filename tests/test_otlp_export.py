@@ -1,0 +1,183 @@
+"""Causal paths as OpenTelemetry traces: `paths --otlp` and `export --otlp` POST to a local
+OTLP/HTTP receiver that decodes with opentelemetry-proto, as a collector does. A saved trace
+of the testbed (tests/data/paths/trace.jsonl: client, web, app1, db) gives the requests."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli.main import main
+from coordinator.config.trace_file import read_trace
+from coordinator.export.otlp import check_endpoint
+from linkgrad.errors import InputError
+from linkgrad.paths.analysis import client_requests
+from linkgrad.paths.from_hosts import link_hosts
+from linkgrad.paths.spans import RequestTraces, request_traces
+from tests.fakes.otlp_receiver import ReceivedSpan, otlp_receiver
+
+TRACE = Path(__file__).parent / "data" / "paths" / "trace.jsonl"
+
+
+def _traces() -> RequestTraces:
+    linked = link_hosts(list(read_trace(TRACE)), "context", 2.0, None)
+    return request_traces(linked.linked)
+
+
+def _check_shape(spans: list[ReceivedSpan]) -> None:
+    """One root, the front end's server span; every parent in the trace; a server span
+    inside its client span; a client span under a server span of its own node."""
+    by_id = {s.span_id: s for s in spans}
+    assert len(by_id) == len(spans)
+    roots = [s for s in spans if s.parent_id is None]
+    assert len(roots) == 1, spans
+    assert (roots[0].kind, roots[0].service) == ("server", "web/nginx")
+    for s in spans:
+        assert s.start_ns <= s.end_ns
+        assert s.attributes["linkgrad.label"]
+        assert "->" in s.attributes["linkgrad.link"]
+        assert 0 <= s.attributes.get("linkgrad.link_probability", 0) <= 1
+        if s.parent_id is None:
+            continue
+        parent = by_id[s.parent_id]
+        if s.kind == "server":
+            assert parent.kind == "client"
+            assert parent.attributes["peer.service"] == s.service
+            assert parent.start_ns <= s.start_ns <= s.end_ns <= parent.end_ns, (parent, s)
+        else:
+            assert parent.kind == "server"
+            assert parent.service == s.service  # made by the node the request came to
+            assert s.start_ns >= parent.start_ns
+
+
+def test_each_request_is_a_trace_of_nested_server_and_client_spans():
+    got = _traces()
+    linked = link_hosts(list(read_trace(TRACE)), "context", 2.0, None).linked
+    # every tree from a client's request is a trace; the rest are counted, not sent
+    from_clients = set(client_requests(linked.trace).tolist())
+    assert len(got.traces) == sum(i.root in from_clients for i in linked.best)
+    assert len(got.traces) + got.fragments == len(linked.best)
+    assert len({t.trace_id for t in got.traces}) == len(got.traces)
+    full = 0
+    for t in got.traces:
+        spans = [ReceivedSpan(f"{s.trace_id:032x}", f"{s.span_id:016x}",
+                              None if s.parent_id is None else f"{s.parent_id:016x}", s.name,
+                              s.kind, s.service, s.start_ns, s.end_ns, s.attributes)
+                 for s in t.spans]
+        _check_shape(spans)
+        names = [s.name for s in t.spans]
+        # web -> app1 -> db and back: the testbed's call structure, spans for both ends
+        if "app1/python->db/postgres:5432" in names:
+            full += 1
+            assert names[:3] == ["web/nginx:80", "web/nginx->app1/python:8000",
+                                 "app1/python:8000"]
+            assert "db/postgres:5432" in names
+            root = t.spans[0]
+            assert root.attributes["client.port"] > 0
+            if root.attributes.get("linkgrad.reply_seen", True):  # the front end's own time
+                assert root.attributes["linkgrad.node_delay_s"] >= 0
+    assert full >= len(got.traces) // 2
+    assert got.traces == _traces().traces  # the same ids again: a re-export is the same
+
+
+def test_paths_otlp_sends_what_its_dry_run_prints(capsys):
+    with otlp_receiver() as receiver:
+        assert main(["paths", "--trace", str(TRACE), "--otlp", receiver.url]) == 0
+        out = capsys.readouterr().out
+        assert main(["paths", "--trace", str(TRACE), "--otlp", receiver.url + "/"]) == 0
+        capsys.readouterr()
+    assert {p for p in receiver.posts} == {("/v1/traces", "application/x-protobuf")}
+    expected = _traces()
+    traces = receiver.traces()
+    assert len(traces) == len(expected.traces)
+    assert all(len(spans) == 2 * len(t.spans) for t, spans in  # sent twice, the same ids
+               zip(expected.traces, (traces[f"{t.trace_id:032x}"] for t in expected.traces),
+                   strict=True))
+    for spans in traces.values():
+        _check_shape([s for s in spans[:len(spans) // 2]])
+    assert f"Sent {len(expected.traces)} traces" in out
+    assert f"to {receiver.url}/v1/traces" in " ".join(out.split())
+    assert "\nnext: " in out
+    # --dry-run: the same request as OTLP/JSON (ids in hex), nothing sent
+    assert main(["paths", "--trace", str(TRACE), "--otlp", "http://127.0.0.1:9",
+                 "--dry-run"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    printed = Counter(s["traceId"] for r in body["resourceSpans"] for ss in r["scopeSpans"]
+                      for s in ss["spans"])
+    assert {k: 2 * v for k, v in printed.items()} == {k: len(v) for k, v in traces.items()}
+    services = {a["value"]["stringValue"] for r in body["resourceSpans"]
+                for a in r["resource"]["attributes"] if a["key"] == "service.name"}
+    assert services == {"web/nginx", "app1/python", "db/postgres"}
+
+
+def test_export_names_each_request_by_its_transaction(tmp_path, capsys):
+    """A run directory's trace linked again, each request named from the run's web log."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(TRACE, run / "paths-trace.jsonl")
+    linked = link_hosts(list(read_trace(TRACE)), "context", 2.0, 0.1).linked
+    m, replies = linked.trace.messages, linked.trace.is_reply()
+    rows = []  # as the front end logs them: arrival, and the time to its answer's last byte
+    for i, r in enumerate(client_requests(linked.trace).tolist()):
+        answer = next((x for x in range(r + 1, len(m))
+                       if m.conn[x] == m.conn[r] and replies[x]), None)
+        ms = 1e3 * (m.send_s[answer] - m.recv_s[r]) if answer is not None else 1.0
+        rows.append(f"{m.recv_s[r]:.6f},{ms:.3f},/{'ab'[i % 2]}/{i}")
+    (run / "weblog.log").write_text("start_unix_s,response_ms,url\n" + "\n".join(rows) + "\n")
+    (run / "experiment.json").write_text(json.dumps({
+        "name": "shop", "web_log": {"path": "/var/log/shop.csv", "format": "csv"},
+        "transactions": {"A": "^/a/", "B": "^/b/"}}))
+    with otlp_receiver() as receiver:
+        assert main(["export", str(run), "--otlp", receiver.url]) == 0
+    out = capsys.readouterr().out
+    roots = [s for s in receiver.spans if s.parent_id is None]
+    assert [s.name for s in roots] == [s.attributes["linkgrad.transaction"] for s in roots]
+    assert {s.name for s in roots} == {"A", "B"}
+    assert f"Sent {len(roots)} traces" in out
+    assert f"{len(roots)} named by their transaction" in " ".join(out.split())
+    assert main(["export", str(run), "--otlp", receiver.url, "--dry-run"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["dry_run"], printed["target"]) == (True, "otlp")
+    assert printed["url"] == f"{receiver.url}/v1/traces"
+    assert printed["body"]["resourceSpans"]
+
+
+@pytest.mark.parametrize(("url", "said"), [
+    ("http://collector:4318/v1/traces", "give the base endpoint"),
+    ("ftp://collector:4318", "not an http:// or https:// URL"),
+    ("collector:4318", "not an http:// or https:// URL"),
+    ("http://", "with a host"),
+    ("http://[::1", "not a URL"),
+])
+def test_an_endpoint_that_is_no_base_url_is_bad_input(url, said):
+    with pytest.raises(InputError, match=said):
+        check_endpoint(url, "--otlp")
+
+
+def test_bad_otlp_arguments_are_said_before_anything_is_captured(tmp_path, capsys):
+    assert main(["paths", "--trace", str(TRACE), "--dry-run"]) == 2
+    assert "field '--dry-run': only with --otlp URL" in capsys.readouterr().err
+    # checked before the experiment is even read
+    assert main(["paths", str(tmp_path / "nope.yaml"), "--otlp", "collector:4318"]) == 2
+    assert "--otlp" in capsys.readouterr().err
+    assert main(["export", str(tmp_path), "--otlp", "http://127.0.0.1:9"]) == 2
+    assert "paths-trace.jsonl: the run has no causal-path trace" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "gone"), "--otlp", "http://127.0.0.1:9"]) == 2
+
+
+def test_a_collector_that_refuses_or_is_not_there_is_a_runtime_failure(capsys, monkeypatch):
+    with otlp_receiver(status=400) as receiver:
+        assert main(["paths", "--trace", str(TRACE), "--otlp", receiver.url]) == 1
+    err = capsys.readouterr().err
+    assert f"the collector at {receiver.url}/v1/traces did not take the traces" in err
+    assert "400" in err
+    assert "Traceback" not in err
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")
+    assert main(["paths", "--trace", str(TRACE), "--otlp", "http://127.0.0.1:9"]) == 1
+    captured = capsys.readouterr()
+    assert "Connection refused" in captured.err
+    assert "messages" in captured.out  # the analysis was printed before the send failed
