@@ -18,7 +18,7 @@ from linkgrad.errors import InputError
 from linkgrad.paths.analysis import client_requests
 from linkgrad.paths.from_hosts import link_hosts
 from linkgrad.paths.spans import RequestTraces, request_traces
-from tests.fakes.otlp_receiver import ReceivedSpan, otlp_receiver
+from tests.fakes.otlp_receiver import ReceivedSpan, check_trace_shape, otlp_receiver
 
 TRACE = Path(__file__).parent / "data" / "paths" / "trace.jsonl"
 
@@ -26,32 +26,6 @@ TRACE = Path(__file__).parent / "data" / "paths" / "trace.jsonl"
 def _traces() -> RequestTraces:
     linked = link_hosts(list(read_trace(TRACE)), "context", 2.0, None)
     return request_traces(linked.linked)
-
-
-def _check_shape(spans: list[ReceivedSpan]) -> None:
-    """One root, the front end's server span; every parent in the trace; a server span
-    inside its client span; a client span under a server span of its own node."""
-    by_id = {s.span_id: s for s in spans}
-    assert len(by_id) == len(spans)
-    roots = [s for s in spans if s.parent_id is None]
-    assert len(roots) == 1, spans
-    assert (roots[0].kind, roots[0].service) == ("server", "web/nginx")
-    for s in spans:
-        assert s.start_ns <= s.end_ns
-        assert s.attributes["linkgrad.label"]
-        assert "->" in s.attributes["linkgrad.link"]
-        assert 0 <= s.attributes.get("linkgrad.link_probability", 0) <= 1
-        if s.parent_id is None:
-            continue
-        parent = by_id[s.parent_id]
-        if s.kind == "server":
-            assert parent.kind == "client"
-            assert parent.attributes["peer.service"] == s.service
-            assert parent.start_ns <= s.start_ns <= s.end_ns <= parent.end_ns, (parent, s)
-        else:
-            assert parent.kind == "server"
-            assert parent.service == s.service  # made by the node the request came to
-            assert s.start_ns >= parent.start_ns
 
 
 def test_each_request_is_a_trace_of_nested_server_and_client_spans():
@@ -68,7 +42,7 @@ def test_each_request_is_a_trace_of_nested_server_and_client_spans():
                               None if s.parent_id is None else f"{s.parent_id:016x}", s.name,
                               s.kind, s.service, s.start_ns, s.end_ns, s.attributes)
                  for s in t.spans]
-        _check_shape(spans)
+        check_trace_shape(spans, "web/nginx")
         names = [s.name for s in t.spans]
         # web -> app1 -> db and back: the testbed's call structure, spans for both ends
         if "app1/python->db/postgres:5432" in names:
@@ -98,7 +72,7 @@ def test_paths_otlp_sends_what_its_dry_run_prints(capsys):
                zip(expected.traces, (traces[f"{t.trace_id:032x}"] for t in expected.traces),
                    strict=True))
     for spans in traces.values():
-        _check_shape([s for s in spans[:len(spans) // 2]])
+        check_trace_shape(spans[:len(spans) // 2], "web/nginx")
     assert f"Sent {len(expected.traces)} traces" in out
     assert f"to {receiver.url}/v1/traces" in " ".join(out.split())
     assert "\nnext: " in out

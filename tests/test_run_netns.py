@@ -7,11 +7,13 @@ import os
 import signal
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from testbed.pairs.hosts import sh
+from tests.fakes.otlp_receiver import ReceivedSpan, check_trace_shape, otlp_receiver
 from tests.marks import TESTBED
 from tests.netns_tools.testbeds import (
     LINKGRAD,
@@ -78,6 +80,13 @@ def test_run_measures_known_gradients_in_both_directions(testbed, tag, concurren
     graph = {g["label"] for g in json.loads((run_dir / "graph.json").read_text())}
     assert {"tcp app1:0 -> db:5432", "tcp db:5432 -> app1:0", "tcp client:0 -> web:80",
             "tcp web:0 -> app1:8000"} <= graph
+    if concurrent == 1:  # the run's capture, linked again, as OpenTelemetry traces
+        with otlp_receiver() as receiver:
+            sent = subprocess.run([LINKGRAD, "export", str(run_dir), "--otlp", receiver.url],
+                                  capture_output=True, text=True, timeout=180, check=False)
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stdout.startswith(f"Sent {len(receiver.traces())} traces"), sent.stdout
+        _check_traces(receiver.traces())
     links = json.loads((run_dir / "gradients.json").read_text())["links"]
     # in order of messages, which are nearly equal both ways: compare as a set
     assert {lk["link"]["label"] for lk in links} == {"tcp app1:0 -> db:5432",
@@ -215,13 +224,37 @@ def test_paths_captures_and_names_each_transaction_s_path(testbed, tag):
         assert top["crossings"].get("app1->db", 0.0) == pytest.approx(crossings), (name, top)
         assert top["count"] >= 10, (name, top)
         assert result["transaction_requests"][name] >= top["count"]
-    plain = subprocess.run([LINKGRAD, "paths", str(experiment), "--duration", "8"],
-                           capture_output=True, text=True, timeout=180, env=env, check=False)
+    with otlp_receiver() as receiver:  # and every request as an OpenTelemetry trace
+        plain = subprocess.run([LINKGRAD, "paths", str(experiment), "--duration", "8",
+                                "--otlp", receiver.url],
+                               capture_output=True, text=True, timeout=180, env=env,
+                               check=False)
     assert plain.returncode == 0, plain.stderr
     assert "ViewItem:" in plain.stdout
     assert "its likeliest path" in plain.stdout
+    assert "\nSent " in plain.stdout
+    _check_traces(receiver.traces())
     wait_until_gone(tag)
     assert_no_rules(tag)
+
+
+def _check_traces(traces: dict[str, list[ReceivedSpan]]) -> None:
+    """The testbed's requests as traces: each transaction's usual one calls the database as
+    often as its truth says (the async page's call is fire-and-forget, off its path)."""
+    calls: dict[str, Counter[int]] = {}
+    for spans in traces.values():
+        check_trace_shape(spans, next(s.service for s in spans if s.parent_id is None))
+        root = next(s for s in spans if s.parent_id is None)
+        assert root.service.startswith("web/"), root
+        queries = sum(s.kind == "client" and s.service.startswith("app1/")
+                      and s.attributes["peer.service"].startswith("db/") for s in spans)
+        calls.setdefault(root.name, Counter())[queries] += 1
+    assert set(EXPECTED) <= set(calls), sorted(calls)
+    named = sum(sum(c.values()) for name, c in calls.items() if name in EXPECTED)
+    assert named >= 0.9 * len(traces), calls
+    for name, crossings in EXPECTED.items():
+        if name != "async":
+            assert calls[name].most_common(1)[0][0] == crossings, (name, calls[name])
 
 
 def test_sigterm_stops_every_injection_and_keeps_the_run(testbed, tag):

@@ -105,3 +105,31 @@ def otlp_receiver(status: int = 200) -> Iterator[Receiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def check_trace_shape(spans: list[ReceivedSpan], front_end: str) -> None:
+    """One root, the front end's server span; every parent in the trace; a server span
+    inside its client span; a client span under a server span of its own node; the
+    attributes every span has."""
+    by_id = {s.span_id: s for s in spans}
+    assert len(by_id) == len(spans)
+    assert len({s.trace_id for s in spans}) == 1
+    roots = [s for s in spans if s.parent_id is None]
+    assert len(roots) == 1, spans
+    assert (roots[0].kind, roots[0].service) == ("server", front_end), roots[0]
+    for s in spans:
+        assert s.start_ns <= s.end_ns
+        assert s.attributes["linkgrad.label"]
+        assert "->" in s.attributes["linkgrad.link"]
+        assert 0 <= s.attributes.get("linkgrad.link_probability", 0) <= 1
+        if s.parent_id is None:
+            continue
+        parent = by_id[s.parent_id]
+        if s.kind == "server":
+            assert parent.kind == "client"
+            assert parent.attributes["peer.service"] == s.service
+            assert parent.start_ns <= s.start_ns <= s.end_ns <= parent.end_ns, (parent, s)
+        else:
+            assert parent.kind == "server"
+            assert parent.service == s.service  # made by the node the request came to
+            assert s.start_ns >= parent.start_ns
