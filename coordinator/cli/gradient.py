@@ -21,6 +21,7 @@ from coordinator.cli.terminal import terminal
 from coordinator.cli.times import local_time
 from coordinator.config.bounds import FIRST_LOG_S, LAST_LOG_S
 from coordinator.config.experiment import MAX_K
+from coordinator.config.run_records import BaselineFile
 from linkgrad.errors import InputError, Problem
 from linkgrad.protocol.record import InjectionRecord, load_injection_record
 from linkgrad.spectral.binning import MAX_BINS
@@ -33,6 +34,7 @@ from linkgrad.spectral.estimate import (
 from linkgrad.spectral.result import GradientResult
 from linkgrad.square_wave import SquareWave
 from linkgrad.transactions import group_by_transaction, parse_transaction_option
+from linkgrad.watch import response_baselines
 from linkgrad.weblog import RequestLog, read_log
 
 
@@ -134,6 +136,9 @@ class GradientAnswer(Answer):
     concurrent: list[InjectionRecord]  # waves on other links meanwhile, fitted with it
     baseline_end: float  # the training data ends here (unix s)
     transactions: dict[str, GradientResult]
+    # each transaction's response times before baseline_end (a run's baseline.json): the
+    # current means `predict`, `place` and `route` start from when given this answer
+    baseline: BaselineFile
 
 
 def _check_record(record: InjectionRecord, n_bins: int | None, path: str) -> None:
@@ -188,10 +193,20 @@ def gradient_command(args: argparse.Namespace) -> int:
                         unused=unused),
             injection=record, concurrent=partners, baseline_end=baseline_end,
             transactions={name: GradientResult.of(r) for name, r in results.items()},
+            baseline=_baseline(log, groups, baseline_end),
         ).json_text(note=False))
     else:
         _print_gradients(log, record, results, unused)
     return 0
+
+
+def _baseline(log: RequestLog, groups: dict[str, np.ndarray], end: float) -> BaselineFile:
+    """Each transaction's requests that started before `end`: their mean response time."""
+    before = log.start_s < end
+    first = float(log.start_s[before].min()) if before.any() else end
+    return BaselineFile.of(response_baselines({
+        name: (log.start_s[rows][before[rows]], log.response_s[rows][before[rows]])
+        for name, rows in groups.items()}), first, end)
 
 
 def unused_requests(

@@ -19,7 +19,7 @@ from coordinator.cli.terminal import terminal
 from coordinator.config.candidates import check_candidates, load_candidates
 from coordinator.config.latencies import Latencies, latency_sites, one_way
 from coordinator.config.path_latencies import run_latencies
-from coordinator.config.run_inputs import RunInputs, load_run, pair_names, unmeasured
+from coordinator.config.run_inputs import RunInputs, load_gradients, pair_names, unmeasured
 from linkgrad.errors import InputError, Problem
 from linkgrad.placement import (
     Compared,
@@ -77,7 +77,8 @@ class App:
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--app", required=True, action="append", metavar="RUN/gradients.json[=W]",
-                   help="an application's run, with its importance W (default 1); repeatable")
+                   help="an application's run (or what `linkgrad gradient --json` printed), "
+                   "with its importance W (default 1); repeatable")
     p.add_argument("--latencies", type=Path, metavar="SITES.yaml",
                    help="sites and one-way latencies (default: the runs' causal paths' "
                         "network delays, every host its own site)")
@@ -103,7 +104,7 @@ def _apps(specs: list[str]) -> list[App]:
             raise InputError(Problem(f"importance must be {MIN_IMPORTANCE:g} to "
                                      f"{MAX_IMPORTANCE:g} (a weight relative to the other "
                                      f"apps'), got {weight}", field="--app"))
-        apps.append(App(_run_name(Path(path)), load_run(Path(path)), importance))
+        apps.append(App(_run_name(Path(path)), load_gradients([Path(path)]), importance))
     return apps
 
 
@@ -188,7 +189,7 @@ def place_command(args: argparse.Namespace) -> int:
     apps = _apps(args.app)
     candidates = load_candidates(args.candidates)
     hosts = [h for a in apps for h in a.run.hosts]
-    source = run_latencies(args.latencies, [a.run.run_dir for a in apps], hosts,
+    source = run_latencies(args.latencies, [d for a in apps for d in a.run.paths_dirs], hosts,
                            {p for a in apps for p in a.run.talking_pairs()})
     latencies = source.latencies
     if source.note and not args.json:

@@ -15,15 +15,20 @@ from coordinator.cli.predict_answer import PlacementAnswer, PredictAnswer, Valid
 from coordinator.cli.terminal import terminal
 from coordinator.config.latencies import latency_sites
 from coordinator.config.path_latencies import run_latencies
-from coordinator.config.run_inputs import load_run
+from coordinator.config.run_inputs import load_gradients
 from coordinator.config.what_if import placement_changes
 from linkgrad.errors import InputError, Problem
 from linkgrad.prediction import predict
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gradients", required=True, type=Path, metavar="RUN/gradients.json",
-                   help="a run's gradients (its directory also gives graph and baseline)")
+    p.add_argument("--gradients", required=True, type=Path, action="append",
+                   metavar="RUN/gradients.json",
+                   help="a run's gradients (its directory also gives graph and baseline), or "
+                   "what `linkgrad gradient --json` printed (repeatable: one per link)")
+    p.add_argument("--link", metavar="SRC->DST",
+                   help="the hosts of the link a `gradient --json` answer measured, where its "
+                   "injection record does not name them")
     p.add_argument("--latencies", type=Path, metavar="NOW.yaml",
                    help="the current one-way latencies (default: the run's causal paths' "
                         "network delays, every host its own site)")
@@ -41,8 +46,11 @@ def predict_command(args: argparse.Namespace) -> int:
     if not 0 < args.window_s <= 3600:  # NaN too
         raise InputError(Problem(f"must be above 0 and at most 3600 s, got {args.window_s}",
                                  field="--window-s"))
-    run = load_run(args.gradients)
-    source = run_latencies(args.latencies, [run.run_dir], run.hosts, run.talking_pairs())
+    run = load_gradients(args.gradients, args.link)
+    if args.validate and run.answers:
+        raise InputError(Problem("needs a run directory: it delays the run's experiment's "
+                                 "hosts for real", field="--validate"))
+    source = run_latencies(args.latencies, run.paths_dirs, run.hosts, run.talking_pairs())
     latencies = source.latencies
     if source.note and not args.json:
         terminal(stderr=True).print(source.note)
@@ -64,7 +72,7 @@ def predict_command(args: argparse.Namespace) -> int:
             args.window_s, _say(args.json))
         placements = [p.model_copy(update={"validation": ValidationAnswer.of(v, CYCLES)})
                       for p, v in zip(placements, validations, strict=True)]
-    answer = PredictAnswer(run=str(run.run_dir), placements=placements,
+    answer = PredictAnswer(run=run.source, placements=placements,
                            latencies_note=source.note)
     if args.json:
         print(answer.json_text())

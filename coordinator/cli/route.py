@@ -23,7 +23,12 @@ from coordinator.config.latencies import (
     unknown_site,
 )
 from coordinator.config.path_latencies import run_latencies
-from coordinator.config.run_inputs import RunInputs, load_run, pair_names, require_measured
+from coordinator.config.run_inputs import (
+    RunInputs,
+    load_gradients,
+    pair_names,
+    require_measured,
+)
 from linkgrad.errors import InputError, Problem
 from linkgrad.placement import Compared, difference
 from linkgrad.prediction import Prediction, predict
@@ -31,7 +36,13 @@ from linkgrad.routing import RoutingAdvice, advise, nginx_map, upstream_problem
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gradients", required=True, type=Path, metavar="RUN/gradients.json")
+    p.add_argument("--gradients", required=True, type=Path, action="append",
+                   metavar="RUN/gradients.json",
+                   help="a run's gradients (its directory also gives graph and baseline), or "
+                   "what `linkgrad gradient --json` printed (repeatable: one per link)")
+    p.add_argument("--link", metavar="SRC->DST",
+                   help="the hosts of the link a `gradient --json` answer measured, where its "
+                   "injection record does not name them")
     p.add_argument("--latencies", type=Path, metavar="SITES.yaml",
                    help="sites and one-way latencies (default: the run's causal paths' "
                         "network delays, every host its own site)")
@@ -58,12 +69,13 @@ def route_command(args: argparse.Namespace) -> int:
             check_site(site)
         except ValueError as e:
             raise InputError(Problem(str(e), field="--copies")) from e
-    run = load_run(args.gradients)
+    run = load_gradients(args.gradients, args.link)
     if args.component not in run.hosts:
-        raise InputError(Problem(f"{args.component!r} is not a host of the run (the hosts "
-                                 f"of {run.run_dir / 'experiment.json'}: "
+        where = "the hosts its links go between" if run.answers else \
+            f"the hosts of {run.run_dir / 'experiment.json'}"
+        raise InputError(Problem(f"{args.component!r} is not a host of the run ({where}: "
                                  f"{', '.join(run.hosts)})", field="--component"))
-    source = run_latencies(args.latencies, [run.run_dir], run.hosts, run.talking_pairs())
+    source = run_latencies(args.latencies, run.paths_dirs, run.hosts, run.talking_pairs())
     latencies = source.latencies
     if source.note and not args.json and not args.nginx:  # --nginx prints config alone
         terminal(stderr=True).print(source.note)
@@ -134,6 +146,10 @@ def _nginx(advice: RoutingAdvice, run: RunInputs, upstreams: list[str]) -> str:
     try:
         return nginx_map(advice, run.patterns, (upstreams[0], upstreams[1]))
     except ValueError as e:
+        if run.answers:
+            raise InputError(Problem(f"{e}: a `gradient --json` answer has no URL patterns "
+                                     "(--nginx needs a run's experiment)", run.source,
+                                     field="--nginx")) from e
         raise InputError(Problem(f"{e}: the run's experiment names none (--nginx needs a "
                                  "pattern per transaction)",
                                  str(run.run_dir / "experiment.json"),

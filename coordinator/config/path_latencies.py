@@ -105,6 +105,11 @@ def run_latencies(latencies_file: Path | None, run_dirs: list[Path], hosts: Iter
     where a run has no paths.json (or its paths no network delay)."""
     if latencies_file is not None:
         return LatencySource(load_latencies(latencies_file), str(latencies_file), None)
+    if not run_dirs:
+        raise InputError(Problem(
+            "what `linkgrad gradient --json` prints has no causal paths to take the current "
+            "latencies from: give --latencies FILE (measure it with `linkgrad latency "
+            "EXPERIMENT.yaml --output now.yaml`)", field="--latencies"))
     files = [d / "paths.json" for d in run_dirs]
     missing = [f for f in files if not f.exists()]
     if missing:

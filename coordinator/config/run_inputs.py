@@ -11,7 +11,7 @@ wins; a run without explain.json reads as before."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from coordinator.config.explain_file import ExplainFile, passive_estimates, read_explain_file
+from coordinator.config.gradient_answers import is_gradient_answer, read_gradient_answers
 from coordinator.config.run_dir import read_measurements, read_record, read_run_file
 from coordinator.config.run_hosts import Mention, check_run_hosts
 from coordinator.config.run_records import (
@@ -33,6 +34,7 @@ from coordinator.config.run_records import (
 from linkgrad.errors import InputError, Problem
 from linkgrad.prediction import Curve, Estimate, fit_curve
 from linkgrad.reading import problems_of
+from linkgrad.spectral.result import GradientResult
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,18 @@ class RunInputs:
     ipv6_traffic: dict[Pair, set[tuple[str, str, str]]] = field(default_factory=dict)
     # transaction -> the pairs whose curve in `gradients` is a passive gradient (explain.json)
     passive: dict[str, set[Pair]] = field(default_factory=dict)
+    # the answers of `linkgrad gradient --json` it was read from (none: a run directory's)
+    answers: tuple[Path, ...] = ()
+
+    @property
+    def source(self) -> str:
+        """What it was read from, for a message: the run directory, or the answers."""
+        return " and ".join(map(str, self.answers)) if self.answers else str(self.run_dir)
+
+    @property
+    def paths_dirs(self) -> list[Path]:
+        """The run directories whose causal paths may give the current latencies."""
+        return [] if self.answers else [self.run_dir]
 
     def talking_pairs(self) -> set[Pair]:
         """The pairs a prediction may need a latency for: traffic seen, or a gradient."""
@@ -65,18 +79,23 @@ def pair_gradients(links: list[LinkMeasurement]) -> dict[str, dict[Pair, Curve]]
     """Each link's curve over the delays it was measured at; links between the same two hosts
     (other ports) add up, since a latency is per host pair. A gradient's standard error is its
     effect's over the delay actually injected."""
+    return _curves((link.pair, link.link.label, link.record.magnitude_ms, link.transactions)
+                   for link in links)
+
+
+def _curves(measured: Iterable[tuple[Pair, str, float, Mapping[str, GradientResult]]]
+            ) -> dict[str, dict[Pair, Curve]]:
+    """`pair_gradients` of (pair, link label, delay, gradients) per measurement."""
     points: dict[tuple[str, Pair, str], list[tuple[float, float, float]]] = {}
-    for link in links:
-        magnitude = link.record.magnitude_ms
-        for name, t in link.transactions.items():
+    for pair, label, magnitude, transactions in measured:
+        for name, t in transactions.items():
             if t.gradient is None:
                 continue
             se = t.se_ms / magnitude if t.se_ms is not None else math.inf
-            key = (name, link.pair, link.link.label)
-            points.setdefault(key, []).append((magnitude, t.gradient, se))
+            points.setdefault((name, pair, label), []).append((magnitude, t.gradient, se))
     out: dict[str, dict[Pair, Curve]] = {}
-    for (name, pair, _), measured in points.items():
-        curve, old = fit_curve(measured), out.setdefault(name, {}).get(pair)
+    for (name, pair, _), measured_points in points.items():
+        curve, old = fit_curve(measured_points), out.setdefault(name, {}).get(pair)
         out[name][pair] = curve if old is None else _add(old, curve)
     return out
 
@@ -112,6 +131,32 @@ def with_passive(measured: dict[str, dict[Pair, Curve]],
 
 
 _GRAPH = TypeAdapter(list[GraphEntry])
+
+
+def load_gradients(paths: Sequence[Path], link: str | None = None) -> RunInputs:
+    """A run's gradients.json (its directory gives the rest), or one or more answers of
+    `linkgrad gradient --json` (`gradient_answers`); `link` names an answer's link."""
+    if len(paths) == 1 and not is_gradient_answer(read_run_file(paths[0],
+                                                                "the link gradients")):
+        if link is not None:
+            raise InputError(Problem("only with what `linkgrad gradient --json` prints (a "
+                                     "run's gradients.json names its links)", field="--link"))
+        return load_run(paths[0])
+    answers = read_gradient_answers(paths, link)
+    latest = max(answers, key=lambda a: a[1].injection.start)[1]
+    baseline = latest.baseline.transactions if latest.baseline else {}  # read: never empty
+    pairs = [pair for pair, _ in answers]
+    return RunInputs(
+        run_dir=paths[0].parent,
+        hosts=sorted({h for pair in pairs for h in pair}),
+        gradients=_curves((pair, str(a.injection.link or f"{pair[0]}->{pair[1]}"),
+                           a.injection.magnitude_ms, a.transactions) for pair, a in answers),
+        traffic={pair: {"tcp"} for pair in pairs},
+        current_ms={name: Estimate(b.mean_ms, b.se_ms) for name, b in baseline.items()},
+        requests={name: b.requests for name, b in baseline.items()},
+        measured_ms={pair: max(a.injection.magnitude_ms for p, a in answers if p == pair)
+                     for pair in pairs},
+        answers=tuple(paths))
 
 
 def load_run(gradients_file: Path) -> RunInputs:

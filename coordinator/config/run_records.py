@@ -240,6 +240,14 @@ class BaselineFile(_ReadBack):
             name: TransactionBaseline(**asdict(b)) for name, b in baselines.items()})
 
 
+class GradientAnswerAsRead(_ReadBack):
+    """`linkgrad gradient --json`, as far as a prediction reads it."""
+
+    injection: Annotated[RunInjection, AfterValidator(_sane_record)]
+    transactions: dict[str, TransactionEstimate]
+    baseline: BaselineFile | None = None  # None: printed by a linkgrad before it had one
+
+
 class GraphEntry(_ReadBack):
     """An entry of `graph.json` (written as `MeasuredLink`), as far as it is read."""
 
