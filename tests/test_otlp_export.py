@@ -18,6 +18,7 @@ from linkgrad.errors import InputError
 from linkgrad.paths.analysis import client_requests
 from linkgrad.paths.from_hosts import link_hosts
 from linkgrad.paths.spans import RequestTraces, request_traces
+from tests.fakes.front_end_log import write_front_end_log
 from tests.fakes.otlp_receiver import ReceivedSpan, check_trace_shape, otlp_receiver
 
 TRACE = Path(__file__).parent / "data" / "paths" / "trace.jsonl"
@@ -93,15 +94,7 @@ def test_export_names_each_request_by_its_transaction(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     shutil.copy(TRACE, run / "paths-trace.jsonl")
-    linked = link_hosts(list(read_trace(TRACE)), "context", 2.0, 0.1).linked
-    m, replies = linked.trace.messages, linked.trace.is_reply()
-    rows = []  # as the front end logs them: arrival, and the time to its answer's last byte
-    for i, r in enumerate(client_requests(linked.trace).tolist()):
-        answer = next((x for x in range(r + 1, len(m))
-                       if m.conn[x] == m.conn[r] and replies[x]), None)
-        ms = 1e3 * (m.send_s[answer] - m.recv_s[r]) if answer is not None else 1.0
-        rows.append(f"{m.recv_s[r]:.6f},{ms:.3f},/{'ab'[i % 2]}/{i}")
-    (run / "weblog.log").write_text("start_unix_s,response_ms,url\n" + "\n".join(rows) + "\n")
+    write_front_end_log(TRACE, run / "weblog.log")
     (run / "experiment.json").write_text(json.dumps({
         "name": "shop", "web_log": {"path": "/var/log/shop.csv", "format": "csv"},
         "transactions": {"A": "^/a/", "B": "^/b/"}}))

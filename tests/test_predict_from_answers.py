@@ -60,7 +60,8 @@ def test_a_record_without_hosts_takes_them_from_link(tmp_path, capsys):
     assert main(["predict", "--gradients", str(bare), "--latencies", NOW, "--placement",
                  str(PLACES / "db-east.yaml")]) == 2
     err = capsys.readouterr().err
-    assert f"{bare}: field 'injection.link'" in err and "--link SRC->DST" in err
+    assert f"{bare}: field 'injection.link'" in err
+    assert "--link SRC->DST" in err
     named = _predict(capsys, "--gradients", str(bare), "--link", "app1->db")
     assert named == _predict(capsys, "--gradients", str(ANSWER))
 

@@ -1,7 +1,7 @@
 """`linkgrad paths EXPERIMENT.yaml --duration 60 [--output-trace FILE] [--json]` (passive: every
 host's TCP messages captured while the experiment's workload runs) and `linkgrad paths
---trace FILE` (offline, on a saved trace): WAP5's causal paths, their patterns, per-hop node
-and network delays, and each link's crossings on the critical path."""
+--trace FILE [--web-log LOG]` (offline, on a saved trace): WAP5's causal paths, their
+patterns, per-hop node and network delays, and each link's crossings on the critical path."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ from linkgrad.paths.from_hosts import link_hosts, paths_of
 from linkgrad.paths.reconcile import HostTrace
 from linkgrad.paths.result import HopResult, PathsResult, PatternResult
 from linkgrad.protocol.trace import TraceRequest
+from linkgrad.transactions import parse_transaction_option
+from linkgrad.weblog import read_log
 
 MAX_DURATION_S = 86400.0
 MAX_TRANSACTIONS_SHOWN = 10
@@ -43,6 +45,17 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    "requests grouped by transaction); not with --trace")
     p.add_argument("--trace", type=Path, metavar="FILE",
                    help="analyse a trace saved by --output-trace instead of capturing one")
+    p.add_argument("--web-log", type=Path, metavar="LOG",
+                   help="with --trace: the front end's access log over the capture, to group "
+                   "the requests by transaction as a live capture does")
+    p.add_argument("--format", choices=["nginx", "apache", "csv"], default=None,
+                   help="with --web-log: its format (default: csv for *.csv, else nginx)")
+    p.add_argument("--log-format", metavar="STR", default=None,
+                   help="with --web-log: the nginx log_format or Apache LogFormat it was "
+                   "written with")
+    p.add_argument("--transaction", action="append", default=[], metavar="NAME=REGEX",
+                   help="with --web-log: a transaction, the requests whose path+query "
+                   "matches REGEX (repeatable; default: one per path)")
     p.add_argument("--duration", type=float, default=60.0, metavar="S",
                    help="seconds to capture (default 60; Ctrl-C ends it early and keeps what "
                    "was seen)")
@@ -79,6 +92,14 @@ def _check(args: argparse.Namespace) -> None:
     check_between(args.report_interval, 0.1, 3600, "--report-interval")
     check_between(args.window, 0.001, 3600, "--window")
     check_between(args.budget, 0.001, 100, "--budget")
+    if args.web_log is not None and args.trace is None:
+        raise InputError(Problem("only with --trace (a capture reads its experiment's web log)",
+                                 field="--web-log"))
+    for option, given in (("--format", args.format is not None),
+                          ("--log-format", args.log_format is not None),
+                          ("--transaction", bool(args.transaction))):
+        if given and args.web_log is None:
+            raise InputError(Problem("only with --web-log LOG", field=option))
     if args.dry_run and args.otlp is None:
         raise InputError(Problem("only with --otlp URL", field="--dry-run"))
     if args.otlp is not None:  # before a capture, not after it
@@ -90,8 +111,13 @@ def paths_command(args: argparse.Namespace) -> int:
     console = terminal(stderr=True)
     problems: list[str] = []
     session = None
+    log, transactions = None, None
     if args.trace is not None:
         hosts = list(read_trace(args.trace))
+        if args.web_log is not None:
+            patterns = [parse_transaction_option(t) for t in args.transaction]
+            log = read_log(args.web_log, args.format, args.log_format)
+            transactions = {t.name: t.regex.pattern for t in patterns}
     else:
         hosts, problems, session = _capture(args, console)
         if args.output_trace:
@@ -99,9 +125,9 @@ def paths_command(args: argparse.Namespace) -> int:
     # progress on stderr, where --json leaves it silent
     progress = None if args.json else lambda g: console.print(escape(progress_line(g)))
     # the requests the web log saw during the capture, by transaction (none offline)
-    linked = link_hosts(hosts, args.linker, args.window, args.budget,
-                        None if session is None else web_log_now(session),
-                        None if session is None else session.experiment.transactions,
+    if session is not None:
+        log, transactions = web_log_now(session), session.experiment.transactions
+    linked = link_hosts(hosts, args.linker, args.window, args.budget, log, transactions,
                         progress=progress)
     result = replace(paths_of(linked, args.linker, args.window), problems=tuple(problems),
                      at=time.time())
