@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from coordinator.cli.command import EXITS, Command
 from coordinator.cli.options import add_output, old_spelling
+from coordinator.cli.paths_text import pattern_lines
 from coordinator.cli.profile import check_between
 from coordinator.cli.terminal import terminal
 from coordinator.cli.traces_out import otlp_dry_run, send_request_traces
@@ -30,7 +31,7 @@ from linkgrad.paths.analysis import DEFAULT_BUDGET, LINKERS
 from linkgrad.paths.budget import linking_lines, progress_line
 from linkgrad.paths.from_hosts import link_hosts, paths_of
 from linkgrad.paths.reconcile import HostTrace
-from linkgrad.paths.result import HopResult, PathsResult, PatternResult
+from linkgrad.paths.result import PathsResult
 from linkgrad.protocol.trace import TraceRequest
 from linkgrad.transactions import parse_transaction_option
 from linkgrad.weblog import read_log
@@ -180,32 +181,15 @@ def _print(console: Console, result: PathsResult) -> None:
         busiest = sorted(counts, key=lambda n: -counts[n])[:MAX_TRANSACTIONS_SHOWN]
         for name in busiest:
             print(f"\n{name}: {counts[name]} requests found, its likeliest path:")
-            _print_pattern(result.transactions[name][0])
+            print("\n".join(pattern_lines(result.transactions[name][0])))
         if len(counts) > len(busiest):
             print(f"\n({len(counts) - len(busiest)} more transactions in --json)")
         print("\nAll requests:")
     for p in result.patterns[:10]:
-        _print_pattern(p)
+        print()
+        print("\n".join(pattern_lines(p)))
     for problem in result.problems or ():
         console.print(f"[red]{escape(problem)}")
-
-
-def _print_pattern(p: PatternResult) -> None:
-    response = "" if p.response_s is None else f", {1e3 * p.response_s:.2f} ms"
-    print(f"\n{p.count} × (score {p.score:.1f}{response}); crossings "
-          + ", ".join(f"{k} {v:g}" for k, v in p.crossings.items()))
-    for hop in p.hops:
-        depth = _depth(p.hops, hop)
-        node = "" if hop.node_delay_s is None else f"node {1e3 * hop.node_delay_s:.3f}"
-        net = "" if hop.network_delay_s is None else f"net {1e3 * hop.network_delay_s:.3f}"
-        print(f"  {'  ' * depth}{hop.label}  {node} {net} ms".rstrip(" ms") + " ms")
-
-
-def _depth(hops: tuple[HopResult, ...], hop: HopResult) -> int:
-    depth, parent = 0, hop.parent
-    while parent >= 0:
-        depth, parent = depth + 1, hops[parent].parent
-    return depth
 
 
 COMMANDS = (Command(
