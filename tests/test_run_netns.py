@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.config.pcap_trace import read_pcap
+from coordinator.config.trace_compare import as_captured, tree_agreement, within
+from coordinator.config.trace_file import read_trace
 from testbed.pairs.hosts import sh
 from tests.fakes.otlp_receiver import ReceivedSpan, check_trace_shape, otlp_receiver
 from tests.marks import TESTBED
@@ -236,6 +239,41 @@ def test_paths_captures_and_names_each_transaction_s_path(testbed, tag):
     _check_traces(receiver.traces())
     wait_until_gone(tag)
     assert_no_rules(tag)
+
+
+def test_tcpdump_captures_give_the_trees_the_sniffer_gives(testbed, tag):
+    """`paths --pcap`: tcpdump -i any in every host's namespace while the sniffers trace the
+    same traffic; the captures' requests fall in the sniffer's patterns."""
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
+    experiment = _experiment(testbed, tag, "pcapped")
+    hosts = ("client", "web", "app1", "db")
+    pcaps = {h: testbed / f"{h}.pcap" for h in hosts}
+    dumps = [subprocess.Popen(["ip", "netns", "exec", f"lgtb-{tag}-{h}", "tcpdump", "-i", "any",
+                               "-U", "-Z", "root", "-w", str(p), "not", "port", "22"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for h, p in pcaps.items()]
+    time.sleep(1.0)
+    trace = testbed / "pcapped.jsonl"
+    done = subprocess.run([LINKGRAD, "paths", str(experiment), "--duration", "8",
+                           "--output-trace", str(trace), "--json"],
+                          capture_output=True, text=True, timeout=180, env=env, check=False)
+    time.sleep(0.5)
+    for d in dumps:
+        d.send_signal(signal.SIGINT)
+        d.wait(timeout=10)
+    assert done.returncode == 0, done.stderr
+    sniffed = [h for h in read_trace(trace) if h.name in hosts]
+    start = min(r.first_s for h in sniffed for r in h.records)
+    end = max(r.last_s for h in sniffed for r in h.records)
+    captured = within([read_pcap(h, p).trace for h, p in pcaps.items()], start, end)
+    agree = tree_agreement(as_captured(sniffed), captured)
+    assert abs(agree.messages[0] - agree.messages[1]) <= 0.02 * agree.messages[0], agree
+    assert agree.fraction >= 0.95, agree
+    read = subprocess.run([LINKGRAD, "paths", *(f"--pcap={h}={p}" for h, p in pcaps.items())],
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert read.returncode == 0, read.stderr
+    assert "web: " in read.stderr
+    assert "CLIENT->web:80" in read.stdout
 
 
 def _check_traces(traces: dict[str, list[ReceivedSpan]]) -> None:

@@ -20,6 +20,7 @@ from coordinator.cli.profile import check_between
 from coordinator.cli.terminal import terminal
 from coordinator.cli.traces_out import otlp_dry_run, send_request_traces
 from coordinator.config.experiment_file import load_experiment
+from coordinator.config.pcap_trace import parse_pcap_option, read_pcap
 from coordinator.config.run_dir import RunDir
 from coordinator.config.strict_json import dumps
 from coordinator.config.trace_file import read_trace, write_trace
@@ -46,9 +47,16 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    "requests grouped by transaction); not with --trace")
     p.add_argument("--trace", type=Path, metavar="FILE",
                    help="analyse a trace saved by --output-trace instead of capturing one")
+    p.add_argument("--pcap", action="append", default=[], metavar="HOST=FILE",
+                   help="analyse packet captures taken on the hosts (tcpdump -i any -w FILE, "
+                   "or Wireshark's pcap/pcapng), one per host, instead of capturing "
+                   "(repeatable); nodes are the hosts: a capture has no processes")
+    p.add_argument("--exclude-port", type=int, action="append", default=None, metavar="PORT",
+                   help="with --pcap: leave out this port's TCP traffic (repeatable; default "
+                   "22: ssh, as a capture by linkgrad leaves out its own)")
     p.add_argument("--web-log", type=Path, metavar="LOG",
-                   help="with --trace: the front end's access log over the capture, to group "
-                   "the requests by transaction as a live capture does")
+                   help="with --trace or --pcap: the front end's access log over the capture, "
+                   "to group the requests by transaction as a live capture does")
     p.add_argument("--format", choices=["nginx", "apache", "csv"], default=None,
                    help="with --web-log: its format (default: csv for *.csv, else nginx)")
     p.add_argument("--log-format", metavar="STR", default=None,
@@ -86,16 +94,21 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    if (args.trace is None) == (args.experiment is None):
-        raise InputError(Problem("give an experiment to capture from, or --trace FILE to "
-                                 "analyse a saved trace (not both)", field="experiment"))
+    if sum((args.trace is not None, args.experiment is not None, bool(args.pcap))) != 1:
+        raise InputError(Problem("give an experiment to capture from, --trace FILE to analyse "
+                                 "a saved trace, or --pcap HOST=FILE for captures (one of "
+                                 "them)", field="experiment"))
+    if args.exclude_port is not None and not args.pcap:
+        raise InputError(Problem("only with --pcap", field="--exclude-port"))
+    for port in args.exclude_port or ():
+        check_between(port, 1, 65535, "--exclude-port", unit="")
     check_between(args.duration, 1.0, MAX_DURATION_S, "--duration")
     check_between(args.report_interval, 0.1, 3600, "--report-interval")
     check_between(args.window, 0.001, 3600, "--window")
     check_between(args.budget, 0.001, 100, "--budget")
-    if args.web_log is not None and args.trace is None:
-        raise InputError(Problem("only with --trace (a capture reads its experiment's web log)",
-                                 field="--web-log"))
+    if args.web_log is not None and args.experiment is not None:
+        raise InputError(Problem("only with --trace or --pcap (a capture reads its "
+                                 "experiment's web log)", field="--web-log"))
     for option, given in (("--format", args.format is not None),
                           ("--log-format", args.log_format is not None),
                           ("--transaction", bool(args.transaction))):
@@ -113,8 +126,9 @@ def paths_command(args: argparse.Namespace) -> int:
     problems: list[str] = []
     session = None
     log, transactions = None, None
-    if args.trace is not None:
-        hosts = list(read_trace(args.trace))
+    if args.experiment is None:
+        hosts = list(read_trace(args.trace)) if args.trace is not None else \
+            _read_pcaps(args, console)
         if args.web_log is not None:
             patterns = [parse_transaction_option(t) for t in args.transaction]
             log = read_log(args.web_log, args.format, args.log_format)
@@ -145,6 +159,31 @@ def paths_command(args: argparse.Namespace) -> int:
         said = send_request_traces(args.otlp_traces_url, linked)
         (console.print if args.json else print)(said)
     return 0 if not problems else 1
+
+
+def _read_pcaps(args: argparse.Namespace, console: Console) -> list[HostTrace]:
+    captures = [parse_pcap_option(text) for text in args.pcap]
+    names = [host for host, _ in captures]
+    twice = sorted({h for h in names if names.count(h) > 1})
+    if twice:
+        raise InputError(Problem(f"one capture per host: {', '.join(twice)} given more than "
+                                 "once", field="--pcap"))
+    exclude = args.exclude_port if args.exclude_port is not None else [22]
+    hosts = []
+    for host, path in captures:
+        got = read_pcap(host, path, exclude)
+        hosts.append(got.trace)
+        if not args.json:
+            left = "; left out: " + ", ".join(f"{n} {why}" for why, n in got.skipped.items()) \
+                if got.skipped else ""
+            console.print(escape(f"{host}: {got.segments} TCP segments of {got.packets} "
+                                 f"packets in {path}, {len(got.trace.records)} messages, "
+                                 f"addresses {', '.join(sorted(got.trace.addresses))}{left}"),
+                          soft_wrap=True)
+    if not any(h.records for h in hosts):
+        raise InputError(Problem("no TCP message in any capture (see what each left out "
+                                 "above)", field="--pcap"))
+    return hosts
 
 
 def _capture(args: argparse.Namespace, console: Console

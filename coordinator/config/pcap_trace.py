@@ -1,0 +1,298 @@
+"""A host's packet capture (tcpdump, Wireshark: pcap or pcapng) as the trace its sniffer would
+have sent: the TCP segments assembled into logical messages by the sniffer's own assembler
+(`sniffer.message_assembly`), the connections it saw opened (SYNs) and the servers among its
+endpoints, for `linkgrad paths --pcap HOST=FILE`.
+
+scapy reads the file (pcap, pcapng, either byte order, micro- or nanosecond stamps) with its
+raw readers; the link, IP and TCP headers are unpacked here with `struct`, as the sniffer's
+packet ring does: dissecting each packet into scapy layers reads about 12 times slower, 7,400
+packets a second (benchmarks/pcap_paths.py), too slow for a capture of a busy server.
+
+What a capture does not say is worked out: which addresses are the host's (the packets'
+direction where the link type has one: `-i any`'s cooked headers, pcapng's flags; else the
+MAC address in every frame, the one with fewest addresses behind it; else the address in
+the most packets), and which endpoints
+listen (those that took a SYN; without one, a port below the ephemeral range). The processes
+are not in a capture: nodes are the hosts.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from linkgrad.errors import InputError, Problem
+from linkgrad.paths.reconcile import HostRecord, HostTrace
+from sniffer.message_assembly import MessageAssembler
+
+__all__ = ["EPHEMERAL_FIRST", "PcapRead", "parse_pcap_option", "read_pcap"]
+
+EPHEMERAL_FIRST = 32768  # Linux's ip_local_port_range starts here
+IDLE_S = 5.0  # as the sniffer: a message with no segment for this long is finished
+_IP = struct.Struct("!BBHHHBBH4s4s")
+_IP6 = struct.Struct("!IHBB16s16s")
+_TCP = struct.Struct("!HHIIBB")
+ETHERNET, RAW, LINUX_SLL, LINUX_SLL2, NULL, LOOP, IPV4, IPV6 = 1, 101, 113, 276, 0, 108, 228, 229
+_LINK_NAMES = {ETHERNET: "Ethernet", RAW: "raw IP", 12: "raw IP", 14: "raw IP",
+               LINUX_SLL: "Linux cooked (-i any)", LINUX_SLL2: "Linux cooked v2 (-i any)",
+               NULL: "BSD loopback", LOOP: "OpenBSD loopback", IPV4: "IPv4", IPV6: "IPv6"}
+PACKET_OUTGOING = 4
+_MAGICS = {b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\x3c\x4d", b"\x4d\x3c\xb2\xa1",
+           b"\x0a\x0d\x0d\x0a"}  # pcap (both orders, micro- and nanoseconds), pcapng
+_LOOPBACK = ("127.", "::1")
+
+
+@dataclass(frozen=True)
+class _Segment:
+    time_s: float
+    outgoing: bool | None  # None: the capture does not say
+    mac: tuple[bytes, bytes] | None  # Ethernet source and destination
+    src: tuple[str, int]
+    dst: tuple[str, int]
+    seq: int
+    payload: int
+    flags: int
+
+
+@dataclass(frozen=True)
+class PcapRead:
+    """A capture read: the host's trace and what was left out of it, counted."""
+
+    trace: HostTrace
+    packets: int
+    segments: int  # TCP segments used
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> packets
+
+
+def parse_pcap_option(text: str) -> tuple[str, Path]:
+    """`HOST=FILE` of `--pcap`."""
+    host, sep, path = text.partition("=")
+    if not sep or not host.strip() or not path:
+        raise InputError(Problem(f"expected HOST=FILE (the host the capture was taken on), "
+                                 f"got {text!r}", field="--pcap"))
+    if any(c.isspace() or c in "/=" for c in host.strip()):
+        raise InputError(Problem(f"{host!r} is not a host name", field="--pcap"))
+    return host.strip(), Path(path)
+
+
+def read_pcap(host: str, path: Path, exclude_ports: Sequence[int] = (22,)) -> PcapRead:
+    """The capture at `path`, taken on `host`; InputError naming the file when it is none a
+    reader knows or is broken."""
+    skipped: Counter[str] = Counter()
+    segments: list[_Segment] = []
+    packets = 0
+    excluded = set(exclude_ports)
+    for link, data, time_s, direction in _packets(path):
+        packets += 1
+        got = _segment(link, data, time_s, direction)
+        if isinstance(got, str):
+            skipped[got] += 1
+        elif got.src[1] in excluded or got.dst[1] in excluded:
+            skipped["an excluded port (--exclude-port)"] += 1
+        elif got.payload or got.flags & 0x02:  # as the sniffer's filter: data, or a SYN
+            segments.append(got)
+    if not segments:  # a host that served nothing meanwhile: traced, with no message
+        return PcapRead(HostTrace(host, frozenset({"127.0.0.1", "::1"}), frozenset(), []),
+                        packets, 0, dict(skipped))
+    local = _local_addresses(segments)
+    return PcapRead(_host_trace(host, segments, local), packets, len(segments), dict(skipped))
+
+
+def _packets(path: Path) -> Iterator[tuple[int, bytes, float, bool | None]]:
+    """(link type, bytes, time, outgoing if known) per packet, in the file's order."""
+    from scapy.error import Scapy_Exception
+    from scapy.utils import RawPcapReader
+
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except FileNotFoundError as e:
+        raise InputError(Problem("no such capture file", str(path), field="--pcap")) from e
+    except OSError as e:
+        raise InputError(Problem(f"cannot read: {e.strerror or e}", str(path),
+                                 field="--pcap")) from e
+    if magic not in _MAGICS and magic[:2] != b"\x1f\x8b":  # (scapy reads a gzipped one)
+        raise InputError(Problem("not a pcap or pcapng capture (tcpdump -w, or Wireshark's "
+                                 f"File > Save): it starts {magic!r}", str(path),
+                                 field="--pcap"))
+    with path.open("rb") as f:  # ours to close: scapy leaves its own open when it refuses
+        try:
+            reader = RawPcapReader(f)
+        except (OSError, EOFError, Scapy_Exception) as e:
+            raise InputError(Problem(f"not a pcap or pcapng capture: {e}", str(path),
+                                     field="--pcap")) from e
+        yield from _read(reader, path)
+
+
+def _read(reader: Any, path: Path) -> Iterator[tuple[int, bytes, float, bool | None]]:
+    from scapy.utils import RawPcapNgReader
+
+    quiet = logging.getLogger("scapy.runtime")  # its warnings are counted here instead
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with reader:
+            ng = isinstance(reader, RawPcapNgReader)
+            for data, meta in _each(reader, path):
+                if ng:
+                    time_s = ((meta.tshigh << 32) | meta.tslow) / meta.tsresol
+                    # pcapng's epb_flags: 1 inbound, 2 outbound (0: not said)
+                    direction = {1: False, 2: True}.get(meta.direction or 0)
+                    yield meta.linktype, data, time_s, direction
+                else:
+                    time_s = meta.sec + meta.usec * (1e-9 if reader.nano else 1e-6)
+                    yield reader.linktype, data, time_s, None
+    finally:
+        quiet.setLevel(level)
+
+
+def _each(reader: Any, path: Path) -> Iterator[tuple[bytes, Any]]:
+    from scapy.error import Scapy_Exception
+
+    packets = iter(reader)
+    while True:
+        try:
+            yield next(packets)
+        except StopIteration:
+            return
+        except (Scapy_Exception, struct.error, OSError, ValueError) as e:
+            raise InputError(Problem(f"the capture is broken after its packets so far: {e}",
+                                     str(path), field="--pcap")) from e
+
+
+def _segment(link: int, data: bytes, time_s: float, outgoing: bool | None
+             ) -> _Segment | str:
+    """The TCP segment in a packet, or why there is none."""
+    mac = None
+    if link == ETHERNET:
+        if len(data) < 14:
+            return "cut short"
+        mac = (data[6:12], data[0:6])
+        ethertype, at = struct.unpack_from("!H", data, 12)[0], 14
+        while ethertype in (0x8100, 0x88A8) and len(data) >= at + 4:  # VLAN tags
+            ethertype, at = struct.unpack_from("!H", data, at + 2)[0], at + 4
+    elif link == LINUX_SLL:
+        if len(data) < 16:
+            return "cut short"
+        pkttype, ethertype = struct.unpack_from("!H", data, 0)[0], \
+            struct.unpack_from("!H", data, 14)[0]
+        outgoing, at = pkttype == PACKET_OUTGOING, 16
+    elif link == LINUX_SLL2:
+        if len(data) < 20:
+            return "cut short"
+        ethertype, pkttype = struct.unpack_from("!H", data, 0)[0], data[10]
+        outgoing, at = pkttype == PACKET_OUTGOING, 20
+    elif link in (RAW, 12, 14, IPV4, IPV6):
+        ethertype, at = 0, 0
+    elif link in (NULL, LOOP):
+        ethertype, at = 0, 4
+    else:
+        return f"link type {link} (not Ethernet, cooked or raw IP)"
+    if ethertype not in (0, 0x0800, 0x86DD):
+        return "not IP"
+    return _tcp(data, at, time_s, outgoing, mac)
+
+
+def _tcp(data: bytes, at: int, time_s: float, outgoing: bool | None,
+         mac: tuple[bytes, bytes] | None) -> _Segment | str:
+    if len(data) < at + 1:
+        return "cut short"
+    version = data[at] >> 4
+    if version == 4:
+        if len(data) < at + _IP.size:
+            return "cut short"
+        vihl, _, total, _, frag, _, proto, _, src4, dst4 = _IP.unpack_from(data, at)
+        if proto != 6:
+            return "not TCP"
+        if frag & 0x1FFF:
+            return "an IP fragment"
+        ihl = (vihl & 0x0F) * 4
+        length, src, dst = total - ihl, socket.inet_ntoa(src4), socket.inet_ntoa(dst4)
+    elif version == 6:
+        if len(data) < at + _IP6.size:
+            return "cut short"
+        _, length, nxt, _, src6, dst6 = _IP6.unpack_from(data, at)
+        if nxt != 6:
+            return "not TCP"  # (or behind an IPv6 extension header)
+        ihl = 40
+        src, dst = socket.inet_ntop(socket.AF_INET6, src6), \
+            socket.inet_ntop(socket.AF_INET6, dst6)
+    else:
+        return "not IP"
+    if len(data) < at + ihl + _TCP.size:
+        return "cut short"
+    sport, dport, seq, _, off, flags = _TCP.unpack_from(data, at + ihl)
+    payload = length - (off >> 4) * 4
+    if payload < 0:
+        return "a bad TCP header"
+    return _Segment(time_s, outgoing, mac, (src, sport), (dst, dport), seq, payload, flags)
+
+
+def _local_addresses(segments: list[_Segment]) -> set[str]:
+    """The host's addresses: from the packets' direction where the capture says it, else
+    from the MAC address in every frame, else the address in the most packets."""
+    local = {s.src[0] if s.outgoing else s.dst[0] for s in segments if s.outgoing is not None}
+    if not local and any(s.mac for s in segments):
+        # the host's MAC is in every frame; so is a router's it talks through, but behind
+        # that one are many addresses, behind the host's only its own
+        ends = Counter(m for s in segments if s.mac for m in s.mac)
+        sources: dict[bytes, set[str]] = {}
+        for s in segments:
+            if s.mac:
+                sources.setdefault(s.mac[0], set()).add(s.src[0])
+        top = max(ends.values())
+        own = min((m for m, n in ends.items() if n == top),
+                  key=lambda m: (len(sources.get(m, ())) or 1 << 30, m))
+        local = {s.src[0] if s.mac[0] == own else s.dst[0] for s in segments
+                 if s.mac and own in s.mac and s.mac[0] != s.mac[1]}
+    rest = [s for s in segments if s.src[0] not in local and s.dst[0] not in local]
+    while rest:  # no direction at all (raw IP), or frames not to or from this MAC
+        ends = Counter(a for s in rest for a in (s.src[0], s.dst[0]))
+        local.add(ends.most_common(1)[0][0])
+        rest = [s for s in rest if s.src[0] not in local and s.dst[0] not in local]
+    return local | {"127.0.0.1", "::1"} | {a for s in segments for a in (s.src[0], s.dst[0])
+                                            if a.startswith(_LOOPBACK)}
+
+
+def _host_trace(host: str, segments: list[_Segment], local: set[str]) -> HostTrace:
+    assembler = MessageAssembler(local, IDLE_S)
+    done = []
+    openings = []
+    listening: set[tuple[str, int]] = set()
+    next_expiry = segments[0].time_s + 1.0
+    for s in segments:
+        loopback = s.src[0] in local and s.dst[0] in local
+        # a loopback packet may be in the capture twice (leaving, arriving) or once: taken
+        # as arriving, a second copy is a retransmission to the assembler
+        outgoing = False if loopback else s.src[0] in local
+        if s.flags & 0x12 == 0x02:  # a SYN: a client opening a connection to a server
+            if s.dst[0] in local:
+                listening.add(s.dst)
+            key = (s.src, s.dst)
+            if not openings or openings[-1][:2] != key:
+                openings.append((s.src, s.dst, s.time_s))
+        if s.flags & 0x02 and not s.payload:
+            continue
+        if s.time_s >= next_expiry:
+            done += assembler.expire(s.time_s)
+            next_expiry = s.time_s + 1.0
+        done += assembler.feed(s.time_s, s.src, s.dst, s.seq, s.payload,
+                               bool(s.flags & 0x05), outgoing)
+    done += assembler.flush()
+    opened = {(c, srv) for c, srv, _ in openings}
+    for m in done:  # a connection whose SYN fell before the capture: the lower, fixed port
+        if (m.local, m.remote) in opened or (m.remote, m.local) in opened:
+            continue
+        low = min(m.local, m.remote, key=lambda e: e[1])
+        if low[1] < EPHEMERAL_FIRST and low[0] in local:
+            listening.add(low)
+    records = [HostRecord(m.local, m.remote, m.sent, m.seq_first, m.seq_end, m.first_s,
+                          m.last_s, m.loopback, "") for m in done]
+    records.sort(key=lambda r: r.first_s)
+    return HostTrace(host, frozenset(local), frozenset(listening), records, tuple(openings))

@@ -1,0 +1,159 @@
+"""Packet captures as a host's trace (`paths --pcap HOST=FILE`): captures written with scapy in
+each link type tcpdump and Wireshark write (Ethernet, `-i any`'s cooked headers, raw IP,
+pcapng), one conversation each: a client asks the host's server, which asks a database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scapy.all import IP, TCP, CookedLinux, Ether, IPv6, Raw, wrpcap
+from scapy.utils import PcapNgWriter
+
+from coordinator.cli.main import main
+from coordinator.config.pcap_trace import parse_pcap_option, read_pcap
+from linkgrad.errors import InputError
+
+HOST, CLIENT, DB = "10.0.0.2", "10.0.0.1", "10.0.0.3"
+HOST_MAC, OTHER_MAC = "02:00:00:00:00:02", "02:00:00:00:00:01"
+
+
+def _conversation(ipv6: bool = False) -> list[tuple[float, str, str, int, int, str, int, bytes]]:
+    """(time, src, dst, sport, dport, flags, seq, payload): a SYN to the host's port 80, a
+    request, a query to the database, its answer, the reply; an ACK and ssh in between."""
+    h, c, d = ("fd00::2", "fd00::1", "fd00::3") if ipv6 else (HOST, CLIENT, DB)
+    return [
+        (1.000, c, h, 40000, 80, "S", 100, b""),
+        (1.001, h, c, 80, 40000, "SA", 500, b""),
+        (1.002, c, h, 40000, 80, "PA", 101, b"GET / HTTP/1.1\r\n\r\n"),
+        (1.003, h, c, 80, 40000, "A", 501, b""),  # a pure ACK: no message
+        (1.004, h, d, 50000, 5432, "PA", 900, b"q" * 30),
+        (1.005, h, c, 22, 41000, "PA", 77, b"ssh noise"),
+        (1.006, d, h, 5432, 50000, "PA", 3000, b"r" * 200),
+        (1.007, h, c, 80, 40000, "PA", 501, b"a" * 400),
+        (1.008, h, c, 80, 40000, "PA", 901, b"a" * 100),  # the same reply, its last segment
+    ]
+
+
+def _packets(kind: str):
+    out = []
+    for t, src, dst, sport, dport, flags, seq, data in _conversation(kind == "ipv6"):
+        ip = (IPv6(src=src, dst=dst) if ":" in src else IP(src=src, dst=dst)) / \
+            TCP(sport=sport, dport=dport, flags=flags, seq=seq) / Raw(data)
+        leaving = src in (HOST, "fd00::2")
+        if kind in ("ethernet", "ipv6"):
+            p = Ether(src=HOST_MAC if leaving else OTHER_MAC,
+                      dst=OTHER_MAC if leaving else HOST_MAC) / ip
+        elif kind == "cooked":
+            p = CookedLinux(pkttype=4 if leaving else 0, proto=0x0800) / ip
+        else:
+            p = ip
+        p.time = 1795000000 + t
+        out.append(p)
+    return out
+
+
+def _write(path: Path, kind: str) -> Path:
+    if kind == "pcapng":
+        with PcapNgWriter(str(path)) as w:
+            for p in _packets("ethernet"):
+                w.write(p)
+    else:
+        wrpcap(str(path), _packets(kind), linktype=101 if kind == "raw" else None)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["ethernet", "cooked", "raw", "pcapng", "ipv6"])
+def test_each_link_type_gives_the_host_s_messages(tmp_path, kind):
+    got = read_pcap("web", _write(tmp_path / f"{kind}.pcap", kind))
+    h, c, d = ("fd00::2", "fd00::1", "fd00::3") if kind == "ipv6" else (HOST, CLIENT, DB)
+    assert h in got.trace.addresses
+    assert c not in got.trace.addresses
+    assert d not in got.trace.addresses
+    assert (h, 80) in got.trace.listening  # it took a SYN
+    assert [(o[0], o[1]) for o in got.trace.openings] == [((c, 40000), (h, 80))]
+    messages = [(r.sent, r.remote[1],
+                 (r.seq_end - r.seq_first) % (1 << 32)) for r in got.trace.records]
+    # the request in, the query out, its answer in, the reply out in two segments (one
+    # message); no ACK, no ssh (port 22 left out by default)
+    assert messages == [(False, 40000, 18), (True, 5432, 30), (False, 5432, 200),
+                        (True, 40000, 500)]
+    reply = got.trace.records[-1]
+    assert reply.last_s - reply.first_s == pytest.approx(0.001, abs=1e-6)
+    assert got.skipped == {"an excluded port (--exclude-port)": 1}
+    assert got.segments == 7  # the SYN and SYN-ACK, 5 with data
+
+
+def test_a_database_answering_a_query_is_a_server_without_its_syn(tmp_path):
+    """The database's connection was opened before the capture: its fixed port, below the
+    ephemeral range, is the server's, so the host's end (port 50000) is the client."""
+    path = _write(tmp_path / "c.pcap", "cooked")
+    db = read_pcap("db", path)  # seen from the database's side: DB's address is the host's
+    assert (HOST, 80) in db.trace.listening  # the addresses are the packets' direction's
+    got = read_pcap("web", path)
+    assert (HOST, 50000) not in got.trace.listening
+
+
+def test_ports_left_out_are_the_ones_asked(tmp_path):
+    path = _write(tmp_path / "c.pcap", "cooked")
+    got = read_pcap("web", path, exclude_ports=(5432,))
+    assert not any(r.remote[1] == 5432 for r in got.trace.records)
+    assert any(r.remote[1] == 41000 for r in got.trace.records)  # ssh kept
+
+
+def test_a_capture_cut_short_keeps_what_it_has(tmp_path):
+    path = _write(tmp_path / "cut.pcap", "ethernet")
+    data = path.read_bytes()
+    path.write_bytes(data[:-50])  # tcpdump killed mid-write
+    got = read_pcap("web", path)
+    assert len(got.trace.records) == 4  # the last segment's header is whole, its data cut
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    (b"", "not a pcap or pcapng capture"),
+    (b"GET / HTTP/1.1\r\n" * 10, "not a pcap or pcapng capture"),
+    (b"\xd4\xc3\xb2\xa1\x02\x00", "not a pcap or pcapng capture"),  # its header cut
+    (b"\x0a\x0d\x0d\x0a\x00\x00", "not a pcap or pcapng capture"),
+])
+def test_what_is_no_capture_is_bad_input(tmp_path, content, said):
+    path = tmp_path / "x.pcap"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=said):
+        read_pcap("web", path)
+    with pytest.raises(InputError, match="no such capture file"):
+        read_pcap("web", tmp_path / "gone.pcap")
+
+
+def test_a_link_type_it_cannot_read_is_said_per_packet(tmp_path, capsys):
+    path = tmp_path / "radio.pcap"
+    wrpcap(str(path), [Raw(b"\x00" * 60)] * 3, linktype=127)  # 802.11 radiotap
+    got = read_pcap("web", path)
+    assert got.trace.records == []
+    assert got.skipped == {"link type 127 (not Ethernet, cooked or raw IP)": 3}
+    # and a command with no message in any capture exits 2, saying what each left out
+    assert main(["paths", "--pcap", f"web={path}"]) == 2
+    captured = capsys.readouterr()
+    assert "no TCP message in any capture" in captured.err
+    assert "3 link type 127" in captured.err.replace("\n", " ") + captured.out
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("web", "expected HOST=FILE"), ("=x.pcap", "expected HOST=FILE"),
+    ("web=", "expected HOST=FILE"), ("we b=x.pcap", "is not a host name"),
+])
+def test_the_option_names_a_host_and_a_file(text, said):
+    with pytest.raises(InputError, match=said):
+        parse_pcap_option(text)
+
+
+def test_paths_from_captures_links_the_conversation(tmp_path, capsys):
+    path = _write(tmp_path / "web.pcap", "cooked")
+    assert main(["paths", "--pcap", f"web={path}", "--json"]) == 0
+    result = __import__("json").loads(capsys.readouterr().out)
+    assert result["messages"] == 4
+    assert result["traced_hosts"] == ["web"]
+    assert main(["paths", "--pcap", f"web={path}", "--pcap", f"web={path}"]) == 2
+    assert "one capture per host: web" in capsys.readouterr().err
+    assert main(["paths", "--trace", str(path), "--pcap", f"web={path}"]) == 2
+    assert main(["paths", "--trace", str(path), "--exclude-port", "22"]) == 2
+    assert "field '--exclude-port': only with --pcap" in capsys.readouterr().err
