@@ -12,12 +12,11 @@ import math
 
 import numpy as np
 from rich.markup import escape
-from rich.table import Table
 
 from coordinator.cli.answer import Answer, absent_when_none
 from coordinator.cli.catalog import LOG_HELP
 from coordinator.cli.command import Command
-from coordinator.cli.terminal import terminal
+from coordinator.cli.terminal import names_table, terminal
 from coordinator.cli.times import local_time
 from coordinator.config.bounds import FIRST_LOG_S, LAST_LOG_S
 from coordinator.config.experiment import MAX_K
@@ -260,22 +259,31 @@ def _print_gradients(
     console.print(
         f"[bold]{len(log)}[/] requests from {escape(log.source)}; injection: "
         f"{record.cycles} cycles of {record.period_s:g} s, {record.magnitude_ms:g} ms from "
-        f"{record.start:.3f}",
+        f"{local_time(record.start)}",
         highlight=False, soft_wrap=True,
     )
     for line in _not_used_lines(log, unused):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    table = Table("transaction", "requests", "gradient", "95% CI", "thesis eq. 2.6", "notes")
+    table = names_table("transaction", results, "requests", "gradient", "95% CI",
+                        "thesis eq. 2.6", "notes")
+    notes: list[str] = []  # under the table, numbered: a column of prose is 12 wide
     for name, r in sorted(results.items()):
         e = r.lockin
+        marks = []
+        for note in r.notes:
+            if note not in notes:
+                notes.append(note)
+            marks.append(f"[{notes.index(note) + 1}]")
         table.add_row(
             escape(name), str(r.requests),
             f"{e.gradient:.3f}" if e else "-",
             f"[{e.ci[0]:.3f}, {e.ci[1]:.3f}]" if e else "-",
             f"{r.thesis.gradient:.3f}" if r.thesis else "-",
-            escape("; ".join(r.notes)),
+            escape(" ".join(marks)),
         )
     console.print(table)
+    for i, note in enumerate(notes, start=1):
+        console.print(escape(f"[{i}] {note}"), highlight=False)
 
 
 def _not_used_lines(log: RequestLog, unused: dict[str, int]) -> list[str]:

@@ -8,11 +8,9 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from rich.table import Table
-
 from coordinator.cli.command import Command
 from coordinator.cli.predict_answer import PlacementAnswer, PredictAnswer, ValidationAnswer
-from coordinator.cli.terminal import terminal
+from coordinator.cli.terminal import names_table, terminal
 from coordinator.config.latencies import latency_sites
 from coordinator.config.path_latencies import run_latencies
 from coordinator.config.run_inputs import load_gradients
@@ -90,9 +88,10 @@ def _print(placements: list[PlacementAnswer]) -> None:
     console = terminal()
     for r in placements:
         moves = ", ".join(f"{h} → {s}" for h, s in r.move.items())
-        table = Table("transaction", "current ms", "predicted ms", "95% interval", "change ms",
-                      *(["measured ms", "inside"] if r.validation else []),
-                      title=f"{r.placement}: {moves}")
+        table = names_table("transaction", r.transactions, "current ms", "predicted ms",
+                            "95% interval", "change ms",
+                            *(["measured ms", "inside"] if r.validation else []),
+                            title=f"{r.placement}: {moves}")
         for name, t in r.transactions.items():
             row = [name, f"{t.current_ms:.1f}", f"{t.predicted_ms:.1f}",
                    f"[{t.ci95[0]:.1f}, {t.ci95[1]:.1f}]", f"{t.change_ms:+.1f}"]

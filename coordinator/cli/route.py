@@ -6,11 +6,9 @@ import argparse
 import math
 from pathlib import Path
 
-from rich.table import Table
-
 from coordinator.cli.answer import Answer, absent_when_none
 from coordinator.cli.command import Command
-from coordinator.cli.terminal import terminal
+from coordinator.cli.terminal import names_table, terminal
 from coordinator.config.latencies import (
     Latencies,
     Placement,
@@ -210,16 +208,17 @@ class RouteAnswer(Answer):
 
 def _print(out: RouteAnswer) -> None:
     a, b = out.copies
-    table = Table("transaction", "share", f"at {a}", f"at {b}", "difference", "route to",
-                  title="predicted mean ms ± its 95% interval")
+    table = names_table("transaction", out.transactions, "share", f"at {a}", f"at {b}",
+                        "difference", "route to", title="predicted mean ms ± its 95% interval")
     for name, t in out.transactions.items():
         lo, hi = t.difference_ci95
         table.add_row(name, f"{t.share:.2f}", _at(t.predicted_ms[a], t.ci95[a]),
                       _at(t.predicted_ms[b], t.ci95[b]), _at((lo + hi) / 2, (lo, hi)),
-                      (f"within noise: either (stays at {t.to})" if out.current else
-                       f"within noise: either ({t.to}, the lower)") if t.within_noise
-                      else t.to)
+                      (f"either (stays at {t.to})" if out.current else
+                       f"either ({t.to}, lower)") if t.within_noise else t.to)
     terminal().print(table)
+    if any(t.within_noise for t in out.transactions.values()):
+        terminal().print("either: the two copies' difference is within its 95% interval")
     if out.passive_pairs:
         terminal().print(f"uses passive gradients (explain.json, not measured) for "
                          f"{', '.join(out.passive_pairs)}")
