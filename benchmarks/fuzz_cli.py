@@ -45,6 +45,7 @@ import os
 import platform
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -340,6 +341,46 @@ def gzip_mutation(rng: random.Random, raw: bytes) -> tuple[str, bytes, bool]:
     return "gz_header_only", packed[:10], False
 
 
+def pcap_mutation(rng: random.Random, raw: bytes) -> tuple[str, bytes, bool]:
+    """A capture's damage: cut (tcpdump killed), a link type no reader here knows, a record
+    length past the file, the magic of another format, or bytes flipped anywhere."""
+    kind = _rng_choice(rng, ["truncate", "linktype", "caplen", "magic", "flip", "flip",
+                             "header_only", "bytes"])
+    b = bytearray(raw)
+    if kind == "truncate":
+        at = rng.randrange(len(raw))
+        return f"pcap_truncate@{at}", raw[:at], False
+    if kind == "linktype":
+        value = _rng_choice(rng, [0, 105, 127, 147, 65535, 2**31])
+        b[20:24] = value.to_bytes(4, "little")
+        return f"pcap_linktype={value}", bytes(b), False
+    if kind == "caplen":
+        b[24 + 8:24 + 12] = (2**31).to_bytes(4, "little")
+        return "pcap_caplen_huge", bytes(b), False
+    if kind == "magic":
+        b[0:4] = _rng_choice(rng, [b"\x0a\x0d\x0d\x0a", b"\x1f\x8b\x08\x00", b"PK\x03\x04"])
+        return f"pcap_magic={bytes(b[:4])!r}", bytes(b), False
+    if kind == "header_only":
+        return "pcap_header_only", raw[:24], False
+    if kind == "flip":
+        for _ in range(rng.choice([1, 5, 50])):
+            b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+        return "pcap_flips", bytes(b), False
+    return bytes_level(rng, raw, text_format=False)
+
+
+def jsonl_mutation(rng: random.Random, raw: bytes) -> tuple[str, bytes, bool]:
+    """One line of a JSON-lines file (a saved trace) spoiled as a JSON file is."""
+    lines = raw.splitlines(keepends=True)
+    i = rng.randrange(len(lines))
+    if not lines[i].strip():
+        return "jsonl:blank", raw, False
+    name, data, bad = structural(rng, lines[i], False) if rng.random() < 0.6 else \
+        json_text(rng, lines[i])
+    lines[i] = data.replace(b"\n", b" ") + b"\n"
+    return f"line{i + 1}:{name}", b"".join(lines), bad
+
+
 # --- the cases -----------------------------------------------------------------------------
 
 NASTY_ARGS = ["nan", "inf", "-inf", "1e308", "-1e308", "1e999", "-1", "0", "", "x", "0x10",
@@ -384,6 +425,11 @@ def _write_mutant(rng: random.Random, inp: Input, target: Path, world: World
                 data = gzip.compress(data, mtime=0)
         else:
             name, data, bad = log_mutation(rng, raw, world, fmt)
+    elif inp.kind == "pcap":
+        name, data, bad = pcap_mutation(rng, raw)
+    elif inp.kind == "jsonl":
+        name, data, bad = jsonl_mutation(rng, raw) if roll < 0.6 else \
+            bytes_level(rng, raw, text_format=True)
     elif roll < 0.45:
         name, data, bad = structural(rng, raw, inp.kind == "yaml")
     elif roll < 0.7:
@@ -411,14 +457,16 @@ def make_case(index: int, seed: int, world: World, root: Path) -> Case:
         target = case_dir / inp.base.name
         # an experiment names known_hosts beside it: without it every mutant stops there
         (case_dir / "known_hosts").write_text("")
+        for name, src in inp.beside.items():  # what the file names beside it (a suite's)
+            shutil.copy(src, case_dir / name)
     mutation, invalid, nobody = _write_mutant(rng, inp, target, world)
-    invalid = invalid and (inp.in_run is None or inp.in_run in READS[inp.command])
+    invalid = invalid and (inp.in_run is None or inp.in_run in READS[inp.reads or inp.command])
     argv = inp.argv(case_dir, target)
     files = {}
     if target.is_file() and not target.is_symlink() and target.stat().st_size < 3_000_000:
         files[inp.base.name] = base64.b64encode(target.read_bytes()).decode()
     lines = _log_lines(target, inp.kind) if inp.kind.startswith("log") and not inp.in_run \
-        else None
+        and inp.counts_lines else None
     return Case(index, inp.command, inp.slot, mutation, argv + (["--json"] if as_json else []),
                 target.name, as_json, invalid, nobody, files, lines)
 
@@ -459,6 +507,8 @@ def classify(case: Case, code: int | None, out: str, err: str) -> str:
         return "traceback"
     if INTERNAL in err:
         return "internal_error"
+    if code == 3 and case.command == "regress" and "night" in (out + err).lower():
+        return "exit1_sentence"  # regress's own: the night failed, said (its --help's 3)
     if code < 0 or code not in (0, 1, 2):
         return "crash"
     if case.as_json and not strict_json(out):
@@ -473,6 +523,8 @@ def classify(case: Case, code: int | None, out: str, err: str) -> str:
             return "lines_lost"
     if code == 0:
         return "exit0_invalid" if case.must_reject else "exit0"
+    if case.command == "regress" and out.startswith(("REGRESSION", "{")):
+        return "exit1_sentence"  # regress's exit 1 is its verdict: a regression, named
     return "exit1_sentence" if "linkgrad: error:" in err else "exit1_silent"
 
 
@@ -484,7 +536,8 @@ def _limit() -> None:
 
 
 def run_case(case: Case, world: World, timeout_s: float) -> Outcome:
-    argv = [*world.linkgrad, case.command if case.command != "resume" else "run", *case.argv]
+    command = {"resume": "run", "export-otlp": "export"}.get(case.command, case.command)
+    argv = [*world.linkgrad, command, *case.argv]
     if case.as_nobody:
         argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
     began = time.monotonic()

@@ -3,7 +3,8 @@
 Part of benchmarks/fuzz_cli.py. Both daemons run as `ip netns exec lgfuzz-PID python -m ...`
 (the injector makes iptables chains: the namespace keeps them off the host); the namespace is
 removed afterwards, and only the processes started here are ended. Each line is sent raw and
-classed: reply_error or reply_ok (one reply, the daemon serves on), no_reply (nothing within
+classed: reply_error or reply_ok (one reply, the daemon serves on), internal_error (an error
+reply saying "internal error": a bug caught, a failure all the same), no_reply (nothing within
 the timeout), invalid_reply (not strict JSON), daemon_died, traceback (on its stderr). Bad
 start options of the injector are cases too: each must end with exit 2, no traceback.
 """
@@ -155,6 +156,8 @@ class Daemon:
                 continue
             if not isinstance(reply, dict) or "ok" not in reply:
                 return "invalid_reply", line[:300].decode("utf-8", "replace")
+            if not reply["ok"] and "internal error" in json.dumps(reply.get("error")):
+                return "internal_error", line[:300].decode()  # a bug said politely: a failure
             return ("reply_ok" if reply["ok"] else "reply_error"), line[:300].decode()
 
     def stop(self) -> int | None:

@@ -31,8 +31,29 @@ READS = {"predict": {"gradients.json", "graph.json", "baseline.json", "experimen
          "report": {"gradients.json", "run.json", "plan.json", "experiment.json"},
          "resume": {"gradients.json", "run.json"}}
 READS["place"] = READS["route"] = READS["predict"]
+# explain must read the experiment and the journal; any other file it cannot read it leaves
+# out and says so (`unread`), by design
+READS["explain"] = {"experiment.json", "run.json"}
+READS["export"] = {"gradients.json", "run.json", "experiment.json"}  # hosts.json: prometheus
+READS["export-prometheus"] = {*READS["export"], "hosts.json"}
+READS["export-otlp"] = {"paths-trace.jsonl", "experiment.json", "weblog.log"}
 RUN_FILES = ("gradients.json", "run.json", "plan.json", "experiment.json", "graph.json",
              "baseline.json", "injections/001.json", "weblog.log")
+# files only some commands read: (file, commands)
+MORE_RUN_FILES = (("snap.json", ("explain",)), ("hosts.json", ("explain", "export")),
+                  ("paths-trace.jsonl", ("export-otlp",)))
+DATA = ROOT / "tests" / "data"
+NIGHT_SUITE = """\
+name: fake-nights
+testbed: {tag: nt}
+experiments:
+  - experiment: fake.yaml
+checks:
+  gradients: {alpha: 0.01, min_change: 0.25}
+output: out
+"""
+FAKE_YAML = "name: fake\ntestbed: nt\ntransactions: {two: ^/two, none: ^/none}\n"
+UNREACHABLE_OTLP = "http://127.0.0.1:1"  # refused at once
 LOG_FORMATS = ["", "$msec", "$request_time", "$msec $msec $request_time", "$nope", '"$request',
                "%D %t", "$request_time$msec"]
 
@@ -46,9 +67,13 @@ class Input:
     command: str
     slot: str
     base: Path
-    kind: str  # yaml | json | log-nginx | log-csv | log-gz
+    kind: str  # yaml | json | jsonl | pcap | log-nginx | log-csv | log-gz
     argv: Callable[[Path, Path], list[str]]  # (case dir, the file) -> argv after the command
     in_run: str | None = None
+    beside: dict[str, Path] = field(default_factory=dict)  # copied into the case's directory
+    # whether --json says how many of a log's lines it read (gradient's does; paths' no)
+    counts_lines: bool = True
+    reads: str | None = None  # its READS entry, where not the command's
 
 
 @dataclass
@@ -192,6 +217,45 @@ def _logs(root: Path) -> dict[str, Path]:
     return {"log": log, "gz": gz, "csv": csv, "injection": injection, "partner": partner}
 
 
+def _passive_inputs(root: Path) -> dict[str, Path]:
+    """A saved trace, a capture (Linux cooked, as tcpdump -i any writes), what `gradient
+    --json` prints, and the latencies its hosts (app1, db) are in."""
+    from scapy.all import IP, TCP, CookedLinux, Raw, wrpcap
+
+    trace = Path(shutil.copy(DATA / "paths" / "trace.jsonl", root / "trace.jsonl"))
+    answer = Path(shutil.copy(DATA / "example-gradient.json", root / "answer.json"))
+    now = Path(shutil.copy(EXPERIMENTS / "placement" / "now.yaml", root / "now.yaml"))
+    packets = []
+    for i, (src, dst, sport, dport, flags, seq, data) in enumerate([
+            ("10.0.0.1", "10.0.0.2", 40000, 80, "S", 100, b""),
+            ("10.0.0.2", "10.0.0.1", 80, 40000, "SA", 500, b""),
+            ("10.0.0.1", "10.0.0.2", 40000, 80, "PA", 101, b"GET / HTTP/1.1\r\n\r\n"),
+            ("10.0.0.2", "10.0.0.3", 50000, 5432, "PA", 900, b"q" * 30),
+            ("10.0.0.3", "10.0.0.2", 5432, 50000, "PA", 3000, b"r" * 200),
+            ("10.0.0.2", "10.0.0.1", 80, 40000, "PA", 501, b"a" * 400)]):
+        p = CookedLinux(pkttype=4 if src == "10.0.0.2" else 0, proto=0x0800) / \
+            IP(src=src, dst=dst) / TCP(sport=sport, dport=dport, flags=flags, seq=seq) / \
+            Raw(data)
+        p.time = 1_795_000_000 + i * 0.001
+        packets.append(p)
+    pcap = root / "web.pcap"
+    wrpcap(str(pcap), packets)
+    return {"trace": trace, "pcap": pcap, "answer": answer, "now": now}
+
+
+def _night(root: Path, run_dir: Path) -> dict[str, Path]:
+    """A regression suite, a night holding the fake run, and the baseline it accepted."""
+    (root / "fake.yaml").write_text(FAKE_YAML)
+    suite = root / "suite.yaml"
+    suite.write_text(NIGHT_SUITE)
+    night = root / "nights" / "n1"
+    shutil.copytree(run_dir, night / "fake", symlinks=True)
+    subprocess.run([str(ROOT / ".venv" / "bin" / "linkgrad"), "regress", str(suite), "--night",
+                    str(night), "--accept"], capture_output=True, timeout=300, check=True)
+    return {"suite": suite, "night": night, "fake": root / "fake.yaml",
+            "regress_baseline": root / "fake-nights.baseline.json"}
+
+
 def build_world(root: Path, code: Path | None = None) -> World:
     """The valid inputs under `root`; `code`: run that source tree's linkgrad instead."""
     for d in ("home", "testbeds"):
@@ -202,6 +266,7 @@ def build_world(root: Path, code: Path | None = None) -> World:
            "TMPDIR": str(root / "tmpdir"), "LINKGRAD_TESTBED_ROOT": str(root / "testbeds"),
            "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "100"}
     run_dir = _run_dir(root)
+    shutil.copy(DATA / "paths" / "trace.jsonl", run_dir / "paths-trace.jsonl")
     experiment = _experiment(root)
     logs = _logs(root)
     placement = EXPERIMENTS / "placement"
@@ -212,11 +277,12 @@ def build_world(root: Path, code: Path | None = None) -> World:
     move.write_text((placement / "db-east.yaml").read_text())
     candidates.write_text("candidates:\n  db: [east, west]\n")
     good = {"experiment": experiment, "sites": sites, "move": move, "candidates": candidates,
-            **logs}
+            **logs, **_passive_inputs(root), **_night(root, run_dir)}
     linkgrad = [str(ROOT / ".venv" / "bin" / "linkgrad")]
     if code is not None:
         env["PYTHONPATH"] = str(code.resolve())
         linkgrad = [str(ROOT / ".venv" / "bin" / "python"), "-m", "coordinator.cli"]
+    env["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"] = "1"  # an unreachable collector: said at once
     world = World(root, run_dir, env, good, linkgrad)
     world.inputs = _inputs(world, _shipped_experiments(root))
     return world
@@ -264,6 +330,7 @@ def _inputs(w: World, shipped: list[Path]) -> list[Input]:
               lambda c, f: ["--gradients", grads(c), "--latencies", str(f), "--component",
                             "db", "--copies", "here", "east"]),
     ]
+    out += _passive_and_export_inputs(w)
     for p in shipped:
         out.append(Input("run", p.name, p, "yaml", lambda c, f: [str(f)]))
     for name in RUN_FILES:
@@ -288,6 +355,61 @@ def _inputs(w: World, shipped: list[Path]) -> list[Input]:
     return out
 
 
+def _passive_and_export_inputs(w: World) -> list[Input]:
+    """paths (a trace, a capture, a web log), profile, deploy and bottleneck (an experiment:
+    its hosts refuse every connection), regress (a suite, its baseline), predict from what
+    `gradient --json` prints, explain and export (a run directory's files)."""
+    g = w.good
+    move = ["--latencies", str(g["now"]), "--placement", str(g["move"])]
+    out = [
+        Input("paths", "trace", g["trace"], "jsonl", lambda c, f: ["--trace", str(f)]),
+        Input("paths", "pcap", g["pcap"], "pcap", lambda c, f: ["--pcap", f"web={f}"]),
+        Input("paths", "web-log", g["csv"], "log-csv",
+              lambda c, f: ["--trace", str(g["trace"]), "--web-log", str(f), "--format", "csv",
+                            "--transaction", "two=^/two"], counts_lines=False),
+        Input("paths", "otlp-trace", g["trace"], "jsonl",
+              lambda c, f: ["--trace", str(f), "--otlp", UNREACHABLE_OTLP, "--dry-run"]),
+        Input("profile", "experiment", g["experiment"], "yaml",
+              lambda c, f: [str(f), "--duration", "1"]),
+        Input("deploy", "experiment", g["experiment"], "yaml", lambda c, f: [str(f)]),
+        Input("bottleneck", "experiment", g["experiment"], "yaml",
+              lambda c, f: [str(f), "--from", "web:/tmp/a", "--to", "db:/tmp/b"]),
+        Input("regress", "suite", g["suite"], "yaml",
+              lambda c, f: [str(f), "--night", str(g["night"]), "--baseline",
+                            str(g["regress_baseline"])], beside={"fake.yaml": g["fake"]}),
+        Input("regress", "baseline", g["regress_baseline"], "json",
+              lambda c, f: [str(g["suite"]), "--night", str(g["night"]), "--baseline",
+                            str(f)]),
+        Input("predict", "answer", g["answer"], "json",
+              lambda c, f: ["--gradients", str(f), *move]),
+    ]
+    export_targets = (["--prometheus", "x.prom"], ["--esmond", "x.json"],
+                      ["--perfsonar", "http://127.0.0.1:1/logstash", "--dry-run"])
+    for name, commands in (*((n, ("explain", "export")) for n in RUN_FILES),
+                           *MORE_RUN_FILES):
+        kind = "log-nginx" if name.endswith(".log") else "jsonl" if name.endswith(".jsonl") \
+            else "json"
+        run_file = w.run_dir / name
+        if "explain" in commands:
+            out.append(Input("explain", name, run_file, kind, lambda c, f: [str(c / "run")],
+                             name))
+        if "export" in commands:
+            for target in export_targets:
+                out.append(Input("export", f"{name} {target[0]}", run_file, kind,
+                                 lambda c, f, t=target: [str(c / "run"), *_in_case(c, t)],
+                                 name, reads="export-prometheus"
+                                 if target[0] == "--prometheus" else None))
+        if name in READS["export-otlp"]:
+            out.append(Input("export-otlp", name, run_file, kind,
+                             lambda c, f: [str(c / "run"), "--otlp", UNREACHABLE_OTLP], name))
+    return out
+
+
+def _in_case(case: Path, target: list[str]) -> list[str]:
+    """An export target's file in the case's own directory."""
+    return [target[0], str(case / target[1])] if not target[1].startswith("http") else target
+
+
 def check_world(world: World) -> dict[str, Any]:
     """Each valid input through its command: what the campaign's mutations start from."""
     seen: dict[str, Any] = {}
@@ -298,7 +420,7 @@ def check_world(world: World) -> dict[str, Any]:
         case.mkdir(parents=True)
         if inp.in_run:
             world.copy_run(case)
-        command = "run" if inp.command == "resume" else inp.command
+        command = {"resume": "run", "export-otlp": "export"}.get(inp.command, inp.command)
         proc = subprocess.run([*world.linkgrad, command, *inp.argv(case, inp.base), "--json"],
                               capture_output=True, env=world.env, cwd=world.root, timeout=120,
                               stdin=subprocess.DEVNULL)

@@ -206,12 +206,12 @@ def _to_otlp(args: argparse.Namespace) -> int:
     if not run_dir.is_dir():
         raise InputError(Problem("no such run directory", str(run_dir)))
     trace_path = run_dir / TRACE_FILE
-    if not trace_path.exists():
+    if not trace_path.exists() and not trace_path.is_symlink():
         raise InputError(Problem("the run has no causal-path trace to send (its experiment "
                                  "had paths off, or no host could be traced)", str(trace_path)))
     experiment_path = run_dir / "experiment.json"
     experiment = read_record(experiment_path, ExperimentAsRun, "the experiment as run") \
-        if experiment_path.exists() else ExperimentAsRun()
+        if experiment_path.exists() or experiment_path.is_symlink() else ExperimentAsRun()
     hosts = list(read_trace(trace_path))
     console = terminal(stderr=True)
     p = experiment.paths

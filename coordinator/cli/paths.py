@@ -169,10 +169,11 @@ def _read_pcaps(args: argparse.Namespace, console: Console) -> list[HostTrace]:
         raise InputError(Problem(f"one capture per host: {', '.join(twice)} given more than "
                                  "once", field="--pcap"))
     exclude = args.exclude_port if args.exclude_port is not None else [22]
-    hosts = []
+    hosts, read = [], []
     for host, path in captures:
         got = read_pcap(host, path, exclude)
         hosts.append(got.trace)
+        read.append((path, got.packets, got.skipped))
         if not args.json:
             left = "; left out: " + ", ".join(f"{n} {why}" for why, n in got.skipped.items()) \
                 if got.skipped else ""
@@ -181,8 +182,10 @@ def _read_pcaps(args: argparse.Namespace, console: Console) -> list[HostTrace]:
                                  f"addresses {', '.join(sorted(got.trace.addresses))}{left}"),
                           soft_wrap=True)
     if not any(h.records for h in hosts):
-        raise InputError(Problem("no TCP message in any capture (see what each left out "
-                                 "above)", field="--pcap"))
+        raise InputError(Problem("no TCP message in any capture: " + "; ".join(
+            f"{path}: {n} packets, " + (", ".join(f"{k} {why}" for why, k in left.items())
+                                        or "none left out")
+            for path, n, left in read), field="--pcap"))
     return hosts
 
 

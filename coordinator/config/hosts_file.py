@@ -73,4 +73,5 @@ class HostsFile(_File):
 def read_hosts(run_dir: Path) -> HostsFile | None:
     """The run's `hosts.json`; None for a run made without host probes."""
     path = run_dir / "hosts.json"
-    return read_record(path, HostsFile, "the host probes' series") if path.exists() else None
+    there = path.exists() or path.is_symlink()  # a link to nothing is a file gone wrong
+    return read_record(path, HostsFile, "the host probes' series") if there else None

@@ -19,8 +19,10 @@ are not in a capture: nodes are the hosts.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import struct
+import tempfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -104,8 +106,23 @@ def read_pcap(host: str, path: Path, exclude_ports: Sequence[int] = (22,)) -> Pc
     return PcapRead(_host_trace(host, segments, local), packets, len(segments), dict(skipped))
 
 
+def _usable_scapy_cache() -> None:
+    """scapy caches its data files under $XDG_CACHE_HOME/scapy when it is imported, and its
+    import fails (PermissionError) where that folder exists but is another user's (made by
+    root, read by a user sharing its HOME): a private one for this process then."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = base / "scapy"
+    try:
+        usable = not folder.exists() or os.access(folder, os.R_OK | os.W_OK | os.X_OK)
+    except OSError:
+        usable = False
+    if not usable:
+        os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="linkgrad-scapy-")
+
+
 def _packets(path: Path) -> Iterator[tuple[int, bytes, float, bool | None]]:
     """(link type, bytes, time, outgoing if known) per packet, in the file's order."""
+    _usable_scapy_cache()
     from scapy.error import Scapy_Exception
     from scapy.utils import RawPcapReader
 
@@ -131,7 +148,7 @@ def _packets(path: Path) -> Iterator[tuple[int, bytes, float, bool | None]]:
 
 
 def _read(reader: Any, path: Path) -> Iterator[tuple[int, bytes, float, bool | None]]:
-    from scapy.utils import RawPcapNgReader
+    from scapy.utils import RawPcapNgReader  # (imported by _packets first)
 
     quiet = logging.getLogger("scapy.runtime")  # its warnings are counted here instead
     level = quiet.level

@@ -18,7 +18,7 @@ WEBLOG_FILE = "weblog.log"
 def read_run_weblog(run_dir: Path, experiment: ExperimentAsRun) -> RequestLog | None:
     """The run's saved requests; None when it saved none."""
     weblog, path = experiment.web_log, run_dir / WEBLOG_FILE
-    if weblog is None or not path.exists():
+    if weblog is None or not (path.exists() or path.is_symlink()):  # a dangling link: said
         return None
     parse, _ = line_parser(choose_format(Path(weblog.path), weblog.format, weblog.log_format),
                            weblog.log_format)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from coordinator.config.bounds import MAX_UNIX_S
 from linkgrad.errors import InputError, Problem
 from linkgrad.paths.messages import NO_THREAD
 from linkgrad.paths.reconcile import HostRecord, HostTrace
@@ -36,44 +37,112 @@ def write_trace(path: Path, hosts: list[HostTrace]) -> None:
 
 
 def read_trace(path: Path) -> Iterator[HostTrace]:
-    """The hosts of a file `write_trace` wrote; a bad line is an InputError naming it."""
+    """The hosts of a file `write_trace` wrote; a bad line is an InputError naming it and the
+    field, each value checked for its type and range (a trace is a file a user hands in)."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise InputError(Problem(f"cannot read the trace: {e.strerror}", file=str(path))) \
+        raise InputError(Problem(f"cannot read the trace: {e.strerror or e}", file=str(path))) \
             from e
+    except UnicodeDecodeError as e:
+        raise InputError(Problem(f"not UTF-8 text (byte {e.start}): not a linkgrad trace",
+                                 file=str(path))) from e
     lines = text.splitlines()
     if not lines or _json(path, 1, lines[0]).get("format") != TRACE_FORMAT:
         raise InputError(Problem(f"not a linkgrad trace: the first line must be "
                                  f'{{"format": "{TRACE_FORMAT}"}}', file=str(path), line=1))
     for n, line in enumerate(lines[1:], start=2):
         entry = _json(path, n, line)
+        where = "host"
         try:
-            # the thread (12th field) came later: a trace saved before has none
-            records = [HostRecord((r[0], int(r[1])), (r[2], int(r[3])), bool(r[4]), int(r[5]),
-                                  int(r[6]), float(r[7]), float(r[8]), bool(r[9]), str(r[10]),
-                                  int(r[11]) if len(r) > 11 else NO_THREAD)
-                       for r in entry["records"]]
-            # the connections opened (SYNs) came later too: none in a trace saved before,
-            # and their times later still (NaN: not known)
-            openings = tuple(((str(o[0]), int(o[1])), (str(o[2]), int(o[3])),
-                              float(o[4]) if len(o) > 4 and o[4] is not None else math.nan)
-                             for o in entry.get("openings", []))
-            yield HostTrace(str(entry["host"]), frozenset(entry["addresses"]),
-                            frozenset((a, int(p)) for a, p in entry["listening"]), records,
-                            openings)
+            name = _text(entry["host"])
+            where = "addresses"
+            addresses = frozenset(_text(a) for a in _list(entry["addresses"]))
+            where = "listening"
+            listening = frozenset(_endpoint(e) for e in _list(entry["listening"]))
+            records = []
+            for i, r in enumerate(_list(entry["records"])):
+                where = f"records.{i}"
+                records.append(_record(_list(r)))
+            openings = []
+            for i, o in enumerate(_list(entry.get("openings", []))):
+                where = f"openings.{i}"
+                openings.append(_opening(_list(o)))
         except (KeyError, IndexError, TypeError, ValueError) as e:
-            raise InputError(Problem(f"a host entry needs host, addresses, listening and "
-                                     f"records of 11 or 12 fields (and openings of 4 or 5) "
-                                     f"({type(e).__name__}: {e})",
-                                     file=str(path), line=n)) from e
+            raise InputError(Problem(
+                f"expected a host entry (host, addresses, listening, records of 11 or 12 "
+                f"fields, openings of 4 or 5): {type(e).__name__}: {str(e)[:200]}",
+                file=str(path), line=n, field=where)) from e
+        yield HostTrace(name, addresses, listening, records, tuple(openings))
+
+
+def _record(r: list[Any]) -> HostRecord:
+    # the thread (12th field) came later: a trace saved before has none
+    if len(r) not in (11, 12):
+        raise ValueError(f"{len(r)} fields")
+    return HostRecord(_endpoint(r[0:2]), _endpoint(r[2:4]), _flag(r[4]), _seq(r[5]),
+                      _seq(r[6]), _time(r[7]), _time(r[8]), _flag(r[9]), _text(r[10]),
+                      _thread(r[11]) if len(r) > 11 else NO_THREAD)
+
+
+def _opening(o: list[Any]) -> tuple[tuple[str, int], tuple[str, int], float]:
+    # their times came later than the openings (NaN: not known)
+    if len(o) not in (4, 5):
+        raise ValueError(f"{len(o)} fields")
+    return _endpoint(o[0:2]), _endpoint(o[2:4]), \
+        _time(o[4]) if len(o) > 4 and o[4] is not None else math.nan
+
+
+def _list(v: Any) -> list[Any]:
+    if not isinstance(v, list):
+        raise TypeError(f"expected a list, got {type(v).__name__}")
+    return v
+
+
+def _text(v: Any) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"expected a string, got {type(v).__name__}")
+    return v
+
+
+def _int(v: Any, lo: int, hi: int, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ValueError(f"{what} {str(v)[:40]}: expected an integer {lo} to {hi}")
+    return v
+
+
+def _endpoint(e: list[Any]) -> tuple[str, int]:
+    if len(e) != 2:
+        raise ValueError(f"an endpoint is [address, port], got {len(e)} values")
+    return _text(e[0]), _int(e[1], 0, 65535, "port")
+
+
+def _seq(v: Any) -> int:
+    return _int(v, 0, (1 << 32) - 1, "sequence number")
+
+
+def _thread(v: Any) -> int:
+    return _int(v, NO_THREAD, (1 << 31) - 1, "thread")
+
+
+def _flag(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise TypeError(f"expected true or false, got {str(v)[:40]}")
+    return v
+
+
+def _time(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_UNIX_S:
+        raise ValueError(f"time {str(v)[:40]}: expected unix seconds 0 to {MAX_UNIX_S:g}")
+    return float(v)
 
 
 def _json(path: Path, n: int, line: str) -> dict[str, Any]:  # free-form: read field by field
     try:
         value = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise InputError(Problem(f"not JSON: {e.msg}", file=str(path), line=n)) from e
+    except (ValueError, RecursionError) as e:  # (a number of 5000 digits is a ValueError)
+        raise InputError(Problem(f"not JSON: {getattr(e, 'msg', None) or str(e)[:120]}",
+                                 file=str(path), line=n)) from e
     if not isinstance(value, dict):
         raise InputError(Problem("expected a JSON object", file=str(path), line=n))
     return value

@@ -52,11 +52,16 @@ def read_run(run_dir: Path, *, hosts: bool) -> RunExport:
     links = read_measurements(run_dir / "gradients.json")
     journal_path, experiment_path = run_dir / "run.json", run_dir / "experiment.json"
     journal = read_record(journal_path, RunJournal, "the run journal") \
-        if journal_path.exists() else None
+        if _there(journal_path) else None
     experiment = read_record(experiment_path, ExperimentAsRun,
-                             "the experiment as run") if experiment_path.exists() else None
+                             "the experiment as run") if _there(experiment_path) else None
     name = experiment.name if experiment else run_dir.resolve().name  # the same for any target
     return RunExport(run=run_dir.resolve().name, experiment=name, links=tuple(links),
                      hosts=read_hosts(run_dir) if hosts else None, journal=journal,
                      addresses={h.name: h.address for h in (experiment.hosts if experiment
                                                              else ()) if h.address})
+
+
+def _there(path: Path) -> bool:
+    """A file to read: one that exists, or a link to nothing (a file gone wrong, said)."""
+    return path.exists() or path.is_symlink()

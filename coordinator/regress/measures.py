@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from coordinator.config.bounds import MAX_GRADIENT
 from coordinator.config.fields import Float, Int, Str
 from coordinator.config.latencies import latency_sites, load_latencies
 from coordinator.config.run_dir import read_measurements, read_record
@@ -21,6 +22,8 @@ from linkgrad.errors import InputError, Problem
 from linkgrad.prediction import predict
 from linkgrad.reading import problems_of, read_json
 from linkgrad.snap.evidence import LinkKey, link_classes
+
+MAX_PREDICTION_MS = 1e15
 
 
 class _Measure(BaseModel):
@@ -49,6 +52,12 @@ class GradientMeasure(_Measure):
             raise ValueError("a gradient and its ci95 go together")
         if self.ci95 is not None and self.ci95[0] > self.ci95[1]:
             raise ValueError(f"ci95 {list(self.ci95)} is not [low, high]")
+        # what a measurement can give (bounds.MAX_GRADIENT): past it the comparison's
+        # squares overflow
+        for value in (self.gradient, *(self.ci95 or ())):
+            if value is not None and not -MAX_GRADIENT <= value <= MAX_GRADIENT:
+                raise ValueError(f"{value:g} is beyond any measured gradient "
+                                 f"(|g| <= {MAX_GRADIENT:g})")
         return self
 
     @property
@@ -61,9 +70,10 @@ class PredictionMeasure(_Measure):
     experiment: Str
     placement: Str  # the placement file's name
     transaction: Str
-    predicted_ms: Float
-    se_ms: Float = Field(ge=0)
-    current_ms: Float
+    # within what a prediction can say (30,000 years): past it a comparison's squares overflow
+    predicted_ms: Float = Field(ge=-MAX_PREDICTION_MS, le=MAX_PREDICTION_MS)
+    se_ms: Float = Field(ge=0, le=MAX_PREDICTION_MS)
+    current_ms: Float = Field(ge=-MAX_PREDICTION_MS, le=MAX_PREDICTION_MS)
 
     @property
     def key(self) -> tuple[str, ...]:
