@@ -338,7 +338,7 @@ def test_profile_of_a_missing_experiment_is_bad_input(capsys, tmp_path):
 
 @pytest.mark.parametrize(("option", "value"), [("--duration", "0"), ("--duration", "nan"),
                                                ("--report-interval", "0.01"),
-                                               ("--window", "0")])
+                                               ("--window-s", "0"), ("--window", "0")])
 def test_paths_refuses_bad_numbers_naming_the_option(capsys, tmp_path, option, value):
     code = main(["paths", str(tmp_path / "nope.yaml"), option, value])
     assert code == 2

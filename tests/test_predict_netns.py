@@ -80,7 +80,7 @@ def test_predictions_of_three_placements_hold_when_applied_for_real(testbed, tag
     assert sorted(lk["planned_ms"] for lk in links) == [6] * 4 + [12] * 4  # each link twice
     (testbed / "now.yaml").write_text(LATENCIES)
     argv = [LINKGRAD, "predict", "--gradients", str(run_dir / "gradients.json"),
-            "--latencies", str(testbed / "now.yaml"), "--validate", "--window-s", "30", "--json"]
+            "--latencies", str(testbed / "now.yaml"), "--validate", "--duration", "30", "--json"]
     for name, text in PLACEMENTS.items():
         (testbed / f"{name}.yaml").write_text(text)
         argv += ["--placement", str(testbed / f"{name}.yaml")]

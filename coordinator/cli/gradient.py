@@ -17,7 +17,7 @@ from coordinator.cli.answer import Answer, absent_when_none
 from coordinator.cli.catalog import LOG_HELP
 from coordinator.cli.command import Command
 from coordinator.cli.terminal import names_table, terminal
-from coordinator.cli.times import local_time
+from coordinator.cli.times import local_time, time_value
 from coordinator.config.bounds import FIRST_LOG_S, LAST_LOG_S
 from coordinator.config.experiment import MAX_K
 from coordinator.config.run_records import BaselineFile
@@ -65,9 +65,10 @@ def _gradient_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrent", action="append", default=[], metavar="RECORD.json",
                    help="injection record of a wave on another link during this one "
                         "(repeatable): fitted jointly, as `linkgrad run` does with concurrent: N")
-    p.add_argument("--baseline-end", type=float, default=None, metavar="UNIX_S",
-                   help="end of the unperturbed training data (default: the record's start; "
-                        "a run's is the end of its passive phase, in plan.json 'training')")
+    p.add_argument("--baseline-end", type=time_value, default=None, metavar="TIME",
+                   help="end of the unperturbed training data, unix seconds or ISO 8601 "
+                        "(default: the record's start; a run's is the end of its passive "
+                        "phase, in plan.json 'training')")
 
 
 def check_positive(value: float | int | None, name: str, at_most: float = math.inf,

@@ -73,9 +73,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--linker", choices=sorted(LINKERS), default="context",
                    help="context: WAP5's timing within each node's open requests (default); "
                    "wap5: the paper's §5.1 as it is; fcfs: each call to the oldest open request")
-    p.add_argument("--window", type=float, default=2.0, metavar="S",
-                   help="the longest delay between a message and the one it causes (WAP5's x; "
-                   "default 2)")
+    p.add_argument("--window-s", type=float, default=2.0, metavar="S",
+                   help="the longest delay between a message and the one it causes (WAP5's x, "
+                   "an experiment's paths.window_s; default 2)")
+    old_spelling(p, "--window", "--window-s", "window_s", type=float)
     p.add_argument("--budget", type=float, default=DEFAULT_BUDGET, metavar="F",
                    help="linking takes at most this fraction of the capture's duration "
                    f"(default {DEFAULT_BUDGET:g}: 6 s for a minute); a node over its share is "
@@ -104,7 +105,7 @@ def _check(args: argparse.Namespace) -> None:
         check_between(port, 1, 65535, "--exclude-port", unit="")
     check_between(args.duration, 1.0, MAX_DURATION_S, "--duration")
     check_between(args.report_interval, 0.1, 3600, "--report-interval")
-    check_between(args.window, 0.001, 3600, "--window")
+    check_between(args.window_s, 0.001, 3600, "--window-s")
     check_between(args.budget, 0.001, 100, "--budget")
     if args.web_log is not None and args.experiment is not None:
         raise InputError(Problem("only with --trace or --pcap (a capture reads its "
@@ -142,9 +143,9 @@ def paths_command(args: argparse.Namespace) -> int:
     # the requests the web log saw during the capture, by transaction (none offline)
     if session is not None:
         log, transactions = web_log_now(session), session.experiment.transactions
-    linked = link_hosts(hosts, args.linker, args.window, args.budget, log, transactions,
+    linked = link_hosts(hosts, args.linker, args.window_s, args.budget, log, transactions,
                         progress=progress)
-    result = replace(paths_of(linked, args.linker, args.window), problems=tuple(problems),
+    result = replace(paths_of(linked, args.linker, args.window_s), problems=tuple(problems),
                      at=time.time())
     if args.output:
         RunDir(args.output.parent).write(args.output.name, result.as_json())

@@ -27,7 +27,7 @@ from coordinator.cli.gradient import (
     check_positive,
 )
 from coordinator.cli.terminal import terminal
-from coordinator.cli.times import local_time
+from coordinator.cli.times import local_time, time_value
 from coordinator.config.experiment import (
     MAX_DELAY_MS,
     MAX_HALF_WIDTH,
@@ -53,8 +53,9 @@ OPTIONS = {"k": "-k", "chunks": "--chunks", "n_bins": "--n-bins", "scale_d": "--
 
 def _plan_arguments(p: argparse.ArgumentParser) -> None:
     add_log_options(p)
-    p.add_argument("--before", type=float, default=None, metavar="UNIX_S",
-                   help="plan from the requests before this time (default: the whole log)")
+    p.add_argument("--before", type=time_value, default=None, metavar="TIME",
+                   help="plan from the requests before this time, unix seconds or ISO 8601 "
+                   "(default: the whole log)")
     p.add_argument("--half-width", default="10%", metavar="H",
                    help="wanted 95%% CI half-width of a gradient: '10%%' of it (the default; "
                         "±0.1 below 1) or a number in gradient units")

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from coordinator.cli.command import Command
+from coordinator.cli.options import old_spelling
 from coordinator.cli.predict_answer import PlacementAnswer, PredictAnswer, ValidationAnswer
 from coordinator.cli.terminal import names_table, terminal
 from coordinator.config.latencies import latency_sites
@@ -31,19 +32,21 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="the current one-way latencies (default: the run's causal paths' "
                         "network delays, every host its own site)")
     p.add_argument("--placement", required=True, type=Path, action="append",
-                   metavar="NEW.yaml", help="where components move (repeatable: compared)")
+                   metavar="NEW.yaml", help="a placement file: where components move from the "
+                   "latencies file's sites (repeatable: compared)")
     p.add_argument("--validate", action="store_true",
                    help="apply each placement's latency changes with delays on the "
                         "live system (the run's experiment) and measure the response times")
-    p.add_argument("--window-s", type=float, default=60.0,
+    p.add_argument("--duration", type=float, default=60.0, metavar="S",
                    help="with --validate: seconds measured at the current latencies and under "
-                        "each placement (in three turns each)")
+                        "each placement (in three turns each; default 60)")
+    old_spelling(p, "--window-s", "--duration", "duration", type=float)
 
 
 def predict_command(args: argparse.Namespace) -> int:
-    if not 0 < args.window_s <= 3600:  # NaN too
-        raise InputError(Problem(f"must be above 0 and at most 3600 s, got {args.window_s}",
-                                 field="--window-s"))
+    if not 0 < args.duration <= 3600:  # NaN too
+        raise InputError(Problem(f"must be above 0 and at most 3600 s, got {args.duration}",
+                                 field="--duration"))
     run = load_gradients(args.gradients, args.link)
     if args.validate and run.answers:
         raise InputError(Problem("needs a run directory: it delays the run's experiment's "
@@ -67,7 +70,7 @@ def predict_command(args: argparse.Namespace) -> int:
         validations = validate_placements(
             run, [PlacementChanges(p.placement, c) for p, c in zip(placements, changes_of,
                                                                    strict=True)],
-            args.window_s, _say(args.json))
+            args.duration, _say(args.json))
         placements = [p.model_copy(update={"validation": ValidationAnswer.of(v, CYCLES)})
                       for p, v in zip(placements, validations, strict=True)]
     answer = PredictAnswer(run=run.source, placements=placements,

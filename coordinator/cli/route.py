@@ -47,8 +47,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--component", required=True, help="the host whose tier is copied")
     p.add_argument("--copies", required=True, nargs=2, metavar="SITE",
                    help="the two sites with a copy")
-    p.add_argument("--placement", type=Path, metavar="BASE.yaml",
-                   help="where the other components are (moved from now), if not where they are")
+    p.add_argument("--placement", type=Path, metavar="NEW.yaml",
+                   help="a placement file, as predict's: where components move from the "
+                   "latencies file's sites, the copies then compared from there (default: "
+                   "none moves)")
     p.add_argument("--nginx", nargs=2, metavar=("UPSTREAM1", "UPSTREAM2"),
                    help="print the advice as an nginx map setting $linkgrad_upstream, the "
                         "upstream groups of the copy at each site (in --copies order; names "
