@@ -44,7 +44,7 @@ MAX_TRANSACTIONS_SHOWN = 10
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", type=Path, nargs="?",
                    help="experiment YAML: its hosts, ssh settings, workload, and web log (its "
-                   "requests grouped by transaction); not with --trace")
+                   "requests grouped by transaction); not with --trace or --pcap")
     p.add_argument("--trace", type=Path, metavar="FILE",
                    help="analyse a trace saved by --output-trace instead of capturing one")
     p.add_argument("--pcap", action="append", default=[], metavar="HOST=FILE",
@@ -238,7 +238,8 @@ def _print(console: Console, result: PathsResult) -> None:
 COMMANDS = (Command(
     "paths", "WAP5's causal paths from every host's TCP messages, no injection",
     "Capture the TCP messages of the experiment's hosts for a while (with its workload "
-    "running, if it has one), or read a saved trace, and link them into causal paths: which "
+    "running, if it has one), or read a saved trace or packet captures, and link them into "
+    "causal paths: which "
     "message caused which, aggregated into patterns (clients as CLIENT, ephemeral ports left "
     "out), with each hop's node delay and network delay (the hosts' clock offsets taken out) "
     "and each link's crossings on the critical path.",
