@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from coordinator.config.bounds import MAX_UNIX_S
 from linkgrad.errors import InputError, Problem
 from linkgrad.paths.messages import NO_THREAD
 from linkgrad.paths.reconcile import HostRecord, HostTrace
+from linkgrad.reading import loads_json
 
 TRACE_FORMAT = "linkgrad-trace/1"
 TRACE_FILE = "paths-trace.jsonl"  # in a run directory
@@ -138,11 +140,10 @@ def _time(v: Any) -> float:
 
 
 def _json(path: Path, n: int, line: str) -> dict[str, Any]:  # free-form: read field by field
-    try:
-        value = json.loads(line)
-    except (ValueError, RecursionError) as e:  # (a number of 5000 digits is a ValueError)
-        raise InputError(Problem(f"not JSON: {getattr(e, 'msg', None) or str(e)[:120]}",
-                                 file=str(path), line=n)) from e
+    try:  # strictly, as every JSON file linkgrad reads: no NaN, no key given twice
+        value = loads_json(line, str(path))
+    except InputError as e:
+        raise InputError([replace(p, line=n) for p in e.problems]) from e
     if not isinstance(value, dict):
         raise InputError(Problem("expected a JSON object", file=str(path), line=n))
     return value
