@@ -60,7 +60,7 @@ from typing import Any
 import yaml
 
 from benchmarks.fuzz_daemons import run_daemon_campaign
-from benchmarks.fuzz_world import READS, Input, World, build_world, check_world
+from benchmarks.fuzz_world import OPTIONAL, READS, Input, World, build_world, check_world
 from benchmarks.results_md import update_section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -461,6 +461,10 @@ def make_case(index: int, seed: int, world: World, root: Path) -> Case:
             shutil.copy(src, case_dir / name)
     mutation, invalid, nobody = _write_mutant(rng, inp, target, world)
     invalid = invalid and (inp.in_run is None or inp.in_run in READS[inp.reads or inp.command])
+    if mutation == "missing" and inp.in_run in OPTIONAL.get(inp.reads or inp.command, ()):
+        invalid = False
+    if nobody:  # what it writes (an export's file) goes beside: nobody may write there
+        case_dir.chmod(0o777)
     argv = inp.argv(case_dir, target)
     files = {}
     if target.is_file() and not target.is_symlink() and target.stat().st_size < 3_000_000:

@@ -5,7 +5,8 @@ Part of benchmarks/fuzz_cli.py. Both daemons run as `ip netns exec lgfuzz-PID py
 removed afterwards, and only the processes started here are ended. Each line is sent raw and
 classed: reply_error or reply_ok (one reply, the daemon serves on), internal_error (an error
 reply saying "internal error": a bug caught, a failure all the same), no_reply (nothing within
-the timeout), invalid_reply (not strict JSON), daemon_died, traceback (on its stderr). Bad
+the timeout; a blank line, which the protocol skips, is blank_ignored), invalid_reply (not
+strict JSON), daemon_died, traceback (on its stderr). Bad
 start options of the injector are cases too: each must end with exit 2, no traceback.
 """
 
@@ -238,6 +239,8 @@ def _lines(netns: str, python: Path, module: str, args: list[str], base: list[di
                 verdict = "traceback"
             if verdict == "reply_ok" and daemon.proc.poll() is not None:
                 verdict = "daemon_died"
+            if verdict == "no_reply" and not raw.strip() and daemon.proc.poll() is None:
+                verdict = "blank_ignored"  # the protocol skips blank lines: none is right
             out.append({"daemon": module, "index": i, "mutation": name, "verdict": verdict,
                         "detail": detail, "line": base64.b64encode(raw[:4096]).decode()})
             if verdict in ("daemon_died", "no_reply", "traceback") or \

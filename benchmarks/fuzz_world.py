@@ -39,6 +39,10 @@ READS["export-prometheus"] = {*READS["export"], "hosts.json"}
 READS["export-otlp"] = {"paths-trace.jsonl", "experiment.json", "weblog.log"}
 RUN_FILES = ("gradients.json", "run.json", "plan.json", "experiment.json", "graph.json",
              "baseline.json", "injections/001.json", "weblog.log")
+# files a command reads if they are there: one missing is no error (export's are optional)
+OPTIONAL = {"export": {"run.json", "experiment.json"},
+            "export-prometheus": {"run.json", "experiment.json", "hosts.json"},
+            "export-otlp": {"experiment.json", "weblog.log"}}
 # files only some commands read: (file, commands)
 MORE_RUN_FILES = (("snap.json", ("explain",)), ("hosts.json", ("explain", "export")),
                   ("paths-trace.jsonl", ("export-otlp",)))

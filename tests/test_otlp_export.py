@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,7 @@ def test_export_names_each_request_by_its_transaction(tmp_path, capsys):
     ("collector:4318", "not an http:// or https:// URL"),
     ("http://", "with a host"),
     ("http://[::1", "not a URL"),
+    ("http://collector:4318?key=1", r"no \?query"),
 ])
 def test_an_endpoint_that_is_no_base_url_is_bad_input(url, said):
     with pytest.raises(InputError, match=said):
@@ -148,3 +150,26 @@ def test_a_collector_that_refuses_or_is_not_there_is_a_runtime_failure(capsys, m
     captured = capsys.readouterr()
     assert "Connection refused" in captured.err
     assert "messages" in captured.out  # the analysis was printed before the send failed
+
+
+@pytest.mark.parametrize(("host", "shift_s"), [("web", 0.003), ("client", 0.05),
+                                               ("web", -0.05)])
+def test_hosts_clocks_apart_keep_each_trace_s_shape(host, shift_s):
+    """The trace's order is each sender's own clock: with one host's clock ahead or behind,
+    a child can come before its parent there. Spans are built parents first all the same."""
+    hosts = [h if h.name != host else replace(
+        h, records=[replace(r, first_s=r.first_s + shift_s, last_s=r.last_s + shift_s)
+                    for r in h.records],
+        openings=tuple((a, b, t + shift_s) for a, b, t in h.openings))
+        for h in read_trace(TRACE)]
+    got = request_traces(link_hosts(hosts, "context", 2.0, None).linked)
+    assert len(got.traces) == len(_traces().traces)
+    for t in got.traces:
+        by_id = {s.span_id: s for s in t.spans}
+        check_trace_shape([ReceivedSpan(f"{s.trace_id:032x}", f"{s.span_id:016x}",
+                                        None if s.parent_id is None else f"{s.parent_id:016x}",
+                                        s.name, s.kind, s.service, s.start_ns, s.end_ns,
+                                        s.attributes) for s in t.spans], "web/nginx")
+        for s in t.spans:  # the database's calls are app1's, whichever clock is off
+            if s.name.startswith("app1/python->db"):
+                assert by_id[s.parent_id].name == "app1/python:8000"

@@ -84,14 +84,55 @@ def test_each_link_type_gives_the_host_s_messages(tmp_path, kind):
     assert got.segments == 7  # the SYN and SYN-ACK, 5 with data
 
 
-def test_a_database_answering_a_query_is_a_server_without_its_syn(tmp_path):
-    """The database's connection was opened before the capture: its fixed port, below the
-    ephemeral range, is the server's, so the host's end (port 50000) is the client."""
-    path = _write(tmp_path / "c.pcap", "cooked")
-    db = read_pcap("db", path)  # seen from the database's side: DB's address is the host's
-    assert (HOST, 80) in db.trace.listening  # the addresses are the packets' direction's
+def test_a_server_whose_syn_fell_before_the_capture_is_known_by_its_fixed_port(tmp_path):
+    """The web server's connection was opened before the capture (no SYN in it): its port
+    80, below the ephemeral range, is the server's; the client's 40000 is not."""
+    packets = [p for p in _packets("cooked") if "S" not in str(p["TCP"].flags)]
+    path = tmp_path / "late.pcap"
+    wrpcap(str(path), packets)
     got = read_pcap("web", path)
+    assert got.trace.openings == ()
+    assert (HOST, 80) in got.trace.listening
     assert (HOST, 50000) not in got.trace.listening
+
+
+def test_a_loopback_reply_closing_its_connection_is_one_message(tmp_path):
+    """`-i any` holds each loopback packet twice (leaving, arriving); a reply sent with its
+    FIN is one message, not two, with or without the capture saying the direction."""
+    lo = [(1.0, 50000, 8080, "PA", 10, b"q" * 20), (1.1, 8080, 50000, "FPA", 70, b"r" * 50)]
+    for cooked in (True, False):
+        packets = []
+        for t, sport, dport, flags, seq, data in lo:
+            for leaving in (True, False):
+                ip = IP(src="127.0.0.1", dst="127.0.0.1") / \
+                    TCP(sport=sport, dport=dport, flags=flags, seq=seq) / Raw(data)
+                p = CookedLinux(pkttype=4 if leaving else 0, proto=0x0800) / ip if cooked \
+                    else ip
+                p.time = 1795000000 + t + (0 if leaving else 1e-6)
+                packets.append(p)
+        path = tmp_path / f"lo-{cooked}.pcap"
+        wrpcap(str(path), packets, linktype=None if cooked else 101)
+        got = read_pcap("web", path)
+        sizes = sorted((r.seq_end - r.seq_first) % (1 << 32) for r in got.trace.records)
+        assert sizes == [20, 50], (cooked, got.trace.records)
+
+
+def test_a_pcapng_simple_packet_block_is_said_not_read(tmp_path):
+    """A Simple Packet Block has no time stamp: counted as left out, never a traceback."""
+    import struct as st
+
+    def block(kind: int, body: bytes) -> bytes:
+        body += b"\x00" * (-len(body) % 4)
+        n = 12 + len(body)
+        return st.pack("<II", kind, n) + body + st.pack("<I", n)
+
+    ip = bytes(IP(src=CLIENT, dst=HOST) / TCP(sport=40000, dport=80, flags="PA") / Raw(b"x"))
+    path = tmp_path / "spb.pcapng"
+    path.write_bytes(block(0x0A0D0D0A, st.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+                     + block(1, st.pack("<HHI", 101, 0, 65535))
+                     + block(3, st.pack("<I", len(ip)) + ip))
+    got = read_pcap("web", path)
+    assert got.skipped == {"no time stamp (a pcapng simple packet block)": 1}
 
 
 def test_ports_left_out_are_the_ones_asked(tmp_path):

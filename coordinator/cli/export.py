@@ -33,7 +33,7 @@ from coordinator.export.source import RunExport, read_run
 from coordinator.regress.files import write_error, write_whole
 from linkgrad.errors import InputError, Problem
 from linkgrad.paths.budget import progress_line
-from linkgrad.paths.from_hosts import link_hosts
+from linkgrad.paths.from_hosts import TraceTooLong, link_hosts
 from linkgrad.reading import read_text
 
 WIDTH = 80
@@ -215,10 +215,13 @@ def _to_otlp(args: argparse.Namespace) -> int:
     hosts = list(read_trace(trace_path))
     console = terminal(stderr=True)
     p = experiment.paths
-    linked = link_hosts(hosts, p.linker, p.window_s, p.budget,
-                        read_run_weblog(run_dir, experiment), experiment.transactions,
-                        progress=None if args.json or args.dry_run else
-                        lambda g: console.print(escape(progress_line(g))))
+    try:
+        linked = link_hosts(hosts, p.linker, p.window_s, p.budget,
+                            read_run_weblog(run_dir, experiment), experiment.transactions,
+                            progress=None if args.json or args.dry_run else
+                            lambda g: console.print(escape(progress_line(g))))
+    except TraceTooLong as e:
+        raise InputError(Problem(str(e), str(trace_path))) from e
     if args.dry_run:
         print(dumps({"dry_run": True, "target": "otlp", "url": url,
                      "body": otlp_dry_run(linked)}, indent=None, note=False))

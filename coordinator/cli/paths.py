@@ -30,7 +30,7 @@ from coordinator.live.session import Session, check_local_files, observe
 from linkgrad.errors import InputError, Problem
 from linkgrad.paths.analysis import DEFAULT_BUDGET, LINKERS
 from linkgrad.paths.budget import linking_lines, progress_line
-from linkgrad.paths.from_hosts import link_hosts, paths_of
+from linkgrad.paths.from_hosts import TraceTooLong, link_hosts, paths_of
 from linkgrad.paths.reconcile import HostTrace
 from linkgrad.paths.result import PathsResult
 from linkgrad.protocol.trace import TraceRequest
@@ -82,8 +82,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    f"(default {DEFAULT_BUDGET:g}: 6 s for a minute); a node over its share is "
                    "linked greedily, then by §5.1, and the output says so")
     p.add_argument("--output-trace", type=Path, metavar="FILE",
-                   help="also write the captured trace (JSON lines) for --trace later (the "
-                   "web log is not in it: offline, no transactions)")
+                   help="also write the trace (captured, or read from --pcap captures: JSON "
+                   "lines) for --trace later (the web log is not in it: give --web-log then)")
     old_spelling(p, "--save-trace", "--output-trace", "output_trace", type=Path)
     add_output(p, "write the analysis as JSON", old="--save")
     p.add_argument("--otlp", metavar="URL",
@@ -136,15 +136,19 @@ def paths_command(args: argparse.Namespace) -> int:
             transactions = {t.name: t.regex.pattern for t in patterns}
     else:
         hosts, problems, session = _capture(args, console)
-        if args.output_trace:
-            write_trace(args.output_trace, hosts)
+    if args.output_trace:  # (of captures too: a trace to link again without reading them)
+        write_trace(args.output_trace, hosts)
     # progress on stderr, where --json leaves it silent
     progress = None if args.json else lambda g: console.print(escape(progress_line(g)))
     # the requests the web log saw during the capture, by transaction (none offline)
     if session is not None:
         log, transactions = web_log_now(session), session.experiment.transactions
-    linked = link_hosts(hosts, args.linker, args.window_s, args.budget, log, transactions,
-                        progress=progress)
+    try:
+        linked = link_hosts(hosts, args.linker, args.window_s, args.budget, log, transactions,
+                            progress=progress)
+    except TraceTooLong as e:
+        given = args.trace or ", ".join(args.pcap) or args.experiment
+        raise InputError(Problem(str(e), str(given))) from e
     result = replace(paths_of(linked, args.linker, args.window_s), problems=tuple(problems),
                      at=time.time())
     if args.output:
@@ -158,7 +162,10 @@ def paths_command(args: argparse.Namespace) -> int:
         _print(console, result)
     if args.otlp is not None:  # after the answer: a collector that is down loses no analysis
         said = send_request_traces(args.otlp_traces_url, linked)
-        (console.print if args.json else print)(said)
+        if args.json:
+            console.print(escape(said))
+        else:
+            print(said)
     return 0 if not problems else 1
 
 

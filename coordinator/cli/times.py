@@ -34,9 +34,12 @@ def time_value(text: str) -> float:
             raise argparse.ArgumentTypeError(
                 f"{text[:60]!r}: expected unix seconds or ISO 8601, as "
                 "2026-11-18T11:06:40+01:00") from None
-        if moment.tzinfo is None:
-            moment = moment.astimezone()  # the machine's zone, as `date` reads it
-        return moment.timestamp()
+        try:
+            if moment.tzinfo is None:
+                moment = moment.astimezone()  # the machine's zone, as `date` reads it
+            return moment.timestamp()
+        except (OverflowError, ValueError, OSError):  # year 1 in a zone east of UTC
+            raise argparse.ArgumentTypeError(f"{text[:60]!r} is out of range") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text[:60]!r} is no time")
     return value

@@ -19,6 +19,7 @@ are not in a capture: nodes are the hosts.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import struct
@@ -157,12 +158,14 @@ def _read(reader: Any, path: Path) -> Iterator[tuple[int, bytes, float, bool | N
         with reader:
             ng = isinstance(reader, RawPcapNgReader)
             for data, meta in _each(reader, path):
-                if ng:
+                if ng and meta.tshigh is None:  # a Simple Packet Block: no time stamp
+                    yield -1, data, math.nan, None
+                elif ng:
                     time_s = ((meta.tshigh << 32) | meta.tslow) / meta.tsresol
                     # pcapng's epb_flags: 1 inbound, 2 outbound (0: not said)
                     direction = {1: False, 2: True}.get(meta.direction or 0)
                     yield meta.linktype, data, time_s, direction
-                else:
+                else:  # (a pcap record always has one)
                     time_s = meta.sec + meta.usec * (1e-9 if reader.nano else 1e-6)
                     yield reader.linktype, data, time_s, None
     finally:
@@ -187,6 +190,8 @@ def _segment(link: int, data: bytes, time_s: float, outgoing: bool | None
              ) -> _Segment | str:
     """The TCP segment in a packet, or why there is none."""
     mac = None
+    if link == -1:
+        return "no time stamp (a pcapng simple packet block)"
     if link == ETHERNET:
         if len(data) < 14:
             return "cut short"
@@ -283,11 +288,18 @@ def _host_trace(host: str, segments: list[_Segment], local: set[str]) -> HostTra
     openings = []
     listening: set[tuple[str, int]] = set()
     next_expiry = segments[0].time_s + 1.0
+    previous_copy: tuple[Any, ...] | None = None
     for s in segments:
         loopback = s.src[0] in local and s.dst[0] in local
-        # a loopback packet may be in the capture twice (leaving, arriving) or once: taken
-        # as arriving, a second copy is a retransmission to the assembler
-        outgoing = False if loopback else s.src[0] in local
+        if loopback and s.outgoing is not None:
+            outgoing = s.outgoing  # `-i any`: both copies, the leaving one skipped (sniffer's)
+        else:
+            # without a direction a loopback packet may be in twice or once: taken as
+            # arriving, and its second copy (the same segment at once after) dropped
+            outgoing = False if loopback else s.src[0] in local
+            if loopback and (s.src, s.dst, s.seq, s.payload, s.flags) == previous_copy:
+                continue
+        previous_copy = (s.src, s.dst, s.seq, s.payload, s.flags)
         if s.flags & 0x12 == 0x02:  # a SYN: a client opening a connection to a server
             if s.dst[0] in local:
                 listening.add(s.dst)

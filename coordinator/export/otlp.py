@@ -44,6 +44,9 @@ def check_endpoint(url: str, option: str) -> str:
         raise InputError(Problem(f"{url!r} is not an http:// or https:// URL with a host (a "
                                  "collector's OTLP/HTTP endpoint: http://HOST:4318)",
                                  field=option))
+    if parsed.query or parsed.fragment:
+        raise InputError(Problem(f"{url!r}: a base endpoint has no ?query or #fragment "
+                                 f"({TRACES_PATH} is appended to it)", field=option))
     if parsed.path.rstrip("/").endswith(TRACES_PATH):
         raise InputError(Problem(f"give the base endpoint, without {TRACES_PATH} (it is "
                                  f"appended, as OTEL_EXPORTER_OTLP_ENDPOINT means it): "

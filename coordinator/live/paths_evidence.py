@@ -12,7 +12,7 @@ from coordinator.config.trace_file import TRACE_FILE, write_trace
 from coordinator.live.session import Session
 from coordinator.live.trace_events import host_trace
 from linkgrad.paths.budget import linking_lines, progress_line
-from linkgrad.paths.from_hosts import paths_from_hosts
+from linkgrad.paths.from_hosts import TraceTooLong, paths_from_hosts
 from linkgrad.paths.reconcile import HostTrace
 from linkgrad.protocol.trace import TraceRequest
 from linkgrad.weblog.model import RequestLog
@@ -58,10 +58,13 @@ def save(session: Session, out: RunDir, window: tuple[float, float],
         return problems
     write_trace(out.path / TRACE_FILE, hosts)
     p = session.experiment.paths
-    result = paths_from_hosts(
-        hosts, p.linker, p.window_s, p.budget, web_log_now(session),
-        session.experiment.transactions,
-        progress=None if say is None else lambda g: say(progress_line(g)))
+    try:
+        result = paths_from_hosts(
+            hosts, p.linker, p.window_s, p.budget, web_log_now(session),
+            session.experiment.transactions,
+            progress=None if say is None else lambda g: say(progress_line(g)))
+    except TraceTooLong as e:  # the trace is kept: `linkgrad paths --trace` can take parts
+        return [*problems, f"causal paths not linked: {e}"]
     result = replace(result, window=window, problems=tuple(problems))
     out.write(PATHS_FILE, result.as_json())
     for line in linking_lines(result) if say is not None else []:

@@ -151,10 +151,11 @@ def _spans(inst: PathInstance, cols: _Columns, transaction: str | None
     root = inst.root
     trace_id = _trace_id(cols, root)
     parent_of = dict(zip(inst.messages, inst.parents, strict=True))
-    reply_of, request_of = _replies(inst.messages, cols)
+    order = _preorder(inst, cols)
+    reply_of, request_of = _replies(order, cols)
     spans: list[_Open] = []
     server_of: dict[int, int] = {}  # request message -> its server span
-    for x in inst.messages:
+    for x in order:
         if cols.reply[x]:
             continue
         caller = None
@@ -181,10 +182,26 @@ def _spans(inst: PathInstance, cols: _Columns, transaction: str | None
              s.attributes) for s in spans)), moved
 
 
-def _replies(messages: tuple[int, ...], cols: _Columns
+def _preorder(inst: PathInstance, cols: _Columns) -> list[int]:
+    """The tree's messages parents first, siblings by departure on the reference clock. Not
+    the trace's order: that is each sender's own clock, and with clocks apart a child can
+    come before its parent there."""
+    children: dict[int, list[int]] = {}
+    for x, parent in zip(inst.messages, inst.parents, strict=True):
+        if parent >= 0:
+            children.setdefault(parent, []).append(x)
+    out, todo = [], [inst.root]
+    while todo:
+        x = todo.pop()
+        out.append(x)
+        todo.extend(sorted(children.get(x, ()), key=cols.departure, reverse=True))
+    return out
+
+
+def _replies(messages: list[int], cols: _Columns
              ) -> tuple[dict[int, int], dict[int, int]]:
-    """Each request's reply in the tree (the first reply on its connection after it) and
-    each reply's request."""
+    """Each request's reply in the tree (the first reply on its connection after it, parents
+    first: a reply descends from its request) and each reply's request."""
     waiting: dict[int, int] = {}  # connection -> its request not yet answered
     reply_of, request_of = {}, {}
     for x in messages:
