@@ -248,7 +248,8 @@ def test_route_on_a_run_says_within_noise_and_stays(tmp_path, capsys, monkeypatc
     text = capsys.readouterr().out
     row = next(line for line in text.splitlines() if "async" in line)
     assert "0.0040 ± 0.0073" in row  # the difference, to the digits that matter
-    assert "within noise: either (stays at db)" in row
+    assert "either (stays at db)" in row
+    assert "either: the two copies' difference is within its 95% interval" in text
 
 
 def test_a_latency_serving_several_pairs_counts_once_in_the_difference():

@@ -82,8 +82,8 @@ def test_a_saved_trace_reads_back_and_a_bad_line_is_named(tmp_path: Path) -> Non
     assert (c1, s1, t1, c2, s2) == (*opened.openings[0], *opened.openings[1][:2])
     assert math.isnan(t2)
     path.write_text(path.read_text() + '{"host": "db", "addresses": []}\n')
-    with pytest.raises(InputError, match=r"t.jsonl:4: a host entry needs"):
+    with pytest.raises(InputError, match=r"t.jsonl:4: field 'listening' expected a host entry"):
         list(read_trace(path))
     path.write_text("not json\n")
-    with pytest.raises(InputError, match=r"t.jsonl:1: not JSON"):
+    with pytest.raises(InputError, match=r"t.jsonl:1: not valid JSON"):
         list(read_trace(path))
