@@ -47,16 +47,6 @@ OPTIONAL = {"export": {"run.json", "experiment.json"},
 MORE_RUN_FILES = (("snap.json", ("explain",)), ("hosts.json", ("explain", "export")),
                   ("paths-trace.jsonl", ("export-otlp",)))
 DATA = ROOT / "tests" / "data"
-NIGHT_SUITE = """\
-name: fake-nights
-testbed: {tag: nt}
-experiments:
-  - experiment: fake.yaml
-checks:
-  gradients: {alpha: 0.01, min_change: 0.25}
-output: out
-"""
-FAKE_YAML = "name: fake\ntestbed: nt\ntransactions: {two: ^/two, none: ^/none}\n"
 UNREACHABLE_OTLP = "http://127.0.0.1:1"  # refused at once
 LOG_FORMATS = ["", "$msec", "$request_time", "$msec $msec $request_time", "$nope", '"$request',
                "%D %t", "$request_time$msec"]
@@ -249,7 +239,9 @@ def _passive_inputs(root: Path) -> dict[str, Path]:
 
 def _night(root: Path, run_dir: Path) -> dict[str, Path]:
     """A regression suite, a night holding the fake run, and the baseline it accepted."""
-    (root / "fake.yaml").write_text(FAKE_YAML)
+    from tests.fakes.remote import NIGHT_EXPERIMENT, NIGHT_SUITE
+
+    (root / "fake.yaml").write_text(NIGHT_EXPERIMENT)
     suite = root / "suite.yaml"
     suite.write_text(NIGHT_SUITE)
     night = root / "nights" / "n1"

@@ -15,17 +15,14 @@ import pytest
 
 from coordinator.cli.main import main
 from coordinator.live.run import run_experiment
-from tests.fakes.remote import FakeApplication, FakeClock, FakeHosts, fake_experiment
-
-SUITE = """\
-name: fake-nights
-testbed: {tag: nt}
-experiments:
-  - experiment: fake.yaml
-checks:
-  gradients: {alpha: 0.01, min_change: 0.25}
-output: out
-"""
+from tests.fakes.remote import (
+    NIGHT_EXPERIMENT,
+    NIGHT_SUITE,
+    FakeApplication,
+    FakeClock,
+    FakeHosts,
+    fake_experiment,
+)
 
 
 def _night(tmp_path: Path, name: str, crossings: dict[str, int], seed: int) -> Path:
@@ -51,10 +48,9 @@ def nights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture
 def suite(tmp_path: Path) -> Path:
-    (tmp_path / "fake.yaml").write_text("name: fake\ntestbed: nt\n"
-                                        "transactions: {two: ^/two, none: ^/none}\n")
+    (tmp_path / "fake.yaml").write_text(NIGHT_EXPERIMENT)
     path = tmp_path / "suite.yaml"
-    path.write_text(SUITE)
+    path.write_text(NIGHT_SUITE)
     return path
 
 

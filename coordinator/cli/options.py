@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_output", "old_spelling"]
+__all__ = ["add_gradients", "add_output", "old_spelling"]
 
 
 class _OldSpelling(argparse.Action):
@@ -37,3 +37,15 @@ def add_output(p: argparse.ArgumentParser, what: str, old: str | None = None,
     p.add_argument("--output", type=Path, metavar=metavar, help=what)
     if old is not None:
         old_spelling(p, old, "--output", "output", type=Path, metavar=metavar)
+
+
+def add_gradients(p: argparse.ArgumentParser) -> None:
+    """`--gradients` (args.gradients, a list) and `--link`: the one spelling of the gradients
+    a what-if command starts from, a run's or what `gradient --json` printed."""
+    p.add_argument("--gradients", required=True, type=Path, action="append",
+                   metavar="RUN/gradients.json",
+                   help="a run's gradients (its directory also gives graph and baseline), or "
+                   "what `linkgrad gradient --json` printed (repeatable: one per link)")
+    p.add_argument("--link", metavar="SRC->DST",
+                   help="the hosts of the link a `gradient --json` answer measured, where its "
+                   "injection record does not name them")

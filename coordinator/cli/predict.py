@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from coordinator.cli.command import Command
-from coordinator.cli.options import old_spelling
+from coordinator.cli.options import add_gradients, old_spelling
 from coordinator.cli.predict_answer import PlacementAnswer, PredictAnswer, ValidationAnswer
 from coordinator.cli.terminal import names_table, terminal
 from coordinator.config.latencies import latency_sites
@@ -21,13 +21,7 @@ from linkgrad.prediction import predict
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gradients", required=True, type=Path, action="append",
-                   metavar="RUN/gradients.json",
-                   help="a run's gradients (its directory also gives graph and baseline), or "
-                   "what `linkgrad gradient --json` printed (repeatable: one per link)")
-    p.add_argument("--link", metavar="SRC->DST",
-                   help="the hosts of the link a `gradient --json` answer measured, where its "
-                   "injection record does not name them")
+    add_gradients(p)
     p.add_argument("--latencies", type=Path, metavar="NOW.yaml",
                    help="the current one-way latencies (default: the run's causal paths' "
                         "network delays, every host its own site)")

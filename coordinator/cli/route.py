@@ -8,6 +8,7 @@ from pathlib import Path
 
 from coordinator.cli.answer import Answer, absent_when_none
 from coordinator.cli.command import Command
+from coordinator.cli.options import add_gradients
 from coordinator.cli.terminal import names_table, terminal
 from coordinator.config.latencies import (
     Latencies,
@@ -34,13 +35,7 @@ from linkgrad.routing import RoutingAdvice, advise, nginx_map, upstream_problem
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gradients", required=True, type=Path, action="append",
-                   metavar="RUN/gradients.json",
-                   help="a run's gradients (its directory also gives graph and baseline), or "
-                   "what `linkgrad gradient --json` printed (repeatable: one per link)")
-    p.add_argument("--link", metavar="SRC->DST",
-                   help="the hosts of the link a `gradient --json` answer measured, where its "
-                   "injection record does not name them")
+    add_gradients(p)
     p.add_argument("--latencies", type=Path, metavar="SITES.yaml",
                    help="sites and one-way latencies (default: the run's causal paths' "
                         "network delays, every host its own site)")

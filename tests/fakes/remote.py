@@ -49,6 +49,21 @@ ADDRESSES = {"web": "10.9.0.1", "app": "10.9.0.2", "db": "10.9.0.3"}
 APP_PORT, DB_PORT, CLIENT_PORT = 8000, 5432, 40001  # CLIENT_PORT: app's ephemeral to db
 
 
+# A regression suite of the fake experiment alone, and that experiment's file as a suite
+# names it (a night's runs are made with `fake_experiment`): tests/test_regress_fake_nights.py
+# and the fuzz campaign's regress inputs.
+NIGHT_SUITE = """\
+name: fake-nights
+testbed: {tag: nt}
+experiments:
+  - experiment: fake.yaml
+checks:
+  gradients: {alpha: 0.01, min_change: 0.25}
+output: out
+"""
+NIGHT_EXPERIMENT = "name: fake\ntestbed: nt\ntransactions: {two: ^/two, none: ^/none}\n"
+
+
 def fake_experiment(directory: Path, parameters: dict[str, Any] | None = None,
                     **fields: Any) -> Experiment:
     """The experiment the fake application is measured with: both directions of app<->db, two
