@@ -57,3 +57,19 @@ def test_a_wrong_value_is_said_with_its_line(tmp_path, line, said):
     assert said in str(e.value)
     assert f"{path}" in str(e.value)
     assert ":2" in str(e.value) or "UTF-8" in str(e.value)
+
+
+def test_a_trace_longer_than_linking_takes_is_said(tmp_path, capsys):
+    """One host's clock hours off (or a day of tcpdump): exit 2 naming the trace, not an
+    internal error from the linking's index."""
+    from coordinator.cli.main import main
+
+    lines = (Path(__file__).parent / "data" / "paths" / "trace.jsonl").read_text().splitlines()
+    host = json.loads(lines[2])
+    for r in host["records"]:
+        r[7], r[8] = r[7] + 20_000, r[8] + 20_000
+    lines[2] = json.dumps(host)
+    path = tmp_path / "long.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["paths", "--trace", str(path)]) == 2
+    assert f"{path}: the trace spans 20,0" in capsys.readouterr().err

@@ -33,7 +33,8 @@ from coordinator.export.source import RunExport, read_run
 from coordinator.regress.files import write_error, write_whole
 from linkgrad.errors import InputError, Problem
 from linkgrad.paths.budget import progress_line
-from linkgrad.paths.from_hosts import TraceTooLong, link_hosts
+from linkgrad.paths.candidates import TraceTooLong
+from linkgrad.paths.from_hosts import link_hosts
 from linkgrad.reading import read_text
 
 WIDTH = 80

@@ -30,7 +30,8 @@ from coordinator.live.session import Session, check_local_files, observe
 from linkgrad.errors import InputError, Problem
 from linkgrad.paths.analysis import DEFAULT_BUDGET, LINKERS
 from linkgrad.paths.budget import linking_lines, progress_line
-from linkgrad.paths.from_hosts import TraceTooLong, link_hosts, paths_of
+from linkgrad.paths.candidates import TraceTooLong
+from linkgrad.paths.from_hosts import link_hosts, paths_of
 from linkgrad.paths.reconcile import HostTrace
 from linkgrad.paths.result import PathsResult
 from linkgrad.protocol.trace import TraceRequest

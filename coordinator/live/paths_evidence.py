@@ -12,7 +12,8 @@ from coordinator.config.trace_file import TRACE_FILE, write_trace
 from coordinator.live.session import Session
 from coordinator.live.trace_events import host_trace
 from linkgrad.paths.budget import linking_lines, progress_line
-from linkgrad.paths.from_hosts import TraceTooLong, paths_from_hosts
+from linkgrad.paths.candidates import TraceTooLong
+from linkgrad.paths.from_hosts import paths_from_hosts
 from linkgrad.paths.reconcile import HostTrace
 from linkgrad.protocol.trace import TraceRequest
 from linkgrad.weblog.model import RequestLog

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_TRACE_S",
     "NS",
     "Candidates",
+    "TraceTooLong",
     "candidates",
     "departure_and_arrival",
     "latest_parent_delay",
@@ -54,6 +55,10 @@ class Candidates:
 
     def count(self) -> np.ndarray:
         return np.diff(self.start)
+
+
+class TraceTooLong(ValueError):
+    """A trace longer than linking can index (its times in a 2**44 ns range)."""
 
 
 def departure_and_arrival(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray,
@@ -90,8 +95,10 @@ def _index(trace: Trace, window_s: float) -> _Index:
     out_t, in_t, out_key, in_key = departure_and_arrival(trace)
     t0 = float(np.nanmin(np.concatenate([out_t, in_t])))
     span = float(np.nanmax(np.concatenate([out_t, in_t]))) - t0 + window_s
-    if span >= MAX_TRACE_S:
-        raise ValueError(f"a trace of {span:.0f} s: at most {MAX_TRACE_S:.0f} s per linking")
+    if span >= MAX_TRACE_S:  # a day of tcpdump, or one host's clock hours off
+        raise TraceTooLong(f"the trace spans {span:,.0f} s, more than one linking takes "
+                           f"({MAX_TRACE_S:,.0f} s, {MAX_TRACE_S / 3600:.1f} h): split it "
+                           "(editcap -A/-B for a capture), or check each host's clock")
     # one int64 per event: node key in the high bits, nanoseconds since t0 in the low bits
     in_code = (in_key << _TIME_BITS) + np.round((in_t - t0) * NS).astype(np.int64)
     order = np.argsort(in_code, kind="stable")

@@ -16,10 +16,8 @@ from linkgrad.paths.analysis import (
     link,
     match_requests,
     summarize,
-    trace_duration_s,
 )
 from linkgrad.paths.budget import Progress
-from linkgrad.paths.candidates import MAX_TRACE_S
 from linkgrad.paths.hidden_workers import fold_hidden_workers
 from linkgrad.paths.messages import Trace
 from linkgrad.paths.reconcile import HostTrace, reconcile
@@ -27,12 +25,8 @@ from linkgrad.paths.result import PathsResult
 from linkgrad.paths.wap5 import LinkingSettings
 from linkgrad.transactions import group_by_transaction, patterns_from
 
-__all__ = ["LinkedHosts", "TraceTooLong", "WebLog", "link_hosts", "paths_from_hosts", "paths_of",
+__all__ = ["LinkedHosts", "WebLog", "link_hosts", "paths_from_hosts", "paths_of",
            "transactions_in_log"]
-
-
-class TraceTooLong(ValueError):
-    """A trace longer than linking can index (its times in a 2**44 ns range)."""
 
 
 class WebLog(Protocol):
@@ -65,11 +59,6 @@ def link_hosts(hosts: Sequence[HostTrace], linker: str, window_s: float,
     matched to the web `log`'s transactions, then linked (`analysis.link`)."""
     # folded before matching: a hidden worker's calls are no client's requests
     trace, folds = fold_hidden_workers(reconcile(list(hosts)))
-    span_s = trace_duration_s(trace) + window_s
-    if span_s >= MAX_TRACE_S:  # a day of tcpdump, or one host's clock hours off
-        raise TraceTooLong(f"the trace spans {span_s:,.0f} s, more than one linking takes "
-                           f"({MAX_TRACE_S:,.0f} s, {MAX_TRACE_S / 3600:.1f} h): split it "
-                           "(editcap -A/-B for a capture), or check each host's clock")
     transaction_of = None if log is None else transactions_in_log(trace, log,
                                                                   transactions or {})
     linked = link(trace, linker, LinkingSettings(window_s=window_s), budget, progress, folds)
