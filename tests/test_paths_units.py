@@ -526,3 +526,17 @@ def test_reconciliation_matches_both_ends_by_sequence_and_names_the_server() -> 
     assert set(trace.connections.server_node.tolist()) == {server}
     assert trace.is_reply().tolist() == [False, True, False, False]
     assert trace.clients[trace.nodes.index("h1/client")]
+    assert m.by_server.tolist() == [0, 1, 0, 0]
+
+
+def test_a_connection_within_one_node_says_its_replies_by_port():
+    """Two processes of one host with no process names (a capture): both ends are the host's
+    node, and only which end listens says that the answer is a reply."""
+    c, s = ("127.0.0.1", 50000), ("127.0.0.1", 9000)
+    h = HostTrace("web", frozenset({"127.0.0.1"}), frozenset({("127.0.0.1", 9000)}), [
+        HostRecord(s, c, False, 1, 61, T0, T0, True, ""),
+        HostRecord(s, c, True, 500, 800, T0 + 0.003, T0 + 0.003, True, "")])
+    trace = reconcile([h])
+    assert trace.nodes == ("web",)
+    assert trace.messages.by_server.tolist() == [0, 1]
+    assert trace.is_reply().tolist() == [False, True]

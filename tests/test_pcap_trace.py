@@ -198,3 +198,44 @@ def test_paths_from_captures_links_the_conversation(tmp_path, capsys):
     assert main(["paths", "--trace", str(path), "--pcap", f"web={path}"]) == 2
     assert main(["paths", "--trace", str(path), "--exclude-port", "22"]) == 2
     assert "field '--exclude-port': only with --pcap" in capsys.readouterr().err
+
+
+def test_a_call_between_two_servers_of_one_host_nests(tmp_path, capsys):
+    """nginx asking PHP-FPM over loopback, PHP-FPM the database: in a capture both ends of
+    the loopback call are the host, and only the ports say which is the request and which
+    the reply. The loopback hop nests between the front end's request and reply, the
+    database's call inside it, and crosses no host link."""
+    lo = "127.0.0.1"
+    rows = []
+    for i in range(10):
+        b, cp, lp, dp = i * 0.1, 40000 + i, 50000 + i, 51000 + i
+        rows += [(b, CLIENT, HOST, cp, 80, "S", 100, b""),
+                 (b + 0.001, HOST, CLIENT, 80, cp, "SA", 500, b""),
+                 (b + 0.002, CLIENT, HOST, cp, 80, "PA", 101, b"GET / HTTP/1.1\r\n\r\n"),
+                 (b + 0.003, lo, lo, lp, 9000, "S", 700, b""),
+                 (b + 0.0031, lo, lo, 9000, lp, "SA", 800, b""),
+                 (b + 0.004, lo, lo, lp, 9000, "PA", 701, b"f" * 60),
+                 (b + 0.005, HOST, DB, dp, 5432, "PA", 900, b"q" * 30),
+                 (b + 0.006, DB, HOST, 5432, dp, "PA", 3000, b"r" * 200),
+                 (b + 0.007, lo, lo, 9000, lp, "PA", 801, b"p" * 300),
+                 (b + 0.008, HOST, CLIENT, 80, cp, "PA", 501, b"a" * 400)]
+    packets = []
+    for t, src, dst, sport, dport, flags, seq, data in rows:
+        for leaving in (True, False) if src == lo else (src == HOST,):  # `-i any`: twice
+            p = CookedLinux(pkttype=4 if leaving else 0, proto=0x0800) / \
+                IP(src=src, dst=dst) / TCP(sport=sport, dport=dport, flags=flags, seq=seq) / \
+                Raw(data)
+            p.time = 1795000000 + t + (0 if leaving else 1e-6)
+            packets.append(p)
+    path = tmp_path / "web.pcap"
+    wrpcap(str(path), packets)
+    assert main(["paths", "--pcap", f"web={path}", "--json"]) == 0
+    result = __import__("json").loads(capsys.readouterr().out)
+    [pattern] = result["patterns"]
+    assert pattern["count"] == 10
+    hops = [(h["label"], h["parent"]) for h in pattern["hops"]]
+    assert hops == [("CLIENT->web:80", -1), ("web->web:9000", 0),
+                    (f"web->{DB}:5432", 1), (f"{DB}:5432->web", 2),
+                    ("web:9000->web", 3), ("web:80->CLIENT", 4)]
+    assert "web->web" not in pattern["crossings"]
+    assert pattern["crossings"][f"web->{DB}"] == 1.0

@@ -18,15 +18,16 @@ from dataclasses import dataclass, fields
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["MESSAGE_COLUMNS", "NO_THREAD", "Connections", "Messages", "Trace"]
+__all__ = ["MESSAGE_COLUMNS", "NO_THREAD", "UNKNOWN_END", "Connections", "Messages", "Trace"]
 
 # Columns of Messages and their dtypes: times float64 seconds, names int indices.
 MESSAGE_COLUMNS: dict[str, type] = {
     "send_s": np.float64, "recv_s": np.float64, "src": np.int32, "dst": np.int32,
     "conn": np.int32, "size_bytes": np.int64, "send_thread": np.int64,
-    "recv_thread": np.int64, "send_end_s": np.float64,
+    "recv_thread": np.int64, "send_end_s": np.float64, "by_server": np.int8,
 }
 NO_THREAD = -1  # a message's thread where the tracer did not see it
+UNKNOWN_END = -1  # by_server where not given: the sending node says
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,6 +44,10 @@ class Messages:
     thread pool) sends a request's calls from the thread that received it.
     send_end_s: when its last byte left, on the sender's clock (NaN where not known). A
     response written in parts can wait, between them, for calls made after its first byte.
+    by_server: 1 if its connection's server end sent it, 0 if the client end, UNKNOWN_END
+    where not given (then the sending node says). A connection between two processes of
+    one node (a capture has hosts, not processes: nginx to PHP-FPM over loopback) has the
+    same node at both ends: only the ports say which way a message went.
     """
 
     send_s: np.ndarray
@@ -54,6 +59,7 @@ class Messages:
     send_thread: np.ndarray | None = None
     recv_thread: np.ndarray | None = None
     send_end_s: np.ndarray | None = None
+    by_server: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = None
@@ -168,7 +174,9 @@ class Trace:
 
     def is_reply(self) -> np.ndarray:
         """Per message: sent by its connection's server end (a reply), else a request."""
-        return self.messages.src == self.connections.server_node[self.messages.conn]
+        m = self.messages
+        by_node = m.src == self.connections.server_node[m.conn]
+        return np.where(m.by_server == UNKNOWN_END, by_node, m.by_server == 1)
 
     def src_host(self) -> np.ndarray:
         return self.node_host[self.messages.src]

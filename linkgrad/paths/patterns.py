@@ -408,10 +408,12 @@ def _crossings(flat: _Flat, pattern: np.ndarray, names: PatternNames, on: np.nda
                score: np.ndarray) -> list[dict[str, float]]:
     """Per pattern, each host link's mean crossings on the critical path, by link: every
     instance adds its probability times its count, in the instances' order. A message that
-    opened its connection adds the set-up's crossings (`Trace.set_up_crossings`)."""
-    at = np.flatnonzero(on)
-    msg, owner = flat.msg[at], flat.owner[at]
+    opened its connection adds the set-up's crossings (`Trace.set_up_crossings`). A message
+    between two processes of one host (over loopback) crosses no link."""
     n_hosts = len(names.hosts)
+    at = np.flatnonzero(on)
+    at = at[names.link[flat.msg[at]] % (n_hosts + 1) != 0]  # within one host: no link crossed
+    msg, owner = flat.msg[at], flat.owner[at]
     forward = names.link[msg]
     back = forward % n_hosts * n_hosts + forward // n_hosts
     same, other = names.set_up[0][msg], names.set_up[1][msg]

@@ -259,7 +259,8 @@ def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
         server_port.append(server[1])
     cols: dict[str, list[float | int]] = {k: [] for k in ("send", "recv", "src", "dst", "conn",
                                                            "size", "send_thread",
-                                                           "recv_thread", "send_end")}
+                                                           "recv_thread", "send_end",
+                                                           "by_server")}
     for (src, dst, size, s, r), key in zip(messages, keys, strict=True):
         cols["send"].append(s.time_s)
         cols["recv"].append(r.time_s)
@@ -270,8 +271,10 @@ def _build(messages: list[tuple[Endpoint, Endpoint, int, _Side, _Side]],
         cols["send_thread"].append(s.thread)
         cols["recv_thread"].append(r.thread)
         cols["send_end"].append(s.end_s)
+        cols["by_server"].append(int(src == roles[conn_of[key]][1]))
     m = Messages(cols["send"], cols["recv"], cols["src"], cols["dst"], cols["conn"],
-                 cols["size"], cols["send_thread"], cols["recv_thread"], cols["send_end"])
+                 cols["size"], cols["send_thread"], cols["recv_thread"], cols["send_end"],
+                 cols["by_server"])
     c = Connections(client_node, server_node, client_port, server_port,
                     [k in opened for k in conn_keys])
     return Trace.sorted(m, c, tuple(nodes), np.asarray(node_host, dtype=np.int32),

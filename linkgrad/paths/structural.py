@@ -640,15 +640,19 @@ def _events_by_node(trace: Trace, out_t: np.ndarray, in_t: np.ndarray, nil_send:
                     ) -> Iterator[tuple[int, tuple[list[float], list[bool], list[int]]]]:
     """Per traced node, its events' times, whether each departs, and their messages, in time
     order, arrivals before departures at equal times (a message received at the instant
-    another leaves may be its cause, as in the candidates)."""
+    another leaves may be its cause, as in the candidates). A message from a node to itself
+    (two processes of a host seen by its capture) arrives after it left, never before."""
     m = trace.messages
     arrivals = np.flatnonzero(~nil_recv)
     departures = np.flatnonzero(~nil_send)
+    own = (m.src[arrivals] == m.dst[arrivals]) & ~nil_send[arrivals]
     node = np.concatenate([m.dst[arrivals], m.src[departures]])
-    time = np.concatenate([in_t[arrivals], out_t[departures]])
+    time = np.concatenate([np.where(own, np.fmax(in_t[arrivals], out_t[arrivals]),
+                                    in_t[arrivals]), out_t[departures]])
+    rank = np.concatenate([np.where(own, 2, 0), np.ones(len(departures), np.int8)])
     departing = np.concatenate([np.zeros(len(arrivals), bool), np.ones(len(departures), bool)])
     msg = np.concatenate([arrivals, departures])
-    order = np.lexsort((departing, time, node))
+    order = np.lexsort((rank, time, node))
     node, time, departing, msg = (a[order].tolist() for a in (node, time, departing, msg))
     if not node:  # an empty trace
         return
