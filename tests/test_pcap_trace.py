@@ -11,7 +11,7 @@ from scapy.all import IP, TCP, CookedLinux, Ether, IPv6, Raw, wrpcap
 from scapy.utils import PcapNgWriter
 
 from coordinator.cli.main import main
-from coordinator.config.pcap_trace import parse_pcap_option, read_pcap
+from coordinator.config.pcap_trace import AmbiguousAddress, parse_pcap_option, read_pcap
 from linkgrad.errors import InputError
 
 HOST, CLIENT, DB = "10.0.0.2", "10.0.0.1", "10.0.0.3"
@@ -181,10 +181,19 @@ def test_a_link_type_it_cannot_read_is_said_per_packet(tmp_path, capsys):
 @pytest.mark.parametrize(("text", "said"), [
     ("web", "expected HOST=FILE"), ("=x.pcap", "expected HOST=FILE"),
     ("web=", "expected HOST=FILE"), ("we b=x.pcap", "is not a host name"),
+    ("web@=x.pcap", "expected HOST=FILE or HOST@ADDRESS=FILE"),
+    ("web@10.0.0.300=x.pcap", "'10.0.0.300' is not an IP address"),
 ])
 def test_the_option_names_a_host_and_a_file(text, said):
     with pytest.raises(InputError, match=said):
         parse_pcap_option(text)
+
+
+def test_the_option_may_name_the_host_s_addresses():
+    got = parse_pcap_option("db@10.0.0.3, fd00:0::3=/tmp/a@b=c.pcap")
+    assert (got.host, got.path) == ("db", Path("/tmp/a@b=c.pcap"))
+    assert got.addresses == {"10.0.0.3", "fd00::3"}  # as the packets spell them
+    assert parse_pcap_option("web=x.pcap").addresses == frozenset()
 
 
 def test_paths_from_captures_links_the_conversation(tmp_path, capsys):
@@ -239,3 +248,53 @@ def test_a_call_between_two_servers_of_one_host_nests(tmp_path, capsys):
                     ("web:9000->web", 3), ("web:80->CLIENT", 4)]
     assert "web->web" not in pattern["crossings"]
     assert pattern["crossings"][f"web->{DB}"] == 1.0
+
+
+def _db_side(tmp_path: Path, kind: str) -> Path:
+    """The database's capture of the conversation: its packets are all with the web host."""
+    packets = [p for p in _packets("raw") if DB in (p[IP].src, p[IP].dst)]
+    if kind == "ethernet":  # no router between: the two hosts' MACs, one address behind each
+        packets = [Ether(src=OTHER_MAC if p[IP].src == DB else HOST_MAC,
+                         dst=HOST_MAC if p[IP].src == DB else OTHER_MAC) / p for p in packets]
+        for p, raw in zip(packets, [q for q in _packets("raw") if DB in (q[IP].src, q[IP].dst)],
+                          strict=True):
+            p.time = raw.time
+    path = tmp_path / f"db-{kind}.pcap"
+    wrpcap(str(path), packets, linktype=101 if kind == "raw" else None)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["raw", "ethernet"])
+def test_a_host_that_talked_to_one_peer_is_not_guessed(tmp_path, kind):
+    """Every packet is between the database and the web host, and the capture says no
+    direction: which address is the database's is not guessed. Its address given, or the
+    web host's known (from its own capture), settles it."""
+    path = _db_side(tmp_path, kind)
+    with pytest.raises(AmbiguousAddress, match=f"which of {HOST}, {DB} is db's own address"
+                       ".*--pcap db@ADDRESS=") as said:
+        read_pcap("db", path)
+    assert said.value.candidates == (HOST, DB)
+    for got in (read_pcap("db", path, addresses=frozenset({DB})),
+                read_pcap("db", path, others=frozenset({HOST}))):
+        assert DB in got.trace.addresses
+        assert HOST not in got.trace.addresses
+        assert (DB, 5432) in got.trace.listening
+        assert [r.sent for r in got.trace.records] == [False, True]
+    with pytest.raises(InputError,
+                       match=r"10\.9\.9\.9 \(given as db's address\) is in no TCP packet"):
+        read_pcap("db", path, addresses=frozenset({"10.9.9.9"}))
+
+
+def test_paths_settles_a_one_peer_capture_by_the_other_captures(tmp_path, capsys):
+    web, db = _write(tmp_path / "web.pcap", "raw"), _db_side(tmp_path, "raw")
+    assert main(["paths", "--pcap", f"db={db}"]) == 2
+    err = capsys.readouterr().err
+    assert f"which of {HOST}, {DB} is db's own address" in err.replace("\n", " ")
+    for given in ([f"db={db}", f"web={web}"], [f"web={web}", f"db={db}"],
+                  [f"db@{DB}={db}", f"web={web}"]):
+        assert main(["paths", "--json", *(a for g in given for a in ("--pcap", g))]) == 0
+        result = __import__("json").loads(capsys.readouterr().out)
+        [pattern] = result["patterns"]
+        hops = [(h["label"], h["parent"]) for h in pattern["hops"]]
+        assert hops == [("CLIENT->web:80", -1), ("web->db:5432", 0), ("db:5432->web", 1),
+                        ("web:80->CLIENT", 2)], given

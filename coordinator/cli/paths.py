@@ -20,7 +20,13 @@ from coordinator.cli.profile import check_between
 from coordinator.cli.terminal import terminal
 from coordinator.cli.traces_out import otlp_dry_run, send_request_traces
 from coordinator.config.experiment_file import load_experiment
-from coordinator.config.pcap_trace import parse_pcap_option, read_pcap
+from coordinator.config.pcap_trace import (
+    AmbiguousAddress,
+    PcapRead,
+    PcapSource,
+    parse_pcap_option,
+    read_pcap,
+)
 from coordinator.config.run_dir import RunDir
 from coordinator.config.strict_json import dumps
 from coordinator.config.trace_file import read_trace, write_trace
@@ -51,7 +57,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pcap", action="append", default=[], metavar="HOST=FILE",
                    help="analyse packet captures taken on the hosts (tcpdump -i any -w FILE, "
                    "or Wireshark's pcap/pcapng), one per host, instead of capturing "
-                   "(repeatable); nodes are the hosts: a capture has no processes")
+                   "(repeatable); nodes are the hosts: a capture has no processes. "
+                   "HOST@ADDRESS[,ADDRESS]=FILE names the host's own addresses where the "
+                   "packets cannot (a host that talked to one peer only)")
     p.add_argument("--exclude-port", type=int, action="append", default=None, metavar="PORT",
                    help="with --pcap: leave out this port's TCP traffic (repeatable; default "
                    "22: ssh, as a capture by linkgrad leaves out its own)")
@@ -172,22 +180,34 @@ def paths_command(args: argparse.Namespace) -> int:
 
 def _read_pcaps(args: argparse.Namespace, console: Console) -> list[HostTrace]:
     captures = [parse_pcap_option(text) for text in args.pcap]
-    names = [host for host, _ in captures]
+    names = [c.host for c in captures]
     twice = sorted({h for h in names if names.count(h) > 1})
     if twice:
         raise InputError(Problem(f"one capture per host: {', '.join(twice)} given more than "
                                  "once", field="--pcap"))
     exclude = args.exclude_port if args.exclude_port is not None else [22]
+    reads: dict[str, PcapRead] = {}
+    tied: list[tuple[PcapSource, AmbiguousAddress]] = []
+    for c in captures:
+        try:
+            reads[c.host] = read_pcap(c.host, c.path, exclude, c.addresses)
+        except AmbiguousAddress as e:
+            tied.append((c, e))
+    for c, e in tied:  # read again knowing the other captures' hosts' addresses
+        others = frozenset().union(*(r.trace.addresses for r in reads.values()))
+        if not others & set(e.candidates):
+            raise e
+        reads[c.host] = read_pcap(c.host, c.path, exclude, others=others)
     hosts, read = [], []
-    for host, path in captures:
-        got = read_pcap(host, path, exclude)
+    for c in captures:
+        got = reads[c.host]
         hosts.append(got.trace)
-        read.append((path, got.packets, got.skipped))
+        read.append((c.path, got.packets, got.skipped))
         if not args.json:
             left = "; left out: " + ", ".join(f"{n} {why}" for why, n in got.skipped.items()) \
                 if got.skipped else ""
-            console.print(escape(f"{host}: {got.segments} TCP segments of {got.packets} "
-                                 f"packets in {path}, {len(got.trace.records)} messages, "
+            console.print(escape(f"{c.host}: {got.segments} TCP segments of {got.packets} "
+                                 f"packets in {c.path}, {len(got.trace.records)} messages, "
                                  f"addresses {', '.join(sorted(got.trace.addresses))}{left}"),
                           soft_wrap=True)
     if not any(h.records for h in hosts):

@@ -11,13 +11,15 @@ packets a second (benchmarks/pcap_paths.py), too slow for a capture of a busy se
 What a capture does not say is worked out: which addresses are the host's (the packets'
 direction where the link type has one: `-i any`'s cooked headers, pcapng's flags; else the
 MAC address in every frame, the one with fewest addresses behind it; else the address in
-the most packets), and which endpoints
-listen (those that took a SYN; without one, a port below the ephemeral range). The processes
-are not in a capture: nodes are the hosts.
+the most packets; a host that talked to one peer only is settled by the peer's capture or
+by the user, `HOST@ADDRESS=FILE`), and which endpoints listen (those that took a SYN;
+without one, a port below the ephemeral range). The processes are not in a capture: nodes
+are the hosts.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import os
@@ -34,7 +36,8 @@ from linkgrad.errors import InputError, Problem
 from linkgrad.paths.reconcile import HostRecord, HostTrace
 from sniffer.message_assembly import MessageAssembler
 
-__all__ = ["EPHEMERAL_FIRST", "PcapRead", "parse_pcap_option", "read_pcap"]
+__all__ = ["EPHEMERAL_FIRST", "AmbiguousAddress", "PcapRead", "PcapSource",
+           "parse_pcap_option", "read_pcap"]
 
 EPHEMERAL_FIRST = 32768  # Linux's ip_local_port_range starts here
 IDLE_S = 5.0  # as the sniffer: a message with no segment for this long is finished
@@ -73,20 +76,52 @@ class PcapRead:
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> packets
 
 
-def parse_pcap_option(text: str) -> tuple[str, Path]:
-    """`HOST=FILE` of `--pcap`."""
-    host, sep, path = text.partition("=")
-    if not sep or not host.strip() or not path:
-        raise InputError(Problem(f"expected HOST=FILE (the host the capture was taken on), "
-                                 f"got {text!r}", field="--pcap"))
+@dataclass(frozen=True)
+class PcapSource:
+    """One `--pcap`: the host a capture was taken on, the file, and the host's own addresses
+    where the user gave them (empty: worked out from the packets)."""
+
+    host: str
+    path: Path
+    addresses: frozenset[str] = frozenset()
+
+
+class AmbiguousAddress(InputError):
+    """The packets cannot say which of `candidates` is the host's own address."""
+
+    def __init__(self, problem: Problem, candidates: Sequence[str]) -> None:
+        super().__init__(problem)
+        self.candidates = tuple(candidates)
+
+
+def parse_pcap_option(text: str) -> PcapSource:
+    """`HOST=FILE` or `HOST@ADDRESS[,ADDRESS...]=FILE` of `--pcap`."""
+    named, sep, path = text.partition("=")
+    host, at, given = named.partition("@")
+    if not sep or not host.strip() or not path or (at and not given.strip()):
+        raise InputError(Problem(f"expected HOST=FILE or HOST@ADDRESS=FILE (the host the "
+                                 f"capture was taken on), got {text!r}", field="--pcap"))
     if any(c.isspace() or c in "/=" for c in host.strip()):
         raise InputError(Problem(f"{host!r} is not a host name", field="--pcap"))
-    return host.strip(), Path(path)
+    addresses = set()
+    for a in given.split(",") if at else ():
+        try:
+            addresses.add(ipaddress.ip_address(a.strip()).compressed)
+        except ValueError:
+            raise InputError(Problem(f"{a.strip()!r} is not an IP address (HOST@ADDRESS="
+                                     "FILE: the host's own address in the capture)",
+                                     field="--pcap")) from None
+    return PcapSource(host.strip(), Path(path), frozenset(addresses))
 
 
-def read_pcap(host: str, path: Path, exclude_ports: Sequence[int] = (22,)) -> PcapRead:
+def read_pcap(host: str, path: Path, exclude_ports: Sequence[int] = (22,),
+              addresses: frozenset[str] = frozenset(),
+              others: frozenset[str] = frozenset()) -> PcapRead:
     """The capture at `path`, taken on `host`; InputError naming the file when it is none a
-    reader knows or is broken."""
+    reader knows or is broken. `addresses`: the host's own, if known (else worked out from
+    the packets); `others`: addresses known to be other hosts' (their captures'), which
+    settle a capture whose packets cannot say (AmbiguousAddress: a host that talked to one
+    peer only, in a capture with no direction)."""
     skipped: Counter[str] = Counter()
     segments: list[_Segment] = []
     packets = 0
@@ -101,9 +136,26 @@ def read_pcap(host: str, path: Path, exclude_ports: Sequence[int] = (22,)) -> Pc
         elif got.payload or got.flags & 0x02:  # as the sniffer's filter: data, or a SYN
             segments.append(got)
     if not segments:  # a host that served nothing meanwhile: traced, with no message
-        return PcapRead(HostTrace(host, frozenset({"127.0.0.1", "::1"}), frozenset(), []),
-                        packets, 0, dict(skipped))
-    local = _local_addresses(segments)
+        return PcapRead(HostTrace(host, frozenset({"127.0.0.1", "::1"}) | addresses,
+                                  frozenset(), []), packets, 0, dict(skipped))
+    seen = {a for s in segments for a in (s.src[0], s.dst[0])}
+    if addresses:
+        missing = sorted(addresses - seen)
+        if missing:
+            raise InputError(Problem(f"{', '.join(missing)} (given as {host}'s address) is in "
+                                     "no TCP packet of the capture", str(path),
+                                     field="--pcap"))
+        local = set(addresses)
+    else:
+        try:
+            local = _local_addresses(segments, others)
+        except _Tied as tied:
+            raise AmbiguousAddress(Problem(
+                f"cannot tell which of {', '.join(tied.candidates)} is {host}'s own address "
+                "(its packets are between them and the capture does not say which way they "
+                f"went): say it, as --pcap {host}@ADDRESS={path}, or add the other host's "
+                "capture", str(path), field="--pcap"), tied.candidates) from None
+    local |= {"127.0.0.1", "::1"} | {a for a in seen if a.startswith(_LOOPBACK)}
     return PcapRead(_host_trace(host, segments, local), packets, len(segments), dict(skipped))
 
 
@@ -256,9 +308,16 @@ def _tcp(data: bytes, at: int, time_s: float, outgoing: bool | None,
     return _Segment(time_s, outgoing, mac, (src, sport), (dst, dport), seq, payload, flags)
 
 
-def _local_addresses(segments: list[_Segment]) -> set[str]:
+class _Tied(Exception):
+    def __init__(self, candidates: list[str]) -> None:
+        self.candidates = candidates
+
+
+def _local_addresses(segments: list[_Segment], others: frozenset[str]) -> set[str]:
     """The host's addresses: from the packets' direction where the capture says it, else
-    from the MAC address in every frame, else the address in the most packets."""
+    from the MAC address in every frame, else the address in the most packets; addresses
+    in `others` are not the host's. _Tied where two candidates are alike (a host that only
+    talked to one peer: both addresses in every packet)."""
     local = {s.src[0] if s.outgoing else s.dst[0] for s in segments if s.outgoing is not None}
     if not local and any(s.mac for s in segments):
         # the host's MAC is in every frame; so is a router's it talks through, but behind
@@ -269,17 +328,30 @@ def _local_addresses(segments: list[_Segment]) -> set[str]:
             if s.mac:
                 sources.setdefault(s.mac[0], set()).add(s.src[0])
         top = max(ends.values())
-        own = min((m for m, n in ends.items() if n == top),
-                  key=lambda m: (len(sources.get(m, ())) or 1 << 30, m))
-        local = {s.src[0] if s.mac[0] == own else s.dst[0] for s in segments
-                 if s.mac and own in s.mac and s.mac[0] != s.mac[1]}
+        every = [m for m, n in ends.items()
+                 if n == top and not (sources.get(m) and sources[m] <= others)]
+        if every:
+            def behind(m: bytes) -> int:
+                return len(sources.get(m, ())) or 1 << 30
+            fewest = min(map(behind, every))
+            own = sorted(m for m in every if behind(m) == fewest)
+            if len(own) > 1:
+                raise _Tied(sorted({a for m in own for a in sources.get(m, ())}))
+            local = {s.src[0] if s.mac[0] == own[0] else s.dst[0] for s in segments
+                     if s.mac and own[0] in s.mac and s.mac[0] != s.mac[1]}
+    local |= {a for s in segments for a in (s.src[0], s.dst[0]) if a.startswith(_LOOPBACK)}
     rest = [s for s in segments if s.src[0] not in local and s.dst[0] not in local]
     while rest:  # no direction at all (raw IP), or frames not to or from this MAC
-        ends = Counter(a for s in rest for a in (s.src[0], s.dst[0]))
-        local.add(ends.most_common(1)[0][0])
+        ends = Counter(a for s in rest for a in (s.src[0], s.dst[0]) if a not in others)
+        if not ends:
+            break  # between other hosts only: not this host's traffic
+        top = max(ends.values())
+        commonest = sorted(a for a, n in ends.items() if n == top)
+        if len(commonest) > 1:
+            raise _Tied(commonest)
+        local.add(commonest[0])
         rest = [s for s in rest if s.src[0] not in local and s.dst[0] not in local]
-    return local | {"127.0.0.1", "::1"} | {a for s in segments for a in (s.src[0], s.dst[0])
-                                            if a.startswith(_LOOPBACK)}
+    return local
 
 
 def _host_trace(host: str, segments: list[_Segment], local: set[str]) -> HostTrace:
