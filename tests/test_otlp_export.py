@@ -18,6 +18,7 @@ from coordinator.export.otlp import check_endpoint
 from linkgrad.errors import InputError
 from linkgrad.paths.analysis import client_requests
 from linkgrad.paths.from_hosts import link_hosts
+from linkgrad.paths.reconcile import HostRecord, HostTrace
 from linkgrad.paths.spans import RequestTraces, request_traces
 from tests.fakes.front_end_log import write_front_end_log
 from tests.fakes.otlp_receiver import ReceivedSpan, check_trace_shape, otlp_receiver
@@ -173,3 +174,44 @@ def test_hosts_clocks_apart_keep_each_trace_s_shape(host, shift_s):
         for s in t.spans:  # the database's calls are app1's, whichever clock is off
             if s.name.startswith("app1/python->db"):
                 assert by_id[s.parent_id].name == "app1/python:8000"
+
+
+
+def test_a_call_from_an_untraced_node_hangs_under_the_call_into_it():
+    """web traced, app not: app's callback to web's second service (port 81) comes from a
+    node with no spans. Its server span is the child of web's client span to app (app's
+    work is inside it), not of the root, and is not moved into that span as if it were
+    that call's other end."""
+    client, web, app = "10.0.0.1", "10.0.0.2", "10.0.0.3"
+    seen: dict[str, list[HostRecord]] = {client: [], web: []}  # by the traced hosts
+
+    def message(src, dst, at, size, seq=1000):
+        for end, other, sent, t in ((src, dst, True, at), (dst, src, False, at + 2e-4)):
+            if end[0] in seen:
+                process = "ab" if end[0] == client else "srv"
+                seen[end[0]].append(HostRecord(end, other, sent, seq, seq + size, t, t,
+                                               False, process))
+    for i in range(30):
+        t = 1795000000.0 + 0.1 * i
+        c, w80, w81 = (client, 40000 + i), (web, 80), (web, 81)
+        wa, a8, aw = (web, 50000 + i), (app, 8000), (app, 51000 + i)
+        message(c, w80, t, 100)
+        message(wa, a8, t + 0.001, 200)
+        message(aw, w81, t + 0.003, 50)  # app's callback
+        message(w81, aw, t + 0.004, 60, 7000)
+        message(a8, wa, t + 0.006, 300, 9000)
+        message(w80, c, t + 0.007, 400, 5000)
+    for records in seen.values():
+        records.sort(key=lambda r: r.first_s)
+    hosts = [HostTrace("client", frozenset({client}), frozenset(), seen[client]),
+             HostTrace("web", frozenset({web}), frozenset({("0.0.0.0", 80), ("0.0.0.0", 81)}),
+                       seen[web])]
+    got = request_traces(link_hosts(hosts, "context", 2.0, None).linked)
+    assert len(got.traces) == 30
+    for t in got.traces:
+        by_id = {s.span_id: s for s in t.spans}
+        [callback] = [s for s in t.spans if s.name == "web/srv:81"]
+        parent = by_id[callback.parent_id]
+        assert (parent.kind, parent.name) == ("client", f"web/srv->{app}:8000")
+        assert "linkgrad.clock_moved_s" not in callback.attributes
+        assert parent.start_ns < callback.start_ns < callback.end_ns < parent.end_ns

@@ -5,8 +5,10 @@ a *server span* per request message that arrived at a traced node, from its arri
 node's reply leaving (its last byte, where known); a *client span* per call a traced node
 sent, from the call leaving to its reply arriving back. A call's client span is the child of
 the server span it was made for: the request that arrived at the caller, found through the
-tree's parents (a call caused by an earlier call's reply belongs where that call did). The
-root is the front end's server span for the client's request, named by its transaction.
+tree's parents (a call caused by an earlier call's reply belongs where that call did). A
+call from a node not traced has no client span: its server span is the child of the client
+span of the call into that node. The root is the front end's server span for the client's
+request, named by its transaction.
 
 Times are on one clock: each host's is moved by its estimated offset (WAP5 §5.2, `clocks`),
 so a server span nests in its client span whenever the network's least delays are the same
@@ -74,6 +76,7 @@ class _Open:
 
     span_id: int
     parent: int | None  # index into the list of spans
+    message: int  # the request it is an end of
     name: str
     kind: str
     service: str
@@ -155,17 +158,18 @@ def _spans(inst: PathInstance, cols: _Columns, transaction: str | None
     reply_of, request_of = _replies(order, cols)
     spans: list[_Open] = []
     server_of: dict[int, int] = {}  # request message -> its server span
+    client_of: dict[int, int] = {}  # request message -> its client span
     for x in order:
         if cols.reply[x]:
             continue
         caller = None
         if x != root and math.isfinite(cols.send[x]):
-            owner = _owner(x, parent_of, request_of, server_of)
-            caller = len(spans)
+            owner = _owner(x, parent_of, request_of, server_of, client_of)
+            caller = client_of[x] = len(spans)
             spans.append(_client_span(x, parent_of[x], reply_of.get(x), owner, cols, trace_id))
         if math.isfinite(cols.recv[x]):
             parent = caller if caller is not None else \
-                None if x == root else _owner(x, parent_of, request_of, server_of)
+                None if x == root else _owner(x, parent_of, request_of, server_of, client_of)
             server_of[x] = len(spans)
             reply = reply_of.get(x)
             spans.append(_server_span(x, parent_of[x], reply, parent_of.get(reply, x), parent,
@@ -215,16 +219,19 @@ def _replies(messages: list[int], cols: _Columns
 
 
 def _owner(x: int, parent_of: dict[int, int], request_of: dict[int, int],
-           server_of: dict[int, int]) -> int:
-    """The server span a message sent by a node belongs to: that of the request that came
-    into the node and caused it, through any replies to the node's own earlier calls. The
-    root's where the tree does not say."""
+           server_of: dict[int, int], client_of: dict[int, int]) -> int:
+    """The span a message sent by a node belongs to: the server span of the request that
+    came into the node and caused it, through any replies to the node's own earlier calls;
+    where that node was not traced (no server span), the client span of the call into it,
+    whose time holds the node's work. The root's where the tree does not say."""
     q = parent_of[x]
     for _ in range(len(parent_of)):
         if q < 0:
             break
         if q in server_of:
             return server_of[q]
+        if q in client_of:
+            return client_of[q]
         r = request_of.get(q)  # a reply to an earlier call: where that call was made from
         if r is None:
             break
@@ -253,7 +260,7 @@ def _client_span(x: int, parent: int, reply: int | None, owner: int, cols: _Colu
     if reply is not None:
         end = cols.arrival(reply)
         _put(attributes, "linkgrad.reply_network_delay_s", cols.network[reply])
-    return _Open(_span_id(trace_id, x, "client"), owner, f"{cols.nodes[cols.src[x]]}->"
+    return _Open(_span_id(trace_id, x, "client"), owner, x, f"{cols.nodes[cols.src[x]]}->"
                  f"{callee}:{cols.port[cols.conn[x]]}", "client", cols.nodes[cols.src[x]],
                  cols.host_of[cols.src[x]], cols.send[x], end, attributes)
 
@@ -273,7 +280,7 @@ def _server_span(x: int, parent: int, reply: int | None, reply_parent: int,
     else:
         attributes["linkgrad.reply_seen"] = False
     node = cols.nodes[cols.dst[x]]
-    return _Open(_span_id(trace_id, x, "server"), parent_span,
+    return _Open(_span_id(trace_id, x, "server"), parent_span, x,
                  f"{node}:{cols.port[cols.conn[x]]}", "server", node,
                  cols.host_of[cols.dst[x]], cols.recv[x], end, attributes)
 
@@ -292,8 +299,10 @@ def _close(spans: list[_Open]) -> int:
     moved = 0
     for s in spans:
         p = None if s.parent is None else spans[s.parent]
-        if p is None or p.kind != "client":
-            continue  # a call can outlive what it was made for (an asynchronous one does)
+        if p is None or p.kind != "client" or p.message != s.message:
+            # a call can outlive what it was made for (an asynchronous one does); a call
+            # into an untraced node holds that node's calls' server spans as it will
+            continue
         # the two ends of one call: a server span outside its client span is the clocks'
         start, end, p_end = s.start_s, _end(s), _end(p)
         if end - start > p_end - p.start_s:
