@@ -74,14 +74,18 @@ def test_a_wrong_field_is_named(tmp_path: Path) -> None:
 
 def test_a_run_s_older_paths_json_still_reads(tmp_path: Path) -> None:
     """Before the budget (11-27) and the transactions' request counts (11-24), paths.json had
-    neither: the report still shows its paths."""
+    neither, nor its hops' reply (12-05): the report still shows its paths."""
     import json
 
     data = json.loads((DATA / "runs" / "testbed-quick" / "paths.json").read_text())
     for later in ("transaction_requests", "duration_s", "budget", "fallbacks", "folded"):
         data.pop(later)
+    for pattern in [*data["patterns"], *(p for ps in data["transactions"].values() for p in ps)]:
+        for hop in pattern["hops"]:
+            hop.pop("reply")  # (12-05)
     (tmp_path / "paths.json").write_text(json.dumps(data))
     paths = read_paths(tmp_path)
     assert paths is not None
     assert paths.budget is None
     assert "linked by context" in "\n".join(html_section(paths, []))
+    assert {h.reply for p in paths.patterns for h in p.hops} == {None}

@@ -37,6 +37,19 @@ def test_a_call_within_a_call_goes_one_deeper():
     assert display_depths(hops) == [0, 1, 2, 3, 2, 1, 2, 1]
 
 
+def test_untraced_ipv6_ends_are_read_by_the_hop_s_direction():
+    """An untraced client or server is its address: "fd00::1->web:80" ends in ":1->", as
+    a reply's label does: the hop says which way it went (an older paths.json's hops do
+    not: their labels are read alone, as in the tests above)."""
+    def hop(label: str, parent: int, reply: bool | None) -> HopResult:
+        return HopResult(label=label, parent=parent, link="a->b", node_delay_s=1e-4,
+                         network_delay_s=None, critical=1.0, reply=reply)
+    labels = [("fd00::1->web:80", -1, False), ("web->fd00::3:5432", 0, False),
+              ("fd00::3:5432->web", 1, True), ("web->fd00::3:5432", 2, False),
+              ("fd00::3:5432->web", 3, True), ("web:80->fd00::1", 4, True)]
+    assert display_depths([hop(*x) for x in labels]) == [0, 1, 2, 1, 2, 1]
+
+
 def test_a_run_of_one_call_is_said_once_and_lines_fit_80_columns():
     hops = _chain(42, greeting=True)
     p = PatternResult(key="k", count=477, score=477.0, max_probability=1.0, response_s=0.04377,

@@ -23,20 +23,23 @@ _REQUEST = re.compile(r"^(?P<src>.+)->(?P<dst>.+):(?P<port>\d+)$")
 MIN_RUN = 3  # repeats of one call collapsed from this many on
 
 
-def _ends(label: str) -> tuple[str, str, str, bool]:
-    """Sender, receiver, server port, and whether it is a reply."""
-    reply = _REPLY.match(label)
-    if reply:
-        return reply["src"], reply["dst"], reply["port"], True
-    request = _REQUEST.match(label)
-    if request:
-        return request["src"], request["dst"], request["port"], False
-    return label, label, "", False
+def _ends(hop: HopResult) -> tuple[str, str, str, bool]:
+    """Sender, receiver, server port, and whether it is a reply: from the label, whose
+    "host:port" side is the server's (an IPv6 address's colons aside, hence the hop's own
+    word on which way it went, where it has one)."""
+    label = hop.label
+    forms = (_REPLY, _REQUEST) if hop.reply is None else \
+        ((_REPLY,) if hop.reply else (_REQUEST,))
+    for form in forms:
+        got = form.match(label)
+        if got:
+            return got["src"], got["dst"], got["port"], form is _REPLY
+    return label, label, "", bool(hop.reply)
 
 
 def display_depths(hops: Sequence[HopResult]) -> list[int]:
     """Each hop's indentation level (hops in pre-order, parents first)."""
-    ends = [_ends(h.label) for h in hops]
+    ends = [_ends(h) for h in hops]
     depth: list[int] = []
 
     def request_of(i: int) -> int | None:

@@ -55,6 +55,7 @@ class Hop:
     node_delay_s: float  # NaN: the sender was not traced (its delay is in the network's)
     network_delay_s: float  # NaN: an end was not traced, or the clocks not related
     critical: float  # the share of instances (by probability) with it on the critical path
+    reply: bool  # sent by its connection's server end
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class PatternNames:
         self.hosts = trace.hosts
         self.link = trace.src_host().astype(np.int64) * len(trace.hosts) + trace.dst_host()
         self.set_up = trace.set_up_crossings()
+        self.reply = trace.is_reply()
         self._link_texts: dict[int, str] = {}
 
     def link_text(self, code: int) -> str:
@@ -398,7 +400,7 @@ def _hops(flat: _Flat, shapes: _Shapes, names: PatternNames, on: np.ndarray,
                     lambda c: f"{c // n_texts - 1}:{names.texts[c % n_texts]}")
     every = list(map(Hop, np.array(names.texts, dtype=object)[rank].tolist(), up.tolist(),
                      _texts(names.link[msg[at]], names.link_text), *columns,
-                     critical.tolist()))
+                     critical.tolist(), names.reply[msg[at]].tolist()))
     ends = base.tolist()
     spans = list(pairwise(ends))
     return [" ".join(pieces[a:b]) for a, b in spans], [tuple(every[a:b]) for a, b in spans]

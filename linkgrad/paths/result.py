@@ -37,6 +37,8 @@ class HopResult:
     node_delay_s: float | None  # None: the sender was not traced
     network_delay_s: float | None  # None: an end was not traced, or the clocks not related
     critical: float  # the share of instances with it on the critical path
+    # sent by its connection's server end (None: an older file; its label says)
+    reply: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,8 @@ class PatternResult:
                    hops=tuple(HopResult(label=h.label, parent=h.parent, link=h.link,
                                         node_delay_s=finite(h.node_delay_s),
                                         network_delay_s=finite(h.network_delay_s),
-                                        critical=round(h.critical, 6)) for h in p.hops))
+                                        critical=round(h.critical, 6), reply=h.reply)
+                              for h in p.hops))
 
 
 @dataclass(frozen=True)
