@@ -16,6 +16,7 @@ from rich.markup import escape
 from coordinator.cli.answer import Answer, absent_when_none
 from coordinator.cli.catalog import LOG_HELP
 from coordinator.cli.command import Command
+from coordinator.cli.options import add_log_reading
 from coordinator.cli.terminal import names_table, terminal
 from coordinator.cli.times import local_time, time_value
 from coordinator.config.bounds import FIRST_LOG_S, LAST_LOG_S
@@ -40,13 +41,7 @@ from linkgrad.weblog import RequestLog, read_log
 def add_log_options(p: argparse.ArgumentParser) -> None:
     """The options of `gradient` and `plan` that say which log to read and how to bin it."""
     p.add_argument("--log", required=True, metavar="FILE", help="web server access log")
-    p.add_argument("--format", choices=["nginx", "apache", "csv"], default=None,
-                   help="log format (default: csv for *.csv, else nginx)")
-    p.add_argument("--log-format", metavar="STR", default=None,
-                   help="nginx log_format or Apache LogFormat string of the log")
-    p.add_argument("--transaction", action="append", default=[], metavar="NAME=REGEX",
-                   help="a transaction: requests whose path+query matches REGEX (repeatable; "
-                        "default: one transaction per path)")
+    add_log_reading(p)
     p.add_argument("--max-bad-fraction", type=float, default=0.05, metavar="F",
                    help="fail (exit 2) if more than this fraction of lines is malformed "
                         "(default 0.05)")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_gradients", "add_output", "old_spelling"]
+__all__ = ["add_gradients", "add_log_reading", "add_output", "old_spelling"]
 
 
 class _OldSpelling(argparse.Action):
@@ -49,3 +49,17 @@ def add_gradients(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link", metavar="SRC->DST",
                    help="the hosts of the link a `gradient --json` answer measured, where its "
                    "injection record does not name them")
+
+
+def add_log_reading(p: argparse.ArgumentParser, given_with: str | None = None) -> None:
+    """`--format`, `--log-format`, `--transaction`: how a web log is read and its requests
+    grouped, the same in every command that reads one (`given_with`: the option that gives
+    the log, where it is optional)."""
+    said = f"with {given_with}: " if given_with else ""
+    p.add_argument("--format", choices=["nginx", "apache", "csv"], default=None,
+                   help=f"{said}the log's format (default: csv for *.csv, else nginx)")
+    p.add_argument("--log-format", metavar="STR", default=None,
+                   help=f"{said}the nginx log_format or Apache LogFormat it was written with")
+    p.add_argument("--transaction", action="append", default=[], metavar="NAME=REGEX",
+                   help=f"{said}a transaction, the requests whose path+query matches REGEX "
+                   "(repeatable; default: one per path)")

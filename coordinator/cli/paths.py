@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from coordinator.cli.command import EXITS, Command
-from coordinator.cli.options import add_output, old_spelling
+from coordinator.cli.options import add_log_reading, add_output, old_spelling
 from coordinator.cli.paths_text import pattern_lines
 from coordinator.cli.profile import check_between
 from coordinator.cli.terminal import terminal
@@ -66,14 +66,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--web-log", type=Path, metavar="LOG",
                    help="with --trace or --pcap: the front end's access log over the capture, "
                    "to group the requests by transaction as a live capture does")
-    p.add_argument("--format", choices=["nginx", "apache", "csv"], default=None,
-                   help="with --web-log: its format (default: csv for *.csv, else nginx)")
-    p.add_argument("--log-format", metavar="STR", default=None,
-                   help="with --web-log: the nginx log_format or Apache LogFormat it was "
-                   "written with")
-    p.add_argument("--transaction", action="append", default=[], metavar="NAME=REGEX",
-                   help="with --web-log: a transaction, the requests whose path+query "
-                   "matches REGEX (repeatable; default: one per path)")
+    add_log_reading(p, "--web-log")
     p.add_argument("--duration", type=float, default=60.0, metavar="S",
                    help="seconds to capture (default 60; Ctrl-C ends it early and keeps what "
                    "was seen)")
