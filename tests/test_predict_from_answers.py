@@ -76,6 +76,28 @@ def test_place_and_route_take_an_answer(capsys):
     assert json.loads(capsys.readouterr().out)["ranked"]
 
 
+def test_place_takes_an_app_s_answers_for_several_links(tmp_path, capsys):
+    """One application measured on app1->db and db->app1 by two `gradient --json` runs:
+    `--app A.json,B.json` is one app with both links, each moved link weighed by both."""
+    answer = json.loads(ANSWER.read_text())
+    back = tmp_path / "db-app1.json"
+    back.write_text(json.dumps({**answer, "injection": {**answer["injection"],
+                                                         "link": "db->app1"}}))
+
+    def change_if_db_goes_west(app: str) -> float:
+        assert main(["place", "--app", app, "--latencies", NOW, "--candidates",
+                     str(PLACES / "candidates.yaml"), "--json", "--top", "10"]) == 0
+        ranked = json.loads(capsys.readouterr().out)["ranked"]
+        [west] = [r for r in ranked if r["move"] == {"db": "west"}]
+        return west["weighted_change_ms"]
+    one = change_if_db_goes_west(str(ANSWER))
+    assert one > 0
+    assert change_if_db_goes_west(f"{ANSWER},{back}=1") == pytest.approx(2 * one, rel=1e-3)
+    assert main(["place", "--app", f"{ANSWER},", "--latencies", NOW, "--candidates",
+                 str(PLACES / "candidates.yaml")]) == 2
+    assert "expected FILE[,FILE...][=W]" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("extra", "said"), [
     (["--link", "app1->db", "--gradients", "tests/data/runs/testbed-quick/gradients.json"],
      "field '--link': only with what `linkgrad gradient --json` prints"),

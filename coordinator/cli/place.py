@@ -77,8 +77,9 @@ class App:
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--app", required=True, action="append", metavar="RUN/gradients.json[=W]",
-                   help="an application's run (or what `linkgrad gradient --json` printed), "
-                   "with its importance W (default 1); repeatable")
+                   help="an application's run, or what `linkgrad gradient --json` printed for "
+                   "it (one answer per link, comma-separated: A.json,B.json), with its "
+                   "importance W (default 1); repeatable, one per application")
     p.add_argument("--latencies", type=Path, metavar="SITES.yaml",
                    help="sites and one-way latencies (default: the runs' causal paths' "
                         "network delays, every host its own site)")
@@ -104,7 +105,12 @@ def _apps(specs: list[str]) -> list[App]:
             raise InputError(Problem(f"importance must be {MIN_IMPORTANCE:g} to "
                                      f"{MAX_IMPORTANCE:g} (a weight relative to the other "
                                      f"apps'), got {weight}", field="--app"))
-        apps.append(App(_run_name(Path(path)), load_gradients([Path(path)]), importance))
+        names = path.split(",")
+        if not all(n.strip() for n in names):
+            raise InputError(Problem(f"expected FILE[,FILE...][=W], got {spec!r}",
+                                     field="--app"))
+        files = [Path(n) for n in names]
+        apps.append(App(_run_name(files[0]), load_gradients(files), importance))
     return apps
 
 
