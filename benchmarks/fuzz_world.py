@@ -134,6 +134,10 @@ class World:
                        "db", "--copies", value, "east"], "--copies"),
             ("route", ["--gradients", grads, "--latencies", str(g["sites"]), "--component",
                        "db", "--copies", "here", "east", "--nginx", value, "b"], "--nginx"),
+            ("paths", ["--pcap", f"web@{value}={g['pcap']}"], "--pcap"),
+            ("place", ["--app", f"{g['answer']},{case_dir / value}", "--latencies",
+                       str(g["now"]), "--candidates",
+                       str(EXPERIMENTS / "placement" / "candidates.yaml")], "--app"),
             ("latency", [str(g["experiment"]), "--count", value], "--count"),
             ("latency", [str(g["experiment"]), "--output", rng.choice(
                 ["/proc/nope/x.yaml", str(case_dir), "/dev/full",

@@ -8,12 +8,19 @@ scapy dissecting every packet into its layers.
     linkgrad testbed up --tag pc
     PYTHONPATH=. .venv/bin/python -m benchmarks.pcap_paths --tag pc [--duration 30]
 
-Writes benchmarks/out/pcap_paths.json and its section of benchmarks/RESULTS.md.
+On a topology with nginx and the first app server on one host (web: [web, app]), nginx asks
+the app over loopback, a hop a capture sees with the host at both ends:
+
+    linkgrad testbed up experiments/topology-colocated.yaml --tag co
+    PYTHONPATH=. .venv/bin/python -m benchmarks.pcap_paths --tag co --section pcap-paths-colocated
+
+Writes benchmarks/out/SECTION.json and its section of benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import signal
@@ -29,7 +36,6 @@ from coordinator.config.pcap_trace import read_pcap
 from coordinator.config.trace_compare import as_captured, tree_agreement, within
 from coordinator.config.trace_file import read_trace
 
-HOSTS = ("client", "web", "app1", "app2", "db", "cache")
 EXPERIMENT = """name: pcap-bench
 testbed: {tag}
 workload: {{host: client, rate_per_s: {rate}}}
@@ -38,10 +44,18 @@ output: {root}/runs
 """
 
 
-def capture(tag: str, root: Path, duration_s: float, rate: int) -> tuple[Path, dict[str, Path]]:
+def testbed_hosts(tag: str) -> dict[str, list[str]]:
+    """The running testbed's hosts and their roles."""
+    status = subprocess.run([".venv/bin/linkgrad", "testbed", "status", "--tag", tag, "--json"],
+                            capture_output=True, text=True, check=True)
+    return {h["name"]: h["roles"] for h in json.loads(status.stdout)["hosts"]}
+
+
+def capture(tag: str, root: Path, hosts: list[str], duration_s: float, rate: int
+            ) -> tuple[Path, dict[str, Path]]:
     experiment = root / "pcap.yaml"
     experiment.write_text(EXPERIMENT.format(tag=tag, root=root, rate=rate))
-    pcaps = {h: root / f"{h}.pcap" for h in HOSTS}
+    pcaps = {h: root / f"{h}.pcap" for h in hosts}
     dumps = [subprocess.Popen(["ip", "netns", "exec", f"lgtb-{tag}-{h}", "tcpdump", "-i", "any",
                                "-s", "0", "-U", "-Z", "root", "-w", str(p), "not", "port", "22"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -92,7 +106,8 @@ def read_rate(path: Path, runs: int) -> dict[str, float]:
 
 def measure(tag: str, duration_s: float, rate: int, runs: int) -> dict[str, Any]:
     root = scratch_root("pcap_paths")
-    trace, pcaps = capture(tag, root, duration_s, rate)
+    roles = testbed_hosts(tag)
+    trace, pcaps = capture(tag, root, list(roles), duration_s, rate)
     sniffed = list(read_trace(trace))
     start = min(r.first_s for h in sniffed for r in h.records)
     end = max(r.last_s for h in sniffed for r in h.records)
@@ -101,7 +116,7 @@ def measure(tag: str, duration_s: float, rate: int, runs: int) -> dict[str, Any]
     full = tree_agreement(sniffed, captured)
     biggest = max(pcaps.values(), key=lambda p: p.stat().st_size)
     speed = read_rate(biggest, runs)
-    return {"tag": tag, "duration_s": duration_s, "rate_per_s": rate,
+    return {"tag": tag, "hosts": roles, "duration_s": duration_s, "rate_per_s": rate,
             "messages": {"sniffer": bare.messages[0], "pcap": bare.messages[1]},
             "trees": {"sniffer": bare.trees[0], "pcap": bare.trees[1]},
             "same_pattern_bare": bare.same, "same_pattern_fraction_bare": bare.fraction,
@@ -114,10 +129,12 @@ def measure(tag: str, duration_s: float, rate: int, runs: int) -> dict[str, Any]
 def markdown(r: dict[str, Any]) -> str:
     read = r["read"]
     return "\n".join([
-        f"One run, {r['date']}, {r['machine']}: the testbed at {r['rate_per_s']} requests/s for "
+        f"One run, {r['date']}, {r['machine']}: the testbed ("
+        + ", ".join(f"{h}: {'+'.join(roles)}" for h, roles in r.get("hosts", {}).items())
+        + f") at {r['rate_per_s']} requests/s for "
         f"{r['duration_s']:g} s, tcpdump -i any in every host's namespace while `linkgrad "
         "paths` traced the same hosts (`PYTHONPATH=. .venv/bin/python -m benchmarks.pcap_paths "
-        f"--tag {r['tag']}`).",
+        f"--tag {r['tag']}{r.get('command_tail', '')}`).",
         "",
         "| | sniffer | pcap |",
         "|---|---|---|",
@@ -154,9 +171,13 @@ def main() -> None:
     p.add_argument("--duration", type=float, default=30.0)
     p.add_argument("--rate", type=int, default=100)
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--section", default="pcap-paths",
+                   help="its name in RESULTS.md and benchmarks/out (one per topology)")
     args = p.parse_args()
     result = measure(args.tag, args.duration, args.rate, args.runs)
-    publish("pcap-paths", result, markdown(result))
+    result["command_tail"] = "" if args.section == "pcap-paths" else \
+        f" --section {args.section}"
+    publish(args.section, result, markdown(result))
 
 
 if __name__ == "__main__":
