@@ -15,12 +15,16 @@ import pytest
 from coordinator.config.pcap_trace import read_pcap
 from coordinator.config.trace_compare import as_captured, tree_agreement, within
 from coordinator.config.trace_file import read_trace
+from linkgrad.paths.from_hosts import paths_from_hosts
+from linkgrad.paths.reconcile import HostTrace
 from testbed.pairs.hosts import sh
+from testbed.topology import HostSpec, Topology
 from tests.fakes.otlp_receiver import ReceivedSpan, check_trace_shape, otlp_receiver
 from tests.marks import TESTBED
 from tests.netns_tools.testbeds import (
     LINKGRAD,
     assert_no_rules,
+    private_testbed,
     running_testbed,
     unique_tag,
     wait_until_gone,
@@ -241,19 +245,18 @@ def test_paths_captures_and_names_each_transaction_s_path(testbed, tag):
     assert_no_rules(tag)
 
 
-def test_tcpdump_captures_give_the_trees_the_sniffer_gives(testbed, tag):
-    """`paths --pcap`: tcpdump -i any in every host's namespace while the sniffers trace the
-    same traffic; the captures' requests fall in the sniffer's patterns."""
-    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(testbed)}
-    experiment = _experiment(testbed, tag, "pcapped")
-    hosts = ("client", "web", "app1", "db")
-    pcaps = {h: testbed / f"{h}.pcap" for h in hosts}
+def _tcpdump_while_tracing(root: Path, tag: str, hosts: tuple[str, ...], experiment: Path
+                           ) -> tuple[list[HostTrace], list[HostTrace], dict[str, Path]]:
+    """tcpdump -i any in each host's namespace while `linkgrad paths` traces the same traffic
+    for 8 s: the sniffers' trace, the captures' (within the sniffers' window), the files."""
+    env = {**os.environ, "LINKGRAD_TESTBED_ROOT": str(root)}
+    pcaps = {h: root / f"{h}.pcap" for h in hosts}
     dumps = [subprocess.Popen(["ip", "netns", "exec", f"lgtb-{tag}-{h}", "tcpdump", "-i", "any",
                                "-U", "-Z", "root", "-w", str(p), "not", "port", "22"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for h, p in pcaps.items()]
     time.sleep(1.0)
-    trace = testbed / "pcapped.jsonl"
+    trace = root / f"{experiment.stem}.jsonl"
     done = subprocess.run([LINKGRAD, "paths", str(experiment), "--duration", "8",
                            "--output-trace", str(trace), "--json"],
                           capture_output=True, text=True, timeout=180, env=env, check=False)
@@ -265,7 +268,14 @@ def test_tcpdump_captures_give_the_trees_the_sniffer_gives(testbed, tag):
     sniffed = [h for h in read_trace(trace) if h.name in hosts]
     start = min(r.first_s for h in sniffed for r in h.records)
     end = max(r.last_s for h in sniffed for r in h.records)
-    captured = within([read_pcap(h, p).trace for h, p in pcaps.items()], start, end)
+    return sniffed, within([read_pcap(h, p).trace for h, p in pcaps.items()], start, end), pcaps
+
+
+def test_tcpdump_captures_give_the_trees_the_sniffer_gives(testbed, tag):
+    """`paths --pcap`: tcpdump -i any in every host's namespace while the sniffers trace the
+    same traffic; the captures' requests fall in the sniffer's patterns."""
+    sniffed, captured, pcaps = _tcpdump_while_tracing(
+        testbed, tag, ("client", "web", "app1", "db"), _experiment(testbed, tag, "pcapped"))
     agree = tree_agreement(as_captured(sniffed), captured)
     assert abs(agree.messages[0] - agree.messages[1]) <= 0.02 * agree.messages[0], agree
     assert agree.fraction >= 0.95, agree
@@ -274,6 +284,42 @@ def test_tcpdump_captures_give_the_trees_the_sniffer_gives(testbed, tag):
     assert read.returncode == 0, read.stderr
     assert "web: " in read.stderr
     assert "CLIENT->web:80" in read.stdout
+
+
+# nginx and the app server on one host: nginx asks the app over loopback
+COLOCATED = Topology(name="colo", hosts=(HostSpec(name="client", roles=("client",)),
+                                         HostSpec(name="web", roles=("web", "app")),
+                                         HostSpec(name="db", roles=("db", "cache"))))
+
+
+def test_a_capture_of_a_host_serving_two_tiers_gives_the_sniffer_s_trees():
+    """With nginx and the app on one host a capture sees that host at both ends of their
+    connection; the app's calls nest in nginx's call to it, as the testbed makes them (the
+    sniffer's trace stripped of its processes had the same fault before: agreeing with it
+    alone would not show it)."""
+    tag = unique_tag("c")
+    with private_testbed(tag, COLOCATED) as (_, root):
+        experiment = _experiment(root, tag, "colocated")
+        experiment.write_text(experiment.read_text().replace("app1->db", "web->db")
+                              .replace("db->app1", "db->web"))
+        sniffed, captured, _ = _tcpdump_while_tracing(root, tag, ("client", "web", "db"),
+                                                      experiment)
+    agree = tree_agreement(as_captured(sniffed), captured)
+    assert agree.fraction >= 0.95, agree
+    patterns = paths_from_hosts(captured, "context", 2.0, None).patterns
+    nested = 0
+    for p in patterns:
+        labels = [h.label for h in p.hops]
+        if labels[:2] != ["CLIENT->web:80", "web->web:8000"]:
+            continue
+        for i, h in enumerate(p.hops):  # every database or cache call is under the app's
+            if h.label.startswith("web->db:"):
+                while i > 1:
+                    i = p.hops[i].parent
+                assert i == 1, labels
+        assert "web->web" not in p.crossings
+        nested += p.count
+    assert nested >= 0.9 * sum(p.count for p in patterns)
 
 
 def _check_traces(traces: dict[str, list[ReceivedSpan]]) -> None:
