@@ -290,6 +290,24 @@ def test_a_bug_is_one_sentence_exit_1_and_its_traceback_in_a_file(capsys, monkey
     assert "Traceback (most recent call last)" in saved[0].read_text()
 
 
+@pytest.mark.parametrize("argv", [
+    ["report", "{long}"], ["run", "{long}.yaml"], ["paths", "--trace", "{long}"],
+    ["export", "{long}", "--prometheus", "x.prom"],
+    ["place", "--app", "tests/data/example-gradient.json,{long}", "--latencies",
+     "experiments/placement/now.yaml", "--candidates", "experiments/placement/candidates.yaml"],
+])
+def test_a_name_longer_than_the_file_system_takes_is_bad_input(capsys, argv, tmp_path):
+    """A path with a name over 255 bytes (found by benchmarks/fuzz_cli.py): Path.exists()
+    raises ENAMETOOLONG rather than saying no, wherever a command looks; bad input, named."""
+    long = str(tmp_path / ("9" * 400))
+    code = main([a.replace("{long}", long) for a in argv] + ["--json"])
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert "internal error" not in err
+    assert err.startswith(f"linkgrad: error: {long[:60]}")
+    assert json.loads(out)["error"]["kind"] == "input"
+
+
 def test_a_reader_that_leaves_is_no_traceback(capsys, monkeypatch, measured_log):
     """`linkgrad plan --json | head -c 10` (found by benchmarks/fuzz_cli.py's probes): the
     BrokenPipeError of print() was a traceback, and so was the last-resort handler's."""

@@ -10,6 +10,7 @@ Exit codes: 0 success, 2 bad input (file, line, field named), 1 runtime failure.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.metadata
 import os
 import re
@@ -124,6 +125,16 @@ def _run(argv: list[str]) -> int:
         if _reader_left():
             raise  # main's
         return _internal_error(e, as_json)  # another pipe than stdout: a bug
+    except OSError as e:
+        if e.errno != errno.ENAMETOOLONG:
+            return _internal_error(e, as_json)
+        # a name given (a path, or one made from an experiment's name) longer than the file
+        # system takes: wherever it is looked at (Path.exists() raises it), it is bad input
+        name = os.fsdecode(e.filename) if e.filename is not None else "a path given"
+        _print_error(InputError(Problem(
+            f"a name in it is longer than the file system allows ({e.strerror})",
+            name if len(name) <= 120 else f"{name[:100]}...{name[-16:]}")), as_json)
+        return InputError.exit_code
     except Exception as e:  # the last resort: not a LinkgradError, so a bug
         return _internal_error(e, as_json)
 

@@ -118,7 +118,11 @@ def read_record(path: Path, model: type[Record], what: str) -> Record:
 
 
 def read_run_file(path: Path, what: str) -> Any:
-    if not path.exists() and not path.is_symlink():
+    try:
+        path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
         raise InputError(Problem(f"no {path.name} ({what}): not a linkgrad run directory, or a "
-                                 "run from before it was written", str(path)))
+                                 "run from before it was written", str(path))) from None
+    except OSError:
+        pass  # (a name too long, no permission): read_json says which
     return read_json(path, what)
