@@ -24,6 +24,8 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from sniffer.tcp_headers import IPV6_HEADER, ip_tcp
+
 SOL_PACKET = 263
 PACKET_RX_RING = 5
 PACKET_VERSION = 10
@@ -40,10 +42,6 @@ SNAPLEN = 128  # IPv4 (≤ 60) or IPv6 (40) and TCP (≤ 60) headers; no payload
 _BLOCK = struct.Struct("=IIIII")  # version, offset_to_priv, block_status, num_pkts, first
 _FRAME = struct.Struct("=IIIIIIHH")  # next_offset, sec, nsec, snaplen, len, status, mac, net
 _SLL_PKTTYPE = 48 + 10  # sockaddr_ll follows the 48-byte tpacket3_hdr; sll_pkttype in it
-_IP = struct.Struct("!BBHHHBBH4s4s")
-_IP6 = struct.Struct("!IHBB16s16s")  # version..flow label, payload length, next header, hops
-IPV6_HEADER = 40
-_TCP = struct.Struct("!HHIIBB")
 
 
 @dataclass(frozen=True)
@@ -224,20 +222,11 @@ def _segments(ring: mmap.mmap, base: int) -> Iterator[Segment]:
     _, _, _, n, first = _BLOCK.unpack_from(ring, base)
     at = base + first
     for _ in range(n):
-        nxt, sec, nsec, _, _, _, _, net = _FRAME.unpack_from(ring, at)
+        nxt, sec, nsec, snaplen, _, _, mac, net = _FRAME.unpack_from(ring, at)
         outgoing = ring[at + _SLL_PKTTYPE] == PACKET_OUTGOING
-        p = at + net
-        if ring[p] >> 4 == 6:
-            _, segment, _, _, src6, dst6 = _IP6.unpack_from(ring, p)
-            ihl, src, dst = IPV6_HEADER, socket.inet_ntop(socket.AF_INET6, src6), \
-                socket.inet_ntop(socket.AF_INET6, dst6)
-        else:
-            vihl, _, total, _, _, _, _, _, src4, dst4 = _IP.unpack_from(ring, p)
-            ihl = (vihl & 0x0F) * 4
-            segment, src, dst = total - ihl, socket.inet_ntoa(src4), socket.inet_ntoa(dst4)
-        sport, dport, seq, _, off, flags = _TCP.unpack_from(ring, p + ihl)
-        payload = segment - (off >> 4) * 4
-        yield Segment(sec + nsec * 1e-9, outgoing, src, sport, dst, dport, seq, payload,
-                      flags)
+        got = ip_tcp(ring, at + net, at + mac + snaplen)
+        if not isinstance(got, str):  # (the kernel's filter passes whole TCP headers only)
+            src, dst, sport, dport, seq, payload, flags = got
+            yield Segment(sec + nsec * 1e-9, outgoing, src, sport, dst, dport, seq, payload,
+                          flags)
         at += nxt
-

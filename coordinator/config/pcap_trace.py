@@ -4,9 +4,10 @@ have sent: the TCP segments assembled into logical messages by the sniffer's own
 endpoints, for `linkgrad paths --pcap HOST=FILE`.
 
 scapy reads the file (pcap, pcapng, either byte order, micro- or nanosecond stamps) with its
-raw readers; the link, IP and TCP headers are unpacked here with `struct`, as the sniffer's
-packet ring does: dissecting each packet into scapy layers reads about 12 times slower, 7,400
-packets a second (benchmarks/pcap_paths.py), too slow for a capture of a busy server.
+raw readers; the link headers are unpacked here with `struct`, the IP and TCP headers by the
+sniffer's own reader (`sniffer.tcp_headers`): dissecting each packet into scapy layers reads
+about 12 times slower, 7,400 packets a second (benchmarks/pcap_paths.py), too slow for a
+capture of a busy server.
 
 What a capture does not say is worked out: which addresses are the host's (the packets'
 direction where the link type has one: `-i any`'s cooked headers, pcapng's flags; else the
@@ -23,7 +24,6 @@ import ipaddress
 import logging
 import math
 import os
-import socket
 import struct
 import tempfile
 from collections import Counter
@@ -35,15 +35,13 @@ from typing import Any
 from linkgrad.errors import InputError, Problem
 from linkgrad.paths.reconcile import HostRecord, HostTrace
 from sniffer.message_assembly import MessageAssembler
+from sniffer.tcp_headers import ip_tcp
 
 __all__ = ["EPHEMERAL_FIRST", "AmbiguousAddress", "PcapRead", "PcapSource",
            "parse_pcap_option", "read_pcap"]
 
 EPHEMERAL_FIRST = 32768  # Linux's ip_local_port_range starts here
 IDLE_S = 5.0  # as the sniffer: a message with no segment for this long is finished
-_IP = struct.Struct("!BBHHHBBH4s4s")
-_IP6 = struct.Struct("!IHBB16s16s")
-_TCP = struct.Struct("!HHIIBB")
 ETHERNET, RAW, LINUX_SLL, LINUX_SLL2, NULL, LOOP, IPV4, IPV6 = 1, 101, 113, 276, 0, 108, 228, 229
 _LINK_NAMES = {ETHERNET: "Ethernet", RAW: "raw IP", 12: "raw IP", 14: "raw IP",
                LINUX_SLL: "Linux cooked (-i any)", LINUX_SLL2: "Linux cooked v2 (-i any)",
@@ -275,36 +273,10 @@ def _segment(link: int, data: bytes, time_s: float, outgoing: bool | None
 
 def _tcp(data: bytes, at: int, time_s: float, outgoing: bool | None,
          mac: tuple[bytes, bytes] | None) -> _Segment | str:
-    if len(data) < at + 1:
-        return "cut short"
-    version = data[at] >> 4
-    if version == 4:
-        if len(data) < at + _IP.size:
-            return "cut short"
-        vihl, _, total, _, frag, _, proto, _, src4, dst4 = _IP.unpack_from(data, at)
-        if proto != 6:
-            return "not TCP"
-        if frag & 0x1FFF:
-            return "an IP fragment"
-        ihl = (vihl & 0x0F) * 4
-        length, src, dst = total - ihl, socket.inet_ntoa(src4), socket.inet_ntoa(dst4)
-    elif version == 6:
-        if len(data) < at + _IP6.size:
-            return "cut short"
-        _, length, nxt, _, src6, dst6 = _IP6.unpack_from(data, at)
-        if nxt != 6:
-            return "not TCP"  # (or behind an IPv6 extension header)
-        ihl = 40
-        src, dst = socket.inet_ntop(socket.AF_INET6, src6), \
-            socket.inet_ntop(socket.AF_INET6, dst6)
-    else:
-        return "not IP"
-    if len(data) < at + ihl + _TCP.size:
-        return "cut short"
-    sport, dport, seq, _, off, flags = _TCP.unpack_from(data, at + ihl)
-    payload = length - (off >> 4) * 4
-    if payload < 0:
-        return "a bad TCP header"
+    got = ip_tcp(data, at, len(data))
+    if isinstance(got, str):
+        return got
+    src, dst, sport, dport, seq, payload, flags = got
     return _Segment(time_s, outgoing, mac, (src, sport), (dst, dport), seq, payload, flags)
 
 
